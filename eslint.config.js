@@ -1,0 +1,53 @@
+// Lint rules also enforce the layering: protocol → engine (the seam) → core; concrete engines,
+// transports and the CLI sit on the outside. The core never imports a concrete engine or transport.
+import js from "@eslint/js";
+import tseslint from "typescript-eslint";
+
+const outerLayers = ["**/engines/**", "**/server/**", "**/cli/**"];
+
+export default tseslint.config(
+  { ignores: ["dist/**", "node_modules/**", "bin/**"] },
+  js.configs.recommended,
+  ...tseslint.configs.recommended,
+  {
+    rules: {
+      "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_", varsIgnorePattern: "^_" }],
+    },
+  },
+  {
+    files: ["src/protocol/**", "src/engine/**", "src/core/**"],
+    rules: {
+      "no-restricted-imports": [
+        "error",
+        {
+          patterns: [
+            {
+              group: outerLayers,
+              message: "The core and the seams must not import engines, transports or the CLI.",
+            },
+            {
+              group: ["node-llama-cpp", "undici", "node:http", "ws"],
+              message: "Keep concrete runtimes out of the core.",
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    files: ["src/engines/**"],
+    rules: {
+      "no-restricted-imports": [
+        "error",
+        {
+          patterns: [
+            {
+              group: ["**/server/**", "**/cli/**", "**/core/**"],
+              message: "Engines depend only on the seam and protocol.",
+            },
+          ],
+        },
+      ],
+    },
+  },
+);

@@ -1,0 +1,154 @@
+/** The `spark` command line. */
+import { Command, InvalidArgumentError, Option } from "commander";
+import { SparkServer } from "../server/http-server.js";
+import { ConfigError, DEFAULT_SETTINGS, ENV_NAMES, resolveSettings } from "./config.js";
+import { createEngine } from "./create-engine.js";
+
+const log = (line: string): void => {
+  process.stderr.write(`spark: ${line}\n`);
+};
+
+function env(key: keyof typeof ENV_NAMES): string {
+  return `(env ${ENV_NAMES[key]})`;
+}
+
+function integer(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n)) throw new InvalidArgumentError("expected an integer");
+  return n;
+}
+
+function number(value: string): number {
+  const n = Number(value);
+  if (!Number.isFinite(n)) throw new InvalidArgumentError("expected a number");
+  return n;
+}
+
+async function serve(flags: Record<string, unknown>): Promise<void> {
+  const settings = resolveSettings(flags);
+  const engine = await createEngine(settings, log);
+  const server = new SparkServer({
+    engine,
+    host: settings.host,
+    port: settings.port,
+    maxBodyBytes: settings.maxBodyBytes,
+  });
+  const url = await server.listen();
+  process.stdout.write(`spark listening on ${url}\n`);
+  log(
+    `engine ${engine.kind}; POST ${url}/v1/responses, ${url}/v1/chat/completions; GET /v1/models, /healthz, /metrics`,
+  );
+
+  let stopping = false;
+  const stop = (signal: string): void => {
+    if (stopping) {
+      log(`${signal} again: exiting now`);
+      process.exit(130);
+    }
+    stopping = true;
+    log(`${signal}: finishing in-flight responses and shutting down`);
+    server.close().then(
+      () => process.exit(0),
+      (error: unknown) => {
+        log(`shutdown error: ${String(error)}`);
+        process.exit(1);
+      },
+    );
+  };
+  process.on("SIGINT", () => stop("SIGINT"));
+  process.on("SIGTERM", () => stop("SIGTERM"));
+
+  // The server answers 503 while the engine loads, so clients see progress instead of a refused port.
+  const started = performance.now();
+  engine.start().then(
+    () => log(`${engine.kind} engine ready in ${Math.round(performance.now() - started)} ms`),
+    (error: unknown) => {
+      log(
+        `the ${engine.kind} engine failed to start: ${error instanceof Error ? error.message : String(error)}`,
+      );
+      void server.close().finally(() => process.exit(1));
+    },
+  );
+}
+
+export function buildProgram(): Command {
+  const program = new Command("spark")
+    .description("Spark: an open, real-time coding model server speaking the OpenAI Responses API")
+    .showHelpAfterError();
+  program
+    .command("serve")
+    .description(
+      "start the OpenAI-compatible server (Responses API over HTTP+SSE, Chat Completions, /v1/models)",
+    )
+    .option("--host <host>", `address to bind ${env("host")}`, DEFAULT_SETTINGS.host)
+    .option("--port <port>", `port to listen on; 0 picks a free port ${env("port")}`, integer)
+    .addOption(
+      new Option("--engine <engine>", `inference engine ${env("engine")}`).choices([
+        "llama",
+        "openai",
+        "script",
+      ]),
+    )
+    .option("--config <file>", "JSON config file with any of these settings in camelCase (env SPARK_CONFIG)")
+    .option(
+      "--model <path>",
+      `llama: GGUF model file; default: cached or downloaded small coder model ${env("model")}`,
+    )
+    .option("--no-download", `llama: never download the default model ${env("download")}`)
+    .option("--threads <n>", `llama: decode threads; default: measured at start ${env("threads")}`, integer)
+    .option(
+      "--context-size <tokens>",
+      `llama: context per sequence (default 8192) ${env("contextSize")}`,
+      integer,
+    )
+    .option("--sequences <n>", `llama: parallel sequences (default 4) ${env("sequences")}`, integer)
+    .addOption(
+      new Option("--gpu <mode>", `llama: use a GPU when available ${env("gpu")}`).choices(["auto", "off"]),
+    )
+    .option("--upstream <url>", `openai: upstream base URL, e.g. http://127.0.0.1:8000/v1 ${env("upstream")}`)
+    .option(
+      "--upstream-api-key-env <name>",
+      `openai: env variable holding the upstream API key ${env("upstreamApiKeyEnv")}`,
+    )
+    .addOption(
+      new Option("--upstream-api <api>", `openai: upstream wire API ${env("upstreamApi")}`).choices([
+        "chat",
+        "responses",
+      ]),
+    )
+    .option("--upstream-model <id>", `openai: upstream model for the alias "spark" ${env("upstreamModel")}`)
+    .option("--script <file>", `script: JSON Lines file, one model response per line ${env("script")}`)
+    .option("--rate <tokens/s>", `script: streaming rate; default unlimited ${env("rate")}`, number)
+    .option("--max-body-bytes <n>", `largest request body accepted ${env("maxBodyBytes")}`, integer)
+    .addHelpText(
+      "after",
+      `
+Precedence: command-line flags, then SPARK_* environment variables, then the config file.
+The first line on stdout is "spark listening on http://HOST:PORT".
+
+Examples:
+  spark serve                                   # embedded llama.cpp with the default model
+  spark serve --model ./qwen2.5-coder-1.5b.gguf --port 0
+  spark serve --engine openai --upstream http://127.0.0.1:8000/v1 --upstream-api-key-env VLLM_KEY
+  spark serve --engine script --script demo.jsonl --rate 1000`,
+    )
+    .action(async (options: Record<string, unknown>, command: Command) => {
+      // Only values the user gave count as flags; commander defaults would hide env and config values.
+      const flags: Record<string, unknown> = {};
+      for (const [key, value] of Object.entries(options)) {
+        if (command.getOptionValueSource(key) === "cli") flags[key] = value;
+      }
+      await serve(flags);
+    });
+  return program;
+}
+
+buildProgram()
+  .parseAsync(process.argv)
+  .catch((error: unknown) => {
+    if (error instanceof ConfigError || (error instanceof Error && error.name === "SparkError")) {
+      log(error.message);
+      process.exit(2);
+    }
+    throw error;
+  });

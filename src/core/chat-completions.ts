@@ -1,0 +1,212 @@
+/**
+ * Chat Completions, transport-free: validates the body, runs the engine and produces
+ * `chat.completion.chunk` objects (streaming) or one `chat.completion` (non-streaming).
+ */
+import type { Engine, EngineRequest, FinishReason, Usage } from "../engine/types.js";
+import { chatCompletionSchema, type ChatCompletionBody } from "../protocol/chat.js";
+import { itemsFromChatMessages, predictionText, toolChoiceFrom, toolsFromChat } from "./conversation.js";
+import { observeGeneration } from "./generation.js";
+import { newId } from "./ids.js";
+import type { Metrics } from "./metrics.js";
+import { resolveEngineModel } from "./models.js";
+import { predictionOverlap } from "./prediction.js";
+import { validateBody } from "./validate.js";
+
+export interface PreparedChat {
+  body: ChatCompletionBody;
+  model: string;
+  request: EngineRequest;
+  stream: boolean;
+  includeUsage: boolean;
+  acceptedAt: number;
+  id: string;
+  created: number;
+}
+
+type Chunk = Record<string, unknown>;
+
+interface ToolCallState {
+  index: number;
+  id: string;
+  kind: "function" | "custom";
+  name: string;
+  input: string;
+}
+
+const finishReasons: Record<FinishReason, string> = {
+  stop: "stop",
+  length: "length",
+  tool_calls: "tool_calls",
+  cancelled: "stop",
+};
+
+export class ChatCompletionsService {
+  constructor(
+    private readonly engine: Engine,
+    private readonly metrics: Metrics,
+    private readonly defaultModel: string,
+  ) {}
+
+  prepare(raw: unknown): PreparedChat {
+    const acceptedAt = performance.now();
+    const body = validateBody(chatCompletionSchema, raw);
+    const model = body.model ?? this.defaultModel;
+    const request: EngineRequest = {
+      model: resolveEngineModel(this.engine, model),
+      items: itemsFromChatMessages(body.messages),
+      tools: toolsFromChat(body.tools),
+      toolChoice: toolChoiceFrom(body.tool_choice),
+      parallelToolCalls: body.parallel_tool_calls ?? true,
+    };
+    const maxTokens = body.max_completion_tokens ?? body.max_tokens;
+    if (maxTokens != null) request.maxOutputTokens = maxTokens;
+    if (body.temperature != null) request.temperature = body.temperature;
+    if (body.top_p != null) request.topP = body.top_p;
+    const prediction = predictionText(body.prediction);
+    if (prediction !== undefined) request.prediction = prediction;
+    return {
+      body,
+      model,
+      request,
+      stream: body.stream === true,
+      includeUsage: body.stream_options?.include_usage === true,
+      acceptedAt,
+      id: `chatcmpl-${newId("").slice(1, 30)}`,
+      created: Math.floor(Date.now() / 1000),
+    };
+  }
+
+  /** Streaming chunks; the transport appends `data: [DONE]`. Errors propagate to the transport. */
+  async *chunks(prepared: PreparedChat, signal: AbortSignal): AsyncGenerator<Chunk> {
+    const base = {
+      id: prepared.id,
+      object: "chat.completion.chunk",
+      created: prepared.created,
+      model: prepared.model,
+    };
+    const chunk = (delta: Record<string, unknown>, finishReason: string | null = null): Chunk => ({
+      ...base,
+      choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
+    });
+    yield chunk({ role: "assistant", content: "" });
+    const calls = new Map<string, ToolCallState>();
+    let text = "";
+    const parts = observeGeneration(this.engine, prepared.request, signal, this.metrics, prepared.acceptedAt);
+    for await (const part of parts) {
+      switch (part.type) {
+        case "text-delta":
+          text += part.delta;
+          yield chunk({ content: part.delta });
+          break;
+        case "tool-call-start": {
+          const call = { index: calls.size, id: part.callId, kind: part.kind, name: part.name, input: "" };
+          calls.set(part.id, call);
+          yield chunk({ tool_calls: [toolCallDelta(call, "", true)] });
+          break;
+        }
+        case "tool-call-delta": {
+          const call = calls.get(part.id);
+          if (!call) break;
+          call.input += part.delta;
+          yield chunk({ tool_calls: [toolCallDelta(call, part.delta, false)] });
+          break;
+        }
+        case "finish": {
+          yield chunk(
+            {},
+            calls.size > 0 && part.reason !== "length" ? "tool_calls" : finishReasons[part.reason],
+          );
+          if (prepared.includeUsage) {
+            yield { ...base, choices: [], usage: await this.usage(prepared, part.usage, text) };
+          }
+          return;
+        }
+        default:
+          break;
+      }
+    }
+  }
+
+  async complete(prepared: PreparedChat, signal: AbortSignal): Promise<Chunk> {
+    const calls = new Map<string, ToolCallState>();
+    let text = "";
+    let reason: FinishReason = "stop";
+    let usage: Usage = { inputTokens: 0, cachedInputTokens: 0, outputTokens: 0 };
+    const parts = observeGeneration(this.engine, prepared.request, signal, this.metrics, prepared.acceptedAt);
+    for await (const part of parts) {
+      if (part.type === "text-delta") text += part.delta;
+      else if (part.type === "tool-call-start") {
+        calls.set(part.id, {
+          index: calls.size,
+          id: part.callId,
+          kind: part.kind,
+          name: part.name,
+          input: "",
+        });
+      } else if (part.type === "tool-call-delta") {
+        const call = calls.get(part.id);
+        if (call) call.input += part.delta;
+      } else if (part.type === "finish") {
+        reason = part.reason;
+        usage = part.usage;
+      }
+    }
+    const message: Record<string, unknown> = { role: "assistant", content: text || null, refusal: null };
+    if (calls.size > 0) message.tool_calls = [...calls.values()].map(toolCallMessage);
+    return {
+      id: prepared.id,
+      object: "chat.completion",
+      created: prepared.created,
+      model: prepared.model,
+      choices: [
+        {
+          index: 0,
+          message,
+          logprobs: null,
+          finish_reason: calls.size > 0 && reason !== "length" ? "tool_calls" : finishReasons[reason],
+        },
+      ],
+      usage: await this.usage(prepared, usage, text),
+    };
+  }
+
+  private async usage(prepared: PreparedChat, usage: Usage, text: string): Promise<Record<string, unknown>> {
+    let accepted = 0;
+    let rejected = 0;
+    const prediction = prepared.request.prediction;
+    if (prediction) {
+      const predicted = await this.engine.countTokens(prediction);
+      accepted = Math.round(predicted * predictionOverlap(prediction, text));
+      rejected = predicted - accepted;
+    }
+    return {
+      prompt_tokens: usage.inputTokens,
+      completion_tokens: usage.outputTokens,
+      total_tokens: usage.inputTokens + usage.outputTokens,
+      prompt_tokens_details: { cached_tokens: usage.cachedInputTokens, audio_tokens: 0 },
+      completion_tokens_details: {
+        reasoning_tokens: 0,
+        audio_tokens: 0,
+        accepted_prediction_tokens: accepted,
+        rejected_prediction_tokens: rejected,
+      },
+    };
+  }
+}
+
+function toolCallDelta(call: ToolCallState, delta: string, first: boolean): Record<string, unknown> {
+  if (call.kind === "custom") {
+    return first
+      ? { index: call.index, id: call.id, type: "custom", custom: { name: call.name, input: "" } }
+      : { index: call.index, custom: { input: delta } };
+  }
+  return first
+    ? { index: call.index, id: call.id, type: "function", function: { name: call.name, arguments: "" } }
+    : { index: call.index, function: { arguments: delta } };
+}
+
+function toolCallMessage(call: ToolCallState): Record<string, unknown> {
+  return call.kind === "custom"
+    ? { id: call.id, type: "custom", custom: { name: call.name, input: call.input } }
+    : { id: call.id, type: "function", function: { name: call.name, arguments: call.input } };
+}

@@ -1,0 +1,61 @@
+/** Prometheus metrics for one server instance (own registry, so tests can run servers side by side). */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+
+export class Metrics {
+  readonly registry = new Registry();
+  readonly requests = new Counter({
+    name: "spark_http_requests_total",
+    help: "HTTP requests by route and status code.",
+    labelNames: ["route", "status"] as const,
+    registers: [this.registry],
+  });
+  readonly inFlight = new Gauge({
+    name: "spark_responses_in_flight",
+    help: "Responses currently generating.",
+    registers: [this.registry],
+  });
+  readonly timeToFirstToken = new Histogram({
+    name: "spark_time_to_first_token_seconds",
+    help: "Time from request accepted to the first output token.",
+    buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    registers: [this.registry],
+  });
+  readonly interTokenLatency = new Histogram({
+    name: "spark_inter_token_latency_seconds",
+    help: "Time between consecutive output deltas of one response.",
+    buckets: [0.00001, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5],
+    registers: [this.registry],
+  });
+  readonly inputTokens = new Counter({
+    name: "spark_input_tokens_total",
+    help: "Input tokens of finished responses.",
+    registers: [this.registry],
+  });
+  readonly cachedInputTokens = new Counter({
+    name: "spark_cached_input_tokens_total",
+    help: "Input tokens served from the KV cache.",
+    registers: [this.registry],
+  });
+  readonly outputTokens = new Counter({
+    name: "spark_output_tokens_total",
+    help: "Output tokens generated.",
+    registers: [this.registry],
+  });
+  readonly cancellations = new Counter({
+    name: "spark_cancellations_total",
+    help: "Responses stopped because the client left or the server shut down.",
+    registers: [this.registry],
+  });
+
+  constructor(options: { processMetrics?: boolean } = {}) {
+    if (options.processMetrics) collectDefaultMetrics({ register: this.registry, prefix: "spark_" });
+  }
+
+  text(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+}

@@ -1,0 +1,392 @@
+/**
+ * The Responses API, transport-free: validates a create body, runs the engine, and turns its parts
+ * into the typed, numbered Responses events (the same events for SSE and, later, WebSocket).
+ */
+import type { ConversationItem, Engine, EngineRequest, FinishReason, Usage } from "../engine/types.js";
+import { SparkError } from "../protocol/errors.js";
+import {
+  responseCreateSchema,
+  type OutputItem,
+  type ResponseCreateBody,
+  type ResponseEvent,
+  type ResponseObject,
+  type ResponseUsage,
+} from "../protocol/responses.js";
+import { itemsFromResponsesInput, toolChoiceFrom, toolsFromResponses } from "./conversation.js";
+import { abortReasonOf, observeGeneration } from "./generation.js";
+import { newId } from "./ids.js";
+import type { Metrics } from "./metrics.js";
+import type { ResponseStore } from "./response-store.js";
+import { resolveEngineModel } from "./models.js";
+import { validateBody } from "./validate.js";
+
+export interface PreparedResponse {
+  body: ResponseCreateBody;
+  /** The response as first announced (status `in_progress`); the stream fills in the rest. */
+  response: ResponseObject;
+  request: EngineRequest;
+  /** True when the client asked for SSE. */
+  stream: boolean;
+  acceptedAt: number;
+  /** Set when the response failed, so non-streaming callers can answer with the right status. */
+  failure?: SparkError;
+}
+
+export class ResponsesService {
+  constructor(
+    private readonly engine: Engine,
+    private readonly metrics: Metrics,
+    private readonly store: ResponseStore,
+    private readonly defaultModel: string,
+  ) {}
+
+  prepare(raw: unknown): PreparedResponse {
+    const acceptedAt = performance.now();
+    const body = validateBody(responseCreateSchema, raw);
+    const model = body.model ?? this.defaultModel;
+    const engineModel = resolveEngineModel(this.engine, model);
+
+    let history: readonly ConversationItem[] = [];
+    if (body.previous_response_id) {
+      const previous = this.store.get(body.previous_response_id);
+      if (!previous) {
+        throw new SparkError(
+          400,
+          "invalid_request_error",
+          "previous_response_not_found",
+          `Previous response with id '${body.previous_response_id}' not found.`,
+          "previous_response_id",
+        );
+      }
+      history = previous.conversation.filter((item) => !(item.type === "message" && item.role === "system"));
+    }
+    const items = [...itemsFromResponsesInput(undefined, body.instructions), ...history];
+    items.push(...itemsFromResponsesInput(body.input, undefined));
+
+    const request: EngineRequest = {
+      model: engineModel,
+      items,
+      tools: toolsFromResponses(body.tools),
+      toolChoice: toolChoiceFrom(body.tool_choice),
+      parallelToolCalls: body.parallel_tool_calls ?? true,
+    };
+    if (body.max_output_tokens != null) request.maxOutputTokens = body.max_output_tokens;
+    if (body.temperature != null) request.temperature = body.temperature;
+    if (body.top_p != null) request.topP = body.top_p;
+
+    const response: ResponseObject = {
+      id: newId("resp"),
+      object: "response",
+      created_at: Math.floor(Date.now() / 1000),
+      status: "in_progress",
+      model,
+      output: [],
+      error: null,
+      incomplete_details: null,
+      instructions: body.instructions ?? null,
+      max_output_tokens: body.max_output_tokens ?? null,
+      parallel_tool_calls: request.parallelToolCalls,
+      previous_response_id: body.previous_response_id ?? null,
+      reasoning: (body.reasoning as Record<string, unknown> | null | undefined) ?? null,
+      store: body.store ?? true,
+      temperature: body.temperature ?? null,
+      text: (body.text as Record<string, unknown> | null | undefined) ?? { format: { type: "text" } },
+      tool_choice: body.tool_choice ?? "auto",
+      tools: body.tools ?? [],
+      top_p: body.top_p ?? null,
+      truncation: body.truncation ?? "disabled",
+      usage: null,
+      metadata: body.metadata ?? {},
+      user: body.user ?? null,
+    };
+    return { body, response, request, stream: body.stream === true, acceptedAt };
+  }
+
+  /**
+   * The numbered event stream of one response. Always ends with exactly one terminal event
+   * (`response.completed`, `response.incomplete` or `response.failed`) unless the consumer stops
+   * reading, in which case the engine is stopped through `signal`.
+   */
+  async *events(prepared: PreparedResponse, signal: AbortSignal): AsyncGenerator<ResponseEvent> {
+    const builder = new ResponseBuilder(prepared.response);
+    yield builder.event("response.created", { response: builder.snapshot() });
+    yield builder.event("response.in_progress", { response: builder.snapshot() });
+    let reason: FinishReason = "stop";
+    let usage: Usage = { inputTokens: 0, cachedInputTokens: 0, outputTokens: 0 };
+    try {
+      const parts = observeGeneration(
+        this.engine,
+        prepared.request,
+        signal,
+        this.metrics,
+        prepared.acceptedAt,
+      );
+      for await (const part of parts) {
+        if (part.type === "finish") {
+          reason = part.reason;
+          usage = part.usage;
+          break;
+        }
+        yield* builder.apply(part);
+      }
+    } catch (error) {
+      prepared.failure = SparkError.from(error);
+      yield builder.fail(prepared.failure);
+      return;
+    }
+    const terminal = builder.finish(
+      reason,
+      usage,
+      reason === "cancelled" ? abortReasonOf(signal) : undefined,
+    );
+    if (prepared.response.store && terminal.response)
+      this.remember(prepared, terminal.response as ResponseObject);
+    yield terminal;
+  }
+
+  /** Runs a response to its end for non-streaming clients; a failed response becomes a thrown error. */
+  async complete(prepared: PreparedResponse, signal: AbortSignal): Promise<ResponseObject> {
+    let final: ResponseObject | undefined;
+    for await (const event of this.events(prepared, signal)) {
+      if (event.type === "response.completed" || event.type === "response.incomplete") {
+        final = event.response as ResponseObject;
+      }
+    }
+    if (prepared.failure) throw prepared.failure;
+    if (!final) throw SparkError.internal("The response ended without a result.");
+    return final;
+  }
+
+  get(id: string): ResponseObject {
+    const record = this.store.get(id);
+    if (!record) throw SparkError.notFound(`Response with id '${id}' not found.`, "response_not_found");
+    return record.response;
+  }
+
+  delete(id: string): { id: string; object: "response"; deleted: true } {
+    if (!this.store.delete(id)) {
+      throw SparkError.notFound(`Response with id '${id}' not found.`, "response_not_found");
+    }
+    return { id, object: "response", deleted: true };
+  }
+
+  private remember(prepared: PreparedResponse, response: ResponseObject): void {
+    const conversation = [...prepared.request.items, ...conversationItemsOf(response.output)];
+    this.store.put({ response, conversation });
+  }
+}
+
+export function conversationItemsOf(output: readonly OutputItem[]): ConversationItem[] {
+  const items: ConversationItem[] = [];
+  for (const item of output) {
+    if (item.type === "message") {
+      items.push({
+        type: "message",
+        role: "assistant",
+        text: item.content.map((part) => part.text).join(""),
+      });
+    } else if (item.type === "function_call") {
+      items.push({
+        type: "tool_call",
+        kind: "function",
+        callId: item.call_id,
+        name: item.name,
+        input: item.arguments,
+      });
+    } else {
+      items.push({
+        type: "tool_call",
+        kind: "custom",
+        callId: item.call_id,
+        name: item.name,
+        input: item.input,
+      });
+    }
+  }
+  return items;
+}
+
+function usageOf(usage: Usage): ResponseUsage {
+  return {
+    input_tokens: usage.inputTokens,
+    input_tokens_details: { cached_tokens: usage.cachedInputTokens },
+    output_tokens: usage.outputTokens,
+    output_tokens_details: { reasoning_tokens: 0 },
+    total_tokens: usage.inputTokens + usage.outputTokens,
+  };
+}
+
+/** Accumulates output items from engine parts and produces the matching Responses events. */
+class ResponseBuilder {
+  private sequence = 0;
+  private readonly open = new Map<string, { index: number; text: string }>();
+
+  constructor(private readonly response: ResponseObject) {}
+
+  event(type: string, fields: Record<string, unknown>): ResponseEvent {
+    return { type, sequence_number: this.sequence++, ...fields };
+  }
+
+  snapshot(): ResponseObject {
+    return { ...this.response, output: [...this.response.output] };
+  }
+
+  *apply(
+    part: Exclude<import("../engine/types.js").EnginePart, { type: "finish" }>,
+  ): Generator<ResponseEvent> {
+    const output = this.response.output;
+    switch (part.type) {
+      case "text-start": {
+        const item: OutputItem = {
+          id: newId("msg"),
+          type: "message",
+          status: "in_progress",
+          role: "assistant",
+          content: [],
+        };
+        const index = output.push(item) - 1;
+        this.open.set(part.id, { index, text: "" });
+        yield this.event("response.output_item.added", {
+          output_index: index,
+          item: { ...item, content: [] },
+        });
+        yield this.event("response.content_part.added", {
+          item_id: item.id,
+          output_index: index,
+          content_index: 0,
+          part: { type: "output_text", text: "", annotations: [] },
+        });
+        return;
+      }
+      case "text-delta": {
+        const state = this.open.get(part.id);
+        if (!state || part.delta === "") return;
+        state.text += part.delta;
+        yield {
+          type: "response.output_text.delta",
+          sequence_number: this.sequence++,
+          item_id: output[state.index]!.id,
+          output_index: state.index,
+          content_index: 0,
+          delta: part.delta,
+          logprobs: [],
+        };
+        return;
+      }
+      case "text-end": {
+        const state = this.open.get(part.id);
+        if (!state) return;
+        this.open.delete(part.id);
+        const item = output[state.index] as Extract<OutputItem, { type: "message" }>;
+        const textPart = { type: "output_text" as const, text: state.text, annotations: [] };
+        item.content = [textPart];
+        item.status = "completed";
+        const ids = { item_id: item.id, output_index: state.index, content_index: 0 };
+        yield this.event("response.output_text.done", { ...ids, text: state.text, logprobs: [] });
+        yield this.event("response.content_part.done", { ...ids, part: textPart });
+        yield this.event("response.output_item.done", { output_index: state.index, item: { ...item } });
+        return;
+      }
+      case "tool-call-start": {
+        const item: OutputItem =
+          part.kind === "function"
+            ? {
+                id: newId("fc"),
+                type: "function_call",
+                status: "in_progress",
+                call_id: part.callId,
+                name: part.name,
+                arguments: "",
+              }
+            : {
+                id: newId("ctc"),
+                type: "custom_tool_call",
+                status: "in_progress",
+                call_id: part.callId,
+                name: part.name,
+                input: "",
+              };
+        const index = output.push(item) - 1;
+        this.open.set(part.id, { index, text: "" });
+        yield this.event("response.output_item.added", { output_index: index, item: { ...item } });
+        return;
+      }
+      case "tool-call-delta": {
+        const state = this.open.get(part.id);
+        if (!state || part.delta === "") return;
+        state.text += part.delta;
+        const item = output[state.index]!;
+        yield {
+          type:
+            item.type === "function_call"
+              ? "response.function_call_arguments.delta"
+              : "response.custom_tool_call_input.delta",
+          sequence_number: this.sequence++,
+          item_id: item.id,
+          output_index: state.index,
+          delta: part.delta,
+        };
+        return;
+      }
+      case "tool-call-end": {
+        const state = this.open.get(part.id);
+        if (!state) return;
+        this.open.delete(part.id);
+        const item = output[state.index]!;
+        item.status = "completed";
+        if (item.type === "function_call") {
+          item.arguments = state.text;
+          yield this.event("response.function_call_arguments.done", {
+            item_id: item.id,
+            output_index: state.index,
+            name: item.name,
+            arguments: state.text,
+          });
+        } else if (item.type === "custom_tool_call") {
+          item.input = state.text;
+          yield this.event("response.custom_tool_call_input.done", {
+            item_id: item.id,
+            output_index: state.index,
+            input: state.text,
+          });
+        }
+        yield this.event("response.output_item.done", { output_index: state.index, item: { ...item } });
+        return;
+      }
+    }
+  }
+
+  /** Items still open when generation stops are closed as `incomplete` with what they have so far. */
+  private closeOpenItems(): void {
+    for (const state of this.open.values()) {
+      const item = this.response.output[state.index]!;
+      item.status = "incomplete";
+      if (item.type === "message")
+        item.content = [{ type: "output_text", text: state.text, annotations: [] }];
+      else if (item.type === "function_call") item.arguments = state.text;
+      else item.input = state.text;
+    }
+    this.open.clear();
+  }
+
+  finish(reason: FinishReason, usage: Usage, abortReason: string | undefined): ResponseEvent {
+    this.closeOpenItems();
+    this.response.usage = usageOf(usage);
+    if (reason === "length" || reason === "cancelled") {
+      this.response.status = "incomplete";
+      this.response.incomplete_details = {
+        reason: reason === "length" ? "max_output_tokens" : (abortReason ?? "cancelled"),
+      };
+      return this.event("response.incomplete", { response: this.snapshot() });
+    }
+    this.response.status = "completed";
+    return this.event("response.completed", { response: this.snapshot() });
+  }
+
+  fail(error: SparkError): ResponseEvent {
+    this.closeOpenItems();
+    this.response.status = "failed";
+    this.response.error = { code: error.code, message: error.message };
+    return this.event("response.failed", { response: this.snapshot() });
+  }
+}

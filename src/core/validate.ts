@@ -1,0 +1,26 @@
+import type { z } from "zod";
+import { SparkError } from "../protocol/errors.js";
+
+/** OpenAI-style parameter path: `input[0].content`. */
+function paramPath(path: readonly PropertyKey[]): string {
+  let out = "";
+  for (const key of path) {
+    if (typeof key === "number") out += `[${key}]`;
+    else out += out ? `.${String(key)}` : String(key);
+  }
+  return out;
+}
+
+/** Validate a parsed JSON body, turning the first zod issue into a 400 with `param`. */
+export function validateBody<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
+  if (typeof body !== "object" || body === null || Array.isArray(body)) {
+    throw SparkError.invalid("The request body must be a JSON object.", null, "invalid_body");
+  }
+  const result = schema.safeParse(body);
+  if (result.success) return result.data;
+  const issue = result.error.issues[0];
+  const param = issue ? paramPath(issue.path) : null;
+  const detail = issue ? issue.message : "invalid value";
+  const where = param ? ` for '${param}'` : "";
+  throw SparkError.invalid(`Invalid value${where}: ${detail}.`, param || null, "invalid_value");
+}

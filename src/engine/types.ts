@@ -1,0 +1,100 @@
+/**
+ * The engine seam, version 1. Every inference backend (llama.cpp in process, an OpenAI-compatible
+ * upstream, the deterministic script engine) implements `Engine`; the core only ever sees this file.
+ *
+ * Contract of `stream()`:
+ * - yields parts in order; text and tool calls are start/delta/end triples with a stable `id`;
+ * - ends with exactly one `finish` part (or throws a `SparkError`); nothing is yielded after it;
+ * - when `signal` aborts, generation stops within one token and the iterator ends (a `finish` with
+ *   reason `cancelled` if it still can, otherwise it may throw an AbortError); the engine never keeps
+ *   generating for a consumer that left.
+ */
+
+/** One item of a normalized conversation, independent of the wire API it came from. */
+export type ConversationItem =
+  | { type: "message"; role: "system" | "developer" | "user" | "assistant"; text: string }
+  | { type: "tool_call"; kind: ToolKind; callId: string; name: string; input: string }
+  | { type: "tool_result"; kind: ToolKind; callId: string; output: string };
+
+/** `function` tools take JSON arguments; `custom` (freeform) tools take raw text such as a patch. */
+export type ToolKind = "function" | "custom";
+
+export interface ToolSpec {
+  kind: ToolKind;
+  name: string;
+  description?: string;
+  /** JSON Schema of the arguments, for `function` tools. */
+  parameters?: Record<string, unknown>;
+  /** Freeform input format (grammar or text), for `custom` tools. Informational. */
+  format?: Record<string, unknown>;
+}
+
+export type ToolChoice = "auto" | "none" | "required" | { name: string };
+
+export interface EngineRequest {
+  /** The model id as the engine knows it (already resolved from aliases). */
+  model: string;
+  /** Full conversation, oldest first. System/developer instructions are items too. */
+  items: readonly ConversationItem[];
+  tools: readonly ToolSpec[];
+  toolChoice: ToolChoice;
+  parallelToolCalls: boolean;
+  maxOutputTokens?: number;
+  temperature?: number;
+  topP?: number;
+  /** Expected output text (Predicted Outputs); engines may use it to speed decoding. */
+  prediction?: string;
+}
+
+export interface Usage {
+  inputTokens: number;
+  /** Input tokens served from a cache (KV prefix reuse) instead of being evaluated. */
+  cachedInputTokens: number;
+  outputTokens: number;
+}
+
+export type FinishReason = "stop" | "length" | "tool_calls" | "cancelled";
+
+export type EnginePart =
+  | { type: "text-start"; id: string }
+  | { type: "text-delta"; id: string; delta: string }
+  | { type: "text-end"; id: string }
+  | { type: "tool-call-start"; id: string; kind: ToolKind; name: string; callId: string }
+  | { type: "tool-call-delta"; id: string; delta: string }
+  | { type: "tool-call-end"; id: string }
+  | { type: "finish"; reason: FinishReason; usage: Usage };
+
+export interface EngineCapabilities {
+  functionTools: boolean;
+  customTools: boolean;
+  /** Continued conversations reuse cached state (reported as cached input tokens). */
+  prefixReuse: boolean;
+}
+
+export interface EngineModel {
+  id: string;
+  ownedBy: string;
+  contextSize?: number;
+}
+
+export interface EngineStatus {
+  ready: boolean;
+  /** Human-readable state, e.g. "loading model", "ready", or why it is not ready. */
+  detail: string;
+}
+
+export interface Engine {
+  readonly specificationVersion: "v1";
+  /** Short engine kind: "llama", "openai", "script". */
+  readonly kind: string;
+  readonly capabilities: EngineCapabilities;
+  /** Finish loading (model files, upstream discovery). Safe to call once; the server listens meanwhile. */
+  start(): Promise<void>;
+  status(): EngineStatus;
+  models(): readonly EngineModel[];
+  /** Resolve a client-supplied model name to an engine model id, or undefined when unknown. */
+  resolveModel(name: string): string | undefined;
+  countTokens(text: string): Promise<number>;
+  stream(request: EngineRequest, signal: AbortSignal): AsyncIterable<EnginePart>;
+  close(): Promise<void>;
+}

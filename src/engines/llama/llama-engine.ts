@@ -1,0 +1,380 @@
+/**
+ * The default engine: llama.cpp in process through node-llama-cpp.
+ *
+ * - Threads are chosen deliberately: on CPU the engine times a short decode with each candidate
+ *   thread count and keeps the fastest (on small machines the defaults can be 10× slower).
+ * - One context holds several sequences; each request takes the idle sequence whose cached tokens
+ *   share the longest prefix with its prompt, so a continued conversation evaluates only its new
+ *   tokens (reported as `cachedInputTokens`). Concurrent requests decode in parallel sequences.
+ * - Tool calls use the model's native function-call format through its chat wrapper where it has
+ *   one, and node-llama-cpp's grammar-constrained generic format otherwise.
+ * - Aborting the request's signal stops decoding at the next token.
+ */
+import { randomBytes } from "node:crypto";
+import { basename } from "node:path";
+import {
+  getLlama,
+  LlamaChat,
+  type ChatWrapper,
+  type Llama,
+  type LlamaContext,
+  type LlamaContextSequence,
+  type LlamaModel,
+  type Token,
+} from "node-llama-cpp";
+import type {
+  Engine,
+  EngineModel,
+  EnginePart,
+  EngineRequest,
+  EngineStatus,
+  FinishReason,
+} from "../../engine/types.js";
+import { SparkError } from "../../protocol/errors.js";
+import { AsyncQueue } from "./async-queue.js";
+import { toChatFunctions, toChatHistory } from "./chat-history.js";
+
+export interface LlamaEngineOptions {
+  /** Resolves the GGUF file to load (may download); called once by `start()`. */
+  modelPath: () => Promise<string>;
+  /** Model ids clients may use; the first is the default. Defaults to `spark` and the file's name. */
+  aliases?: readonly string[];
+  /** Decode threads; when absent, the fastest of the candidates is measured at start. */
+  threads?: number;
+  /** Tokens per batch for prompt evaluation. */
+  batchSize?: number;
+  /** Context size of each sequence, in tokens (capped by the model's training context). */
+  contextSize?: number;
+  /** Parallel sequences (concurrent requests and cached conversations). */
+  sequences?: number;
+  /** `false` forces CPU; `"auto"` uses a GPU when one is usable. */
+  gpu?: "auto" | false;
+  /** Start-up progress lines (what was loaded, which threads were picked). */
+  log?: (line: string) => void;
+  /** Called when a request is cancelled, with how many tokens were still decoded after the abort. */
+  onCancel?: (info: { tokensAfterAbort: number }) => void;
+}
+
+interface Slot {
+  sequence: LlamaContextSequence;
+  chat: LlamaChat;
+  busy: boolean;
+  lastUsed: number;
+}
+
+const DEFAULT_CONTEXT = 8192;
+const DEFAULT_SEQUENCES = 4;
+
+export class LlamaEngine implements Engine {
+  readonly specificationVersion = "v1";
+  readonly kind = "llama";
+  readonly capabilities = { functionTools: true, customTools: true, prefixReuse: true };
+  #status: EngineStatus = { ready: false, detail: "not started" };
+  #llama: Llama | undefined;
+  #model: LlamaModel | undefined;
+  #context: LlamaContext | undefined;
+  #chatWrapper: ChatWrapper | undefined;
+  #slots: Slot[] = [];
+  #waiters: (() => void)[] = [];
+  #models: EngineModel[] = [];
+  #threads = 0;
+
+  constructor(private readonly options: LlamaEngineOptions) {}
+
+  /** The thread count in use (after calibration). */
+  get threads(): number {
+    return this.#threads;
+  }
+
+  async start(): Promise<void> {
+    const log = this.options.log ?? (() => {});
+    try {
+      this.#status = { ready: false, detail: "resolving model" };
+      const path = await this.options.modelPath();
+      this.#status = { ready: false, detail: `loading ${path}` };
+      this.#llama = await getLlama({
+        gpu: this.options.gpu ?? "auto",
+        build: "never",
+        maxThreads: 0,
+        logLevel: "error" as never,
+        progressLogs: false,
+      });
+      this.#model = await this.#llama.loadModel({ modelPath: path });
+      const contextSize = Math.min(this.options.contextSize ?? DEFAULT_CONTEXT, this.#model.trainContextSize);
+      const batchSize = Math.min(this.options.batchSize ?? 512, contextSize);
+      this.#threads = this.options.threads ?? (await this.#calibrateThreads(batchSize, log));
+      this.#context = await this.#model.createContext({
+        contextSize,
+        batchSize,
+        sequences: this.options.sequences ?? DEFAULT_SEQUENCES,
+        threads: this.#threads,
+      });
+      for (let i = 0; i < this.#context.totalSequences; i++) {
+        const sequence = this.#context.getSequence();
+        this.#slots.push({
+          sequence,
+          chat: new LlamaChat({ contextSequence: sequence }),
+          busy: false,
+          lastUsed: 0,
+        });
+      }
+      this.#chatWrapper = this.#slots[0]!.chat.chatWrapper;
+      const aliases = this.options.aliases ?? ["spark", basename(path).replace(/\.gguf$/i, "")];
+      this.#models = aliases.map((id) => ({
+        id,
+        ownedBy: "spark-llama",
+        contextSize: this.#context!.contextSize,
+      }));
+      log(
+        `llama: ${basename(path)} on ${this.#llama.gpu || "cpu"}, ${this.#threads} thread(s), batch ${batchSize}, ` +
+          `context ${this.#context.contextSize} × ${this.#slots.length} sequences, chat format ${this.#chatWrapper.wrapperName}`,
+      );
+      this.#status = { ready: true, detail: "ready" };
+    } catch (error) {
+      this.#status = {
+        ready: false,
+        detail: `failed: ${error instanceof Error ? error.message : String(error)}`,
+      };
+      throw error;
+    }
+  }
+
+  /**
+   * Times a short decode for each candidate thread count and returns the fastest. On a GPU the
+   * CPU thread count barely matters, so the core count is used without measuring.
+   */
+  async #calibrateThreads(batchSize: number, log: (line: string) => void): Promise<number> {
+    const llama = this.#llama!;
+    const cores = Math.max(1, llama.cpuMathCores);
+    if (llama.gpu !== false) return cores;
+    const candidates = [...new Set([1, Math.max(1, Math.floor(cores / 2)), cores])].sort((a, b) => a - b);
+    if (candidates.length === 1) return candidates[0]!;
+    const prompt = this.#model!.tokenize("function add(a, b) {\n  return");
+    const results: string[] = [];
+    let best = { threads: 1, rate: 0 };
+    for (const threads of candidates) {
+      const context = await this.#model!.createContext({
+        contextSize: 256,
+        batchSize: Math.min(batchSize, 256),
+        threads,
+      });
+      try {
+        const sequence = context.getSequence();
+        let count = 0;
+        let started = 0;
+        for await (const _token of sequence.evaluate(prompt, { temperature: 0 })) {
+          if (count === 0) started = performance.now();
+          if (++count > 24) break;
+        }
+        const rate = (count - 1) / ((performance.now() - started) / 1000);
+        results.push(`${threads}→${Math.round(rate)} tok/s`);
+        if (rate > best.rate) best = { threads, rate };
+      } finally {
+        await context.dispose();
+      }
+    }
+    log(`llama: measured decode speed by thread count: ${results.join(", ")}; using ${best.threads}`);
+    return best.threads;
+  }
+
+  status(): EngineStatus {
+    return this.#status;
+  }
+
+  models(): readonly EngineModel[] {
+    return this.#models;
+  }
+
+  resolveModel(name: string): string | undefined {
+    if (!this.#status.ready)
+      return name === "spark" || this.options.aliases?.includes(name) ? name : undefined;
+    return this.#models.some((model) => model.id === name) ? name : undefined;
+  }
+
+  async countTokens(text: string): Promise<number> {
+    if (!this.#model) throw SparkError.unavailable("The llama engine has no model loaded yet.");
+    return this.#model.tokenize(text).length;
+  }
+
+  /** The prompt tokens a request renders to with the model's chat format. */
+  promptTokens(request: EngineRequest): Token[] {
+    const functions = toChatFunctions(request.tools, request.toolChoice);
+    const state = this.#chatWrapper!.generateContextState({
+      chatHistory: toChatHistory(request.items),
+      ...(functions ? { availableFunctions: functions } : {}),
+    });
+    return state.contextText.tokenize(this.#model!.tokenizer);
+  }
+
+  async #acquire(prompt: readonly Token[], signal: AbortSignal): Promise<{ slot: Slot; reused: number }> {
+    for (;;) {
+      let best: { slot: Slot; reused: number } | undefined;
+      for (const slot of this.#slots) {
+        if (slot.busy) continue;
+        const reused = commonPrefix(slot.sequence.contextTokens, prompt);
+        if (!best || reused > best.reused || (reused === best.reused && slot.lastUsed < best.slot.lastUsed)) {
+          best = { slot, reused };
+        }
+      }
+      if (best) {
+        best.slot.busy = true;
+        return best;
+      }
+      if (signal.aborted) throw signal.reason;
+      await new Promise<void>((resolve) => this.#waiters.push(resolve));
+    }
+  }
+
+  #release(slot: Slot): void {
+    slot.busy = false;
+    slot.lastUsed = performance.now();
+    this.#waiters.shift()?.();
+  }
+
+  async *stream(request: EngineRequest, signal: AbortSignal): AsyncGenerator<EnginePart> {
+    if (!this.#status.ready)
+      throw SparkError.unavailable(`The llama engine is not ready: ${this.#status.detail}.`);
+    const prompt = this.promptTokens(request);
+    if (prompt.length >= this.#context!.contextSize) {
+      throw SparkError.invalid(
+        `The conversation is ${prompt.length} tokens, more than the model's context of ${this.#context!.contextSize}.`,
+        "input",
+        "context_length_exceeded",
+      );
+    }
+    const acquired = await this.#acquire(prompt, signal);
+    const slot = acquired.slot;
+    // The last prompt token is always evaluated again to produce the first output.
+    const reused = Math.min(acquired.reused, prompt.length - 1);
+    // Owned here so that a consumer that stops reading also stops decoding.
+    const local = new AbortController();
+    const onAbort = (): void => local.abort(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    const queue = new AsyncQueue<EnginePart>();
+    let outputTokens = 0;
+    let tokensAfterAbort = 0;
+    let textOpen = false;
+    let textCount = 0;
+    const calls = new Map<number, { id: string; custom: boolean; params: string }>();
+    const closeText = (): void => {
+      if (textOpen) queue.push({ type: "text-end", id: `text_${textCount}` });
+      textOpen = false;
+    };
+    const functions = toChatFunctions(request.tools, request.toolChoice);
+    const customTools = new Set(request.tools.filter((t) => t.kind === "custom").map((t) => t.name));
+
+    const generation = slot.chat
+      .generateResponse(toChatHistory(request.items), {
+        ...(functions ? { functions } : {}),
+        signal: local.signal,
+        stopOnAbortSignal: true,
+        ...(request.maxOutputTokens !== undefined ? { maxTokens: request.maxOutputTokens } : {}),
+        temperature: request.temperature ?? 0,
+        ...(request.topP !== undefined ? { topP: request.topP } : {}),
+        onToken: (tokens) => {
+          outputTokens += tokens.length;
+          if (local.signal.aborted) tokensAfterAbort += tokens.length;
+        },
+        onTextChunk: (text) => {
+          if (!textOpen) {
+            textOpen = true;
+            textCount++;
+            queue.push({ type: "text-start", id: `text_${textCount}` });
+          }
+          queue.push({ type: "text-delta", id: `text_${textCount}`, delta: text });
+        },
+        onFunctionCallParamsChunk: (chunk) => {
+          let call = calls.get(chunk.callIndex);
+          if (!call) {
+            closeText();
+            call = { id: `call_${chunk.callIndex}`, custom: customTools.has(chunk.functionName), params: "" };
+            calls.set(chunk.callIndex, call);
+            queue.push({
+              type: "tool-call-start",
+              id: call.id,
+              kind: call.custom ? "custom" : "function",
+              name: chunk.functionName,
+              callId: `call_${randomSuffix()}`,
+            });
+          }
+          call.params += chunk.paramsChunk;
+          // Custom tools take raw text: their JSON wrapper is decoded once complete.
+          if (!call.custom && chunk.paramsChunk)
+            queue.push({ type: "tool-call-delta", id: call.id, delta: chunk.paramsChunk });
+          if (chunk.done) {
+            if (call.custom)
+              queue.push({ type: "tool-call-delta", id: call.id, delta: customInput(call.params) });
+            queue.push({ type: "tool-call-end", id: call.id });
+          }
+        },
+      })
+      .then((result) => {
+        closeText();
+        const stop = result.metadata.stopReason;
+        const reason: FinishReason =
+          local.signal.aborted || stop === "abort"
+            ? "cancelled"
+            : stop === "maxTokens"
+              ? "length"
+              : stop === "functionCalls" || calls.size > 0
+                ? "tool_calls"
+                : "stop";
+        if (reason === "cancelled") this.options.onCancel?.({ tokensAfterAbort });
+        queue.push({
+          type: "finish",
+          reason,
+          usage: { inputTokens: prompt.length, cachedInputTokens: reused, outputTokens },
+        });
+        queue.close();
+      })
+      .catch((error: unknown) => {
+        if (local.signal.aborted) {
+          this.options.onCancel?.({ tokensAfterAbort });
+          queue.push({
+            type: "finish",
+            reason: "cancelled",
+            usage: { inputTokens: prompt.length, cachedInputTokens: reused, outputTokens },
+          });
+          queue.close();
+        } else
+          queue.close(
+            SparkError.internal(`llama generation failed: ${(error as Error).message}`, "engine_error"),
+          );
+      })
+      .finally(() => this.#release(slot));
+    try {
+      yield* queue.drain();
+    } finally {
+      signal.removeEventListener("abort", onAbort);
+      local.abort(signal.reason);
+      await generation;
+    }
+  }
+
+  async close(): Promise<void> {
+    this.#status = { ready: false, detail: "closed" };
+    await this.#context?.dispose();
+    await this.#model?.dispose();
+    await this.#llama?.dispose();
+  }
+}
+
+function commonPrefix(a: readonly Token[], b: readonly Token[]): number {
+  const length = Math.min(a.length, b.length);
+  let i = 0;
+  while (i < length && a[i] === b[i]) i++;
+  return i;
+}
+
+function customInput(params: string): string {
+  try {
+    const parsed = JSON.parse(params) as { input?: unknown };
+    return typeof parsed.input === "string" ? parsed.input : params;
+  } catch {
+    return params;
+  }
+}
+
+function randomSuffix(): string {
+  return randomBytes(12).toString("hex");
+}

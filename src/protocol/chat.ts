@@ -1,0 +1,61 @@
+/** Wire shapes of the OpenAI Chat Completions API, validated leniently like the real API. */
+import { z } from "zod";
+
+const contentParts = z.array(z.looseObject({ type: z.string(), text: z.string().optional() }));
+const content = z.union([z.string(), contentParts]).nullish();
+
+const toolCall = z.looseObject({
+  id: z.string(),
+  type: z.literal("function").optional(),
+  function: z.looseObject({ name: z.string(), arguments: z.string() }),
+});
+
+const chatMessage = z.discriminatedUnion("role", [
+  z.looseObject({ role: z.literal("system"), content }),
+  z.looseObject({ role: z.literal("developer"), content }),
+  z.looseObject({ role: z.literal("user"), content }),
+  z.looseObject({ role: z.literal("assistant"), content, tool_calls: z.array(toolCall).nullish() }),
+  z.looseObject({ role: z.literal("tool"), content, tool_call_id: z.string() }),
+]);
+export type ChatMessage = z.infer<typeof chatMessage>;
+
+const chatTool = z.union([
+  z.looseObject({
+    type: z.literal("function"),
+    function: z.looseObject({
+      name: z.string().min(1),
+      description: z.string().nullish(),
+      parameters: z.record(z.string(), z.unknown()).nullish(),
+    }),
+  }),
+  z.looseObject({
+    type: z.literal("custom"),
+    custom: z.looseObject({ name: z.string().min(1), description: z.string().nullish() }),
+  }),
+]);
+
+export const chatCompletionSchema = z.looseObject({
+  model: z.string().min(1).optional(),
+  messages: z.array(chatMessage).min(1),
+  tools: z.array(chatTool).nullish(),
+  tool_choice: z
+    .union([
+      z.enum(["auto", "none", "required"]),
+      z.looseObject({ type: z.literal("function"), function: z.looseObject({ name: z.string() }) }),
+    ])
+    .nullish(),
+  parallel_tool_calls: z.boolean().nullish(),
+  max_tokens: z.number().int().positive().nullish(),
+  max_completion_tokens: z.number().int().positive().nullish(),
+  temperature: z.number().min(0).max(2).nullish(),
+  top_p: z.number().min(0).max(1).nullish(),
+  stream: z.boolean().nullish(),
+  stream_options: z.looseObject({ include_usage: z.boolean().nullish() }).nullish(),
+  n: z.literal(1).nullish(),
+  prediction: z
+    .looseObject({ type: z.literal("content"), content: z.union([z.string(), contentParts]) })
+    .nullish(),
+  user: z.string().nullish(),
+  metadata: z.record(z.string(), z.string()).nullish(),
+});
+export type ChatCompletionBody = z.infer<typeof chatCompletionSchema>;

@@ -1,0 +1,188 @@
+/**
+ * Wire shapes of the OpenAI Responses API: the create body (validated with zod, lenient where the
+ * real API is lenient) and the Response object and stream events Spark sends back.
+ */
+import { z } from "zod";
+
+const textPart = z.looseObject({
+  type: z.enum(["input_text", "output_text", "text", "summary_text", "refusal"]),
+  text: z.string().optional(),
+  refusal: z.string().optional(),
+});
+/** Non-text parts (images, files, audio) are accepted and dropped: the engines here are text-only. */
+const otherPart = z.looseObject({ type: z.string() });
+const contentPart = z.union([textPart, otherPart]);
+
+const messageItem = z.looseObject({
+  type: z.literal("message").optional(),
+  role: z.enum(["user", "assistant", "system", "developer"]),
+  content: z.union([z.string(), z.array(contentPart)]),
+});
+
+const toolOutput = z.union([z.string(), z.array(contentPart)]);
+
+const functionCallItem = z.looseObject({
+  type: z.literal("function_call"),
+  call_id: z.string(),
+  name: z.string(),
+  arguments: z.string(),
+});
+const functionCallOutputItem = z.looseObject({
+  type: z.literal("function_call_output"),
+  call_id: z.string(),
+  output: toolOutput,
+});
+const customToolCallItem = z.looseObject({
+  type: z.literal("custom_tool_call"),
+  call_id: z.string(),
+  name: z.string(),
+  input: z.string(),
+});
+const customToolCallOutputItem = z.looseObject({
+  type: z.literal("custom_tool_call_output"),
+  call_id: z.string(),
+  output: toolOutput,
+});
+/** Reasoning, web search calls, compaction items and the like: carried by clients, ignored here. */
+const otherItem = z
+  .looseObject({ type: z.string() })
+  .refine(
+    (item) =>
+      ![
+        "message",
+        "function_call",
+        "function_call_output",
+        "custom_tool_call",
+        "custom_tool_call_output",
+      ].includes(item.type),
+    { message: "malformed input item" },
+  );
+
+export const inputItemSchema = z.union([
+  messageItem,
+  functionCallItem,
+  functionCallOutputItem,
+  customToolCallItem,
+  customToolCallOutputItem,
+  otherItem,
+]);
+export type InputItem = z.infer<typeof inputItemSchema>;
+
+const functionTool = z.looseObject({
+  type: z.literal("function"),
+  name: z.string().min(1),
+  description: z.string().nullish(),
+  parameters: z.record(z.string(), z.unknown()).nullish(),
+  strict: z.boolean().nullish(),
+});
+const customTool = z.looseObject({
+  type: z.literal("custom"),
+  name: z.string().min(1),
+  description: z.string().nullish(),
+  format: z.record(z.string(), z.unknown()).nullish(),
+});
+/** Hosted tools (`web_search`, `namespace`, `local_shell`, …) are accepted and ignored. */
+const otherTool = z
+  .looseObject({ type: z.string() })
+  .refine((tool) => tool.type !== "function" && tool.type !== "custom", { message: "malformed tool" });
+export const toolSchema = z.union([functionTool, customTool, otherTool]);
+
+export const toolChoiceSchema = z.union([
+  z.enum(["auto", "none", "required"]),
+  z.looseObject({ type: z.enum(["function", "custom"]), name: z.string() }),
+  z.looseObject({ type: z.string() }),
+]);
+
+export const responseCreateSchema = z.looseObject({
+  model: z.string().min(1).optional(),
+  input: z.union([z.string(), z.array(inputItemSchema)]).optional(),
+  instructions: z.string().nullish(),
+  tools: z.array(toolSchema).nullish(),
+  tool_choice: toolChoiceSchema.nullish(),
+  parallel_tool_calls: z.boolean().nullish(),
+  max_output_tokens: z.number().int().positive().nullish(),
+  temperature: z.number().min(0).max(2).nullish(),
+  top_p: z.number().min(0).max(1).nullish(),
+  metadata: z.record(z.string(), z.string()).nullish(),
+  store: z.boolean().nullish(),
+  stream: z.boolean().nullish(),
+  previous_response_id: z.string().nullish(),
+  reasoning: z.looseObject({}).nullish(),
+  text: z.looseObject({}).nullish(),
+  include: z.array(z.string()).nullish(),
+  prompt_cache_key: z.string().nullish(),
+  truncation: z.string().nullish(),
+  user: z.string().nullish(),
+  service_tier: z.string().nullish(),
+});
+export type ResponseCreateBody = z.infer<typeof responseCreateSchema>;
+
+export interface OutputTextPart {
+  type: "output_text";
+  text: string;
+  annotations: unknown[];
+}
+
+export type OutputItem =
+  | {
+      id: string;
+      type: "message";
+      status: ItemStatus;
+      role: "assistant";
+      content: OutputTextPart[];
+    }
+  | {
+      id: string;
+      type: "function_call";
+      status: ItemStatus;
+      call_id: string;
+      name: string;
+      arguments: string;
+    }
+  | {
+      id: string;
+      type: "custom_tool_call";
+      status: ItemStatus;
+      call_id: string;
+      name: string;
+      input: string;
+    };
+
+export type ItemStatus = "in_progress" | "completed" | "incomplete";
+
+export interface ResponseUsage {
+  input_tokens: number;
+  input_tokens_details: { cached_tokens: number };
+  output_tokens: number;
+  output_tokens_details: { reasoning_tokens: number };
+  total_tokens: number;
+}
+
+export interface ResponseObject {
+  id: string;
+  object: "response";
+  created_at: number;
+  status: "queued" | "in_progress" | "completed" | "incomplete" | "failed" | "cancelled";
+  model: string;
+  output: OutputItem[];
+  error: { code: string; message: string } | null;
+  incomplete_details: { reason: string } | null;
+  instructions: string | null;
+  max_output_tokens: number | null;
+  parallel_tool_calls: boolean;
+  previous_response_id: string | null;
+  reasoning: Record<string, unknown> | null;
+  store: boolean;
+  temperature: number | null;
+  text: Record<string, unknown>;
+  tool_choice: unknown;
+  tools: unknown[];
+  top_p: number | null;
+  truncation: string;
+  usage: ResponseUsage | null;
+  metadata: Record<string, string>;
+  user: string | null;
+}
+
+/** A Responses stream event before it is numbered; the stream assigns `sequence_number`. */
+export type ResponseEvent = { type: string } & Record<string, unknown>;
