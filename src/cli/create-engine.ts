@@ -19,7 +19,10 @@ export async function createEngine(settings: ServeSettings, log: (line: string) 
     case "script": {
       if (!settings.script)
         throw new ConfigError("the script engine needs a script: --script FILE (JSON Lines)");
-      const lines = await loadScript(settings.script);
+      // A missing or malformed script is a usage error (exit 2), like a bad flag.
+      const lines = await loadScript(settings.script).catch((error: unknown) => {
+        throw new ConfigError(error instanceof Error ? error.message : String(error));
+      });
       return new ScriptEngine(settings.rate !== undefined ? { lines, rate: settings.rate } : { lines });
     }
     case "openai": {

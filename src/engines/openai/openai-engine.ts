@@ -162,7 +162,7 @@ export class OpenAIEngine implements Engine {
         path: this.#path(path),
         headers: this.#headers("text/event-stream", true),
         body: JSON.stringify(payload),
-        signal: undefined as never,
+        signal,
       });
     } catch (error) {
       if (signal.aborted) {

@@ -1,0 +1,192 @@
+/**
+ * The embedded llama.cpp engine with the real node-llama-cpp and the shared tiny GGUF model:
+ * determinism, parity between the server and the engine, KV prefix reuse, and cancellation.
+ */
+import assert from "node:assert/strict";
+import { request } from "node:http";
+import { after, before, describe, test } from "node:test";
+import OpenAI from "openai";
+import type { ConversationItem, EngineRequest } from "../src/engine/types.js";
+import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
+import { SparkServer } from "../src/server/http-server.js";
+import { MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
+
+const modelPath = testModelPath();
+
+function engineRequest(items: ConversationItem[], maxOutputTokens = 24): EngineRequest {
+  return {
+    model: "spark",
+    items,
+    tools: [],
+    toolChoice: "auto",
+    parallelToolCalls: true,
+    maxOutputTokens,
+    temperature: 0,
+  };
+}
+
+async function generate(engine: LlamaEngine, items: ConversationItem[], maxOutputTokens = 24) {
+  let text = "";
+  for await (const part of engine.stream(
+    engineRequest(items, maxOutputTokens),
+    new AbortController().signal,
+  )) {
+    if (part.type === "text-delta") text += part.delta;
+    if (part.type === "finish") return { text, finish: part };
+  }
+  throw new Error("no finish part");
+}
+
+describe("llama engine", { skip: modelPath ? false : MODEL_SKIP_MESSAGE }, () => {
+  let engine: LlamaEngine;
+  let server: SparkServer;
+  let openai: OpenAI;
+  const cancels: number[] = [];
+
+  before(async () => {
+    engine = new LlamaEngine({
+      modelPath: async () => modelPath!,
+      gpu: false,
+      onCancel: ({ tokensAfterAbort }) => cancels.push(tokensAfterAbort),
+    });
+    await engine.start();
+    server = new SparkServer({ engine, port: 0 });
+    await server.listen();
+    openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
+  });
+  after(() => server?.close());
+
+  test("loads the model, picks a thread count and reports the model", async () => {
+    assert.equal(engine.status().ready, true);
+    assert.ok(engine.threads >= 1);
+    const models = await openai.models.list();
+    assert.deepEqual(
+      models.data.map((m) => m.id),
+      ["spark", "tiny-random-llama"],
+    );
+  });
+
+  test("output is deterministic at temperature 0", async () => {
+    const items: ConversationItem[] = [
+      { type: "message", role: "user", text: "Write a sorting function in C." },
+    ];
+    const first = await generate(engine, items);
+    const second = await generate(engine, items);
+    assert.ok(first.text.length > 0);
+    assert.equal(second.text, first.text);
+    assert.equal(first.finish.reason, "length");
+    assert.equal(first.finish.usage.outputTokens, 24);
+  });
+
+  test("the server returns the same text as the engine called directly", async () => {
+    const prompt = "Explain recursion to a new programmer.";
+    const direct = await generate(engine, [{ type: "message", role: "user", text: prompt }]);
+    const response = await openai.responses.create({
+      model: "spark",
+      input: prompt,
+      max_output_tokens: 24,
+      temperature: 0,
+    });
+    assert.equal(response.output_text, direct.text);
+    assert.equal(response.status, "incomplete");
+    assert.equal(response.incomplete_details?.reason, "max_output_tokens");
+    const stream = await openai.responses.create({
+      model: "spark",
+      input: prompt,
+      max_output_tokens: 24,
+      temperature: 0,
+      stream: true,
+    });
+    let streamed = "";
+    for await (const event of stream)
+      if (event.type === "response.output_text.delta") streamed += event.delta;
+    assert.equal(streamed, direct.text);
+  });
+
+  test("a continued turn reuses the KV cache and reports cached tokens", async () => {
+    const history = Array.from(
+      { length: 20 },
+      (_, i) => `Line ${i}: the quick brown fox jumps over the lazy dog.`,
+    ).join("\n");
+    const first = await openai.responses.create({
+      model: "spark",
+      input: [{ role: "user", content: history }],
+      max_output_tokens: 8,
+      temperature: 0,
+    });
+    // Only the chat template's opening tokens can be shared with earlier, unrelated conversations.
+    assert.ok(
+      first.usage!.input_tokens_details.cached_tokens < 10,
+      "a fresh conversation has almost nothing cached",
+    );
+    const second = await openai.responses.create({
+      model: "spark",
+      input: [
+        { role: "user", content: history },
+        { role: "assistant", content: first.output_text },
+        { role: "user", content: "Now summarize." },
+      ],
+      max_output_tokens: 8,
+      temperature: 0,
+    });
+    const cached = second.usage!.input_tokens_details.cached_tokens;
+    assert.ok(
+      cached >= first.usage!.input_tokens - 8,
+      `cached ${cached} of the first turn's ${first.usage!.input_tokens}`,
+    );
+    assert.ok(cached < second.usage!.input_tokens);
+  });
+
+  test("a client that disconnects mid-stream stops generation within a few tokens", async () => {
+    const before = Number((await server.metrics.cancellations.get()).values[0]?.value ?? 0);
+    cancels.length = 0;
+    const body = JSON.stringify({
+      model: "spark",
+      input: "Tell me a long story.",
+      max_output_tokens: 3000,
+      stream: true,
+    });
+    const url = new URL(`${server.url}/v1/responses`);
+    await new Promise<void>((resolve, reject) => {
+      const req = request(
+        {
+          host: url.hostname,
+          port: url.port,
+          path: url.pathname,
+          method: "POST",
+          headers: { "content-type": "application/json" },
+        },
+        (res) => {
+          res.on("data", (chunk: Buffer) => {
+            if (chunk.toString().includes("response.output_text.delta")) {
+              req.destroy();
+              resolve();
+            }
+          });
+        },
+      );
+      req.on("error", (error) => (req.destroyed ? undefined : reject(error)));
+      req.end(body);
+    });
+    while (cancels.length === 0) await new Promise((resolve) => setTimeout(resolve, 10));
+    assert.ok(cancels[0]! <= 2, `decoded ${cancels[0]} tokens after the abort`);
+    const afterCount = Number((await server.metrics.cancellations.get()).values[0]?.value ?? 0);
+    assert.equal(afterCount, before + 1);
+    // The engine is free again: the next request is served normally.
+    const next = await openai.responses.create({ model: "spark", input: "hi", max_output_tokens: 4 });
+    assert.equal(next.usage?.output_tokens, 4);
+  });
+
+  test("concurrent requests are served on separate sequences with the same results", async () => {
+    const prompts = ["alpha beta", "gamma delta", "epsilon zeta"];
+    const sequential = [];
+    for (const p of prompts)
+      sequential.push((await generate(engine, [{ type: "message", role: "user", text: p }], 12)).text);
+    const concurrent = await Promise.all(
+      prompts.map((p) =>
+        generate(engine, [{ type: "message", role: "user", text: p }], 12).then((r) => r.text),
+      ),
+    );
+    assert.deepEqual(concurrent, sequential);
+  });
+});
