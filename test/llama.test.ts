@@ -189,4 +189,49 @@ describe("llama engine", { skip: modelPath ? false : MODEL_SKIP_MESSAGE }, () =>
     );
     assert.deepEqual(concurrent, sequential);
   });
+
+  test("tool definitions and tool results are rendered into the model's chat format", async () => {
+    const request: EngineRequest = {
+      ...engineRequest([
+        { type: "message", role: "user", text: "Weather in Paris? Then add a file." },
+        {
+          type: "tool_call",
+          kind: "function",
+          callId: "call_1",
+          name: "get_weather",
+          input: '{"city":"Paris"}',
+        },
+        { type: "tool_result", kind: "function", callId: "call_1", output: "sunny and 21C" },
+        {
+          type: "tool_call",
+          kind: "custom",
+          callId: "call_2",
+          name: "apply_patch",
+          input: "*** Begin Patch",
+        },
+        { type: "tool_result", kind: "custom", callId: "call_2", output: "patch applied" },
+      ]),
+      tools: [
+        {
+          kind: "function",
+          name: "get_weather",
+          description: "Current weather",
+          parameters: {
+            type: "object",
+            properties: { city: { type: "string", default: "x" } },
+            additionalProperties: false,
+          },
+        },
+        { kind: "custom", name: "apply_patch", description: "Apply a patch" },
+      ],
+    };
+    const prompt = await engine.detokenize(engine.promptTokens(request));
+    for (const expected of ["get_weather", "apply_patch", "sunny and 21C", "patch applied", "Paris"]) {
+      assert.ok(prompt.includes(expected), `prompt mentions ${expected}`);
+    }
+    const parts = [];
+    for await (const part of engine.stream(request, new AbortController().signal)) parts.push(part);
+    const finish = parts.at(-1);
+    assert.ok(finish?.type === "finish" && finish.usage.outputTokens > 0);
+  });
 });

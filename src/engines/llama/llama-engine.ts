@@ -206,6 +206,10 @@ export class LlamaEngine implements Engine {
     return state.contextText.tokenize(this.#model!.tokenizer);
   }
 
+  async detokenize(tokens: readonly Token[]): Promise<string> {
+    return this.#model!.detokenize(tokens);
+  }
+
   async #acquire(prompt: readonly Token[], signal: AbortSignal): Promise<{ slot: Slot; reused: number }> {
     for (;;) {
       let best: { slot: Slot; reused: number } | undefined;
