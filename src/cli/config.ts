@@ -11,7 +11,7 @@ export const serveSettingsSchema = z.strictObject({
   port: z.coerce.number().int().min(0).max(65535),
   engine: z.enum(["llama", "openai", "script"]),
   model: z.string().min(1).optional(),
-  download: z.coerce.boolean(),
+  download: z.boolean(),
   threads: z.coerce.number().int().min(1).max(512).optional(),
   contextSize: z.coerce.number().int().min(256).optional(),
   sequences: z.coerce.number().int().min(1).max(64).optional(),

@@ -44,6 +44,7 @@ interface Route {
 }
 
 export const DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024;
+const SHUTDOWN_GRACE_MS = 2000;
 
 export class SparkServer {
   readonly metrics: Metrics;
@@ -152,6 +153,9 @@ export class SparkServer {
     this.#shutdown.abort(AbortReason.serverShutdown);
     await Promise.allSettled([...this.#inFlight]);
     this.#server.closeIdleConnections();
+    // Give slow readers a moment to receive their terminal events before the sockets go.
+    const grace = new Promise<void>((resolve) => setTimeout(resolve, SHUTDOWN_GRACE_MS).unref());
+    await Promise.race([closed, grace]);
     for (const socket of this.#sockets) socket.destroy();
     await closed;
     await this.#engine.close();
@@ -163,9 +167,11 @@ export class SparkServer {
     const matching = this.#routes.filter((route) => route.pattern.test(path));
     const route = matching.find((r) => r.method === method);
     const routeName = route?.name ?? matching[0]?.name ?? "unmatched";
-    response.once("finish", () =>
-      this.metrics.requests.inc({ route: routeName, status: String(response.statusCode) }),
-    );
+    response.once("finish", () => {
+      this.metrics.requests.inc({ route: routeName, status: String(response.statusCode) });
+      // While shutting down, a connection whose response is done is closed as soon as it is idle.
+      if (this.#shutdown.signal.aborted) setImmediate(() => this.#server.closeIdleConnections());
+    });
 
     if (!route) {
       if (matching.length > 0) {

@@ -1,0 +1,340 @@
+/**
+ * The `spark` command line as users run it: a real child process (`node --import tsx
+ * src/cli/main.ts`, so no build is needed), real ports, real signals.
+ */
+import assert from "node:assert/strict";
+import { spawn, type ChildProcess } from "node:child_process";
+import { once } from "node:events";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { after, test } from "node:test";
+import { fileURLToPath } from "node:url";
+
+const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
+/** Only to avoid hanging forever on a broken CLI; no assertion depends on it. */
+const SAFETY_TIMEOUT_MS = 60_000;
+const LISTENING = /^spark listening on (http:\/\/127\.0\.0\.1:(\d+))$/;
+
+const dir = mkdtempSync(join(tmpdir(), "spark-cli-test-"));
+const children = new Set<ChildProcess>();
+
+after(() => {
+  for (const child of children)
+    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function file(name: string, text: string): string {
+  const path = join(dir, name);
+  writeFileSync(path, text);
+  return path;
+}
+
+const SHORT_SCRIPT = file(
+  "short.jsonl",
+  JSON.stringify({ output: [{ type: "message", text: "Hello from the CLI test." }] }) + "\n",
+);
+// 20,000 pieces at 200 tokens/s: the stream cannot end on its own while the test runs.
+const LONG_SCRIPT = file(
+  "long.jsonl",
+  JSON.stringify({ output: [{ type: "message", text: "word ".repeat(20_000) }] }) + "\n",
+);
+
+/** The parent's environment without any SPARK_* variable, so only what a test sets counts. */
+function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [key, value] of Object.entries(process.env)) if (!key.startsWith("SPARK_")) env[key] = value;
+  return { ...env, ...extra };
+}
+
+interface Cli {
+  child: ChildProcess;
+  /** Resolves with the exit code (or the signal name when killed by one). */
+  exited: Promise<number | string>;
+  stdout(): string;
+  stderr(): string;
+}
+
+function spawnCli(args: readonly string[], env: Record<string, string> = {}): Cli {
+  const child = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", ...args], {
+    cwd: REPO_ROOT,
+    env: cleanEnv(env),
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  children.add(child);
+  let stdout = "";
+  let stderr = "";
+  child.stdout!.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+  const exited = new Promise<number | string>((resolve) => {
+    child.once("close", (code: number | null, signal: NodeJS.Signals | null) =>
+      resolve(code ?? signal ?? -1),
+    );
+  });
+  const safety = setTimeout(() => child.kill("SIGKILL"), SAFETY_TIMEOUT_MS);
+  void exited.then(() => clearTimeout(safety));
+  return { child, exited, stdout: () => stdout, stderr: () => stderr };
+}
+
+/** Waits for the first stdout line; fails if the process exits first. */
+async function firstLine(cli: Cli): Promise<string> {
+  const lines = createInterface({ input: cli.child.stdout! });
+  try {
+    const line = await Promise.race([
+      once(lines, "line").then(([l]) => l as string),
+      cli.exited.then((code) => {
+        throw new Error(`the CLI exited (${code}) before printing a line; stderr:\n${cli.stderr()}`);
+      }),
+    ]);
+    return line;
+  } finally {
+    lines.close();
+  }
+}
+
+/** Spawns a server and returns its base URL, taken from the first stdout line. */
+async function startServer(
+  args: readonly string[],
+  env: Record<string, string> = {},
+): Promise<Cli & { url: string }> {
+  const cli = spawnCli(args, env);
+  const line = await firstLine(cli);
+  const match = LISTENING.exec(line);
+  assert.ok(match, `unexpected first stdout line: ${JSON.stringify(line)}`);
+  assert.ok(Number(match[2]) > 0, "port 0 must be replaced by the real port");
+  return { ...cli, url: match[1]! };
+}
+
+async function assertHealthy(url: string): Promise<void> {
+  const response = await fetch(`${url}/healthz`, { signal: AbortSignal.timeout(SAFETY_TIMEOUT_MS) });
+  assert.equal(response.status, 200);
+  assert.equal(((await response.json()) as { status: string }).status, "ok");
+}
+
+async function stop(cli: Cli, signal: NodeJS.Signals = "SIGTERM"): Promise<number | string> {
+  cli.child.kill(signal);
+  return cli.exited;
+}
+
+/** Runs the CLI to its exit (for commands that are expected to fail or to print and leave). */
+async function runToExit(
+  args: readonly string[],
+  env: Record<string, string> = {},
+): Promise<{ code: number | string; stdout: string; stderr: string }> {
+  const cli = spawnCli(args, env);
+  const code = await cli.exited;
+  return { code, stdout: cli.stdout(), stderr: cli.stderr() };
+}
+
+test("serve prints its URL as the first stdout line, answers /healthz, and exits 0 on SIGTERM", async () => {
+  const cli = await startServer([
+    "serve",
+    "--engine",
+    "script",
+    "--script",
+    SHORT_SCRIPT,
+    "--port",
+    "0",
+    "--rate",
+    "200",
+  ]);
+  await assertHealthy(cli.url);
+  const response = await fetch(`${cli.url}/v1/responses`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ input: "hi" }),
+  });
+  assert.equal(response.status, 200);
+  const body = (await response.json()) as { output: { content: { text: string }[] }[] };
+  assert.equal(body.output[0]?.content[0]?.text, "Hello from the CLI test.");
+  assert.equal(await stop(cli), 0);
+  assert.match(cli.stdout().split("\n")[0] ?? "", LISTENING);
+});
+
+test("serve --help mentions every option", async () => {
+  const { code, stdout } = await runToExit(["serve", "--help"]);
+  assert.equal(code, 0);
+  for (const option of [
+    "--host",
+    "--port",
+    "--engine",
+    "--model",
+    "--upstream",
+    "--upstream-api-key-env",
+    "--script",
+    "--rate",
+    "--config",
+  ]) {
+    assert.match(stdout, new RegExp(`${option}\\b(?!-)`), `help should mention ${option}`);
+  }
+});
+
+test("SIGTERM during a stream ends it with exactly one terminal event and exits 0", async () => {
+  const cli = await startServer([
+    "serve",
+    "--engine",
+    "script",
+    "--script",
+    LONG_SCRIPT,
+    "--port",
+    "0",
+    "--rate",
+    "200",
+  ]);
+  const response = await fetch(`${cli.url}/v1/responses`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ input: "write a lot", stream: true }),
+    signal: AbortSignal.timeout(SAFETY_TIMEOUT_MS),
+  });
+  assert.equal(response.status, 200);
+  assert.match(response.headers.get("content-type") ?? "", /text\/event-stream/);
+
+  const reader = response.body!.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  const events: { type: string; data: Record<string, unknown> }[] = [];
+  let signalled = false;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, { stream: true });
+    let end: number;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const type = /^event: (.+)$/m.exec(block)?.[1];
+      const data = /^data: (.+)$/m.exec(block)?.[1];
+      assert.ok(type && data, `malformed SSE block: ${block}`);
+      events.push({ type, data: JSON.parse(data) as Record<string, unknown> });
+      if (type === "response.output_text.delta" && !signalled) {
+        signalled = true;
+        cli.child.kill("SIGTERM");
+      }
+    }
+  }
+  assert.ok(signalled, "the stream must have produced a text delta");
+  assert.equal(buffer.trim(), "", "the stream must end on an event boundary");
+
+  const terminalTypes = new Set(["response.completed", "response.incomplete", "response.failed"]);
+  const terminals = events.filter((e) => terminalTypes.has(e.type));
+  assert.equal(terminals.length, 1, `terminal events: ${terminals.map((e) => e.type).join(", ")}`);
+  assert.equal(events.at(-1), terminals[0], "the terminal event is the last one");
+  const terminal = terminals[0]!;
+  assert.equal(terminal.type, "response.incomplete");
+  const final = terminal.data.response as { status: string; incomplete_details: { reason: string } };
+  assert.equal(final.status, "incomplete");
+  assert.equal(final.incomplete_details.reason, "server_shutdown");
+  const sequence = events.map((e) => e.data.sequence_number);
+  assert.deepEqual(
+    sequence,
+    sequence.map((_, i) => i),
+    "sequence numbers run 0, 1, 2, ...",
+  );
+
+  assert.equal(await cli.exited, 0, `stderr:\n${cli.stderr()}`);
+  assert.match(cli.stderr(), /SIGTERM/);
+});
+
+test("SIGINT with no requests exits 0", async () => {
+  const cli = await startServer(["serve", "--engine", "script", "--script", SHORT_SCRIPT, "--port", "0"]);
+  assert.equal(await stop(cli, "SIGINT"), 0, `stderr:\n${cli.stderr()}`);
+});
+
+test("SPARK_* environment variables configure the server without flags", async () => {
+  const cli = await startServer(["serve"], {
+    SPARK_PORT: "0",
+    SPARK_ENGINE: "script",
+    SPARK_SCRIPT: SHORT_SCRIPT,
+  });
+  await assertHealthy(cli.url);
+  const health = (await (await fetch(`${cli.url}/healthz`)).json()) as { engine: string };
+  assert.equal(health.engine, "script");
+  assert.equal(await stop(cli), 0);
+});
+
+test("a --config file configures the server", async () => {
+  const config = file("good.json", JSON.stringify({ engine: "script", script: SHORT_SCRIPT, port: 0 }));
+  const cli = await startServer(["serve", "--config", config]);
+  await assertHealthy(cli.url);
+  const health = (await (await fetch(`${cli.url}/healthz`)).json()) as { engine: string };
+  assert.equal(health.engine, "script");
+  assert.equal(await stop(cli), 0);
+});
+
+test("a config file with an unknown key exits 2 naming the file and the key", async () => {
+  const config = file(
+    "unknown-key.json",
+    JSON.stringify({ engine: "script", script: SHORT_SCRIPT, port: 0, colour: "blue" }),
+  );
+  const { code, stdout, stderr } = await runToExit(["serve", "--config", config]);
+  assert.equal(code, 2, stderr);
+  assert.ok(stderr.includes(config), stderr);
+  assert.match(stderr, /colour/);
+  assert.doesNotMatch(stdout, /listening/);
+});
+
+test("a config file that is not JSON exits 2 naming the file", async () => {
+  const config = file("bad-json.json", '{"engine": "script",');
+  const { code, stderr } = await runToExit(["serve", "--config", config]);
+  assert.equal(code, 2, stderr);
+  assert.ok(stderr.includes(config), stderr);
+  assert.match(stderr, /JSON/);
+});
+
+test("a config file with a bad value exits 2 naming the file and the key", async () => {
+  const config = file(
+    "bad-port.json",
+    JSON.stringify({ engine: "script", script: SHORT_SCRIPT, port: "abc" }),
+  );
+  const { code, stderr } = await runToExit(["serve", "--config", config]);
+  assert.equal(code, 2, stderr);
+  assert.ok(stderr.includes(config), stderr);
+  assert.match(stderr, /port/);
+});
+
+test("--engine script without --script exits 2 and says to pass --script", async () => {
+  const { code, stderr } = await runToExit(["serve", "--engine", "script", "--port", "0"]);
+  assert.equal(code, 2, stderr);
+  assert.match(stderr, /--script/);
+});
+
+test("a script file with an invalid line exits 2 naming the file and the line", async () => {
+  const script = file(
+    "bad-script.jsonl",
+    JSON.stringify({ output: [{ type: "message", text: "fine" }] }) +
+      "\n" +
+      JSON.stringify({ output: [{ type: "telepathy", text: "nope" }] }) +
+      "\n",
+  );
+  const { code, stdout, stderr } = await runToExit([
+    "serve",
+    "--engine",
+    "script",
+    "--script",
+    script,
+    "--port",
+    "0",
+  ]);
+  assert.equal(code, 2, stderr);
+  assert.ok(stderr.includes(`${script}:2`), stderr);
+  assert.doesNotMatch(stdout, /listening/);
+});
+
+test("--engine llama with a missing --model file exits non-zero mentioning --model", async () => {
+  const { code, stderr } = await runToExit([
+    "serve",
+    "--engine",
+    "llama",
+    "--model",
+    join(dir, "nonexistent.gguf"),
+    "--no-download",
+    "--port",
+    "0",
+  ]);
+  assert.notEqual(code, 0, stderr);
+  assert.equal(typeof code, "number", `expected an exit code, got ${code}`);
+  assert.match(stderr, /--model/);
+});
