@@ -113,9 +113,19 @@ export class SparkServer {
       this.#refuseUpgrade(request, socket),
     );
     this.#server.on("clientError", (error: NodeJS.ErrnoException, socket: Socket) => {
-      if (socket.writable && error.code !== "ECONNRESET") {
-        socket.end("HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
-      } else socket.destroy();
+      if (!socket.writable || error.code === "ECONNRESET") {
+        socket.destroy();
+        return;
+      }
+      const incomplete = error.code === "HPE_INVALID_EOF_STATE";
+      const failure = incomplete
+        ? SparkError.invalid("The request ended before its declared length.", null, "incomplete_body")
+        : SparkError.invalid(
+            `Malformed HTTP request (${error.code ?? "parse error"}).`,
+            null,
+            "malformed_request",
+          );
+      socket.end(rawResponse(400, "Bad Request", JSON.stringify(failure.toBody())));
     });
     this.#server.on("connection", (socket: Socket) => {
       this.#sockets.add(socket);
@@ -270,18 +280,22 @@ export class SparkServer {
 
   /** WebSocket mode is not served by this transport: 426 tells clients to fall back to HTTP at once. */
   #refuseUpgrade(_request: IncomingMessage, socket: Socket): void {
-    const body = JSON.stringify(
-      new SparkError(
-        426,
-        "invalid_request_error",
-        "websocket_not_supported",
-        "WebSocket mode is not enabled on this server; use HTTP.",
-      ).toBody(),
+    const refusal = new SparkError(
+      426,
+      "invalid_request_error",
+      "websocket_not_supported",
+      "WebSocket mode is not enabled on this server; use HTTP.",
     );
-    socket.end(
-      `HTTP/1.1 426 Upgrade Required\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-    );
+    socket.end(rawResponse(426, "Upgrade Required", JSON.stringify(refusal.toBody())));
   }
+}
+
+/** A complete HTTP/1.1 response for a raw socket (upgrade refusals, unparsable requests). */
+function rawResponse(status: number, reason: string, json: string): string {
+  return (
+    `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\n` +
+    `content-length: ${Buffer.byteLength(json)}\r\nconnection: close\r\n\r\n${json}`
+  );
 }
 
 function modelObject(model: { id: string; ownedBy: string }): Record<string, unknown> {

@@ -40,7 +40,16 @@ export class SseWriter {
 
   async #drained(): Promise<void> {
     if (this.response.destroyed) return;
-    await Promise.race([once(this.response, "drain"), once(this.response, "close")]);
+    // The losing `once` must be removed, or every drain leaves a close (and error) listener behind.
+    const settled = new AbortController();
+    try {
+      await Promise.race([
+        once(this.response, "drain", { signal: settled.signal }),
+        once(this.response, "close", { signal: settled.signal }),
+      ]);
+    } finally {
+      settled.abort();
+    }
   }
 
   end(): void {
