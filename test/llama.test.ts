@@ -234,4 +234,36 @@ describe("llama engine", { skip: modelPath ? false : MODEL_SKIP_MESSAGE }, () =>
     const finish = parts.at(-1);
     assert.ok(finish?.type === "finish" && finish.usage.outputTokens > 0);
   });
+
+  test("with one sequence, requests queue; one that leaves while queued does not block the rest", async () => {
+    const single = new LlamaEngine({
+      modelPath: async () => modelPath!,
+      gpu: false,
+      threads: 1,
+      sequences: 1,
+    });
+    await single.start();
+    try {
+      const leaving = new AbortController();
+      const run = async (text: string, signal: AbortSignal) => {
+        const parts = [];
+        for await (const part of single.stream(
+          engineRequest([{ type: "message", role: "user", text }], 16),
+          signal,
+        ))
+          parts.push(part);
+        return parts.at(-1);
+      };
+      const first = run("first", new AbortController().signal);
+      const queued = run("leaves", leaving.signal).catch((error: unknown) => error);
+      const third = run("third", new AbortController().signal);
+      leaving.abort("client_disconnected");
+      const results = await Promise.all([first, queued, third]);
+      assert.equal(results[0]?.type === "finish" && results[0].reason, "length");
+      assert.equal(results[1], "client_disconnected", "the queued request ends with its abort reason");
+      assert.equal(results[2]?.type === "finish" && results[2].reason, "length");
+    } finally {
+      await single.close();
+    }
+  });
 });

@@ -16,10 +16,6 @@ export function abortReasonOf(signal: AbortSignal): string {
   return typeof signal.reason === "string" ? signal.reason : AbortReason.clientDisconnected;
 }
 
-function isAbortError(error: unknown): boolean {
-  return error instanceof Error && (error.name === "AbortError" || error.name === "ABORT_ERR");
-}
-
 /**
  * Yields the engine's parts unchanged. When the signal aborts, the engine is told through the same
  * signal and this ends with a synthesized `cancelled` finish if the engine did not send one.
@@ -53,7 +49,8 @@ export async function* observeGeneration(
     }
     if (!finished && !signal.aborted) throw new Error(`engine ${engine.kind} ended without a finish part`);
   } catch (error) {
-    if (!(signal.aborted && isAbortError(error))) throw error;
+    // Once aborted, whatever the engine throws (AbortError, the abort reason) means "cancelled".
+    if (!signal.aborted) throw error;
   } finally {
     metrics.inFlight.dec();
   }

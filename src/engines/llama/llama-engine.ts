@@ -210,8 +210,10 @@ export class LlamaEngine implements Engine {
     return this.#model!.detokenize(tokens);
   }
 
+  /** Takes the idle sequence sharing the longest prefix with `prompt`, waiting while all are busy. */
   async #acquire(prompt: readonly Token[], signal: AbortSignal): Promise<{ slot: Slot; reused: number }> {
     for (;;) {
+      if (signal.aborted) throw signal.reason;
       let best: { slot: Slot; reused: number } | undefined;
       for (const slot of this.#slots) {
         if (slot.busy) continue;
@@ -224,15 +226,18 @@ export class LlamaEngine implements Engine {
         best.slot.busy = true;
         return best;
       }
-      if (signal.aborted) throw signal.reason;
-      await new Promise<void>((resolve) => this.#waiters.push(resolve));
+      await new Promise<void>((resolve) => {
+        this.#waiters.push(resolve);
+        signal.addEventListener("abort", () => resolve(), { once: true });
+      });
     }
   }
 
+  /** Every waiter re-checks on release, so a waiter that left cannot swallow the wake-up. */
   #release(slot: Slot): void {
     slot.busy = false;
     slot.lastUsed = performance.now();
-    this.#waiters.shift()?.();
+    for (const wake of this.#waiters.splice(0)) wake();
   }
 
   async *stream(request: EngineRequest, signal: AbortSignal): AsyncGenerator<EnginePart> {
