@@ -1,0 +1,140 @@
+/**
+ * `npm run bench`: measures Spark side by side with what it wraps and prints figures and ratios.
+ *
+ *   1. time to first token through the server (SSE) vs the same script engine in process;
+ *   2. relay throughput of one SSE stream vs the script engine's own rate;
+ *   3. llama decode speed through the server vs a bare node-llama-cpp loop at its best thread count;
+ *   4. time to first token of a continued 1,000+ token conversation with KV prefix reuse vs without.
+ *
+ * Options: `--quick` (fewer iterations), `--json` (also write bench/results.json),
+ * `--only 1,3` (run some figures only). Every server is in process on 127.0.0.1, port 0.
+ */
+import { existsSync, writeFileSync } from "node:fs";
+import { availableParallelism, cpus, loadavg, platform, arch, totalmem } from "node:os";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { llamaFigures } from "./llama-figures.js";
+import { table, type FigureResult, type FigureRow } from "./report.js";
+import { addedLatency, relayThroughput } from "./script-figures.js";
+
+const { values: args } = parseArgs({
+  options: {
+    quick: { type: "boolean", default: false },
+    json: { type: "boolean", default: false },
+    only: { type: "string" },
+  },
+});
+
+const config = args.quick
+  ? { ttftWarmup: 30, ttftIterations: 100, relayPieces: 100_000, relayRounds: 1 }
+  : { ttftWarmup: 100, ttftIterations: 300, relayPieces: 200_000, relayRounds: 3 };
+const llamaConfig = args.quick
+  ? { decodeTokens: 200, decodeRounds: 2, reuseRounds: 2 }
+  : { decodeTokens: 200, decodeRounds: 7, reuseRounds: 7 };
+const only = new Set((args.only ?? "1,2,3,4").split(",").map((s) => Number(s.trim())));
+
+const log = (line: string): void => console.log(line);
+
+function modelPath(): { path: string; found: boolean } {
+  const path =
+    process.env.SPARK_TEST_MODEL ||
+    fileURLToPath(new URL("../../shared/models/tiny-random-llama.gguf", import.meta.url));
+  return { path, found: existsSync(path) };
+}
+
+function skipped(figure: string, why: string, goal: string): FigureResult {
+  return {
+    row: { figure, spark: "skipped", reference: why, comparison: "", goal, met: undefined },
+    data: { skipped: why },
+  };
+}
+
+const machine = {
+  cpu: cpus()[0]?.model.trim() ?? "unknown",
+  cores: availableParallelism(),
+  memoryGiB: Math.round(totalmem() / 2 ** 30),
+  node: process.version,
+  platform: `${platform()} ${arch()}`,
+  loadAverageAtStart: loadavg().map((l) => Math.round(l * 100) / 100),
+};
+const started = performance.now();
+const date = new Date().toISOString();
+log(`Spark benchmark${args.quick ? " (quick)" : ""}, ${date}`);
+log(
+  `machine: ${machine.cpu}, ${machine.cores} core(s), ${machine.memoryGiB} GiB, ${machine.platform}; ` +
+    `node ${machine.node}; load average ${machine.loadAverageAtStart.join(" ")}`,
+);
+
+const results: Record<string, FigureResult> = {};
+
+if (only.has(1)) {
+  log(
+    `\n1. Added latency: TTFT over SSE vs the same ScriptEngine in process (${config.ttftIterations} after ${config.ttftWarmup} warm-up, interleaved)`,
+  );
+  results.addedLatency = await addedLatency(
+    { warmup: config.ttftWarmup, iterations: config.ttftIterations },
+    log,
+  );
+}
+if (only.has(2)) {
+  log(`\n2. Relay throughput: one SSE stream vs the ScriptEngine's own rate, unlimited rate`);
+  results.relayThroughput = await relayThroughput(
+    { pieces: config.relayPieces, rounds: config.relayRounds },
+    log,
+  );
+}
+if (only.has(3) || only.has(4)) {
+  const model = modelPath();
+  if (!model.found) {
+    const why = `model not found at ${model.path} (set SPARK_TEST_MODEL)`;
+    log(`\n3–4. llama figures skipped: ${why}`);
+    if (only.has(3)) results.decodeSpeed = skipped("3. llama decode speed", why, "≥ 95% of bare");
+    if (only.has(4))
+      results.prefixReuse = skipped("4. Continued-turn TTFT, prefix reuse", why, "≥ 10× lower");
+  } else {
+    log(`\nllama engine on ${model.path} (CPU):`);
+    const { decode, reuse } = await llamaFigures(
+      model.path,
+      { ...llamaConfig, decode: only.has(3), reuse: only.has(4) },
+      log,
+    );
+    if (decode) results.decodeSpeed = decode;
+    if (reuse) results.prefixReuse = reuse;
+  }
+}
+
+const seconds = (performance.now() - started) / 1000;
+const rows: FigureRow[] = Object.values(results).map((r) => r.row);
+log(`\nSummary (${seconds.toFixed(1)} s, load average now ${loadavg()[0]!.toFixed(2)}):\n`);
+log(
+  table(
+    ["Figure", "Spark (server)", "Reference", "Comparison", "Goal", "Met"],
+    rows.map((r) => [
+      r.figure,
+      r.spark,
+      r.reference,
+      r.comparison,
+      r.goal,
+      r.met === undefined ? "–" : r.met ? "yes" : "NO",
+    ]),
+  ),
+);
+
+if (args.json) {
+  const path = fileURLToPath(new URL("./results.json", import.meta.url));
+  const figures = Object.fromEntries(
+    Object.entries(results).map(([key, r]) => [key, { ...r.row, ...r.data }]),
+  );
+  const json = JSON.stringify({
+    date,
+    quick: args.quick,
+    seconds,
+    machine,
+    config: { ...config, ...llamaConfig },
+    figures,
+  });
+  // Formatted like the rest of the repository, so that `prettier --check .` accepts the file.
+  const { format, resolveConfig } = await import("prettier");
+  writeFileSync(path, await format(json, { ...(await resolveConfig(path)), parser: "json" }));
+  log(`\nwrote ${path}`);
+}

@@ -1,0 +1,150 @@
+/**
+ * A minimal Responses API streaming client on node:http, so that the measurement carries no SDK
+ * overhead. It reads the SSE body itself: every `data:` line is one event (Spark writes each event's
+ * JSON on a single line). Text deltas are recognised by a prefix check on the line, falling back to
+ * `JSON.parse` for any other shape; every other event is parsed.
+ */
+import { Agent, request } from "node:http";
+
+export interface ResponseUsage {
+  input_tokens: number;
+  input_tokens_details?: { cached_tokens?: number };
+  output_tokens: number;
+}
+
+export interface TerminalEvent {
+  type: "response.completed" | "response.incomplete" | "response.failed";
+  response: { status: string; usage: ResponseUsage | null; error?: unknown };
+}
+
+export interface StreamResult {
+  /** `performance.now()` just before the request was sent. */
+  startedAt: number;
+  /** When the chunk holding the first `response.output_text.delta` was read. */
+  firstDeltaAt: number | undefined;
+  /** When the chunk holding the last `response.output_text.delta` was read. */
+  lastDeltaAt: number | undefined;
+  /** When the chunk holding the terminal event was read. */
+  terminalAt: number | undefined;
+  /** When the response body ended. */
+  endedAt: number;
+  /** `response.output_text.delta` events received. */
+  deltas: number;
+  terminal: TerminalEvent | undefined;
+}
+
+/** Anything that can run one streaming request: `SseClient` here or `ThreadedSseClient` on a worker. */
+export interface StreamClient {
+  stream(body: Record<string, unknown>): Promise<StreamResult>;
+}
+
+const DATA = "data:";
+const FAST_DELTA = 'data: {"type":"response.output_text.delta"';
+const TERMINAL = new Set(["response.completed", "response.incomplete", "response.failed"]);
+
+export class SseClient implements StreamClient {
+  readonly #agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  readonly #host: string;
+  readonly #port: number;
+
+  constructor(baseUrl: string) {
+    const url = new URL(baseUrl);
+    this.#host = url.hostname;
+    this.#port = Number(url.port);
+  }
+
+  /** POSTs a streaming `/v1/responses` request and reads the event stream to its end. */
+  stream(body: Record<string, unknown>): Promise<StreamResult> {
+    const payload = JSON.stringify({ ...body, stream: true });
+    return new Promise((resolve, reject) => {
+      const result: StreamResult = {
+        startedAt: performance.now(),
+        firstDeltaAt: undefined,
+        lastDeltaAt: undefined,
+        terminalAt: undefined,
+        endedAt: 0,
+        deltas: 0,
+        terminal: undefined,
+      };
+      const req = request(
+        {
+          agent: this.#agent,
+          host: this.#host,
+          port: this.#port,
+          method: "POST",
+          path: "/v1/responses",
+          headers: {
+            "content-type": "application/json",
+            "content-length": Buffer.byteLength(payload),
+            accept: "text/event-stream",
+          },
+        },
+        (res) => {
+          res.setEncoding("utf8");
+          if (res.statusCode !== 200) {
+            let text = "";
+            res.on("data", (chunk: string) => (text += chunk));
+            res.on("end", () => reject(new Error(`HTTP ${res.statusCode}: ${text}`)));
+            return;
+          }
+          let pending = "";
+          res.on("data", (chunk: string) => {
+            const now = performance.now();
+            const text = pending + chunk;
+            let start = 0;
+            for (let end = text.indexOf("\n", start); end !== -1; end = text.indexOf("\n", start)) {
+              if (end > start) this.#line(text, start, end, now, result);
+              start = end + 1;
+            }
+            pending = text.slice(start);
+          });
+          res.on("end", () => {
+            result.endedAt = performance.now();
+            resolve(result);
+          });
+          res.on("error", reject);
+        },
+      );
+      req.on("error", reject);
+      req.end(payload);
+    });
+  }
+
+  /** GETs `path` and reads the body to its end; resolves with the milliseconds that took. */
+  get(path: string): Promise<number> {
+    return new Promise((resolve, reject) => {
+      const started = performance.now();
+      const req = request({ agent: this.#agent, host: this.#host, port: this.#port, path }, (res) => {
+        res.resume();
+        res.on("end", () => resolve(performance.now() - started));
+        res.on("error", reject);
+      });
+      req.on("error", reject);
+      req.end();
+    });
+  }
+
+  #line(text: string, start: number, end: number, now: number, result: StreamResult): void {
+    if (text.startsWith(FAST_DELTA, start)) {
+      this.#delta(now, result);
+      return;
+    }
+    if (!text.startsWith(DATA, start)) return; // `event:` lines and comments
+    const event = JSON.parse(text.slice(start + DATA.length, end)) as { type?: string };
+    if (event.type === "response.output_text.delta") this.#delta(now, result);
+    else if (event.type && TERMINAL.has(event.type)) {
+      result.terminal = event as TerminalEvent;
+      result.terminalAt = now;
+    }
+  }
+
+  #delta(now: number, result: StreamResult): void {
+    result.deltas++;
+    result.firstDeltaAt ??= now;
+    result.lastDeltaAt = now;
+  }
+
+  close(): void {
+    this.#agent.destroy();
+  }
+}
