@@ -1,16 +1,24 @@
 import { once } from "node:events";
 import type { ServerResponse } from "node:http";
 
+/** A burst larger than this is written at once instead of waiting for the end of the tick. */
+const FLUSH_BYTES = 64 * 1024;
+
 /**
- * Writes Server-Sent Events with back-pressure. Writes made in the same tick are coalesced into one
- * socket write (cork until the tick ends), so a fast engine costs one syscall per burst, not per
- * token, while a paced engine still gets every event out immediately.
+ * Writes Server-Sent Events with back-pressure. Events sent in the same tick are joined into one
+ * string and written once when the tick ends, so a fast engine costs one write per burst rather than
+ * per token, while a paced engine still gets every event out at once.
  */
 export class SseWriter {
-  #corked = false;
-  readonly #uncork = (): void => {
-    this.#corked = false;
-    this.response.uncork();
+  #pending = "";
+  #scheduled = false;
+  #drain: Promise<void> | undefined;
+  readonly #flush = (): void => {
+    this.#scheduled = false;
+    if (this.#pending === "" || this.response.destroyed) return;
+    const ok = this.response.write(this.#pending);
+    this.#pending = "";
+    if (!ok && !this.#drain) this.#drain = this.#drained().finally(() => (this.#drain = undefined));
   };
 
   constructor(private readonly response: ServerResponse) {}
@@ -26,16 +34,19 @@ export class SseWriter {
     this.response.flushHeaders();
   }
 
-  /** Writes one event; resolves once the socket can take more (immediately unless the client reads slowly). */
+  /**
+   * Queues one event. Returns a promise while the client is not keeping up (wait for it before
+   * sending more), so a slow reader bounds the memory a stream can hold.
+   */
   send(data: string, event?: string): Promise<void> | undefined {
     if (this.response.destroyed) return undefined;
-    if (!this.#corked) {
-      this.#corked = true;
-      this.response.cork();
-      process.nextTick(this.#uncork);
+    this.#pending += event ? `event: ${event}\ndata: ${data}\n\n` : `data: ${data}\n\n`;
+    if (this.#pending.length >= FLUSH_BYTES) this.#flush();
+    else if (!this.#scheduled) {
+      this.#scheduled = true;
+      process.nextTick(this.#flush);
     }
-    const ok = this.response.write(event ? `event: ${event}\ndata: ${data}\n\n` : `data: ${data}\n\n`);
-    return ok ? undefined : this.#drained();
+    return this.#drain;
   }
 
   async #drained(): Promise<void> {
@@ -47,12 +58,15 @@ export class SseWriter {
         once(this.response, "drain", { signal: settled.signal }),
         once(this.response, "close", { signal: settled.signal }),
       ]);
+    } catch {
+      // An error on the response ends the stream like a close does.
     } finally {
       settled.abort();
     }
   }
 
   end(): void {
+    this.#flush();
     if (!this.response.destroyed) this.response.end();
   }
 }
