@@ -14,8 +14,11 @@ import { ThreadedSseClient } from "./threaded-client.js";
 const DECODE_PROMPT = "Write a function in TypeScript that parses a CSV line into fields.";
 /** Longest a bare decode round may take before it is cut short. */
 const BARE_ROUND_CAP_MS = 1500;
-/** The tiny model's context is 4096 tokens; the history stays well inside it. */
-const HISTORY_TOKENS = 1100;
+/**
+ * Figure 4 runs at two history lengths: reuse costs O(new tokens) and a cold start O(history), so
+ * the ratio grows with the history. The tiny model's context is 4096 tokens; both stay inside it.
+ */
+const HISTORY_SIZES = [1100, 2300] as const;
 
 export interface LlamaOptions {
   decodeTokens: number;
@@ -60,7 +63,7 @@ export async function llamaFigures(
   modelPath: string,
   options: LlamaOptions & { decode: boolean; reuse: boolean },
   log: Log,
-): Promise<{ decode?: FigureResult; reuse?: FigureResult }> {
+): Promise<{ decode?: FigureResult; reuse?: FigureResult[] }> {
   const startLines: string[] = [];
   const main = await serve(
     new LlamaEngine({ modelPath: async () => modelPath, gpu: false, log: (line) => startLines.push(line) }),
@@ -69,7 +72,7 @@ export async function llamaFigures(
     for (const line of startLines) log(`  ${line}`);
     return {
       ...(options.decode ? { decode: await decodeSpeed(main, modelPath, options, log) } : {}),
-      ...(options.reuse ? { reuse: await prefixReuse(main, modelPath, options, log) } : {}),
+      ...(options.reuse ? { reuse: await reuseAtEachSize(main, modelPath, options, log) } : {}),
     };
   } finally {
     await main.close();
@@ -235,8 +238,8 @@ const PROSE = [
   "The cache is keyed by the normalized path, so two spellings of the same file share one entry.",
 ];
 
-/** A user/assistant conversation of about `HISTORY_TOKENS` prompt tokens, unique to `round`, ending with a user turn. */
-function history(engine: LlamaEngine, round: number): ConversationItem[] {
+/** A user/assistant conversation of about `size` prompt tokens, unique to `round`, ending with a user turn. */
+function history(engine: LlamaEngine, round: number, size: number): ConversationItem[] {
   const items: ConversationItem[] = [];
   for (let turn = 0; ; turn++) {
     const pick = <T>(list: readonly T[], k: number): T => list[(round * 5 + turn * 3 + k) % list.length]!;
@@ -252,7 +255,7 @@ function history(engine: LlamaEngine, round: number): ConversationItem[] {
       toolChoice: "auto",
       parallelToolCalls: true,
     });
-    if (prompt.length >= HISTORY_TOKENS) return items;
+    if (prompt.length >= size) return items;
     items.push({
       type: "message",
       role: "assistant",
@@ -268,15 +271,27 @@ function inputOf(items: readonly ConversationItem[]): { role: string; content: s
   });
 }
 
+async function reuseAtEachSize(
+  main: Served,
+  modelPath: string,
+  options: LlamaOptions,
+  log: Log,
+): Promise<FigureResult[]> {
+  const results: FigureResult[] = [];
+  for (const size of HISTORY_SIZES) results.push(await prefixReuse(main, modelPath, options, log, size));
+  return results;
+}
+
 /** Figure 4: time to first token of a continued turn, with the engine's prefix cache vs without. */
 async function prefixReuse(
   main: Served,
   modelPath: string,
   options: LlamaOptions,
   log: Log,
+  size: number,
 ): Promise<FigureResult> {
   log(
-    `\n4. Prefix reuse: TTFT of a continued ${HISTORY_TOKENS}+ token conversation, KV cache reused vs not, ` +
+    `\n4. Prefix reuse: TTFT of a continued ${size}+ token conversation, KV cache reused vs not, ` +
       `${options.reuseRounds} interleaved round(s)`,
   );
   const single = await serve(
@@ -294,7 +309,7 @@ async function prefixReuse(
       round: number,
       evict: boolean,
     ): Promise<{ ttft: number; input: number; cached: number }> => {
-      const items = history(served.engine, round);
+      const items = history(served.engine, round, size);
       const base = { model: "spark", temperature: 0, store: false };
       await served.client.stream({ ...base, input: inputOf(items), max_output_tokens: 16 });
       if (evict)
@@ -328,7 +343,7 @@ async function prefixReuse(
     // Part of the floor under the cached case: each request renders and tokenizes the whole conversation
     // to pick a sequence (engine.promptTokens), and node-llama-cpp's LlamaChat does it once more.
     const continued: ConversationItem[] = [
-      ...history(main.engine, 0),
+      ...history(main.engine, 0, size),
       { type: "message", role: "user", text: NEW_USER_MESSAGE },
     ];
     const tokenizing = summarize(
@@ -351,7 +366,7 @@ async function prefixReuse(
     const medianInput = summarize(withReuse.map((r) => r.input)).p50;
     return {
       row: {
-        figure: "4. Continued-turn TTFT, prefix reuse",
+        figure: `4. Continued-turn TTFT, prefix reuse, ${size}+ token history`,
         spark: `${ms(reused.p50)} (${fmt(medianCached)}/${fmt(medianInput)} tokens cached)`,
         reference: `no reuse: ${ms(fresh.p50)}`,
         comparison: `${fmt(ratio, 1)}× lower`,

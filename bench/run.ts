@@ -99,7 +99,7 @@ if (only.has(3) || only.has(4)) {
       log,
     );
     if (decode) results.decodeSpeed = decode;
-    if (reuse) results.prefixReuse = reuse;
+    for (const [index, figure] of (reuse ?? []).entries()) results[`prefixReuse${index}`] = figure;
   }
 }
 
