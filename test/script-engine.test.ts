@@ -27,11 +27,18 @@ const result = (id: string): ConversationItem => ({
 async function collect(
   engine: ScriptEngine,
   items: ConversationItem[],
-  signal = new AbortController().signal,
+  options: { signal?: AbortSignal; maxOutputTokens?: number; onPart?: (part: EnginePart) => void } = {},
 ) {
   const parts: EnginePart[] = [];
   const request = { model: "spark", items, tools: [], toolChoice: "auto" as const, parallelToolCalls: true };
-  for await (const part of engine.stream(request, signal)) parts.push(part);
+  const limited =
+    options.maxOutputTokens === undefined
+      ? request
+      : { ...request, maxOutputTokens: options.maxOutputTokens };
+  for await (const part of engine.stream(limited, options.signal ?? new AbortController().signal)) {
+    parts.push(part);
+    options.onPart?.(part);
+  }
   return parts;
 }
 
@@ -93,16 +100,7 @@ describe("script engine", () => {
     const engine = new ScriptEngine({
       lines: parseScript('{"output":[{"type":"message","text":"one two three four five"}]}'),
     });
-    const request = {
-      model: "spark",
-      items: [user("x")],
-      tools: [],
-      toolChoice: "auto" as const,
-      parallelToolCalls: true,
-      maxOutputTokens: 2,
-    };
-    const parts: EnginePart[] = [];
-    for await (const part of engine.stream(request, new AbortController().signal)) parts.push(part);
+    const parts = await collect(engine, [user("x")], { maxOutputTokens: 2 });
     const finish = parts.at(-1);
     assert.ok(finish?.type === "finish");
     assert.equal(finish.reason, "length");
@@ -115,18 +113,10 @@ describe("script engine", () => {
       rate: 100,
     });
     const controller = new AbortController();
-    const parts: EnginePart[] = [];
-    const request = {
-      model: "spark",
-      items: [user("x")],
-      tools: [],
-      toolChoice: "auto" as const,
-      parallelToolCalls: true,
-    };
-    for await (const part of engine.stream(request, controller.signal)) {
-      parts.push(part);
-      if (part.type === "text-delta") controller.abort();
-    }
+    const parts = await collect(engine, [user("x")], {
+      signal: controller.signal,
+      onPart: (part) => part.type === "text-delta" && controller.abort(),
+    });
     const finish = parts.at(-1);
     assert.ok(finish?.type === "finish");
     assert.equal(finish.reason, "cancelled");

@@ -2,7 +2,14 @@
  * The Responses API, transport-free: validates a create body, runs the engine, and turns its parts
  * into the typed, numbered Responses events (the same events for SSE and, later, WebSocket).
  */
-import type { ConversationItem, Engine, EngineRequest, FinishReason, Usage } from "../engine/types.js";
+import type {
+  ConversationItem,
+  Engine,
+  EnginePart,
+  EngineRequest,
+  FinishReason,
+  Usage,
+} from "../engine/types.js";
 import { SparkError } from "../protocol/errors.js";
 import {
   responseCreateSchema,
@@ -231,9 +238,7 @@ class ResponseBuilder {
     return { ...this.response, output: [...this.response.output] };
   }
 
-  *apply(
-    part: Exclude<import("../engine/types.js").EnginePart, { type: "finish" }>,
-  ): Generator<ResponseEvent> {
+  *apply(part: Exclude<EnginePart, { type: "finish" }>): Generator<ResponseEvent> {
     const output = this.response.output;
     switch (part.type) {
       case "text-start": {
