@@ -11,6 +11,7 @@ import type { EnginePart, EngineRequest } from "../src/engine/types.js";
 import { OpenAIEngine } from "../src/engines/openai/openai-engine.js";
 import type { OpenAIEngineOptions } from "../src/engines/openai/openai-engine.js";
 import { SparkError } from "../src/protocol/errors.js";
+import { closedPort } from "./helpers/ports.js";
 
 interface Recorded {
   method: string;
@@ -524,11 +525,7 @@ test("upstream 4xx with an OpenAI error body passes status, code, message and pa
 });
 
 test("connection refused becomes a 503 upstream_unavailable naming the URL", async () => {
-  const probe = http.createServer();
-  probe.listen(0, "127.0.0.1");
-  await once(probe, "listening");
-  const { port } = probe.address() as AddressInfo;
-  await new Promise<void>((resolve) => probe.close(() => resolve()));
+  const port = await closedPort();
 
   const engine = new OpenAIEngine({ baseUrl: `http://127.0.0.1:${port}/v1` });
   try {

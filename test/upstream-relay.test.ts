@@ -10,6 +10,7 @@ import { after, before, describe, test } from "node:test";
 import OpenAI from "openai";
 import { OpenAIEngine } from "../src/engines/openai/openai-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
+import { closedPort } from "./helpers/ports.js";
 
 const WORDS = ["Spark ", "relays ", "upstream ", "tokens."];
 
@@ -98,11 +99,7 @@ describe("openai engine behind the server", () => {
 
 describe("an unreachable upstream", () => {
   test("gives a 503 upstream_unavailable, and a response.failed when streaming", async () => {
-    const closed = http.createServer();
-    closed.listen(0, "127.0.0.1");
-    await once(closed, "listening");
-    const { port } = closed.address() as AddressInfo;
-    await new Promise<void>((resolve) => closed.close(() => resolve()));
+    const port = await closedPort();
     const engine = new OpenAIEngine({ baseUrl: `http://127.0.0.1:${port}/v1`, model: "m" });
     await engine.start();
     const server = new SparkServer({ engine, port: 0 });
