@@ -227,8 +227,12 @@ export class LlamaEngine implements Engine {
         return best;
       }
       await new Promise<void>((resolve) => {
-        this.#waiters.push(resolve);
-        signal.addEventListener("abort", () => resolve(), { once: true });
+        const wake = (): void => {
+          signal.removeEventListener("abort", wake);
+          resolve();
+        };
+        this.#waiters.push(wake);
+        signal.addEventListener("abort", wake, { once: true });
       });
     }
   }
