@@ -24,6 +24,7 @@ before(async () => {
     }),
     port: 0,
     maxBodyBytes: MAX_BODY_BYTES,
+    websocket: false,
   });
   baseUrl = await server.listen();
   port = Number(new URL(baseUrl).port);
@@ -310,7 +311,7 @@ test("a wrong method is a 405 with an allow header", async () => {
   assert.equal(del.headers.get("allow"), "GET");
 });
 
-test("a WebSocket upgrade on /v1/responses is refused with 426", async () => {
+test("with WebSocket mode off, an upgrade on /v1/responses is refused with 426", async () => {
   const result = await raw(
     [
       "GET /v1/responses HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: Upgrade\r\nupgrade: websocket\r\n" +

@@ -10,6 +10,8 @@ import type { Metrics } from "./metrics.js";
 export const AbortReason = {
   clientDisconnected: "client_disconnected",
   serverShutdown: "server_shutdown",
+  /** The WebSocket connection reached its maximum lifetime. */
+  connectionLimit: "connection_limit_reached",
 } as const;
 
 export function abortReasonOf(signal: AbortSignal): string {

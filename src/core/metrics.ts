@@ -47,6 +47,18 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly websocketConnections = new Gauge({
+    name: "spark_websocket_connections",
+    help: "Open WebSocket connections.",
+    registers: [this.registry],
+  });
+  readonly steers = new Counter({
+    name: "spark_steers_total",
+    help: "response.steer frames by outcome (accepted, pending, failed).",
+    labelNames: ["outcome"] as const,
+    registers: [this.registry],
+  });
+
   constructor(options: { processMetrics?: boolean } = {}) {
     if (options.processMetrics) collectDefaultMetrics({ register: this.registry, prefix: "spark_" });
   }

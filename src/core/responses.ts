@@ -23,7 +23,7 @@ import { itemsFromResponsesInput, toolChoiceFrom, toolsFromResponses } from "./c
 import { abortReasonOf, observeGeneration } from "./generation.js";
 import { newId } from "./ids.js";
 import type { Metrics } from "./metrics.js";
-import type { ResponseStore } from "./response-store.js";
+import type { ResponseStore, StoredResponse } from "./response-store.js";
 import { resolveEngineModel } from "./models.js";
 import { validateBody } from "./validate.js";
 
@@ -37,6 +37,16 @@ export interface PreparedResponse {
   acceptedAt: number;
   /** Set when the response failed, so non-streaming callers can answer with the right status. */
   failure?: SparkError;
+  /** Set with the terminal event: the final response and the conversation a successor continues. */
+  result?: StoredResponse;
+}
+
+/** Where a transport lets `prepare` look first for the history of `previous_response_id`. */
+export interface PrepareContext {
+  /** Conversation of a response the transport holds itself (a WebSocket lane's latest), if any. */
+  history?: (responseId: string) => readonly ConversationItem[] | undefined;
+  /** Items placed before the request's own input (steering input waiting for this turn). */
+  prefix?: readonly ConversationItem[];
 }
 
 export class ResponsesService {
@@ -47,7 +57,7 @@ export class ResponsesService {
     private readonly defaultModel: string,
   ) {}
 
-  prepare(raw: unknown): PreparedResponse {
+  prepare(raw: unknown, context: PrepareContext = {}): PreparedResponse {
     const acceptedAt = performance.now();
     const body = validateBody(responseCreateSchema, raw);
     const model = body.model ?? this.defaultModel;
@@ -55,7 +65,9 @@ export class ResponsesService {
 
     let history: readonly ConversationItem[] = [];
     if (body.previous_response_id) {
-      const previous = this.store.get(body.previous_response_id);
+      const previous =
+        context.history?.(body.previous_response_id) ??
+        this.store.get(body.previous_response_id)?.conversation;
       if (!previous) {
         throw new SparkError(
           400,
@@ -65,9 +77,10 @@ export class ResponsesService {
           "previous_response_id",
         );
       }
-      history = previous.conversation.filter((item) => !(item.type === "message" && item.role === "system"));
+      history = previous.filter((item) => !(item.type === "message" && item.role === "system"));
     }
     const items = [...itemsFromResponsesInput(undefined, body.instructions), ...history];
+    if (context.prefix) items.push(...context.prefix);
     items.push(...itemsFromResponsesInput(body.input, undefined));
 
     const request: EngineRequest = {
@@ -117,6 +130,11 @@ export class ResponsesService {
   async *events(prepared: PreparedResponse, signal: AbortSignal): AsyncGenerator<ResponseEvent> {
     const builder = new ResponseBuilder(prepared.response);
     yield builder.event("response.created", { response: builder.snapshot() });
+    if (prepared.body.generate === false) {
+      const empty: Usage = { inputTokens: 0, cachedInputTokens: 0, outputTokens: 0 };
+      yield this.settle(prepared, builder.finish("stop", empty, undefined));
+      return;
+    }
     yield builder.event("response.in_progress", { response: builder.snapshot() });
     let reason: FinishReason = "stop";
     let usage: Usage = { inputTokens: 0, cachedInputTokens: 0, outputTokens: 0 };
@@ -141,14 +159,20 @@ export class ResponsesService {
       yield builder.fail(prepared.failure);
       return;
     }
-    const terminal = builder.finish(
-      reason,
-      usage,
-      reason === "cancelled" ? abortReasonOf(signal) : undefined,
-    );
-    if (prepared.response.store && terminal.response)
-      this.remember(prepared, terminal.response as ResponseObject);
-    yield terminal;
+    const abortReason = reason === "cancelled" ? abortReasonOf(signal) : undefined;
+    yield this.settle(prepared, builder.finish(reason, usage, abortReason));
+  }
+
+  /** Records a finished response (on the prepared response, and in the store when asked) and returns its terminal event. */
+  private settle(prepared: PreparedResponse, terminal: ResponseEvent): ResponseEvent {
+    const response = terminal.response as ResponseObject;
+    const result = {
+      response,
+      conversation: [...prepared.request.items, ...conversationItemsOf(response.output)],
+    };
+    prepared.result = result;
+    if (response.store) this.store.put(result);
+    return terminal;
   }
 
   /** Runs a response to its end for non-streaming clients; a failed response becomes a thrown error. */
@@ -175,11 +199,6 @@ export class ResponsesService {
       throw SparkError.notFound(`Response with id '${id}' not found.`, "response_not_found");
     }
     return { id, object: "response", deleted: true };
-  }
-
-  private remember(prepared: PreparedResponse, response: ResponseObject): void {
-    const conversation = [...prepared.request.items, ...conversationItemsOf(response.output)];
-    this.store.put({ response, conversation });
   }
 }
 

@@ -114,6 +114,19 @@ export const responseCreateSchema = z.looseObject({
   truncation: z.string().nullish(),
   user: z.string().nullish(),
   service_tier: z.string().nullish(),
+  /** `false` prepares a chainable response without generating (Codex's connection prewarm). */
+  generate: z.boolean().nullish(),
+  background: z.boolean().nullish(),
+  /** WebSocket lane; validated by the WebSocket session, ignored over HTTP. */
+  stream_id: z.string().nullish(),
+  context_management: z
+    .array(
+      z.looseObject({
+        type: z.literal("compaction"),
+        compact_threshold: z.number().int().positive().nullish(),
+      }),
+    )
+    .nullish(),
 });
 export type ResponseCreateBody = z.infer<typeof responseCreateSchema>;
 

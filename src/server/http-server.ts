@@ -13,6 +13,7 @@ import type { Engine } from "../engine/types.js";
 import { SparkError } from "../protocol/errors.js";
 import { readJsonBody } from "./body.js";
 import { SseWriter } from "./sse.js";
+import { ResponsesWebSocket, type WebSocketOptions } from "./websocket.js";
 
 export interface SparkServerOptions {
   engine: Engine;
@@ -24,6 +25,8 @@ export interface SparkServerOptions {
   defaultModel?: string;
   store?: ResponseStore;
   metrics?: Metrics;
+  /** WebSocket mode on `/v1/responses` (on by default); `false` answers upgrades with 426. */
+  websocket?: boolean | Omit<WebSocketOptions, "maxFrameBytes">;
 }
 
 type Handler = (context: RequestContext) => Promise<void>;
@@ -57,6 +60,7 @@ export class SparkServer {
   readonly #shutdown = new AbortController();
   readonly #inFlight = new Set<Promise<void>>();
   readonly #sockets = new Set<Socket>();
+  readonly #websocket: ResponsesWebSocket | undefined;
   #url: string | undefined;
 
   constructor(private readonly options: SparkServerOptions) {
@@ -71,6 +75,13 @@ export class SparkServer {
       defaultModel,
     );
     this.#chat = new ChatCompletionsService(this.#engine, this.metrics, defaultModel);
+    if (options.websocket !== false) {
+      const websocketOptions = typeof options.websocket === "object" ? options.websocket : {};
+      this.#websocket = new ResponsesWebSocket(this.#responses, this.metrics, {
+        ...websocketOptions,
+        maxFrameBytes: this.#maxBodyBytes,
+      });
+    }
     this.#routes = [
       {
         method: "POST",
@@ -109,8 +120,8 @@ export class SparkServer {
     this.#server = createServer({ keepAliveTimeout: 65_000 }, (request, response) =>
       this.#dispatch(request, response),
     );
-    this.#server.on("upgrade", (request: IncomingMessage, socket: Socket) =>
-      this.#refuseUpgrade(request, socket),
+    this.#server.on("upgrade", (request: IncomingMessage, socket: Socket, head: Buffer) =>
+      this.#upgrade(request, socket, head),
     );
     this.#server.on("clientError", (error: NodeJS.ErrnoException, socket: Socket) => {
       if (!socket.writable || error.code === "ECONNRESET") {
@@ -149,6 +160,11 @@ export class SparkServer {
     return this.#url;
   }
 
+  /** Open WebSocket connections and the bytes queued for them but not yet written to the kernel. */
+  websocketStats(): { connections: number; unsentBytes: number } {
+    return this.#websocket?.stats() ?? { connections: 0, unsentBytes: 0 };
+  }
+
   get url(): string {
     if (!this.#url) throw new Error("server is not listening");
     return this.#url;
@@ -161,7 +177,7 @@ export class SparkServer {
   async close(): Promise<void> {
     const closed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
     this.#shutdown.abort(AbortReason.serverShutdown);
-    await Promise.allSettled([...this.#inFlight]);
+    await Promise.allSettled([...this.#inFlight, this.#websocket?.close()]);
     this.#server.closeIdleConnections();
     // Give slow readers a moment to receive their terminal events before the sockets go.
     const grace = new Promise<void>((resolve) => setTimeout(resolve, SHUTDOWN_GRACE_MS).unref());
@@ -278,15 +294,33 @@ export class SparkServer {
     response.end(text);
   }
 
-  /** WebSocket mode is not served by this transport: 426 tells clients to fall back to HTTP at once. */
-  #refuseUpgrade(_request: IncomingMessage, socket: Socket): void {
-    const refusal = new SparkError(
-      426,
-      "invalid_request_error",
-      "websocket_not_supported",
-      "WebSocket mode is not enabled on this server; use HTTP.",
-    );
-    socket.end(rawResponse(426, "Upgrade Required", JSON.stringify(refusal.toBody())));
+  /**
+   * WebSocket mode lives on `/v1/responses`. With it disabled the answer is 426, which tells clients
+   * to fall back to HTTP at once (a 404 or 405 would look like a broken server).
+   */
+  #upgrade(request: IncomingMessage, socket: Socket, head: Buffer): void {
+    const path = (request.url ?? "/").split("?")[0] ?? "/";
+    let refusal: SparkError;
+    if (path !== "/v1/responses") {
+      refusal = SparkError.notFound(
+        `WebSocket mode is served on /v1/responses, not ${path}.`,
+        "unknown_route",
+      );
+    } else if (!this.#websocket || this.#shutdown.signal.aborted) {
+      refusal = new SparkError(
+        426,
+        "invalid_request_error",
+        "websocket_not_supported",
+        this.#websocket
+          ? "The server is shutting down."
+          : "WebSocket mode is not enabled on this server; use HTTP.",
+      );
+    } else {
+      this.#websocket.upgrade(request, socket, head);
+      return;
+    }
+    const reason = refusal.status === 426 ? "Upgrade Required" : "Not Found";
+    socket.end(rawResponse(refusal.status, reason, JSON.stringify(refusal.toBody())));
   }
 }
 

@@ -1,0 +1,429 @@
+/**
+ * One persistent Responses connection (WebSocket mode), transport-free: the frames a client sends
+ * come in through `handle`, the events go out through a `SessionSink`. This is where lanes,
+ * the per-connection cache that makes continued turns O(new input), the in-flight limit and
+ * real-time steering live; the WebSocket adapter only moves frames and enforces socket limits.
+ *
+ * Contracts:
+ * - `stream_id` lanes run FIFO within a lane and concurrently across lanes; every event of a named
+ *   lane carries its `stream_id`. At most `maxInFlight` responses generate at once; more wait.
+ * - Each lane keeps its latest response's full conversation (input and output) in memory whatever
+ *   `store` says, so `previous_response_id` plus new items continues a chain without the store.
+ * - Every response started here ends with exactly one terminal event, also when the session closes.
+ * - `close()` stops every generation the session started, at once.
+ */
+import { z } from "zod";
+import type { ConversationItem } from "../engine/types.js";
+import { SparkError } from "../protocol/errors.js";
+import type { OutputItem, ResponseEvent, ResponseObject } from "../protocol/responses.js";
+import { itemsFromResponsesInput } from "./conversation.js";
+import { newId } from "./ids.js";
+import type { Metrics } from "./metrics.js";
+import type { PreparedResponse, ResponsesService } from "./responses.js";
+
+/** Receives the session's events in order; a returned promise means "wait before sending more". */
+export interface SessionSink {
+  send(event: ResponseEvent): void | Promise<void>;
+}
+
+export interface SessionLimits {
+  /** Responses generating at once on one connection; further ones wait their turn. */
+  maxInFlight: number;
+  /** Named lanes one connection may open. */
+  maxLanes: number;
+  /** Steers waiting on one response. */
+  maxPendingSteers: number;
+}
+
+export const DEFAULT_SESSION_LIMITS: SessionLimits = { maxInFlight: 16, maxLanes: 32, maxPendingSteers: 8 };
+
+/** Abort reason of a response interrupted by `response.steer`; it becomes `incomplete_details.reason`. */
+export const STEERED = "steered";
+
+const STREAM_ID = /^[A-Za-z0-9_.-]{1,256}$/;
+
+const steerMessage = z.looseObject({
+  type: z.literal("message").optional(),
+  role: z.literal("user"),
+  content: z.union([
+    z.string(),
+    z.array(z.looseObject({ type: z.literal("input_text"), text: z.string() })).min(1),
+  ]),
+});
+const steerFrame = z.looseObject({
+  previous_response_id: z.string().min(1),
+  input: z.union([z.string().min(1), z.array(steerMessage).min(1)]),
+});
+
+interface Steer {
+  id: string;
+  input: unknown;
+  items: ConversationItem[];
+}
+
+interface Job {
+  lane: Lane;
+  /** The create body as the client sent it (minus `type`). */
+  body: Record<string, unknown>;
+  /** Items placed before the body's input: steering input carried into this turn. */
+  prefix: ConversationItem[];
+  controller: AbortController;
+  prepared?: PreparedResponse;
+  /** Steers accepted while this response runs; they start its successor when it ends. */
+  steers: Steer[];
+}
+
+interface Lane {
+  /** `undefined` for the default lane (frames without `stream_id`). */
+  id: string | undefined;
+  queue: Job[];
+  running: Job | undefined;
+  /** The lane's latest finished response, whatever `store` said. */
+  latest: { response: ResponseObject; conversation: readonly ConversationItem[] } | undefined;
+}
+
+export class ResponsesSession {
+  readonly #lanes = new Map<string | undefined, Lane>();
+  /** Lanes whose next job waits for an in-flight slot, in arrival order. */
+  readonly #waiting: Lane[] = [];
+  /** Steers waiting for the client's tool results, by the id of the response that asked for them. */
+  readonly #pendingSteers = new Map<string, Steer[]>();
+  readonly #running = new Set<Promise<void>>();
+  #active = 0;
+  #sequence = 0;
+  #closed = false;
+
+  constructor(
+    private readonly service: ResponsesService,
+    private readonly sink: SessionSink,
+    private readonly limits: SessionLimits = DEFAULT_SESSION_LIMITS,
+    private readonly metrics?: Metrics,
+  ) {}
+
+  /** Responses generating right now. */
+  get active(): number {
+    return this.#active;
+  }
+
+  /** Handles one parsed client frame. Never throws: problems become `error` events. */
+  handle(frame: unknown): void {
+    if (this.#closed) return;
+    if (typeof frame !== "object" || frame === null || Array.isArray(frame)) {
+      this.#error(SparkError.invalid("A frame must be a JSON object with a `type`.", null, "invalid_frame"));
+      return;
+    }
+    const { type, ...fields } = frame as Record<string, unknown>;
+    if (type === "response.create") this.#create(fields);
+    else if (type === "response.steer") this.#steer(fields);
+    else {
+      const shown = typeof type === "string" ? `'${type}'` : "missing";
+      this.#error(
+        SparkError.invalid(
+          `Unknown event type ${shown}; send response.create or response.steer.`,
+          "type",
+          "unknown_event_type",
+        ),
+      );
+    }
+  }
+
+  /** Sends an `error` event that belongs to no response (bad frames, transport limits). */
+  error(error: SparkError, streamId?: string): void {
+    this.#error(error, streamId);
+  }
+
+  /**
+   * Stops every generation this session started (each ends with its terminal event, reason
+   * `reason`), drops queued work, and resolves once all of them have ended.
+   */
+  async close(reason: string): Promise<void> {
+    this.#closed = true;
+    for (const lane of this.#lanes.values()) {
+      lane.queue.length = 0;
+      lane.running?.controller.abort(reason);
+    }
+    this.#waiting.length = 0;
+    await Promise.allSettled([...this.#running]);
+  }
+
+  #create(body: Record<string, unknown>): void {
+    const streamId = body.stream_id;
+    if (streamId != null && (typeof streamId !== "string" || !STREAM_ID.test(streamId))) {
+      this.#error(
+        SparkError.invalid(
+          "stream_id must be 1 to 256 characters of letters, digits, '_', '.' or '-'.",
+          "stream_id",
+          "invalid_stream_id",
+        ),
+      );
+      return;
+    }
+    if (body.background === true) {
+      this.#error(
+        SparkError.invalid(
+          "background is not supported over WebSocket.",
+          "background",
+          "unsupported_parameter",
+        ),
+        streamId ?? undefined,
+      );
+      return;
+    }
+    const lane = this.#lane(streamId ?? undefined);
+    if (!lane) return;
+    const { stream: _stream, ...rest } = body;
+    let prefix: ConversationItem[] = [];
+    const previous = typeof rest.previous_response_id === "string" ? rest.previous_response_id : undefined;
+    const waiting = previous ? this.#pendingSteers.get(previous) : undefined;
+    if (previous && waiting) {
+      this.#pendingSteers.delete(previous);
+      prefix = waiting.flatMap((steer) => steer.items);
+    }
+    lane.queue.push({ lane, body: rest, prefix, controller: new AbortController(), steers: [] });
+    this.#pump(lane);
+  }
+
+  #lane(id: string | undefined): Lane | undefined {
+    let lane = this.#lanes.get(id);
+    if (lane) return lane;
+    const named = this.#lanes.size - (this.#lanes.has(undefined) ? 1 : 0);
+    if (id !== undefined && named >= this.limits.maxLanes) {
+      this.#error(
+        new SparkError(
+          400,
+          "invalid_request_error",
+          "websocket_stream_limit_reached",
+          `A connection may open at most ${this.limits.maxLanes} stream_id lanes.`,
+          "stream_id",
+        ),
+        id,
+      );
+      return undefined;
+    }
+    lane = { id, queue: [], running: undefined, latest: undefined };
+    this.#lanes.set(id, lane);
+    return lane;
+  }
+
+  /** Starts the lane's next job if the lane is idle and an in-flight slot is free. */
+  #pump(lane: Lane): void {
+    if (lane.running || lane.queue.length === 0 || this.#closed) return;
+    if (this.#active >= this.limits.maxInFlight) {
+      if (!this.#waiting.includes(lane)) this.#waiting.push(lane);
+      return;
+    }
+    const job = lane.queue.shift()!;
+    lane.running = job;
+    this.#active++;
+    const run = this.#run(job).finally(() => {
+      this.#running.delete(run);
+      lane.running = undefined;
+      this.#active--;
+      this.#pump(lane);
+      while (this.#active < this.limits.maxInFlight && this.#waiting.length > 0)
+        this.#pump(this.#waiting.shift()!);
+    });
+    this.#running.add(run);
+  }
+
+  async #run(job: Job): Promise<void> {
+    const { lane } = job;
+    try {
+      job.prepared = this.service.prepare(job.body, {
+        history: (id) => this.#history(id),
+        prefix: job.prefix,
+      });
+    } catch (error) {
+      this.#error(SparkError.from(error), lane.id);
+      // Steers can only have been accepted for a prepared response, so none are lost here.
+      return;
+    }
+    for await (const event of this.service.events(job.prepared, job.controller.signal)) {
+      if (lane.id !== undefined) event.stream_id = lane.id;
+      const pending = this.sink.send(event);
+      if (pending) await pending;
+    }
+    const result = job.prepared.result;
+    if (result) lane.latest = result;
+    if (job.steers.length > 0) this.#afterSteeredTurn(job);
+  }
+
+  /** The conversation of a lane's latest response, for `previous_response_id` on this connection. */
+  #history(responseId: string): readonly ConversationItem[] | undefined {
+    for (const lane of this.#lanes.values()) {
+      if (lane.latest?.response.id === responseId) return lane.latest.conversation;
+    }
+    return undefined;
+  }
+
+  #steer(fields: Record<string, unknown>): void {
+    const parsed = steerFrame.safeParse(fields);
+    const target = typeof fields.previous_response_id === "string" ? fields.previous_response_id : "";
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      const where = issue?.path.join(".") || "input";
+      this.#steerFailed(
+        undefined,
+        target,
+        fields.input,
+        "invalid_input",
+        `Invalid steer ${where}: ${issue?.message ?? "malformed"}. Send user text or user messages.`,
+      );
+      return;
+    }
+    const { previous_response_id: responseId, input } = parsed.data;
+    const items = itemsFromResponsesInput(input as never, undefined);
+    const job = this.#runningJob(responseId);
+    const steer: Steer = { id: newId("steer"), input, items };
+    if (job) {
+      if (job.steers.length >= this.limits.maxPendingSteers) {
+        this.#steerFailed(
+          undefined,
+          responseId,
+          input,
+          "too_many_pending_steers",
+          `At most ${this.limits.maxPendingSteers} steers may wait on one response.`,
+          job.lane.id,
+        );
+        return;
+      }
+      job.steers.push(steer);
+      this.#emit(
+        { type: "response.steer.accepted", steer: { id: steer.id, previous_response_id: responseId } },
+        job.lane.id,
+      );
+      // Stop at the next token boundary; the successor starts when the terminal event is out.
+      job.controller.abort(STEERED);
+      return;
+    }
+    const finished = this.#finishedLane(responseId);
+    if (finished?.latest) {
+      const required = requiredInputOf(finished.latest.response.output);
+      if (required.length === 0) {
+        this.#steerFailed(
+          undefined,
+          responseId,
+          input,
+          "response_already_completed",
+          `Response '${responseId}' has already completed; send response.create with previous_response_id instead.`,
+          finished.id,
+        );
+        return;
+      }
+      const waiting = this.#pendingSteers.get(responseId) ?? [];
+      if (waiting.length >= this.limits.maxPendingSteers) {
+        this.#steerFailed(
+          undefined,
+          responseId,
+          input,
+          "too_many_pending_steers",
+          "Too many steers are waiting.",
+          finished.id,
+        );
+        return;
+      }
+      waiting.push(steer);
+      this.#pendingSteers.set(responseId, waiting);
+      this.#emit(
+        { type: "response.steer.accepted", steer: { id: steer.id, previous_response_id: responseId } },
+        finished.id,
+      );
+      this.#steerPending(steer, finished.latest.response, finished.id);
+      return;
+    }
+    this.#steerFailed(
+      undefined,
+      responseId,
+      input,
+      "response_not_found",
+      `No response '${responseId}' is in flight on this connection.`,
+    );
+  }
+
+  /**
+   * A response with accepted steers has ended. If it stopped for client tool results, the steers
+   * wait for the client's next `response.create` on the chain; otherwise its successor starts now,
+   * ahead of anything queued on the lane, with the same settings.
+   */
+  #afterSteeredTurn(job: Job): void {
+    const response = job.prepared?.result?.response;
+    const { lane, steers } = job;
+    if (!response) return;
+    if (this.#closed) return;
+    if (requiredInputOf(response.output).length > 0) {
+      this.#pendingSteers.set(response.id, [...(this.#pendingSteers.get(response.id) ?? []), ...steers]);
+      for (const steer of steers) this.#steerPending(steer, response, lane.id);
+      return;
+    }
+    const { input: _input, previous_response_id: _previous, generate: _generate, ...settings } = job.body;
+    lane.queue.unshift({
+      lane,
+      body: { ...settings, previous_response_id: response.id },
+      prefix: steers.flatMap((steer) => steer.items),
+      controller: new AbortController(),
+      steers: [],
+    });
+  }
+
+  #runningJob(responseId: string): Job | undefined {
+    for (const lane of this.#lanes.values()) {
+      if (lane.running?.prepared?.response.id === responseId) return lane.running;
+    }
+    return undefined;
+  }
+
+  #finishedLane(responseId: string): Lane | undefined {
+    for (const lane of this.#lanes.values()) if (lane.latest?.response.id === responseId) return lane;
+    return undefined;
+  }
+
+  #steerPending(steer: Steer, response: ResponseObject, laneId: string | undefined): void {
+    this.#emit(
+      {
+        type: "response.steer.pending",
+        reason: "waiting_for_required_input",
+        steer: { id: steer.id, previous_response_id: response.id },
+        required_input: requiredInputOf(response.output),
+      },
+      laneId,
+    );
+  }
+
+  #steerFailed(
+    id: string | undefined,
+    responseId: string,
+    input: unknown,
+    code: string,
+    message: string,
+    laneId?: string,
+  ): void {
+    const steer: Record<string, unknown> = { previous_response_id: responseId, input: input ?? null };
+    if (id) steer.id = id;
+    this.#emit({ type: "response.steer.failed", steer, error: { code, message } }, laneId);
+  }
+
+  #error(error: SparkError, laneId?: string): void {
+    this.#emit({ type: "error", status: error.status, ...error.toBody() }, laneId);
+  }
+
+  #emit(event: { type: string } & Record<string, unknown>, laneId: string | undefined): void {
+    if (event.type.startsWith("response.steer."))
+      this.metrics?.steers.inc({ outcome: event.type.slice("response.steer.".length) });
+    const numbered: ResponseEvent = { ...event, sequence_number: this.#sequence++ };
+    if (laneId !== undefined) numbered.stream_id = laneId;
+    void this.sink.send(numbered);
+  }
+}
+
+/** Stubs for the tool results a response is waiting for: the client fills in `output`. */
+function requiredInputOf(output: readonly OutputItem[]): Record<string, unknown>[] {
+  const required: Record<string, unknown>[] = [];
+  for (const item of output) {
+    if (item.status !== "completed") continue;
+    if (item.type === "function_call")
+      required.push({ type: "function_call_output", call_id: item.call_id, output: "" });
+    else if (item.type === "custom_tool_call")
+      required.push({ type: "custom_tool_call_output", call_id: item.call_id, output: "" });
+  }
+  return required;
+}
