@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { textOf, WsClient } from "./helpers/ws-client.js";
 
 const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
 /** Only to avoid hanging forever on a broken CLI; no assertion depends on it. */
@@ -166,6 +167,8 @@ test("serve --help mentions every option", async () => {
     "--script",
     "--rate",
     "--config",
+    "--no-websocket",
+    "--websocket-max-minutes",
   ]) {
     assert.match(stdout, new RegExp(`${option}\\b(?!-)`), `help should mention ${option}`);
   }
@@ -236,6 +239,26 @@ test("SIGTERM during a stream ends it with exactly one terminal event and exits 
 
   assert.equal(await cli.exited, 0, `stderr:\n${cli.stderr()}`);
   assert.match(cli.stderr(), /SIGTERM/);
+});
+
+test("WebSocket mode is on by default; --no-websocket and SPARK_WEBSOCKET=0 turn it off (426)", async () => {
+  const base = ["serve", "--engine", "script", "--script", SHORT_SCRIPT, "--port", "0"];
+  const on = await startServer(base);
+  const client = await WsClient.connect(on.url);
+  const events = await client.turn({ input: "hi" });
+  assert.equal(textOf(events), "Hello from the CLI test.");
+  await client.close();
+  assert.equal(await stop(on), 0);
+
+  for (const [args, env] of [
+    [[...base, "--no-websocket"], {}],
+    [base, { SPARK_WEBSOCKET: "0" }],
+  ] as const) {
+    const off = await startServer(args, env);
+    await assert.rejects(WsClient.connect(off.url), /upgrade refused with 426/);
+    assert.match(off.stderr(), /WebSocket mode off/);
+    assert.equal(await stop(off), 0);
+  }
 });
 
 test("SIGINT with no requests exits 0", async () => {

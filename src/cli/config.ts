@@ -26,6 +26,11 @@ export const serveSettingsSchema = z.strictObject({
   script: z.string().min(1).optional(),
   rate: z.coerce.number().min(0).optional(),
   maxBodyBytes: z.coerce.number().int().min(1024),
+  websocket: z.boolean(),
+  websocketMaxMinutes: z.coerce
+    .number()
+    .positive()
+    .max(24 * 60),
 });
 export type ServeSettings = z.infer<typeof serveSettingsSchema>;
 type SettingKey = keyof ServeSettings;
@@ -38,6 +43,8 @@ export const DEFAULT_SETTINGS = {
   gpu: "auto",
   upstreamApi: "chat",
   maxBodyBytes: 16 * 1024 * 1024,
+  websocket: true,
+  websocketMaxMinutes: 60,
 } as const satisfies Partial<ServeSettings>;
 
 /** Environment variable for each setting. */
@@ -58,7 +65,11 @@ export const ENV_NAMES: Record<SettingKey, string> = {
   script: "SPARK_SCRIPT",
   rate: "SPARK_RATE",
   maxBodyBytes: "SPARK_MAX_BODY_BYTES",
+  websocket: "SPARK_WEBSOCKET",
+  websocketMaxMinutes: "SPARK_WEBSOCKET_MAX_MINUTES",
 };
+
+const BOOLEAN_SETTINGS: readonly string[] = ["download", "websocket"];
 
 export class ConfigError extends Error {}
 
@@ -67,7 +78,7 @@ function fromEnv(env: NodeJS.ProcessEnv): Record<string, unknown> {
   for (const [key, name] of Object.entries(ENV_NAMES)) {
     const value = env[name];
     if (value === undefined || value === "") continue;
-    values[key] = key === "download" ? !/^(0|false|no|off)$/i.test(value) : value;
+    values[key] = BOOLEAN_SETTINGS.includes(key) ? !/^(0|false|no|off)$/i.test(value) : value;
   }
   return values;
 }

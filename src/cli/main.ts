@@ -32,11 +32,13 @@ async function serve(flags: Record<string, unknown>): Promise<void> {
     host: settings.host,
     port: settings.port,
     maxBodyBytes: settings.maxBodyBytes,
+    websocket: settings.websocket && { maxConnectionMs: settings.websocketMaxMinutes * 60_000 },
   });
   const url = await server.listen();
   process.stdout.write(`spark listening on ${url}\n`);
   log(
-    `engine ${engine.kind}; POST ${url}/v1/responses, ${url}/v1/chat/completions; GET /v1/models, /healthz, /metrics`,
+    `engine ${engine.kind}; POST ${url}/v1/responses, ${url}/v1/chat/completions; GET /v1/models, /healthz, /metrics; ` +
+      (settings.websocket ? `WebSocket ${url.replace(/^http/, "ws")}/v1/responses` : "WebSocket mode off"),
   );
 
   let stopping = false;
@@ -78,7 +80,7 @@ export function buildProgram(): Command {
   program
     .command("serve")
     .description(
-      "start the OpenAI-compatible server (Responses API over HTTP+SSE, Chat Completions, /v1/models)",
+      "start the OpenAI-compatible server (Responses API over HTTP+SSE and WebSocket, Chat Completions, /v1/models)",
     )
     .option("--host <host>", `address to bind ${env("host")}`, DEFAULT_SETTINGS.host)
     .option("--port <port>", `port to listen on; 0 picks a free port ${env("port")}`, integer)
@@ -119,7 +121,20 @@ export function buildProgram(): Command {
     .option("--upstream-model <id>", `openai: upstream model for the alias "spark" ${env("upstreamModel")}`)
     .option("--script <file>", `script: JSON Lines file, one model response per line ${env("script")}`)
     .option("--rate <tokens/s>", `script: streaming rate; default unlimited ${env("rate")}`, number)
-    .option("--max-body-bytes <n>", `largest request body accepted ${env("maxBodyBytes")}`, integer)
+    .option(
+      "--max-body-bytes <n>",
+      `largest request body or WebSocket frame accepted ${env("maxBodyBytes")}`,
+      integer,
+    )
+    .option(
+      "--no-websocket",
+      `answer WebSocket upgrades with 426 (clients fall back to HTTP) ${env("websocket")}`,
+    )
+    .option(
+      "--websocket-max-minutes <n>",
+      `lifetime of one WebSocket connection (default 60) ${env("websocketMaxMinutes")}`,
+      number,
+    )
     .addHelpText(
       "after",
       `
