@@ -4,7 +4,12 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import OpenAI from "openai";
-import type { ResponseInputItem, ResponseStreamEvent } from "openai/resources/responses/responses";
+import type {
+  ResponseInputItem,
+  ResponsesServerEvent,
+  ResponseStreamEvent,
+} from "openai/resources/responses/responses";
+import { ResponsesWS } from "openai/resources/responses/ws";
 import type { SparkServer } from "../src/server/http-server.js";
 import { startScriptServer } from "./helpers/servers.js";
 
@@ -266,3 +271,84 @@ describe("Chat Completions through the openai SDK", () => {
     assert.ok(models.data.some((m) => m.id === "spark"));
   });
 });
+
+describe("Responses WebSocket mode through the openai SDK (ResponsesWS)", () => {
+  let server: SparkServer;
+  before(async () => {
+    server = await startScriptServer(
+      [
+        { output: [{ type: "message", text: GREETING }] },
+        { output: [{ type: "message", text: "Second turn." }] },
+      ],
+      500,
+    );
+  });
+  after(() => server.close());
+
+  /** Collects a ResponsesWS connection's events and resolves terminal events by response id. */
+  function open(): { socket: ResponsesWS; events: ResponsesServerEvent[]; terminal: (n: number) => Promise<void> } {
+    const socket = new ResponsesWS(client(server));
+    const events: ResponsesServerEvent[] = [];
+    const waiters: (() => void)[] = [];
+    socket.on("event", (event) => {
+      events.push(event);
+      for (const wake of waiters.splice(0)) wake();
+    });
+    socket.on("error", (error) => assert.fail(`unexpected error event: ${error.message}`));
+    const terminal = async (n: number): Promise<void> => {
+      while (events.filter((e) => TERMINAL.has(e.type)).length < n) await new Promise<void>((r) => waiters.push(r));
+    };
+    return { socket, events, terminal };
+  }
+
+  function finalResponse(events: readonly ResponsesServerEvent[], nth: number): OpenAI.Responses.Response {
+    const terminal = events.filter((e) => TERMINAL.has(e.type))[nth];
+    assert.ok(terminal && "response" in terminal);
+    return terminal.response;
+  }
+
+  test("create and continuation with only the new input", async () => {
+    const { socket, events, terminal } = open();
+    await new Promise((resolve) => socket.socket.once("open", resolve));
+    socket.send({ type: "response.create", model: "spark", input: "Say hello", store: false });
+    await terminal(1);
+    const first = finalResponse(events, 0);
+    assert.equal(first.status, "completed");
+    assert.equal(textOfOutput(first), GREETING);
+    socket.send({
+      type: "response.create",
+      model: "spark",
+      previous_response_id: first.id,
+      input: [{ role: "user", content: "Again" }],
+      store: false,
+    });
+    await terminal(2);
+    const second = finalResponse(events, 1);
+    assert.equal(textOfOutput(second), "Second turn.");
+    assert.equal(second.previous_response_id, first.id);
+    socket.close();
+  });
+
+  test("stream_id lanes run side by side and echo their lane", async () => {
+    const { socket, events, terminal } = open();
+    await new Promise((resolve) => socket.socket.once("open", resolve));
+    for (const lane of ["left", "right"]) {
+      // stream_id is part of WebSocket mode but not (yet) of the SDK's types.
+      socket.send({ type: "response.create", model: "spark", input: lane, stream_id: lane } as never);
+    }
+    await terminal(2);
+    const lanes = events.map((e) => (e as { stream_id?: string }).stream_id);
+    assert.ok(lanes.every((lane) => lane === "left" || lane === "right"));
+    const firstDone = events.findIndex((e) => TERMINAL.has(e.type));
+    assert.ok(new Set(lanes.slice(0, firstDone)).size === 2, "both lanes streamed before either finished");
+    for (const nth of [0, 1]) assert.equal(textOfOutput(finalResponse(events, nth)), GREETING);
+    socket.close();
+  });
+});
+
+function textOfOutput(response: OpenAI.Responses.Response): string {
+  return response.output
+    .flatMap((item) => (item.type === "message" ? item.content : []))
+    .map((part) => (part.type === "output_text" ? part.text : ""))
+    .join("");
+}
