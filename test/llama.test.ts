@@ -10,6 +10,7 @@ import type { ConversationItem, EngineRequest } from "../src/engine/types.js";
 import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
 import { MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
+import { TERMINAL_TYPES, terminalOf, WsClient } from "./helpers/ws-client.js";
 
 const modelPath = testModelPath();
 
@@ -175,6 +176,89 @@ describe("llama engine", { skip: modelPath ? false : MODEL_SKIP_MESSAGE }, () =>
     // The engine is free again: the next request is served normally.
     const next = await openai.responses.create({ model: "spark", input: "hi", max_output_tokens: 4 });
     assert.equal(next.usage?.output_tokens, 4);
+  });
+
+  test("over one WebSocket, store:false turns reuse the KV cache: O(new tokens) per turn", async () => {
+    const client = await WsClient.connect(server.url);
+    const history = Array.from({ length: 12 }, (_, i) => `Step ${i}: compile, run, compare.`).join("\n");
+    const first = terminalOf(
+      await client.turn({ input: history, max_output_tokens: 8, temperature: 0, store: false }),
+    );
+    let previous = first.response;
+    for (const text of ["Now the tests.", "And the docs."]) {
+      const next = terminalOf(
+        await client.turn({
+          previous_response_id: previous.id,
+          input: text,
+          max_output_tokens: 8,
+          temperature: 0,
+          store: false,
+        }),
+      ).response;
+      const usage = next.usage!;
+      const earlier = previous.usage!.input_tokens + previous.usage!.output_tokens;
+      assert.ok(
+        usage.input_tokens_details.cached_tokens >= earlier - 8,
+        `cached ${usage.input_tokens_details.cached_tokens} of the earlier ${earlier} tokens`,
+      );
+      assert.ok(
+        usage.input_tokens - usage.input_tokens_details.cached_tokens < 40,
+        "only the new turn is evaluated",
+      );
+      previous = next;
+    }
+    await client.close();
+  });
+
+  test("a steered response's successor evaluates only the steer input", async () => {
+    const client = await WsClient.connect(server.url);
+    client.send({
+      type: "response.create",
+      input: "Tell me a long story.",
+      max_output_tokens: 2000,
+      temperature: 0,
+      store: false,
+    });
+    const created = await client.waitForType("response.created");
+    const steeredId = (created.response as { id: string }).id;
+    await client.waitFor(
+      () => client.events.filter((e) => e.type === "response.output_text.delta").length >= 10,
+    );
+    client.send({ type: "response.steer", previous_response_id: steeredId, input: "Shorter, please." });
+    const successorCreated = await client.waitFor(
+      (e) => e.type === "response.created" && (e.response as { id: string }).id !== steeredId,
+    );
+    const successorId = (successorCreated.response as { id: string }).id;
+    const steered = terminalOf(client.responseEvents(steeredId));
+    assert.deepEqual(steered.response.incomplete_details, { reason: "steered" });
+    await client.waitFor(
+      (e) =>
+        e.type !== "response.created" &&
+        TERMINAL_TYPES.has(e.type) &&
+        (e.response as { id: string }).id === successorId,
+    );
+    const successor = terminalOf(client.responseEvents(successorId)).response;
+    const usage = successor.usage!;
+    const earlier = steered.response.usage!.input_tokens + steered.response.usage!.output_tokens;
+    assert.ok(
+      usage.input_tokens_details.cached_tokens >= earlier - 8,
+      `cached ${usage.input_tokens_details.cached_tokens} of the steered response's ${earlier} tokens`,
+    );
+    assert.ok(
+      usage.input_tokens - usage.input_tokens_details.cached_tokens < 30,
+      "only the steer input is evaluated",
+    );
+    await client.close();
+  });
+
+  test("closing the WebSocket stops decoding within a few tokens", async () => {
+    cancels.length = 0;
+    const client = await WsClient.connect(server.url);
+    client.send({ type: "response.create", input: "Tell me a long story.", max_output_tokens: 3000 });
+    await client.waitForType("response.output_text.delta");
+    client.socket.terminate();
+    while (cancels.length === 0) await new Promise((resolve) => setTimeout(resolve, 10));
+    assert.ok(cancels[0]! <= 2, `decoded ${cancels[0]} tokens after the close`);
   });
 
   test("concurrent requests are served on separate sequences with the same results", async () => {
