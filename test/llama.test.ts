@@ -261,6 +261,27 @@ describe("llama engine", { skip: modelPath ? false : MODEL_SKIP_MESSAGE }, () =>
     assert.ok(cancels[0]! <= 2, `decoded ${cancels[0]} tokens after the close`);
   });
 
+  test("compaction: the model writes the summary; the latest user message stays verbatim", async () => {
+    const input: OpenAI.Responses.ResponseInputItem[] = [
+      { role: "user", content: "Rename parse() to parseConfig() everywhere." },
+      { role: "assistant", content: "Renamed in three files." },
+      { role: "user", content: "Now add a test for empty input." },
+    ];
+    const compacted = await openai.responses.compact({ model: "spark", input });
+    assert.ok(compacted.usage.output_tokens > 0, "the engine generated the summary");
+    const kept = compacted.output.slice(0, -1) as unknown as { content: { text: string }[] }[];
+    assert.equal(kept.at(-1)?.content[0]?.text, "Now add a test for empty input.");
+    const resumed = await openai.responses.create({
+      model: "spark",
+      input: [
+        ...(compacted.output as unknown as OpenAI.Responses.ResponseInputItem[]),
+        { role: "user", content: "Go on." },
+      ],
+      max_output_tokens: 4,
+    });
+    assert.equal(resumed.usage?.output_tokens, 4);
+  });
+
   test("concurrent requests are served on separate sequences with the same results", async () => {
     const prompts = ["alpha beta", "gamma delta", "epsilon zeta"];
     const sequential = [];

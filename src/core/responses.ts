@@ -12,7 +12,9 @@ import type {
 } from "../engine/types.js";
 import { SparkError } from "../protocol/errors.js";
 import {
+  compactRequestSchema,
   responseCreateSchema,
+  type CompactedResponse,
   type OutputItem,
   type ResponseCreateBody,
   type ResponseEvent,
@@ -20,12 +22,22 @@ import {
   type ResponseUsage,
 } from "../protocol/responses.js";
 import { itemsFromResponsesInput, toolChoiceFrom, toolsFromResponses } from "./conversation.js";
+import {
+  compactConversation,
+  conversationText,
+  decodeCompaction,
+  encodeCompaction,
+  restoreCompaction,
+} from "./compaction.js";
 import { abortReasonOf, observeGeneration } from "./generation.js";
 import { newId } from "./ids.js";
 import type { Metrics } from "./metrics.js";
 import type { ResponseStore, StoredResponse } from "./response-store.js";
 import { resolveEngineModel } from "./models.js";
 import { validateBody } from "./validate.js";
+
+/** Context size assumed for the default compaction threshold when the engine does not report one. */
+const DEFAULT_CONTEXT_TOKENS = 8192;
 
 export interface PreparedResponse {
   body: ResponseCreateBody;
@@ -79,9 +91,22 @@ export class ResponsesService {
       }
       history = previous.filter((item) => !(item.type === "message" && item.role === "system"));
     }
+    let input = body.input;
+    // A compaction item stands for everything before it: the history and earlier input items.
+    const compactionAt = Array.isArray(input)
+      ? input.findLastIndex((item) => item.type === "compaction")
+      : -1;
+    if (Array.isArray(input) && compactionAt >= 0) {
+      const state = decodeCompaction(
+        (input[compactionAt] as { encrypted_content?: unknown }).encrypted_content,
+        `input[${compactionAt}].encrypted_content`,
+      );
+      history = restoreCompaction(state);
+      input = input.slice(compactionAt + 1);
+    }
     const items = [...itemsFromResponsesInput(undefined, body.instructions), ...history];
     if (context.prefix) items.push(...context.prefix);
-    items.push(...itemsFromResponsesInput(body.input, undefined));
+    items.push(...itemsFromResponsesInput(input, undefined));
 
     const request: EngineRequest = {
       model: engineModel,
@@ -139,6 +164,21 @@ export class ResponsesService {
     let reason: FinishReason = "stop";
     let usage: Usage = { inputTokens: 0, cachedInputTokens: 0, outputTokens: 0 };
     try {
+      const threshold = this.compactThreshold(prepared);
+      if (threshold !== undefined) {
+        const tokens = await this.engine.countTokens(conversationText(prepared.request.items));
+        if (tokens > threshold) {
+          const compacted = await compactConversation(
+            this.engine,
+            prepared.request.model,
+            prepared.request.items,
+            signal,
+            { keepTail: true },
+          );
+          yield* builder.compaction(encodeCompaction(compacted.state));
+          prepared.request = { ...prepared.request, items: compacted.pruned };
+        }
+      }
       const parts = observeGeneration(
         this.engine,
         prepared.request,
@@ -173,6 +213,52 @@ export class ResponsesService {
     prepared.result = result;
     if (response.store) this.store.put(result);
     return terminal;
+  }
+
+  /**
+   * The token count past which this response compacts its context first, if it asked for
+   * compaction (`context_management`); without an explicit threshold, 80% of the model's context.
+   */
+  private compactThreshold(prepared: PreparedResponse): number | undefined {
+    const entry = prepared.body.context_management?.find((c) => c.type === "compaction");
+    if (!entry) return undefined;
+    if (entry.compact_threshold != null) return entry.compact_threshold;
+    const contextSize = this.engine.models().find((m) => m.id === prepared.request.model)?.contextSize;
+    return Math.floor((contextSize ?? DEFAULT_CONTEXT_TOKENS) * 0.8);
+  }
+
+  /** `POST /v1/responses/compact`: the conversation so far, compacted into kept user messages and one compaction item. */
+  async compact(raw: unknown, signal: AbortSignal): Promise<CompactedResponse> {
+    const body = validateBody(compactRequestSchema, raw);
+    const prepared = this.prepare({
+      model: body.model ?? undefined,
+      input: body.input ?? [],
+      instructions: body.instructions,
+      previous_response_id: body.previous_response_id,
+    });
+    const { state, usage } = await compactConversation(
+      this.engine,
+      prepared.request.model,
+      prepared.request.items,
+      signal,
+      { keepTail: false },
+    );
+    return {
+      id: newId("resp"),
+      object: "response.compaction",
+      created_at: Math.floor(Date.now() / 1000),
+      output: [
+        ...state.kept.map((text) => ({
+          id: newId("msg"),
+          type: "message" as const,
+          role: "user" as const,
+          status: "completed" as const,
+          content: [{ type: "input_text" as const, text }],
+        })),
+        { id: newId("cmp"), type: "compaction", encrypted_content: encodeCompaction(state) },
+      ],
+      usage: usageOf(usage),
+    };
   }
 
   /** Runs a response to its end for non-streaming clients; a failed response becomes a thrown error. */
@@ -219,7 +305,7 @@ export function conversationItemsOf(output: readonly OutputItem[]): Conversation
         name: item.name,
         input: item.arguments,
       });
-    } else {
+    } else if (item.type === "custom_tool_call") {
       items.push({
         type: "tool_call",
         kind: "custom",
@@ -380,6 +466,13 @@ class ResponseBuilder {
     }
   }
 
+  *compaction(encryptedContent: string): Generator<ResponseEvent> {
+    const item: OutputItem = { id: newId("cmp"), type: "compaction", encrypted_content: encryptedContent };
+    const index = this.response.output.push(item) - 1;
+    yield this.event("response.output_item.added", { output_index: index, item });
+    yield this.event("response.output_item.done", { output_index: index, item });
+  }
+
   /** Items still open when generation stops are closed as `incomplete` with what they have so far. */
   private closeOpenItems(): void {
     for (const state of this.open.values()) {
@@ -388,7 +481,7 @@ class ResponseBuilder {
       if (item.type === "message")
         item.content = [{ type: "output_text", text: state.text, annotations: [] }];
       else if (item.type === "function_call") item.arguments = state.text;
-      else item.input = state.text;
+      else if (item.type === "custom_tool_call") item.input = state.text;
     }
     this.open.clear();
   }

@@ -69,6 +69,8 @@ export interface EngineCapabilities {
   customTools: boolean;
   /** Continued conversations reuse cached state (reported as cached input tokens). */
   prefixReuse: boolean;
+  /** A real model behind it can write a useful summary of a conversation (used by compaction). */
+  summaries: boolean;
 }
 
 export interface EngineModel {

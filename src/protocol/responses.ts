@@ -159,7 +159,44 @@ export type OutputItem =
       call_id: string;
       name: string;
       input: string;
-    };
+    }
+  | CompactionItem;
+
+/** Opaque context summary; clients pass it back verbatim to restore the pruned context. */
+export interface CompactionItem {
+  id: string;
+  type: "compaction";
+  encrypted_content: string;
+  /** Compaction items have no lifecycle; the field keeps the output union uniform. */
+  status?: undefined;
+}
+
+/** `POST /v1/responses/compact`: body and result. */
+export const compactRequestSchema = z.looseObject({
+  model: z.string().min(1).nullish(),
+  input: z.union([z.string(), z.array(inputItemSchema)]).nullish(),
+  instructions: z.string().nullish(),
+  previous_response_id: z.string().nullish(),
+});
+export type CompactRequestBody = z.infer<typeof compactRequestSchema>;
+
+export interface CompactedResponse {
+  id: string;
+  object: "response.compaction";
+  created_at: number;
+  /** The kept user messages, then one compaction item. */
+  output: (
+    | {
+        id: string;
+        type: "message";
+        role: "user";
+        status: "completed";
+        content: { type: "input_text"; text: string }[];
+      }
+    | CompactionItem
+  )[];
+  usage: ResponseUsage;
+}
 
 export type ItemStatus = "in_progress" | "completed" | "incomplete";
 

@@ -90,6 +90,12 @@ export class SparkServer {
         handler: (c) => this.#createResponse(c),
       },
       {
+        method: "POST",
+        pattern: /^\/v1\/responses\/compact$/,
+        name: "/v1/responses/compact",
+        handler: (c) => this.#compactResponse(c),
+      },
+      {
         method: "GET",
         pattern: /^\/v1\/responses\/([^/]+)$/,
         name: "/v1/responses/{id}",
@@ -238,6 +244,14 @@ export class SparkServer {
       if (pending) await pending;
     }
     sse.end();
+  }
+
+  async #compactResponse({ request, response, signal }: RequestContext): Promise<void> {
+    sendJson(
+      response,
+      200,
+      await this.#responses.compact(await readJsonBody(request, this.#maxBodyBytes), signal),
+    );
   }
 
   async #chatCompletion({ request, response, signal }: RequestContext): Promise<void> {

@@ -68,7 +68,7 @@ const DEFAULT_SEQUENCES = 4;
 export class LlamaEngine implements Engine {
   readonly specificationVersion = "v1";
   readonly kind = "llama";
-  readonly capabilities = { functionTools: true, customTools: true, prefixReuse: true };
+  readonly capabilities = { functionTools: true, customTools: true, prefixReuse: true, summaries: true };
   #status: EngineStatus = { ready: false, detail: "not started" };
   #llama: Llama | undefined;
   #model: LlamaModel | undefined;

@@ -58,7 +58,7 @@ const CLOSED_CODES = new Set(["UND_ERR_DESTROYED", "UND_ERR_CLOSED"]);
 export class OpenAIEngine implements Engine {
   readonly specificationVersion = "v1";
   readonly kind = "openai";
-  readonly capabilities = { functionTools: true, customTools: true, prefixReuse: false };
+  readonly capabilities = { functionTools: true, customTools: true, prefixReuse: false, summaries: true };
 
   readonly #pool: Pool;
   readonly #api: "chat" | "responses";

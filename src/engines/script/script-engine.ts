@@ -100,7 +100,7 @@ export interface ScriptEngineOptions {
 export class ScriptEngine implements Engine {
   readonly specificationVersion = "v1";
   readonly kind = "script";
-  readonly capabilities = { functionTools: true, customTools: true, prefixReuse: false };
+  readonly capabilities = { functionTools: true, customTools: true, prefixReuse: false, summaries: false };
   readonly #lines: readonly ScriptLine[];
   readonly #interval: number;
   readonly #models: readonly EngineModel[];
