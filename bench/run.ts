@@ -4,7 +4,10 @@
  *   1. time to first token through the server (SSE) vs the same script engine in process;
  *   2. relay throughput of one SSE stream vs the script engine's own rate;
  *   3. llama decode speed through the server vs a bare node-llama-cpp loop at its best thread count;
- *   4. time to first token of a continued 1,000+ token conversation with KV prefix reuse vs without.
+ *   4. time to first token of a continued 1,000+ token conversation with KV prefix reuse vs without;
+ *   5. a 20-turn tool loop: per-turn overhead and bytes, WebSocket incremental vs HTTP full history;
+ *   6. steering latency (script and llama engines);
+ *   7. cancel latency: WebSocket closed to engine stopped (script and llama engines).
  *
  * Options: `--quick` (fewer iterations), `--json` (also write bench/results.json),
  * `--only 1,3` (run some figures only). Every server is in process on 127.0.0.1, port 0.
@@ -16,6 +19,7 @@ import { parseArgs } from "node:util";
 import { llamaFigures } from "./llama-figures.js";
 import { table, type FigureResult, type FigureRow } from "./report.js";
 import { addedLatency, relayThroughput } from "./script-figures.js";
+import { steeringAndCancel, toolLoop } from "./ws-figures.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -31,7 +35,8 @@ const config = args.quick
 const llamaConfig = args.quick
   ? { decodeTokens: 200, decodeRounds: 2, reuseRounds: 2 }
   : { decodeTokens: 200, decodeRounds: 7, reuseRounds: 7 };
-const only = new Set((args.only ?? "1,2,3,4").split(",").map((s) => Number(s.trim())));
+const wsConfig = args.quick ? { loopRounds: 3, steerRounds: 5 } : { loopRounds: 10, steerRounds: 15 };
+const only = new Set((args.only ?? "1,2,3,4,5,6,7").split(",").map((s) => Number(s.trim())));
 
 const log = (line: string): void => console.log(line);
 
@@ -103,6 +108,24 @@ if (only.has(3) || only.has(4)) {
   }
 }
 
+if (only.has(5)) {
+  log(
+    `\n5. 20-turn tool loop at 1,000 tok/s: WebSocket + previous_response_id vs HTTP re-sending the history (median of ${wsConfig.loopRounds})`,
+  );
+  results.toolLoop = await toolLoop({ rounds: wsConfig.loopRounds }, log);
+}
+if (only.has(6) || only.has(7)) {
+  const model = modelPath();
+  if (!model.found) log(`\n6–7. llama rows skipped: model not found at ${model.path}`);
+  const figures = await steeringAndCancel(
+    { rounds: wsConfig.steerRounds, modelPath: model.found ? model.path : undefined },
+    log,
+  );
+  for (const figure of figures) {
+    if (only.has(Number(figure.row.figure[0]))) results[figure.row.figure] = figure;
+  }
+}
+
 const seconds = (performance.now() - started) / 1000;
 const rows: FigureRow[] = Object.values(results).map((r) => r.row);
 log(`\nSummary (${seconds.toFixed(1)} s, load average now ${loadavg()[0]!.toFixed(2)}):\n`);
@@ -130,7 +153,7 @@ if (args.json) {
     quick: args.quick,
     seconds,
     machine,
-    config: { ...config, ...llamaConfig },
+    config: { ...config, ...llamaConfig, ...wsConfig },
     figures,
   });
   // Formatted like the rest of the repository, so that `prettier --check .` accepts the file.
