@@ -286,7 +286,11 @@ describe("Responses WebSocket mode through the openai SDK (ResponsesWS)", () => 
   after(() => server.close());
 
   /** Collects a ResponsesWS connection's events and resolves terminal events by response id. */
-  function open(): { socket: ResponsesWS; events: ResponsesServerEvent[]; terminal: (n: number) => Promise<void> } {
+  function open(): {
+    socket: ResponsesWS;
+    events: ResponsesServerEvent[];
+    terminal: (n: number) => Promise<void>;
+  } {
     const socket = new ResponsesWS(client(server));
     const events: ResponsesServerEvent[] = [];
     const waiters: (() => void)[] = [];
@@ -296,7 +300,8 @@ describe("Responses WebSocket mode through the openai SDK (ResponsesWS)", () => 
     });
     socket.on("error", (error) => assert.fail(`unexpected error event: ${error.message}`));
     const terminal = async (n: number): Promise<void> => {
-      while (events.filter((e) => TERMINAL.has(e.type)).length < n) await new Promise<void>((r) => waiters.push(r));
+      while (events.filter((e) => TERMINAL.has(e.type)).length < n)
+        await new Promise<void>((r) => waiters.push(r));
     };
     return { socket, events, terminal };
   }

@@ -52,6 +52,11 @@ export class Metrics {
     help: "Open WebSocket connections.",
     registers: [this.registry],
   });
+  readonly websocketConnectionsTotal = new Counter({
+    name: "spark_websocket_connections_total",
+    help: "WebSocket connections accepted.",
+    registers: [this.registry],
+  });
   readonly steers = new Counter({
     name: "spark_steers_total",
     help: "response.steer frames by outcome (accepted, pending, failed).",

@@ -115,7 +115,10 @@ export class ResponsesSession {
     const { type, ...fields } = frame as Record<string, unknown>;
     if (type === "response.create") this.#create(fields);
     else if (type === "response.steer") this.#steer(fields);
-    else {
+    else if (type === "response.processed") {
+      // Newer Codex versions acknowledge events with this; it needs no answer, and an error here
+      // would be read as part of the client's next response.
+    } else {
       const shown = typeof type === "string" ? `'${type}'` : "missing";
       this.#error(
         SparkError.invalid(

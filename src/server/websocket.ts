@@ -72,6 +72,7 @@ export class ResponsesWebSocket {
       const connection = new Connection(ws, this.service, this.metrics, this.#options);
       this.#connections.add(connection);
       this.metrics.websocketConnections.inc();
+      this.metrics.websocketConnectionsTotal.inc();
       ws.once("close", () => {
         this.#connections.delete(connection);
         this.metrics.websocketConnections.dec();

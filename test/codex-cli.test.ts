@@ -1,0 +1,196 @@
+/**
+ * OpenAI's Codex CLI (`@openai/codex`, unmodified) end to end against Spark with the script engine:
+ * `codex exec --json` runs a shell command through its `exec_command` tool and adds a file through
+ * its `apply_patch` tool, over WebSocket (`supports_websockets = true`) and over HTTP.
+ *
+ * Codex needs a model catalog entry for a custom model (without one it offers no `apply_patch`);
+ * `test/fixtures/codex/models.json` is the smallest entry Codex 0.169 accepts.
+ */
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import type { SparkServer } from "../src/server/http-server.js";
+import { startScriptServer } from "./helpers/servers.js";
+
+const CODEX_BIN =
+  process.env.SPARK_CODEX_BIN || fileURLToPath(new URL("../node_modules/.bin/codex", import.meta.url));
+const CATALOG = fileURLToPath(new URL("./fixtures/codex/models.json", import.meta.url));
+/** Only to keep a broken run from hanging the suite; no assertion depends on it. */
+const SAFETY_TIMEOUT_MS = 120_000;
+
+/** The model's side of the task: run a command, add a file with apply_patch (a freeform tool), report. */
+const SCRIPT = [
+  {
+    output: [
+      { type: "message", text: "Running a command." },
+      {
+        type: "function_call",
+        name: "exec_command",
+        arguments: JSON.stringify({ cmd: "echo hello from spark > cmd-out.txt && echo hello", login: false }),
+      },
+    ],
+  },
+  {
+    output: [
+      {
+        type: "custom_tool_call",
+        name: "apply_patch",
+        input: "*** Begin Patch\n*** Add File: hello.txt\n+hi\n*** End Patch\n",
+      },
+    ],
+  },
+  { output: [{ type: "message", text: "Done: ran echo and created hello.txt." }] },
+];
+
+function config(baseUrl: string, websockets: boolean): string {
+  return `model = "spark"
+model_provider = "spark"
+model_catalog_json = ${JSON.stringify(CATALOG)}
+approval_policy = "never"
+sandbox_mode = "danger-full-access"
+check_for_update_on_startup = false
+web_search = "disabled"
+
+[model_providers.spark]
+name = "Spark"
+base_url = "${baseUrl}/v1"
+wire_api = "responses"
+env_key = "SPARK_API_KEY"
+supports_websockets = ${websockets}
+request_max_retries = 0
+stream_max_retries = 0
+
+# Nothing may reach OpenAI, GitHub or ChatGPT, and a dead server must fail instead of retrying forever.
+[features]
+plugins = false
+apps = false
+remote_plugin = false
+image_generation = false
+goals = false
+browser_use = false
+computer_use = false
+tool_suggest = false
+unbounded_connection_retries = false
+
+[analytics]
+enabled = false
+
+[agents]
+enabled = false
+`;
+}
+
+interface CodexRun {
+  code: number | string;
+  events: { type: string; item?: Record<string, unknown> }[];
+  stderr: string;
+  workspace: string;
+}
+
+const dirs: string[] = [];
+after(() => {
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+});
+
+async function runCodex(server: SparkServer, websockets: boolean, prompt: string): Promise<CodexRun> {
+  const home = mkdtempSync(join(tmpdir(), "spark-codex-home-"));
+  const workspace = mkdtempSync(join(tmpdir(), "spark-codex-ws-"));
+  dirs.push(home, workspace);
+  writeFileSync(join(home, "config.toml"), config(server.url, websockets));
+  // stdin must not stay open: `codex exec` would wait for more input.
+  const child = spawn(
+    CODEX_BIN,
+    [
+      "exec",
+      "--json",
+      "--skip-git-repo-check",
+      "--ephemeral",
+      "--dangerously-bypass-approvals-and-sandbox",
+      prompt,
+    ],
+    {
+      cwd: workspace,
+      env: {
+        PATH: process.env.PATH ?? "",
+        HOME: home,
+        CODEX_HOME: home,
+        SPARK_API_KEY: "sk-spark-test",
+        RUST_LOG: "warn",
+      },
+      stdio: ["ignore", "pipe", "pipe"],
+    },
+  );
+  let stdout = "";
+  let stderr = "";
+  child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+  child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+  const safety = setTimeout(() => child.kill("SIGKILL"), SAFETY_TIMEOUT_MS);
+  const code = await new Promise<number | string>((resolve) =>
+    child.once("close", (exit: number | null, signal: NodeJS.Signals | null) =>
+      resolve(exit ?? signal ?? -1),
+    ),
+  );
+  clearTimeout(safety);
+  const events = stdout
+    .split("\n")
+    .filter((line) => line.trim() !== "")
+    .map((line) => JSON.parse(line) as CodexRun["events"][number]);
+  return { code, events, stderr, workspace };
+}
+
+function completed(run: CodexRun, type: string): Record<string, unknown>[] {
+  return run.events.filter((e) => e.type === "item.completed" && e.item?.type === type).map((e) => e.item!);
+}
+
+function counter(metrics: string, name: string, labels = ""): number {
+  const line = metrics.split("\n").find((l) => l.startsWith(`${name}${labels} `));
+  return Number(line?.split(" ")[1] ?? 0);
+}
+
+describe(
+  "Codex CLI end to end",
+  { skip: existsSync(CODEX_BIN) ? false : `Codex CLI not found at ${CODEX_BIN}; run npm install` },
+  () => {
+    for (const websockets of [true, false]) {
+      test(`codex exec --json runs a command and applies a patch over ${websockets ? "WebSocket" : "HTTP"}`, async () => {
+        const server = await startScriptServer(SCRIPT);
+        try {
+          const run = await runCodex(server, websockets, "Say hello, then create hello.txt.");
+          assert.equal(run.code, 0, `codex failed; stderr:\n${run.stderr}`);
+          assert.deepEqual(completed(run, "error"), [], "no error items (no fallback message)");
+          assert.doesNotMatch(run.stderr, /falling back/i);
+
+          const [command] = completed(run, "command_execution");
+          assert.match(String(command?.command), /echo hello from spark > cmd-out\.txt/);
+          assert.equal(command?.exit_code, 0);
+          assert.equal(command?.aggregated_output, "hello\n");
+          const [change] = completed(run, "file_change");
+          assert.equal((change?.changes as { kind: string }[] | undefined)?.[0]?.kind, "add");
+          const messages = completed(run, "agent_message").map((m) => m.text);
+          assert.deepEqual(messages, ["Running a command.", "Done: ran echo and created hello.txt."]);
+          assert.equal(run.events.at(-1)?.type, "turn.completed");
+
+          assert.equal(readFileSync(join(run.workspace, "cmd-out.txt"), "utf8"), "hello from spark\n");
+          assert.equal(readFileSync(join(run.workspace, "hello.txt"), "utf8"), "hi\n");
+
+          const metrics = await server.metrics.text();
+          const upgrades = counter(metrics, "spark_websocket_connections_total");
+          const posts = counter(metrics, "spark_http_requests_total", '{route="/v1/responses",status="200"}');
+          if (websockets) {
+            assert.ok(upgrades >= 1, "Codex connected over WebSocket");
+            assert.equal(posts, 0, "and never fell back to HTTP");
+          } else {
+            assert.equal(upgrades, 0);
+            assert.equal(posts, 3, "one POST per model turn");
+          }
+        } finally {
+          await server.close();
+        }
+      });
+    }
+  },
+);
