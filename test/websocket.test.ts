@@ -140,8 +140,11 @@ describe("WebSocket mode", () => {
     assert.equal(await nthErrorCode(6), "unsupported_parameter");
     client.send({ type: "response.create", input: "x", model: "no-such-model" });
     assert.equal(await nthErrorCode(7), "model_not_found");
+    // Codex's acknowledgement frame needs no answer: nothing comes back for it.
+    client.send({ type: "response.processed", response_id: "resp_x" });
     const events = await client.turn({ input: "still here" });
     assert.equal(terminalOf(events).type, "response.completed");
+    assert.equal(client.events.filter(isError).length, 8, "no error for response.processed");
     await client.close();
   });
 
