@@ -266,7 +266,6 @@ export class ResponsesSession {
       const issue = parsed.error.issues[0];
       const where = issue?.path.join(".") || "input";
       this.#steerFailed(
-        undefined,
         target,
         fields.input,
         "invalid_input",
@@ -281,7 +280,6 @@ export class ResponsesSession {
     if (job) {
       if (job.steers.length >= this.limits.maxPendingSteers) {
         this.#steerFailed(
-          undefined,
           responseId,
           input,
           "too_many_pending_steers",
@@ -304,7 +302,6 @@ export class ResponsesSession {
       const required = requiredInputOf(finished.latest.response.output);
       if (required.length === 0) {
         this.#steerFailed(
-          undefined,
           responseId,
           input,
           "response_already_completed",
@@ -316,7 +313,6 @@ export class ResponsesSession {
       const waiting = this.#pendingSteers.get(responseId) ?? [];
       if (waiting.length >= this.limits.maxPendingSteers) {
         this.#steerFailed(
-          undefined,
           responseId,
           input,
           "too_many_pending_steers",
@@ -335,7 +331,6 @@ export class ResponsesSession {
       return;
     }
     this.#steerFailed(
-      undefined,
       responseId,
       input,
       "response_not_found",
@@ -392,16 +387,9 @@ export class ResponsesSession {
     );
   }
 
-  #steerFailed(
-    id: string | undefined,
-    responseId: string,
-    input: unknown,
-    code: string,
-    message: string,
-    laneId?: string,
-  ): void {
-    const steer: Record<string, unknown> = { previous_response_id: responseId, input: input ?? null };
-    if (id) steer.id = id;
+  /** A refused steer hands its input back; refusals happen before an id is assigned, so there is none. */
+  #steerFailed(responseId: string, input: unknown, code: string, message: string, laneId?: string): void {
+    const steer = { previous_response_id: responseId, input: input ?? null };
     this.#emit({ type: "response.steer.failed", steer, error: { code, message } }, laneId);
   }
 
