@@ -84,6 +84,17 @@ class BenchSocket {
   }
 }
 
+/** Starts `engine` and serves it on 127.0.0.1, port 0, for the duration of `body`. */
+async function withServer<T>(engine: Engine, body: (url: string) => Promise<T>): Promise<T> {
+  await engine.start();
+  const server = new SparkServer({ engine, host: "127.0.0.1", port: 0 });
+  try {
+    return await body(await server.listen());
+  } finally {
+    await server.close();
+  }
+}
+
 const isTerminal = (e: Event): boolean =>
   e.type === "response.completed" || e.type === "response.incomplete" || e.type === "response.failed";
 
@@ -189,20 +200,16 @@ export async function toolLoop(options: { rounds: number }, log: Log): Promise<F
     { output: [{ type: "function_call", name: TOOL.name, arguments: TOOL_CALL_ARGUMENTS }] },
   ]);
   const engine = new ObservedEngine(new ScriptEngine({ lines, rate: RATE }));
-  const server = new SparkServer({ engine, host: "127.0.0.1", port: 0 });
-  const url = await server.listen();
   const ws: LoopSample[] = [];
   const http: LoopSample[] = [];
-  try {
+  await withServer(engine, async (url) => {
     await wsLoop(url, engine); // warm-up
     await httpLoop(url, engine);
     for (let round = 0; round < options.rounds; round++) {
       ws.push(await wsLoop(url, engine));
       http.push(await httpLoop(url, engine));
     }
-  } finally {
-    await server.close();
-  }
+  });
   /** Median over rounds of one turn's value. */
   const at = (samples: LoopSample[], turn: number, value: (s: LoopSample, i: number) => number): number =>
     percentile(
@@ -314,12 +321,9 @@ function llamaUnderTest(modelPath: string): EngineUnderTest {
 
 /** Figure 6 for one engine. */
 async function steering(subject: EngineUnderTest, rounds: number, log: Log): Promise<FigureResult> {
-  await subject.engine.start();
-  const server = new SparkServer({ engine: subject.engine, host: "127.0.0.1", port: 0 });
-  const url = await server.listen();
   const steerMs: number[] = [];
   const continueMs: number[] = [];
-  try {
+  await withServer(subject.engine, async (url) => {
     for (let round = -1; round < rounds; round++) {
       const client = await BenchSocket.open(url);
       const created = client.next((e) => e.type === "response.created");
@@ -376,9 +380,7 @@ async function steering(subject: EngineUnderTest, rounds: number, log: Log): Pro
         continueMs.push(forkLatency);
       }
     }
-  } finally {
-    await server.close();
-  }
+  });
   const steer = percentile(steerMs, 0.5);
   const plain = percentile(continueMs, 0.5);
   log(
@@ -400,12 +402,9 @@ async function steering(subject: EngineUnderTest, rounds: number, log: Log): Pro
 /** Figure 7 for one engine: close the socket mid-stream, time until the engine stopped. */
 async function cancelling(subject: EngineUnderTest, rounds: number, log: Log): Promise<FigureResult> {
   const observed = new ObservedEngine(subject.engine);
-  await observed.start();
-  const server = new SparkServer({ engine: observed, host: "127.0.0.1", port: 0 });
-  const url = await server.listen();
   const latencies: number[] = [];
   const tokens: number[] = [];
-  try {
+  await withServer(observed, async (url) => {
     for (let round = -1; round < rounds; round++) {
       const client = await BenchSocket.open(url);
       const deltas = client.next((e) => e.type === "response.output_text.delta");
@@ -429,9 +428,7 @@ async function cancelling(subject: EngineUnderTest, rounds: number, log: Log): P
         tokens.push(subject.decodedAfterAbort?.at(-1) ?? stop.tokensAfterAbort);
       }
     }
-  } finally {
-    await server.close();
-  }
+  });
   const p50 = percentile(latencies, 0.5);
   const worst = Math.max(...tokens);
   log(
