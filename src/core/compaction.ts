@@ -96,7 +96,7 @@ export async function compactConversation(
 ): Promise<CompactionResult> {
   const instructions = items.filter(isSystem);
   const rest = items.filter((item) => !isSystem(item));
-  const lastUser = findLastIndex(rest, isUser);
+  const lastUser = rest.findLastIndex(isUser);
   const tail = options.keepTail && lastUser >= 0 ? rest.slice(lastUser + 1) : [];
   const summarized = options.keepTail && lastUser >= 0 ? rest.slice(0, lastUser + 1) : rest;
 
@@ -174,9 +174,4 @@ function isSystem(item: ConversationItem): boolean {
 
 function isUser(item: ConversationItem): boolean {
   return item.type === "message" && item.role === "user";
-}
-
-function findLastIndex<T>(list: readonly T[], predicate: (value: T) => boolean): number {
-  for (let i = list.length - 1; i >= 0; i--) if (predicate(list[i]!)) return i;
-  return -1;
 }
