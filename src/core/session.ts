@@ -253,10 +253,7 @@ export class ResponsesSession {
 
   /** The conversation of a lane's latest response, for `previous_response_id` on this connection. */
   #history(responseId: string): readonly ConversationItem[] | undefined {
-    for (const lane of this.#lanes.values()) {
-      if (lane.latest?.response.id === responseId) return lane.latest.conversation;
-    }
-    return undefined;
+    return this.#finishedLane(responseId)?.latest?.conversation;
   }
 
   #steer(fields: Record<string, unknown>): void {
@@ -289,10 +286,7 @@ export class ResponsesSession {
         return;
       }
       job.steers.push(steer);
-      this.#emit(
-        { type: "response.steer.accepted", steer: { id: steer.id, previous_response_id: responseId } },
-        job.lane.id,
-      );
+      this.#steerAccepted(steer, responseId, job.lane.id);
       // Stop at the next token boundary; the successor starts when the terminal event is out.
       job.controller.abort(STEERED);
       return;
@@ -323,10 +317,7 @@ export class ResponsesSession {
       }
       waiting.push(steer);
       this.#pendingSteers.set(responseId, waiting);
-      this.#emit(
-        { type: "response.steer.accepted", steer: { id: steer.id, previous_response_id: responseId } },
-        finished.id,
-      );
+      this.#steerAccepted(steer, responseId, finished.id);
       this.#steerPending(steer, finished.latest.response, finished.id);
       return;
     }
@@ -373,6 +364,13 @@ export class ResponsesSession {
   #finishedLane(responseId: string): Lane | undefined {
     for (const lane of this.#lanes.values()) if (lane.latest?.response.id === responseId) return lane;
     return undefined;
+  }
+
+  #steerAccepted(steer: Steer, responseId: string, laneId: string | undefined): void {
+    this.#emit(
+      { type: "response.steer.accepted", steer: { id: steer.id, previous_response_id: responseId } },
+      laneId,
+    );
   }
 
   #steerPending(steer: Steer, response: ResponseObject, laneId: string | undefined): void {
