@@ -150,8 +150,9 @@ class Connection implements SessionSink {
       );
       return;
     }
-    const text = data.toString();
-    if (Buffer.byteLength(text) > this.options.maxFrameBytes) {
+    // Measured on the raw payload, so an oversize frame is refused before it is decoded.
+    const bytes = Array.isArray(data) ? data.reduce((sum, part) => sum + part.length, 0) : data.byteLength;
+    if (bytes > this.options.maxFrameBytes) {
       this.#session.error(
         SparkError.invalid(
           `A frame may be at most ${this.options.maxFrameBytes} bytes.`,
@@ -164,7 +165,7 @@ class Connection implements SessionSink {
     }
     let frame: unknown;
     try {
-      frame = JSON.parse(text);
+      frame = JSON.parse(data.toString());
     } catch (error) {
       this.#session.error(
         SparkError.invalid(
