@@ -2,19 +2,24 @@
  * Chat Completions, transport-free: validates the body, runs the engine and produces
  * `chat.completion.chunk` objects (streaming) or one `chat.completion` (non-streaming).
  */
-import type { Engine, EngineRequest, FinishReason, Usage } from "../engine/types.js";
+import type { EnginePart, EngineRequest, FinishReason, Usage } from "../engine/types.js";
 import { chatCompletionSchema, type ChatCompletionBody } from "../protocol/chat.js";
 import { itemsFromChatMessages, predictionText, toolChoiceFrom, toolsFromChat } from "./conversation.js";
+import type { Admission, Ticket } from "./admission.js";
 import { observeGeneration } from "./generation.js";
 import { newId } from "./ids.js";
+import { anonymousPrincipal, type Principal } from "./keys.js";
 import type { Metrics } from "./metrics.js";
-import { resolveEngineModel } from "./models.js";
+import type { ModelRegistry, ResolvedModel } from "./model-registry.js";
 import { predictionOverlap } from "./prediction.js";
 import { validateBody } from "./validate.js";
 
 export interface PreparedChat {
   body: ChatCompletionBody;
+  /** The name reported back as `model`. */
   model: string;
+  resolved: ResolvedModel;
+  ticket: Ticket;
   request: EngineRequest;
   stream: boolean;
   includeUsage: boolean;
@@ -42,31 +47,49 @@ const finishReasons: Record<FinishReason, string> = {
 
 export class ChatCompletionsService {
   constructor(
-    private readonly engine: Engine,
+    private readonly models: ModelRegistry,
     private readonly metrics: Metrics,
+    private readonly admission: Admission,
     private readonly defaultModel: string,
   ) {}
 
-  prepare(raw: unknown): PreparedChat {
+  /** Validates and admits a request; throws a `SparkError` (400, 404, 429, 503) before anything is sent. */
+  prepare(raw: unknown, principal: Principal = anonymousPrincipal): PreparedChat {
     const acceptedAt = performance.now();
     const body = validateBody(chatCompletionSchema, raw);
-    const model = body.model ?? this.defaultModel;
+    const items = itemsFromChatMessages(body.messages);
+    const tools = toolsFromChat(body.tools);
+    const prediction = predictionText(body.prediction);
+    const maxTokens = body.max_completion_tokens ?? body.max_tokens;
+    const resolved = this.models.resolve(body.model ?? this.defaultModel, () => ({
+      items,
+      tools,
+      ...(prediction !== undefined ? { prediction } : {}),
+      ...(maxTokens != null ? { maxOutputTokens: maxTokens } : {}),
+    }));
+    if (resolved.route)
+      this.metrics.routed.inc({ tier: resolved.route.tier, rule: resolved.route.rule });
     const request: EngineRequest = {
-      model: resolveEngineModel(this.engine, model),
-      items: itemsFromChatMessages(body.messages),
-      tools: toolsFromChat(body.tools),
+      model: resolved.engineModel,
+      items,
+      tools,
       toolChoice: toolChoiceFrom(body.tool_choice),
       parallelToolCalls: body.parallel_tool_calls ?? true,
     };
-    const maxTokens = body.max_completion_tokens ?? body.max_tokens;
-    if (maxTokens != null) request.maxOutputTokens = maxTokens;
-    if (body.temperature != null) request.temperature = body.temperature;
-    if (body.top_p != null) request.topP = body.top_p;
-    const prediction = predictionText(body.prediction);
+    const defaults = resolved.entry.defaults;
+    const maxOutputTokens = maxTokens ?? defaults.maxOutputTokens;
+    const temperature = body.temperature ?? defaults.temperature;
+    const topP = body.top_p ?? defaults.topP;
+    if (maxOutputTokens != null) request.maxOutputTokens = maxOutputTokens;
+    if (temperature != null) request.temperature = temperature;
+    if (topP != null) request.topP = topP;
     if (prediction !== undefined) request.prediction = prediction;
+    const { entry } = resolved;
     return {
       body,
-      model,
+      model: resolved.name,
+      resolved,
+      ticket: this.admission.admit(principal, entry.tier, entry.engine, entry.capacity),
       request,
       stream: body.stream === true,
       includeUsage: body.stream_options?.include_usage === true,
@@ -91,8 +114,7 @@ export class ChatCompletionsService {
     yield chunk({ role: "assistant", content: "" });
     const calls = new Map<string, ToolCallState>();
     let text = "";
-    const parts = observeGeneration(this.engine, prepared.request, signal, this.metrics, prepared.acceptedAt);
-    for await (const part of parts) {
+    for await (const part of this.generate(prepared, signal)) {
       switch (part.type) {
         case "text-delta":
           text += part.delta;
@@ -132,8 +154,7 @@ export class ChatCompletionsService {
     let text = "";
     let reason: FinishReason = "stop";
     let usage: Usage = { inputTokens: 0, cachedInputTokens: 0, outputTokens: 0 };
-    const parts = observeGeneration(this.engine, prepared.request, signal, this.metrics, prepared.acceptedAt);
-    for await (const part of parts) {
+    for await (const part of this.generate(prepared, signal)) {
       if (part.type === "text-delta") text += part.delta;
       else if (part.type === "tool-call-start") {
         calls.set(part.id, {
@@ -170,12 +191,27 @@ export class ChatCompletionsService {
     };
   }
 
+  /** Waits for an engine slot (queued silently: Chat Completions has no queued event), then generates. */
+  private async *generate(prepared: PreparedChat, signal: AbortSignal): AsyncGenerator<EnginePart> {
+    let tokens = 0;
+    try {
+      await prepared.ticket.wait(signal);
+      const engine = prepared.resolved.entry.engine;
+      for await (const part of observeGeneration(engine, prepared.request, signal, this.metrics, prepared.acceptedAt)) {
+        if (part.type === "finish") tokens = part.usage.inputTokens + part.usage.outputTokens;
+        yield part;
+      }
+    } finally {
+      prepared.ticket.release(tokens);
+    }
+  }
+
   private async usage(prepared: PreparedChat, usage: Usage, text: string): Promise<Record<string, unknown>> {
     let accepted = 0;
     let rejected = 0;
     const prediction = prepared.request.prediction;
     if (prediction) {
-      const predicted = await this.engine.countTokens(prediction);
+      const predicted = await prepared.resolved.entry.engine.countTokens(prediction);
       accepted = Math.round(predicted * predictionOverlap(prediction, text));
       rejected = predicted - accepted;
     }

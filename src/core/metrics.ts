@@ -64,6 +64,32 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly rateLimited = new Counter({
+    name: "spark_rate_limited_total",
+    help: "Requests refused with 429, by tier and the limit that was hit.",
+    labelNames: ["tier", "limit"] as const,
+    registers: [this.registry],
+  });
+  readonly queueLength = new Gauge({
+    name: "spark_queue_length",
+    help: "Responses waiting for an engine slot.",
+    labelNames: ["tier"] as const,
+    registers: [this.registry],
+  });
+  readonly queueWait = new Histogram({
+    name: "spark_queue_wait_seconds",
+    help: "Time a queued response waited for an engine slot.",
+    labelNames: ["tier"] as const,
+    buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60],
+    registers: [this.registry],
+  });
+  readonly routed = new Counter({
+    name: "spark_routed_total",
+    help: 'Requests for model "auto" by the tier and rule the router chose.',
+    labelNames: ["tier", "rule"] as const,
+    registers: [this.registry],
+  });
+
   constructor(options: { processMetrics?: boolean } = {}) {
     if (options.processMetrics) collectDefaultMetrics({ register: this.registry, prefix: "spark_" });
   }

@@ -4,7 +4,6 @@
  */
 import type {
   ConversationItem,
-  Engine,
   EnginePart,
   EngineRequest,
   FinishReason,
@@ -29,11 +28,13 @@ import {
   encodeCompaction,
   restoreCompaction,
 } from "./compaction.js";
+import type { Admission, Ticket } from "./admission.js";
 import { abortReasonOf, observeGeneration } from "./generation.js";
 import { newId } from "./ids.js";
+import { anonymousPrincipal, type Principal } from "./keys.js";
 import type { Metrics } from "./metrics.js";
-import type { ResponseStore, StoredResponse } from "./response-store.js";
-import { resolveEngineModel } from "./models.js";
+import type { ModelRegistry, ResolvedModel } from "./model-registry.js";
+import type { InputItemRecord, ResponseStore, StoredResponse } from "./response-store.js";
 import { validateBody } from "./validate.js";
 
 /** Context size assumed for the default compaction threshold when the engine does not report one. */
@@ -41,6 +42,11 @@ const DEFAULT_CONTEXT_TOKENS = 8192;
 
 export interface PreparedResponse {
   body: ResponseCreateBody;
+  principal: Principal;
+  /** The model, its engine and tier, and the router's decision for `model: "auto"`. */
+  model: ResolvedModel;
+  /** The engine slot (or queue place) and rate-limit charge of this response; absent for `generate: false`. */
+  ticket?: Ticket;
   /** The response as first announced (status `in_progress`); the stream fills in the rest. */
   response: ResponseObject;
   request: EngineRequest;
@@ -59,27 +65,50 @@ export interface PrepareContext {
   history?: (responseId: string) => readonly ConversationItem[] | undefined;
   /** Items placed before the request's own input (steering input waiting for this turn). */
   prefix?: readonly ConversationItem[];
+  /** Who asks: owner of stored responses, subject of rate limits. Anonymous when absent. */
+  principal?: Principal;
+}
+
+export interface ResponsesServiceOptions {
+  models: ModelRegistry;
+  metrics: Metrics;
+  store: ResponseStore;
+  admission: Admission;
+  /** The model used when a request names none. */
+  defaultModel: string;
 }
 
 export class ResponsesService {
-  constructor(
-    private readonly engine: Engine,
-    private readonly metrics: Metrics,
-    private readonly store: ResponseStore,
-    private readonly defaultModel: string,
-  ) {}
+  private readonly models: ModelRegistry;
+  private readonly metrics: Metrics;
+  private readonly store: ResponseStore;
+  private readonly admission: Admission;
+  private readonly defaultModel: string;
 
+  constructor(options: ResponsesServiceOptions) {
+    ({
+      models: this.models,
+      metrics: this.metrics,
+      store: this.store,
+      admission: this.admission,
+      defaultModel: this.defaultModel,
+    } = options);
+  }
+
+  /**
+   * Validates a create body, resolves its history and model, and admits it (rate limits, queue).
+   * Throws a `SparkError` (400, 404, 429, 503) before anything has been sent to the client.
+   */
   prepare(raw: unknown, context: PrepareContext = {}): PreparedResponse {
     const acceptedAt = performance.now();
     const body = validateBody(responseCreateSchema, raw);
-    const model = body.model ?? this.defaultModel;
-    const engineModel = resolveEngineModel(this.engine, model);
+    const principal = context.principal ?? anonymousPrincipal;
 
     let history: readonly ConversationItem[] = [];
     if (body.previous_response_id) {
       const previous =
         context.history?.(body.previous_response_id) ??
-        this.store.get(body.previous_response_id)?.conversation;
+        this.store.get(body.previous_response_id, principal.id)?.conversation;
       if (!previous) {
         throw new SparkError(
           400,
@@ -108,23 +137,40 @@ export class ResponsesService {
     if (context.prefix) items.push(...context.prefix);
     items.push(...itemsFromResponsesInput(input, undefined));
 
-    const request: EngineRequest = {
-      model: engineModel,
+    const tools = toolsFromResponses(body.tools);
+    const model = this.models.resolve(body.model ?? this.defaultModel, () => ({
       items,
-      tools: toolsFromResponses(body.tools),
+      tools,
+      ...(body.max_output_tokens != null ? { maxOutputTokens: body.max_output_tokens } : {}),
+    }));
+    const request: EngineRequest = {
+      model: model.engineModel,
+      items,
+      tools,
       toolChoice: toolChoiceFrom(body.tool_choice),
       parallelToolCalls: body.parallel_tool_calls ?? true,
     };
-    if (body.max_output_tokens != null) request.maxOutputTokens = body.max_output_tokens;
-    if (body.temperature != null) request.temperature = body.temperature;
-    if (body.top_p != null) request.topP = body.top_p;
+    const defaults = model.entry.defaults;
+    const maxOutputTokens = body.max_output_tokens ?? defaults.maxOutputTokens;
+    const temperature = body.temperature ?? defaults.temperature;
+    const topP = body.top_p ?? defaults.topP;
+    if (maxOutputTokens != null) request.maxOutputTokens = maxOutputTokens;
+    if (temperature != null) request.temperature = temperature;
+    if (topP != null) request.topP = topP;
+    const metadata = { ...body.metadata };
+    if (model.route) {
+      metadata.spark_route = model.route.tier;
+      metadata.spark_route_rule = model.route.rule;
+      metadata.spark_route_reason = model.route.reason;
+      this.metrics.routed.inc({ tier: model.route.tier, rule: model.route.rule });
+    }
 
     const response: ResponseObject = {
       id: newId("resp"),
       object: "response",
       created_at: Math.floor(Date.now() / 1000),
       status: "in_progress",
-      model,
+      model: model.name,
       output: [],
       error: null,
       incomplete_details: null,
@@ -141,10 +187,24 @@ export class ResponsesService {
       top_p: body.top_p ?? null,
       truncation: body.truncation ?? "disabled",
       usage: null,
-      metadata: body.metadata ?? {},
+      metadata,
       user: body.user ?? null,
     };
-    return { body, response, request, stream: body.stream === true, acceptedAt };
+    const prepared: PreparedResponse = {
+      body,
+      principal,
+      model,
+      response,
+      request,
+      stream: body.stream === true,
+      acceptedAt,
+    };
+    // Last, so a request that fails validation costs no rate limit. `generate: false` runs no
+    // engine (it only records input to chain from), so it takes no slot either.
+    if (body.generate !== false) {
+      prepared.ticket = this.admission.admit(principal, model.entry.tier, model.entry.engine, model.entry.capacity);
+    }
+    return prepared;
   }
 
   /**
@@ -153,23 +213,53 @@ export class ResponsesService {
    * reading, in which case the engine is stopped through `signal`.
    */
   async *events(prepared: PreparedResponse, signal: AbortSignal): AsyncGenerator<ResponseEvent> {
+    let usage: Usage = { inputTokens: 0, cachedInputTokens: 0, outputTokens: 0 };
+    try {
+      yield* this.run(prepared, signal, (final) => (usage = final));
+    } finally {
+      // Frees the engine slot or queue place, also when the consumer stopped reading.
+      prepared.ticket?.release(usage.inputTokens + usage.outputTokens);
+    }
+  }
+
+  private async *run(
+    prepared: PreparedResponse,
+    signal: AbortSignal,
+    reportUsage: (usage: Usage) => void,
+  ): AsyncGenerator<ResponseEvent> {
     const builder = new ResponseBuilder(prepared.response);
-    yield builder.event("response.created", { response: builder.snapshot() });
+    const empty: Usage = { inputTokens: 0, cachedInputTokens: 0, outputTokens: 0 };
+    const ticket = prepared.ticket;
+    if (ticket?.queued) {
+      prepared.response.status = "queued";
+      yield builder.event("response.created", { response: builder.snapshot() });
+      yield builder.event("response.queued", { response: builder.snapshot() });
+      try {
+        await ticket.wait(signal);
+      } catch {
+        // The client left (or the server is stopping) while waiting: nothing was generated.
+        yield this.settle(prepared, builder.finish("cancelled", empty, abortReasonOf(signal)));
+        return;
+      }
+      prepared.response.status = "in_progress";
+    } else {
+      yield builder.event("response.created", { response: builder.snapshot() });
+    }
     if (prepared.body.generate === false) {
-      const empty: Usage = { inputTokens: 0, cachedInputTokens: 0, outputTokens: 0 };
       yield this.settle(prepared, builder.finish("stop", empty, undefined));
       return;
     }
     yield builder.event("response.in_progress", { response: builder.snapshot() });
+    const engine = prepared.model.entry.engine;
     let reason: FinishReason = "stop";
-    let usage: Usage = { inputTokens: 0, cachedInputTokens: 0, outputTokens: 0 };
+    let usage: Usage = empty;
     try {
       const threshold = this.compactThreshold(prepared);
       if (threshold !== undefined) {
-        const tokens = await this.engine.countTokens(conversationText(prepared.request.items));
+        const tokens = await engine.countTokens(conversationText(prepared.request.items));
         if (tokens > threshold) {
           const compacted = await compactConversation(
-            this.engine,
+            engine,
             prepared.request.model,
             prepared.request.items,
             signal,
@@ -180,7 +270,7 @@ export class ResponsesService {
         }
       }
       const parts = observeGeneration(
-        this.engine,
+        engine,
         prepared.request,
         signal,
         this.metrics,
@@ -190,6 +280,7 @@ export class ResponsesService {
         if (part.type === "finish") {
           reason = part.reason;
           usage = part.usage;
+          reportUsage(usage);
           break;
         }
         yield* builder.apply(part);
@@ -206,12 +297,17 @@ export class ResponsesService {
   /** Records a finished response (on the prepared response, and in the store when asked) and returns its terminal event. */
   private settle(prepared: PreparedResponse, terminal: ResponseEvent): ResponseEvent {
     const response = terminal.response as ResponseObject;
-    const result = {
+    const result: StoredResponse = {
+      owner: prepared.principal.id,
       response,
+      inputItems: [],
       conversation: [...prepared.request.items, ...conversationItemsOf(response.output)],
     };
     prepared.result = result;
-    if (response.store) this.store.put(result);
+    if (response.store) {
+      result.inputItems = inputItemRecords(prepared.body.input);
+      this.store.put(result);
+    }
     return terminal;
   }
 
@@ -223,26 +319,38 @@ export class ResponsesService {
     const entry = prepared.body.context_management?.find((c) => c.type === "compaction");
     if (!entry) return undefined;
     if (entry.compact_threshold != null) return entry.compact_threshold;
-    const contextSize = this.engine.models().find((m) => m.id === prepared.request.model)?.contextSize;
+    const contextSize = this.models.engineModelInfo(prepared.model)?.contextSize;
     return Math.floor((contextSize ?? DEFAULT_CONTEXT_TOKENS) * 0.8);
   }
 
   /** `POST /v1/responses/compact`: the conversation so far, compacted into kept user messages and one compaction item. */
-  async compact(raw: unknown, signal: AbortSignal): Promise<CompactedResponse> {
+  async compact(raw: unknown, signal: AbortSignal, principal?: Principal): Promise<CompactedResponse> {
     const body = validateBody(compactRequestSchema, raw);
-    const prepared = this.prepare({
-      model: body.model ?? undefined,
-      input: body.input ?? [],
-      instructions: body.instructions,
-      previous_response_id: body.previous_response_id,
-    });
-    const { state, usage } = await compactConversation(
-      this.engine,
-      prepared.request.model,
-      prepared.request.items,
-      signal,
-      { keepTail: false },
+    const prepared = this.prepare(
+      {
+        model: body.model ?? undefined,
+        input: body.input ?? [],
+        instructions: body.instructions,
+        previous_response_id: body.previous_response_id,
+      },
+      principal ? { principal } : {},
     );
+    let charged = 0;
+    let compacted: Awaited<ReturnType<typeof compactConversation>>;
+    try {
+      await prepared.ticket?.wait(signal);
+      compacted = await compactConversation(
+        prepared.model.entry.engine,
+        prepared.request.model,
+        prepared.request.items,
+        signal,
+        { keepTail: false },
+      );
+      charged = compacted.usage.inputTokens + compacted.usage.outputTokens;
+    } finally {
+      prepared.ticket?.release(charged);
+    }
+    const { state, usage } = compacted;
     return {
       id: newId("resp"),
       object: "response.compaction",
@@ -274,17 +382,42 @@ export class ResponsesService {
     return final;
   }
 
-  get(id: string): ResponseObject {
-    const record = this.store.get(id);
-    if (!record) throw SparkError.notFound(`Response with id '${id}' not found.`, "response_not_found");
-    return record.response;
+  /** A stored response of `principal`; another key's id is not found, exactly like an unknown one. */
+  get(id: string, principal: Principal = anonymousPrincipal): ResponseObject {
+    return this.record(id, principal).response;
   }
 
-  delete(id: string): { id: string; object: "response"; deleted: true } {
-    if (!this.store.delete(id)) {
+  /** `GET /v1/responses/{id}/input_items`: a page of the response's own input items. */
+  inputItems(id: string, principal: Principal, page: InputItemsPage): InputItemList {
+    const items = this.record(id, principal).inputItems;
+    const ordered = page.order === "asc" ? items : [...items].reverse();
+    let start = 0;
+    if (page.after !== undefined) {
+      const at = ordered.findIndex((item) => item.id === page.after);
+      if (at < 0) throw SparkError.invalid(`No input item '${page.after}' in this response.`, "after");
+      start = at + 1;
+    }
+    const data = ordered.slice(start, start + page.limit);
+    return {
+      object: "list",
+      data,
+      first_id: data[0]?.id ?? null,
+      last_id: data.at(-1)?.id ?? null,
+      has_more: start + page.limit < ordered.length,
+    };
+  }
+
+  delete(id: string, principal: Principal = anonymousPrincipal): { id: string; object: "response"; deleted: true } {
+    if (!this.store.delete(id, principal.id)) {
       throw SparkError.notFound(`Response with id '${id}' not found.`, "response_not_found");
     }
     return { id, object: "response", deleted: true };
+  }
+
+  private record(id: string, principal: Principal): StoredResponse {
+    const record = this.store.get(id, principal.id);
+    if (!record) throw SparkError.notFound(`Response with id '${id}' not found.`, "response_not_found");
+    return record;
   }
 }
 
@@ -316,6 +449,53 @@ export function conversationItemsOf(output: readonly OutputItem[]): Conversation
     }
   }
   return items;
+}
+
+export interface InputItemsPage {
+  limit: number;
+  order: "asc" | "desc";
+  after?: string;
+}
+
+export interface InputItemList {
+  object: "list";
+  data: readonly InputItemRecord[];
+  first_id: string | null;
+  last_id: string | null;
+  has_more: boolean;
+}
+
+/** The request's input in the shape `input_items` lists it: every item an object with an id. */
+function inputItemRecords(input: ResponseCreateBody["input"]): InputItemRecord[] {
+  if (input === undefined || input === null) return [];
+  if (typeof input === "string") {
+    return [
+      {
+        id: newId("msg"),
+        type: "message",
+        role: "user",
+        status: "completed",
+        content: [{ type: "input_text", text: input }],
+      },
+    ];
+  }
+  return input.map((raw) => {
+    const item = raw as Record<string, unknown>;
+    const type = typeof item.type === "string" ? item.type : "message";
+    const record: InputItemRecord = { ...item, id: typeof item.id === "string" ? item.id : newId(idPrefix(type)), type };
+    if (type === "message" && typeof item.content === "string") {
+      const partType = item.role === "assistant" ? "output_text" : "input_text";
+      record.content = [{ type: partType, text: item.content }];
+    }
+    return record;
+  });
+}
+
+function idPrefix(type: string): string {
+  if (type === "message") return "msg";
+  if (type.endsWith("_output")) return "out";
+  if (type.endsWith("_call")) return "call";
+  return "item";
 }
 
 function usageOf(usage: Usage): ResponseUsage {

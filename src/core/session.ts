@@ -18,6 +18,7 @@ import { SparkError } from "../protocol/errors.js";
 import type { OutputItem, ResponseEvent, ResponseObject } from "../protocol/responses.js";
 import { itemsFromResponsesInput } from "./conversation.js";
 import { newId } from "./ids.js";
+import { anonymousPrincipal, type Principal } from "./keys.js";
 import type { Metrics } from "./metrics.js";
 import type { PreparedResponse, ResponsesService } from "./responses.js";
 
@@ -98,6 +99,8 @@ export class ResponsesSession {
     private readonly sink: SessionSink,
     private readonly limits: SessionLimits = DEFAULT_SESSION_LIMITS,
     private readonly metrics?: Metrics,
+    /** The key the connection authenticated with: every response of the session acts as it. */
+    private readonly principal: Principal = anonymousPrincipal,
   ) {}
 
   /** Responses generating right now. */
@@ -235,6 +238,7 @@ export class ResponsesSession {
       job.prepared = this.service.prepare(job.body, {
         history: (id) => this.#history(id),
         prefix: job.prefix,
+        principal: this.principal,
       });
     } catch (error) {
       this.#error(SparkError.from(error), lane.id);
@@ -391,8 +395,15 @@ export class ResponsesSession {
     this.#emit({ type: "response.steer.failed", steer, error: { code, message } }, laneId);
   }
 
+  /** An `error` event: the HTTP status and body a request would get, plus its headers (`retry-after`). */
   #error(error: SparkError, laneId?: string): void {
-    this.#emit({ type: "error", status: error.status, ...error.toBody() }, laneId);
+    const event: { type: string } & Record<string, unknown> = {
+      type: "error",
+      status: error.status,
+      ...error.toBody(),
+    };
+    if (Object.keys(error.headers).length > 0) event.headers = error.headers;
+    this.#emit(event, laneId);
   }
 
   #emit(event: { type: string } & Record<string, unknown>, laneId: string | undefined): void {

@@ -8,6 +8,9 @@ export type OpenAIErrorType =
   | "permission_error"
   | "not_found_error"
   | "rate_limit_error"
+  /** OpenAI's types for 429s: which limit was hit. */
+  | "requests"
+  | "tokens"
   | "server_error"
   | "service_unavailable_error";
 

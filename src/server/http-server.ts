@@ -2,32 +2,47 @@
  * The HTTP transport: a thin adapter from node:http to the transport-free core. Routing, body
  * limits, SSE and the mapping of every error to an OpenAI-shaped body happen here and only here.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { STATUS_CODES, createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
+import { Admission, DEFAULT_ADMISSION, type AdmissionOptions } from "../core/admission.js";
 import { ChatCompletionsService } from "../core/chat-completions.js";
 import { AbortReason } from "../core/generation.js";
+import { KeyRing, type Principal } from "../core/keys.js";
 import { Metrics } from "../core/metrics.js";
+import { ModelRegistry, type ResolvedModel } from "../core/model-registry.js";
 import { MemoryResponseStore, type ResponseStore } from "../core/response-store.js";
-import { ResponsesService } from "../core/responses.js";
+import { ResponsesService, type InputItemsPage } from "../core/responses.js";
 import type { Engine } from "../engine/types.js";
 import { SparkError } from "../protocol/errors.js";
 import { readJsonBody } from "./body.js";
 import { SseWriter } from "./sse.js";
 import { ResponsesWebSocket, type WebSocketOptions } from "./websocket.js";
 
-export interface SparkServerOptions {
-  engine: Engine;
+export type SparkServerOptions = (
+  | {
+      /** One engine behind both tiers, `spark` and `deep`. */
+      engine: Engine;
+      /** Responses the engine runs at once before new ones queue (default 64). */
+      capacity?: number;
+    }
+  | { models: ModelRegistry }
+) & {
   host?: string;
   port?: number;
   /** Largest accepted request body in bytes. */
   maxBodyBytes?: number;
   /** The model used when a request names none. */
   defaultModel?: string;
+  /** Where `store: true` responses go (in memory by default). The server closes it on `close()`. */
   store?: ResponseStore;
   metrics?: Metrics;
+  /** API keys and per-key limits; without keys every request is `anonymous`. */
+  keys?: KeyRing;
+  /** The engine queue's bound. */
+  admission?: AdmissionOptions;
   /** WebSocket mode on `/v1/responses` (on by default); `false` answers upgrades with 426. */
   websocket?: boolean | Omit<WebSocketOptions, "maxFrameBytes">;
-}
+};
 
 type Handler = (context: RequestContext) => Promise<void>;
 
@@ -35,6 +50,9 @@ interface RequestContext {
   request: IncomingMessage;
   response: ServerResponse;
   params: string[];
+  query: URLSearchParams;
+  /** Who the request acts as (checked before the handler runs). */
+  principal: Principal;
   /** Aborts when the client goes away or the server shuts down (the reason says which). */
   signal: AbortSignal;
 }
@@ -44,14 +62,20 @@ interface Route {
   pattern: RegExp;
   name: string;
   handler: Handler;
+  /** False for the few routes anyone may call (health checks). */
+  public?: boolean;
 }
 
 export const DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024;
+const DEFAULT_CAPACITY = 64;
 const SHUTDOWN_GRACE_MS = 2000;
 
 export class SparkServer {
   readonly metrics: Metrics;
-  readonly #engine: Engine;
+  readonly models: ModelRegistry;
+  readonly admission: Admission;
+  readonly #keys: KeyRing;
+  readonly #store: ResponseStore;
   readonly #server: Server;
   readonly #responses: ResponsesService;
   readonly #chat: ChatCompletionsService;
@@ -64,17 +88,24 @@ export class SparkServer {
   #url: string | undefined;
 
   constructor(private readonly options: SparkServerOptions) {
-    this.#engine = options.engine;
+    this.models =
+      "models" in options
+        ? options.models
+        : ModelRegistry.single(options.engine, options.capacity ?? DEFAULT_CAPACITY);
     this.metrics = options.metrics ?? new Metrics();
+    this.#keys = options.keys ?? new KeyRing([]);
+    this.#store = options.store ?? new MemoryResponseStore();
+    this.admission = new Admission(options.admission ?? DEFAULT_ADMISSION, this.metrics);
     this.#maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
     const defaultModel = options.defaultModel ?? "spark";
-    this.#responses = new ResponsesService(
-      this.#engine,
-      this.metrics,
-      options.store ?? new MemoryResponseStore(),
+    this.#responses = new ResponsesService({
+      models: this.models,
+      metrics: this.metrics,
+      store: this.#store,
+      admission: this.admission,
       defaultModel,
-    );
-    this.#chat = new ChatCompletionsService(this.#engine, this.metrics, defaultModel);
+    });
+    this.#chat = new ChatCompletionsService(this.models, this.metrics, this.admission, defaultModel);
     if (options.websocket !== false) {
       const websocketOptions = typeof options.websocket === "object" ? options.websocket : {};
       this.#websocket = new ResponsesWebSocket(this.#responses, this.metrics, {
@@ -102,6 +133,12 @@ export class SparkServer {
         handler: (c) => this.#getResponse(c),
       },
       {
+        method: "GET",
+        pattern: /^\/v1\/responses\/([^/]+)\/input_items$/,
+        name: "/v1/responses/{id}/input_items",
+        handler: (c) => this.#inputItems(c),
+      },
+      {
         method: "DELETE",
         pattern: /^\/v1\/responses\/([^/]+)$/,
         name: "/v1/responses/{id}",
@@ -120,7 +157,13 @@ export class SparkServer {
         name: "/v1/models/{id}",
         handler: (c) => this.#getModel(c),
       },
-      { method: "GET", pattern: /^\/healthz$/, name: "/healthz", handler: (c) => this.#health(c) },
+      {
+        method: "GET",
+        pattern: /^\/healthz$/,
+        name: "/healthz",
+        handler: (c) => this.#health(c),
+        public: true,
+      },
       { method: "GET", pattern: /^\/metrics$/, name: "/metrics", handler: (c) => this.#metricsText(c) },
     ];
     this.#server = createServer({ keepAliveTimeout: 65_000 }, (request, response) =>
@@ -142,7 +185,7 @@ export class SparkServer {
             null,
             "malformed_request",
           );
-      socket.end(rawResponse(400, "Bad Request", JSON.stringify(failure.toBody())));
+      socket.end(rawResponse(failure, JSON.stringify(failure.toBody())));
     });
     this.#server.on("connection", (socket: Socket) => {
       this.#sockets.add(socket);
@@ -190,11 +233,12 @@ export class SparkServer {
     await Promise.race([closed, grace]);
     for (const socket of this.#sockets) socket.destroy();
     await closed;
-    await this.#engine.close();
+    await Promise.all(this.models.engines().map((engine) => engine.close()));
+    this.#store.close();
   }
 
   #dispatch(request: IncomingMessage, response: ServerResponse): void {
-    const path = (request.url ?? "/").split("?")[0] ?? "/";
+    const [path = "/", search = ""] = (request.url ?? "/").split("?", 2);
     const method = request.method ?? "GET";
     const matching = this.#routes.filter((route) => route.pattern.test(path));
     const route = matching.find((r) => r.method === method);
@@ -218,6 +262,14 @@ export class SparkServer {
       }
       return;
     }
+    let principal: Principal;
+    try {
+      principal = this.#keys.authenticate(route.public ? undefined : request.headers.authorization);
+    } catch (error) {
+      // The body is not read; closing keeps an unread upload from being parsed as the next request.
+      sendError(response, SparkError.from(error), { connection: "close" });
+      return;
+    }
     const client = new AbortController();
     response.once("close", () => {
       if (!response.writableFinished) client.abort(AbortReason.clientDisconnected);
@@ -225,14 +277,15 @@ export class SparkServer {
     const signal = AbortSignal.any([client.signal, this.#shutdown.signal]);
     const params = path.match(route.pattern)!.slice(1).map(decodeURIComponent);
     const task = route
-      .handler({ request, response, params, signal })
+      .handler({ request, response, params, query: new URLSearchParams(search), principal, signal })
       .catch((error: unknown) => sendError(response, SparkError.from(error)))
       .finally(() => this.#inFlight.delete(task));
     this.#inFlight.add(task);
   }
 
-  async #createResponse({ request, response, signal }: RequestContext): Promise<void> {
-    const prepared = this.#responses.prepare(await readJsonBody(request, this.#maxBodyBytes));
+  async #createResponse({ request, response, signal, principal }: RequestContext): Promise<void> {
+    const prepared = this.#responses.prepare(await readJsonBody(request, this.#maxBodyBytes), { principal });
+    setRouteHeaders(response, prepared.model);
     if (!prepared.stream) {
       sendJson(response, 200, await this.#responses.complete(prepared, signal));
       return;
@@ -246,16 +299,14 @@ export class SparkServer {
     sse.end();
   }
 
-  async #compactResponse({ request, response, signal }: RequestContext): Promise<void> {
-    sendJson(
-      response,
-      200,
-      await this.#responses.compact(await readJsonBody(request, this.#maxBodyBytes), signal),
-    );
+  async #compactResponse({ request, response, signal, principal }: RequestContext): Promise<void> {
+    const body = await readJsonBody(request, this.#maxBodyBytes);
+    sendJson(response, 200, await this.#responses.compact(body, signal, principal));
   }
 
-  async #chatCompletion({ request, response, signal }: RequestContext): Promise<void> {
-    const prepared = this.#chat.prepare(await readJsonBody(request, this.#maxBodyBytes));
+  async #chatCompletion({ request, response, signal, principal }: RequestContext): Promise<void> {
+    const prepared = this.#chat.prepare(await readJsonBody(request, this.#maxBodyBytes), principal);
+    setRouteHeaders(response, prepared.resolved);
     if (!prepared.stream) {
       sendJson(response, 200, await this.#chat.complete(prepared, signal));
       return;
@@ -274,31 +325,48 @@ export class SparkServer {
     sse.end();
   }
 
-  async #getResponse({ response, params }: RequestContext): Promise<void> {
-    sendJson(response, 200, this.#responses.get(params[0]!));
+  async #getResponse({ response, params, principal }: RequestContext): Promise<void> {
+    sendJson(response, 200, this.#responses.get(params[0]!, principal));
   }
 
-  async #deleteResponse({ response, params }: RequestContext): Promise<void> {
-    sendJson(response, 200, this.#responses.delete(params[0]!));
+  async #inputItems({ response, params, principal, query }: RequestContext): Promise<void> {
+    const limit = query.has("limit") ? Number(query.get("limit")) : 20;
+    if (!Number.isInteger(limit) || limit < 1 || limit > 100)
+      throw SparkError.invalid("limit must be an integer from 1 to 100.", "limit", "invalid_limit");
+    const order = query.get("order") ?? "desc";
+    if (order !== "asc" && order !== "desc")
+      throw SparkError.invalid("order must be asc or desc.", "order", "invalid_order");
+    const after = query.get("after") ?? undefined;
+    const page: InputItemsPage = { limit, order };
+    if (after !== undefined) page.after = after;
+    sendJson(response, 200, this.#responses.inputItems(params[0]!, principal, page));
+  }
+
+  async #deleteResponse({ response, params, principal }: RequestContext): Promise<void> {
+    sendJson(response, 200, this.#responses.delete(params[0]!, principal));
   }
 
   async #listModels({ response }: RequestContext): Promise<void> {
-    sendJson(response, 200, { object: "list", data: this.#engine.models().map(modelObject) });
+    sendJson(response, 200, { object: "list", data: this.models.list().map(modelObject) });
   }
 
   async #getModel({ response, params }: RequestContext): Promise<void> {
-    const model = this.#engine.models().find((m) => m.id === params[0]);
+    const model = this.models.list().find((m) => m.id === params[0]);
     if (!model)
       throw SparkError.notFound(`The model '${params[0]}' does not exist.`, "model_not_found", "model");
     sendJson(response, 200, modelObject(model));
   }
 
   async #health({ response }: RequestContext): Promise<void> {
-    const status = this.#engine.status();
-    sendJson(response, status.ready ? 200 : 503, {
-      status: status.ready ? "ok" : "starting",
-      engine: this.#engine.kind,
-      detail: status.detail,
+    const engines = this.models.engines().map((engine) => ({ engine, status: engine.status() }));
+    const ready = engines.every((e) => e.status.ready);
+    const first = engines[0]!;
+    sendJson(response, ready ? 200 : 503, {
+      status: ready ? "ok" : "starting",
+      engine: first.engine.kind,
+      detail: engines.map((e) => e.status.detail).join("; "),
+      engines: engines.map((e) => ({ kind: e.engine.kind, ready: e.status.ready, detail: e.status.detail })),
+      queued: this.admission.queued,
     });
   }
 
@@ -313,37 +381,47 @@ export class SparkServer {
    * to fall back to HTTP at once (a 404 or 405 would look like a broken server).
    */
   #upgrade(request: IncomingMessage, socket: Socket, head: Buffer): void {
-    const path = (request.url ?? "/").split("?")[0] ?? "/";
-    let refusal: SparkError;
-    if (path !== "/v1/responses") {
-      refusal = SparkError.notFound(
-        `WebSocket mode is served on /v1/responses, not ${path}.`,
-        "unknown_route",
-      );
-    } else if (!this.#websocket || this.#shutdown.signal.aborted) {
-      refusal = new SparkError(
-        426,
-        "invalid_request_error",
-        "websocket_not_supported",
-        this.#websocket
-          ? "The server is shutting down."
-          : "WebSocket mode is not enabled on this server; use HTTP.",
-      );
-    } else {
-      this.#websocket.upgrade(request, socket, head);
-      return;
+    try {
+      const principal = this.#keys.authenticate(request.headers.authorization);
+      const path = (request.url ?? "/").split("?")[0] ?? "/";
+      if (path !== "/v1/responses") {
+        throw SparkError.notFound(`WebSocket mode is served on /v1/responses, not ${path}.`, "unknown_route");
+      }
+      if (!this.#websocket || this.#shutdown.signal.aborted) {
+        throw new SparkError(
+          426,
+          "invalid_request_error",
+          "websocket_not_supported",
+          this.#websocket
+            ? "The server is shutting down."
+            : "WebSocket mode is not enabled on this server; use HTTP.",
+        );
+      }
+      this.#websocket.upgrade(request, socket, head, principal);
+    } catch (error) {
+      const refusal = SparkError.from(error);
+      socket.end(rawResponse(refusal, JSON.stringify(refusal.toBody())));
     }
-    const reason = refusal.status === 426 ? "Upgrade Required" : "Not Found";
-    socket.end(rawResponse(refusal.status, reason, JSON.stringify(refusal.toBody())));
   }
 }
 
 /** A complete HTTP/1.1 response for a raw socket (upgrade refusals, unparsable requests). */
-function rawResponse(status: number, reason: string, json: string): string {
+function rawResponse(error: SparkError, json: string): string {
+  const headers = Object.entries(error.headers)
+    .map(([name, value]) => `${name}: ${value}\r\n`)
+    .join("");
   return (
-    `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\n` +
-    `content-length: ${Buffer.byteLength(json)}\r\nconnection: close\r\n\r\n${json}`
+    `HTTP/1.1 ${error.status} ${STATUS_CODES[error.status] ?? "Error"}\r\ncontent-type: application/json\r\n` +
+    `content-length: ${Buffer.byteLength(json)}\r\n${headers}connection: close\r\n\r\n${json}`
   );
+}
+
+/** For `model: "auto"`: which tier the router chose and why, before any body is sent. */
+function setRouteHeaders(response: ServerResponse, model: ResolvedModel): void {
+  if (!model.route) return;
+  response.setHeader("x-spark-route", model.route.tier);
+  response.setHeader("x-spark-route-rule", model.route.rule);
+  response.setHeader("x-spark-route-reason", model.route.reason);
 }
 
 function modelObject(model: { id: string; ownedBy: string }): Record<string, unknown> {

@@ -8,6 +8,7 @@ import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import { WebSocketServer, WebSocket, type RawData } from "ws";
 import { AbortReason } from "../core/generation.js";
+import type { Principal } from "../core/keys.js";
 import type { Metrics } from "../core/metrics.js";
 import type { ResponsesService } from "../core/responses.js";
 import {
@@ -66,10 +67,10 @@ export class ResponsesWebSocket {
     });
   }
 
-  /** Completes an HTTP upgrade already routed to `/v1/responses` (and authorized, once keys exist). */
-  upgrade(request: IncomingMessage, socket: Duplex, head: Buffer): void {
+  /** Completes an HTTP upgrade already routed to `/v1/responses` and authenticated as `principal`. */
+  upgrade(request: IncomingMessage, socket: Duplex, head: Buffer, principal: Principal): void {
     this.#server.handleUpgrade(request, socket, head, (ws) => {
-      const connection = new Connection(ws, this.service, this.metrics, this.#options);
+      const connection = new Connection(ws, this.service, this.metrics, this.#options, principal);
       this.#connections.add(connection);
       this.metrics.websocketConnections.inc();
       this.metrics.websocketConnectionsTotal.inc();
@@ -105,8 +106,9 @@ class Connection implements SessionSink {
     service: ResponsesService,
     metrics: Metrics,
     private readonly options: Required<Omit<WebSocketOptions, "limits">> & { limits: SessionLimits },
+    principal: Principal,
   ) {
-    this.#session = new ResponsesSession(service, this, options.limits, metrics);
+    this.#session = new ResponsesSession(service, this, options.limits, metrics, principal);
     ws.on("message", (data, isBinary) => this.#onMessage(data, isBinary));
     ws.on("pong", () => (this.#alive = true));
     ws.on("error", () => ws.terminate());

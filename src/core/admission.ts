@@ -1,0 +1,284 @@
+/**
+ * Admission control: per-key rate limits and the fair queue in front of the engines.
+ *
+ * Contracts:
+ * - `admit` is synchronous and runs before a transport has sent anything, so a refusal is a plain
+ *   429 (`retry-after` header; over WebSocket an `error` event with the same fields and status).
+ * - Limits are per key and per tier: requests per rolling minute, tokens per rolling minute (input
+ *   plus output, counted when a response ends, so a response in flight is not charged yet) and
+ *   responses at once (generating or queued).
+ * - Each engine has `capacity` slots. A response that finds none free waits in that engine's queue
+ *   (bounded by `maxQueue`; a full queue is 429 `queue_full`). The queue is fair: `spark` work is
+ *   always served before `deep` work, and within a tier keys take turns (round robin), so one
+ *   key's burst waits behind its own earlier requests, not in front of other keys.
+ * - Every ticket is released exactly once; releasing a queued ticket (a client that left) takes it
+ *   out of the queue. Releasing a running ticket hands its slot to the next waiter at once.
+ */
+import type { Engine } from "../engine/types.js";
+import { SparkError } from "../protocol/errors.js";
+import type { Principal, TierLimits } from "./keys.js";
+import type { Metrics } from "./metrics.js";
+import type { Tier } from "./model-registry.js";
+
+export interface AdmissionOptions {
+  /** Responses waiting per engine before new ones get 429 `queue_full`. */
+  maxQueue: number;
+}
+
+export const DEFAULT_ADMISSION: AdmissionOptions = { maxQueue: 256 };
+
+const MINUTE_MS = 60_000;
+
+export interface Ticket {
+  /** True while the response waits for an engine slot. */
+  readonly queued: boolean;
+  /** Resolves when the response may run; rejects (and leaves the queue) when `signal` aborts first. */
+  wait(signal: AbortSignal): Promise<void>;
+  /** Frees the slot or queue place and charges `tokens` to the key's tokens-per-minute. Idempotent. */
+  release(tokens: number): void;
+}
+
+/** What one key has used of one tier in the last minute. */
+class Usage {
+  /** Start times of recent requests, oldest first. */
+  readonly requests: number[] = [];
+  /** [end time, tokens] of recently finished responses, oldest first. */
+  readonly tokens: [number, number][] = [];
+  tokenSum = 0;
+  /** Responses generating or queued now. */
+  open = 0;
+
+  prune(now: number): void {
+    const horizon = now - MINUTE_MS;
+    let drop = 0;
+    while (drop < this.requests.length && this.requests[drop]! <= horizon) drop++;
+    if (drop > 0) this.requests.splice(0, drop);
+    drop = 0;
+    while (drop < this.tokens.length && this.tokens[drop]![0] <= horizon) {
+      this.tokenSum -= this.tokens[drop]![1];
+      drop++;
+    }
+    if (drop > 0) this.tokens.splice(0, drop);
+  }
+
+  get idle(): boolean {
+    return this.open === 0 && this.requests.length === 0 && this.tokens.length === 0;
+  }
+}
+
+interface Waiter {
+  key: string;
+  tier: Tier;
+  grant: () => void;
+}
+
+/** One engine's slots and its two-class, round-robin-by-key queue. */
+class Pool {
+  active = 0;
+  waiting = 0;
+  /** Exponential average of how long a response holds a slot, for `retry-after` on a full queue. */
+  averageHoldMs = 1000;
+  readonly #classes: Record<Tier, { byKey: Map<string, Waiter[]>; turns: string[] }> = {
+    spark: { byKey: new Map(), turns: [] },
+    deep: { byKey: new Map(), turns: [] },
+  };
+
+  constructor(readonly capacity: number) {}
+
+  enqueue(waiter: Waiter): void {
+    const queue = this.#classes[waiter.tier];
+    const own = queue.byKey.get(waiter.key);
+    if (own) own.push(waiter);
+    else {
+      queue.byKey.set(waiter.key, [waiter]);
+      queue.turns.push(waiter.key);
+    }
+    this.waiting++;
+  }
+
+  remove(waiter: Waiter): void {
+    const queue = this.#classes[waiter.tier];
+    const own = queue.byKey.get(waiter.key);
+    const at = own?.indexOf(waiter) ?? -1;
+    if (!own || at < 0) return;
+    own.splice(at, 1);
+    this.waiting--;
+    if (own.length === 0) {
+      queue.byKey.delete(waiter.key);
+      queue.turns.splice(queue.turns.indexOf(waiter.key), 1);
+    }
+  }
+
+  /** Hands free slots to waiters: `spark` first, keys in turn. */
+  grantNext(): void {
+    while (this.active < this.capacity && this.waiting > 0) {
+      const queue = this.#classes.spark.turns.length > 0 ? this.#classes.spark : this.#classes.deep;
+      const key = queue.turns.shift()!;
+      const own = queue.byKey.get(key)!;
+      const waiter = own.shift()!;
+      if (own.length > 0) queue.turns.push(key);
+      else queue.byKey.delete(key);
+      this.waiting--;
+      this.active++;
+      waiter.grant();
+    }
+  }
+}
+
+export class Admission {
+  readonly #usage = new Map<string, Usage>();
+  readonly #pools = new Map<Engine, Pool>();
+  #admitted = 0;
+
+  constructor(
+    private readonly options: AdmissionOptions = DEFAULT_ADMISSION,
+    private readonly metrics?: Metrics,
+  ) {}
+
+  /** Responses waiting for an engine, over all engines. */
+  get queued(): number {
+    let waiting = 0;
+    for (const pool of this.#pools.values()) waiting += pool.waiting;
+    return waiting;
+  }
+
+  /** Checks the key's limits and the engine's queue; throws a 429 `SparkError` when over. */
+  admit(principal: Principal, tier: Tier, engine: Engine, capacity: number): Ticket {
+    const now = performance.now();
+    const limits = principal.limits[tier];
+    const usageKey = `${principal.id}\u0000${tier}`;
+    let usage = this.#usage.get(usageKey);
+    if (!usage) {
+      usage = new Usage();
+      this.#usage.set(usageKey, usage);
+    }
+    usage.prune(now);
+    this.#checkLimits(usage, limits, tier, now);
+
+    let pool = this.#pools.get(engine);
+    if (!pool) {
+      pool = new Pool(capacity);
+      this.#pools.set(engine, pool);
+    }
+    const mustWait = pool.active >= pool.capacity || pool.waiting > 0;
+    if (mustWait && pool.waiting >= this.options.maxQueue) {
+      const seconds = Math.max(1, Math.ceil(((pool.waiting / pool.capacity) * pool.averageHoldMs) / 1000));
+      this.metrics?.rateLimited.inc({ tier, limit: "queue" });
+      throw new SparkError(
+        429,
+        "server_error",
+        "queue_full",
+        `The server is busy: ${pool.waiting} responses are waiting for the ${tier} engine. Retry in ${seconds} s.`,
+        null,
+        { "retry-after": String(seconds) },
+      );
+    }
+
+    usage.requests.push(now);
+    usage.open++;
+    if (++this.#admitted % 1024 === 0) this.#sweep(now);
+    return this.#ticket(pool, usage, principal.id, tier, mustWait);
+  }
+
+  #checkLimits(usage: Usage, limits: TierLimits, tier: Tier, now: number): void {
+    const refuse = (kind: "requests" | "tokens", what: string, retryMs: number): never => {
+      const seconds = Math.max(1, Math.ceil(retryMs / 1000));
+      this.metrics?.rateLimited.inc({ tier, limit: what });
+      throw new SparkError(
+        429,
+        kind,
+        "rate_limit_exceeded",
+        `Rate limit reached for the ${tier} tier on ${what}. Retry in ${seconds} s.`,
+        null,
+        { "retry-after": String(seconds) },
+      );
+    };
+    const rpm = limits.requestsPerMinute;
+    if (rpm !== undefined && usage.requests.length >= rpm) {
+      const oldest = usage.requests[usage.requests.length - rpm]!;
+      refuse("requests", `requests per minute (limit ${rpm})`, oldest + MINUTE_MS - now);
+    }
+    const tpm = limits.tokensPerMinute;
+    if (tpm !== undefined && usage.tokenSum >= tpm) {
+      // The time until enough finished responses age out of the window to go under the limit.
+      let sum = usage.tokenSum;
+      let until = now;
+      for (const [at, tokens] of usage.tokens) {
+        sum -= tokens;
+        until = at + MINUTE_MS;
+        if (sum < tpm) break;
+      }
+      refuse("tokens", `tokens per minute (limit ${tpm})`, until - now);
+    }
+    const concurrent = limits.concurrent;
+    if (concurrent !== undefined && usage.open >= concurrent) {
+      refuse("requests", `concurrent responses (limit ${concurrent})`, 1000);
+    }
+  }
+
+  #ticket(pool: Pool, usage: Usage, key: string, tier: Tier, mustWait: boolean): Ticket {
+    let state: "queued" | "running" | "released" = mustWait ? "queued" : "running";
+    let startedAt = performance.now();
+    let granted: () => void = () => {};
+    const queuedAt = startedAt;
+    const metrics = this.metrics;
+    const waiter: Waiter = {
+      key,
+      tier,
+      grant: () => {
+        state = "running";
+        startedAt = performance.now();
+        metrics?.queueLength.dec({ tier });
+        metrics?.queueWait.observe({ tier }, (startedAt - queuedAt) / 1000);
+        granted();
+      },
+    };
+    if (mustWait) {
+      pool.enqueue(waiter);
+      this.metrics?.queueLength.inc({ tier });
+    } else pool.active++;
+
+    return {
+      get queued() {
+        return state === "queued";
+      },
+      wait(signal: AbortSignal): Promise<void> {
+        if (state !== "queued") return Promise.resolve();
+        return new Promise<void>((resolve, reject) => {
+          const onAbort = (): void => reject(signal.reason);
+          granted = () => {
+            signal.removeEventListener("abort", onAbort);
+            resolve();
+          };
+          if (signal.aborted) onAbort();
+          else signal.addEventListener("abort", onAbort, { once: true });
+        });
+      },
+      release(tokens: number): void {
+        if (state === "released") return;
+        if (state === "queued") {
+          pool.remove(waiter);
+          metrics?.queueLength.dec({ tier });
+        } else {
+          pool.active--;
+          pool.averageHoldMs = pool.averageHoldMs * 0.9 + (performance.now() - startedAt) * 0.1;
+        }
+        state = "released";
+        usage.open--;
+        if (tokens > 0) {
+          usage.tokens.push([performance.now(), tokens]);
+          usage.tokenSum += tokens;
+        }
+        pool.grantNext();
+      },
+    };
+  }
+
+  /** Forgets keys with no recent use, so the map does not grow with every key ever seen. */
+  #sweep(now: number): void {
+    for (const [key, usage] of this.#usage) {
+      usage.prune(now);
+      if (usage.idle) this.#usage.delete(key);
+    }
+  }
+}

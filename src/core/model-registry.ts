@@ -1,0 +1,153 @@
+/**
+ * The models a server offers, by the names clients use. Each entry is an alias (`spark`, `deep`, or
+ * any name a config declares) bound to an engine, the engine's model, a tier and request defaults.
+ * Several aliases may share one engine (one loaded model serving both tiers).
+ *
+ * Resolution order for a client's `model`:
+ *   1. `auto`: the router picks `spark` or `deep` from the request (see `src/router/route.ts`);
+ *   2. an alias;
+ *   3. a name one of the engines knows itself (an upstream's model id, a GGUF file's name), which
+ *      takes the tier of the first alias bound to that engine.
+ * Anything else is `404 model_not_found`; a known model whose engine is still loading is 503.
+ */
+import type { Engine, EngineModel } from "../engine/types.js";
+import { SparkError } from "../protocol/errors.js";
+import { routeRequest, type RouteDecision, type RouteInput, type Tier } from "../router/route.js";
+
+export type { Tier } from "../router/route.js";
+
+/** The model name that asks the router to choose a tier. */
+export const AUTO_MODEL = "auto";
+
+export interface ModelDefaults {
+  temperature?: number;
+  topP?: number;
+  maxOutputTokens?: number;
+}
+
+export interface ModelEntry {
+  /** The name clients send as `model`. */
+  alias: string;
+  tier: Tier;
+  engine: Engine;
+  /** The name handed to `engine.resolveModel`; engines treat `spark` as "your default model". */
+  engineModel: string;
+  /** Responses this engine generates at once; more wait in the queue (see `Admission`). */
+  capacity: number;
+  /** Applied when the request leaves the setting out. */
+  defaults: ModelDefaults;
+}
+
+export interface ResolvedModel {
+  /** The name reported back as the response's `model`: the alias, or the engine's own id. */
+  name: string;
+  entry: ModelEntry;
+  /** The model id to put in the engine request. */
+  engineModel: string;
+  /** Set when `model` was `auto`. */
+  route?: RouteDecision;
+}
+
+export class ModelRegistry {
+  readonly #entries = new Map<string, ModelEntry>();
+  readonly #byTier = new Map<Tier, ModelEntry>();
+
+  /** `entries` must include the aliases `spark` and `deep`. */
+  constructor(entries: readonly ModelEntry[]) {
+    for (const entry of entries) {
+      if (entry.alias === AUTO_MODEL) throw new Error(`"${AUTO_MODEL}" is reserved for the router`);
+      this.#entries.set(entry.alias, entry);
+    }
+    for (const tier of ["spark", "deep"] as const) {
+      const entry = this.#entries.get(tier);
+      if (!entry) throw new Error(`the model alias "${tier}" must be configured`);
+      this.#byTier.set(tier, entry);
+    }
+  }
+
+  /** The same engine behind both tiers, as `spark serve` without a models config runs. */
+  static single(engine: Engine, capacity: number): ModelRegistry {
+    return new ModelRegistry(
+      (["spark", "deep"] as const).map((tier) => ({
+        alias: tier,
+        tier,
+        engine,
+        engineModel: "spark",
+        capacity,
+        defaults: {},
+      })),
+    );
+  }
+
+  entries(): readonly ModelEntry[] {
+    return [...this.#entries.values()];
+  }
+
+  /** Every distinct engine, once. */
+  engines(): readonly Engine[] {
+    return [...new Set([...this.#entries.values()].map((entry) => entry.engine))];
+  }
+
+  /** `/v1/models`: the aliases, `auto`, then names the engines offer themselves. */
+  list(): { id: string; ownedBy: string }[] {
+    const models = [...this.#entries.values()].map((entry) => ({ id: entry.alias, ownedBy: "spark" }));
+    models.push({ id: AUTO_MODEL, ownedBy: "spark" });
+    const seen = new Set(models.map((m) => m.id));
+    for (const engine of this.engines()) {
+      for (const model of engine.models()) {
+        if (seen.has(model.id)) continue;
+        seen.add(model.id);
+        models.push({ id: model.id, ownedBy: model.ownedBy });
+      }
+    }
+    return models;
+  }
+
+  /** The engine's description of the model behind `resolved` (context size), if it has one. */
+  engineModelInfo(resolved: ResolvedModel): EngineModel | undefined {
+    return resolved.entry.engine.models().find((m) => m.id === resolved.engineModel);
+  }
+
+  /**
+   * Resolves a client's model name. `route` supplies the request for `auto`; it is only called then.
+   * Throws 404 for unknown names and 503 while the engine loads.
+   */
+  resolve(name: string, route?: () => RouteInput): ResolvedModel {
+    let entry = this.#entries.get(name);
+    let decision: RouteDecision | undefined;
+    let engineModel: string | undefined;
+    if (name === AUTO_MODEL && route) {
+      decision = routeRequest(route());
+      entry = this.#byTier.get(decision.tier)!;
+    }
+    if (entry) {
+      engineModel = entry.engine.resolveModel(entry.engineModel);
+    } else {
+      for (const candidate of this.#entries.values()) {
+        engineModel = candidate.engine.resolveModel(name);
+        if (engineModel !== undefined) {
+          entry = candidate;
+          break;
+        }
+      }
+    }
+    if (!entry || engineModel === undefined) {
+      const known = this.list()
+        .map((m) => m.id)
+        .join(", ");
+      throw new SparkError(
+        404,
+        "invalid_request_error",
+        "model_not_found",
+        `The model '${name}' does not exist. Available models: ${known}.`,
+        "model",
+      );
+    }
+    const status = entry.engine.status();
+    if (!status.ready)
+      throw SparkError.unavailable(`The ${entry.engine.kind} engine is not ready: ${status.detail}.`);
+    const resolved: ResolvedModel = { name: decision ? entry.alias : name, entry, engineModel };
+    if (decision) resolved.route = decision;
+    return resolved;
+  }
+}
