@@ -3,7 +3,7 @@
 import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
-const outerLayers = ["**/engines/**", "**/server/**", "**/cli/**"];
+const outerLayers = ["**/engines/**", "**/server/**", "**/cli/**", "**/store/**"];
 
 export default tseslint.config(
   { ignores: ["dist/**", "node_modules/**", "bin/**"] },
@@ -15,7 +15,7 @@ export default tseslint.config(
     },
   },
   {
-    files: ["src/protocol/**", "src/engine/**", "src/core/**"],
+    files: ["src/protocol/**", "src/engine/**", "src/core/**", "src/router/**"],
     rules: {
       "no-restricted-imports": [
         "error",
@@ -26,7 +26,7 @@ export default tseslint.config(
               message: "The core and the seams must not import engines, transports or the CLI.",
             },
             {
-              group: ["node-llama-cpp", "undici", "node:http", "ws"],
+              group: ["node-llama-cpp", "undici", "node:http", "ws", "better-sqlite3"],
               message: "Keep concrete runtimes out of the core.",
             },
           ],

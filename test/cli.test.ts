@@ -3,35 +3,19 @@
  * src/cli/main.ts`, so no build is needed), real ports, real signals.
  */
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
-import { once } from "node:events";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
-import { after, test } from "node:test";
-import { fileURLToPath } from "node:url";
+import { test } from "node:test";
 import { textOf, WsClient } from "./helpers/ws-client.js";
-
-const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
-/** Only to avoid hanging forever on a broken CLI; no assertion depends on it. */
-const SAFETY_TIMEOUT_MS = 60_000;
-const LISTENING = /^spark listening on (http:\/\/127\.0\.0\.1:(\d+))$/;
-
-const dir = mkdtempSync(join(tmpdir(), "spark-cli-test-"));
-const children = new Set<ChildProcess>();
-
-after(() => {
-  for (const child of children)
-    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
-  rmSync(dir, { recursive: true, force: true });
-});
-
-function file(name: string, text: string): string {
-  const path = join(dir, name);
-  writeFileSync(path, text);
-  return path;
-}
+import {
+  assertHealthy,
+  dir,
+  file,
+  LISTENING,
+  runToExit,
+  SAFETY_TIMEOUT_MS,
+  startServer,
+  stop,
+} from "./helpers/cli.js";
 
 const SHORT_SCRIPT = file(
   "short.jsonl",
@@ -42,92 +26,6 @@ const LONG_SCRIPT = file(
   "long.jsonl",
   JSON.stringify({ output: [{ type: "message", text: "word ".repeat(20_000) }] }) + "\n",
 );
-
-/** The parent's environment without any SPARK_* variable, so only what a test sets counts. */
-function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [key, value] of Object.entries(process.env)) if (!key.startsWith("SPARK_")) env[key] = value;
-  return { ...env, ...extra };
-}
-
-interface Cli {
-  child: ChildProcess;
-  /** Resolves with the exit code (or the signal name when killed by one). */
-  exited: Promise<number | string>;
-  stdout(): string;
-  stderr(): string;
-}
-
-function spawnCli(args: readonly string[], env: Record<string, string> = {}): Cli {
-  const child = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", ...args], {
-    cwd: REPO_ROOT,
-    env: cleanEnv(env),
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  children.add(child);
-  let stdout = "";
-  let stderr = "";
-  child.stdout!.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
-  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-  const exited = new Promise<number | string>((resolve) => {
-    child.once("close", (code: number | null, signal: NodeJS.Signals | null) =>
-      resolve(code ?? signal ?? -1),
-    );
-  });
-  const safety = setTimeout(() => child.kill("SIGKILL"), SAFETY_TIMEOUT_MS);
-  void exited.then(() => clearTimeout(safety));
-  return { child, exited, stdout: () => stdout, stderr: () => stderr };
-}
-
-/** Waits for the first stdout line; fails if the process exits first. */
-async function firstLine(cli: Cli): Promise<string> {
-  const lines = createInterface({ input: cli.child.stdout! });
-  try {
-    const line = await Promise.race([
-      once(lines, "line").then(([l]) => l as string),
-      cli.exited.then((code) => {
-        throw new Error(`the CLI exited (${code}) before printing a line; stderr:\n${cli.stderr()}`);
-      }),
-    ]);
-    return line;
-  } finally {
-    lines.close();
-  }
-}
-
-/** Spawns a server and returns its base URL, taken from the first stdout line. */
-async function startServer(
-  args: readonly string[],
-  env: Record<string, string> = {},
-): Promise<Cli & { url: string }> {
-  const cli = spawnCli(args, env);
-  const line = await firstLine(cli);
-  const match = LISTENING.exec(line);
-  assert.ok(match, `unexpected first stdout line: ${JSON.stringify(line)}`);
-  assert.ok(Number(match[2]) > 0, "port 0 must be replaced by the real port");
-  return { ...cli, url: match[1]! };
-}
-
-async function assertHealthy(url: string): Promise<void> {
-  const response = await fetch(`${url}/healthz`, { signal: AbortSignal.timeout(SAFETY_TIMEOUT_MS) });
-  assert.equal(response.status, 200);
-  assert.equal(((await response.json()) as { status: string }).status, "ok");
-}
-
-async function stop(cli: Cli, signal: NodeJS.Signals = "SIGTERM"): Promise<number | string> {
-  cli.child.kill(signal);
-  return cli.exited;
-}
-
-/** Runs the CLI to its exit (for commands that are expected to fail or to print and leave). */
-async function runToExit(
-  args: readonly string[],
-  env: Record<string, string> = {},
-): Promise<{ code: number | string; stdout: string; stderr: string }> {
-  const cli = spawnCli(args, env);
-  const code = await cli.exited;
-  return { code, stdout: cli.stdout(), stderr: cli.stderr() };
-}
 
 test("serve prints its URL as the first stdout line, answers /healthz, and exits 0 on SIGTERM", async () => {
   const cli = await startServer([

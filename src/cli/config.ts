@@ -1,30 +1,94 @@
 /**
  * Server settings from three sources, strongest first: command-line flags, SPARK_* environment
  * variables, a JSON config file (`--config` / `SPARK_CONFIG`). Every value is validated; errors
- * name where the bad value came from and what is expected.
+ * name where the bad value came from, the key, and what is expected.
+ *
+ * Only the config file can declare models (`models`), keys (`keys`) and per-tier limits (`limits`);
+ * keys may also live in a separate key file (`keyFile`, written by `spark keys create`).
  */
 import { readFileSync } from "node:fs";
 import { z } from "zod";
+
+const positiveInteger = z.number().int().positive();
+
+const tierLimitsSchema = z.strictObject({
+  requestsPerMinute: positiveInteger.optional(),
+  tokensPerMinute: positiveInteger.optional(),
+  concurrent: positiveInteger.optional(),
+});
+export const limitsSchema = z.strictObject({
+  spark: tierLimitsSchema.optional(),
+  deep: tierLimitsSchema.optional(),
+});
+
+const environmentName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be an environment variable name");
+
+/** Settings of one engine: the flat `serve` settings, or one entry of `models`. */
+const engineSettings = {
+  model: z.string().min(1).optional(),
+  threads: z.coerce.number().int().min(1).max(512).optional(),
+  contextSize: z.coerce.number().int().min(256).optional(),
+  sequences: z.coerce.number().int().min(1).max(64).optional(),
+  upstream: z.url().optional(),
+  upstreamApiKeyEnv: environmentName.optional(),
+  upstreamModel: z.string().min(1).optional(),
+  script: z.string().min(1).optional(),
+  rate: z.coerce.number().min(0).optional(),
+};
+
+export const modelEntrySchema = z.strictObject({
+  engine: z.enum(["llama", "openai", "script"]),
+  /** Which limits and queue class apply; defaults to `deep` for the alias `deep`, else `spark`. */
+  tier: z.enum(["spark", "deep"]).optional(),
+  ...engineSettings,
+  gpu: z.enum(["auto", "off"]).optional(),
+  upstreamApi: z.enum(["chat", "responses"]).optional(),
+  /** Responses generated at once before the queue holds new ones. */
+  capacity: positiveInteger.optional(),
+  defaults: z
+    .strictObject({
+      temperature: z.number().min(0).max(2).optional(),
+      topP: z.number().gt(0).max(1).optional(),
+      maxOutputTokens: positiveInteger.optional(),
+    })
+    .optional(),
+});
+export type ModelEntrySettings = z.infer<typeof modelEntrySchema>;
+
+export const keyRecordSchema = z.strictObject({
+  id: z.string().regex(/^[A-Za-z0-9_.@-]{1,64}$/, "must be 1-64 letters, digits, '_', '.', '@' or '-'"),
+  hash: z
+    .string()
+    .regex(/^sha256:[0-9a-fA-F]{64}$/, "must be 'sha256:' and 64 hex digits (from `spark keys create`)"),
+  limits: limitsSchema.optional(),
+});
+export const keyFileSchema = z.strictObject({ keys: z.array(keyRecordSchema) });
+
+const MODEL_ALIAS = /^(?!auto$)[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$/;
 
 export const serveSettingsSchema = z.strictObject({
   host: z.string().min(1),
   port: z.coerce.number().int().min(0).max(65535),
   engine: z.enum(["llama", "openai", "script"]),
-  model: z.string().min(1).optional(),
+  ...engineSettings,
   download: z.boolean(),
-  threads: z.coerce.number().int().min(1).max(512).optional(),
-  contextSize: z.coerce.number().int().min(256).optional(),
-  sequences: z.coerce.number().int().min(1).max(64).optional(),
   gpu: z.enum(["auto", "off"]),
-  upstream: z.url().optional(),
-  upstreamApiKeyEnv: z
-    .string()
-    .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be an environment variable name")
-    .optional(),
   upstreamApi: z.enum(["chat", "responses"]),
-  upstreamModel: z.string().min(1).optional(),
-  script: z.string().min(1).optional(),
-  rate: z.coerce.number().min(0).optional(),
+  models: z
+    .record(
+      z
+        .string()
+        .regex(MODEL_ALIAS, "model aliases are 1-64 letters, digits, '.', '_', ':' or '-' (not 'auto')"),
+      modelEntrySchema,
+    )
+    .optional(),
+  keys: z.array(keyRecordSchema).optional(),
+  keyFile: z.string().min(1).optional(),
+  limits: limitsSchema.optional(),
+  allowUnauthenticated: z.boolean(),
+  queueLength: z.coerce.number().int().min(0).max(1_000_000),
+  store: z.enum(["sqlite", "memory"]),
+  dataDir: z.string().min(1).optional(),
   maxBodyBytes: z.coerce.number().int().min(1024),
   websocket: z.boolean(),
   websocketMaxMinutes: z.coerce
@@ -42,13 +106,19 @@ export const DEFAULT_SETTINGS = {
   download: true,
   gpu: "auto",
   upstreamApi: "chat",
+  allowUnauthenticated: false,
+  queueLength: 256,
+  store: "sqlite",
   maxBodyBytes: 16 * 1024 * 1024,
   websocket: true,
   websocketMaxMinutes: 60,
 } as const satisfies Partial<ServeSettings>;
 
+/** Settings only a config file can hold (structured values). */
+const FILE_ONLY: readonly string[] = ["models", "keys", "limits"];
+
 /** Environment variable for each setting. */
-export const ENV_NAMES: Record<SettingKey, string> = {
+export const ENV_NAMES: Record<Exclude<SettingKey, "models" | "keys" | "limits">, string> = {
   host: "SPARK_HOST",
   port: "SPARK_PORT",
   engine: "SPARK_ENGINE",
@@ -64,12 +134,17 @@ export const ENV_NAMES: Record<SettingKey, string> = {
   upstreamModel: "SPARK_UPSTREAM_MODEL",
   script: "SPARK_SCRIPT",
   rate: "SPARK_RATE",
+  keyFile: "SPARK_KEY_FILE",
+  allowUnauthenticated: "SPARK_ALLOW_UNAUTHENTICATED",
+  queueLength: "SPARK_QUEUE_LENGTH",
+  store: "SPARK_STORE",
+  dataDir: "SPARK_DATA_DIR",
   maxBodyBytes: "SPARK_MAX_BODY_BYTES",
   websocket: "SPARK_WEBSOCKET",
   websocketMaxMinutes: "SPARK_WEBSOCKET_MAX_MINUTES",
 };
 
-const BOOLEAN_SETTINGS: readonly string[] = ["download", "websocket"];
+const BOOLEAN_SETTINGS: readonly string[] = ["download", "websocket", "allowUnauthenticated"];
 
 export class ConfigError extends Error {}
 
@@ -83,24 +158,47 @@ function fromEnv(env: NodeJS.ProcessEnv): Record<string, unknown> {
   return values;
 }
 
-function fromFile(file: string): Record<string, unknown> {
+/** Reads a JSON object from `file`; `what` names the file in errors ("config file", "key file"). */
+export function readJsonObject(file: string, what: string): Record<string, unknown> {
   let text: string;
   try {
     text = readFileSync(file, "utf8");
   } catch (error) {
     throw new ConfigError(
-      `config file ${file}: cannot read it (${(error as NodeJS.ErrnoException).code ?? error})`,
+      `${what} ${file}: cannot read it (${(error as NodeJS.ErrnoException).code ?? error})`,
     );
   }
   let json: unknown;
   try {
     json = JSON.parse(text);
   } catch (error) {
-    throw new ConfigError(`config file ${file}: not valid JSON (${(error as Error).message})`);
+    throw new ConfigError(`${what} ${file}: not valid JSON (${(error as Error).message})`);
   }
   if (typeof json !== "object" || json === null || Array.isArray(json)) {
-    throw new ConfigError(`config file ${file}: must hold a JSON object of settings`);
+    throw new ConfigError(`${what} ${file}: must hold a JSON object`);
   }
+  return json as Record<string, unknown>;
+}
+
+/** `models.deep.engine`, `keys[1].hash`: where in a file a problem is. */
+export function issuePath(path: readonly PropertyKey[]): string {
+  return path
+    .map((part, i) => (typeof part === "number" ? `[${part}]` : `${i > 0 ? "." : ""}${String(part)}`))
+    .join("");
+}
+
+/** Loads and validates a key file (`{"keys": [{"id", "hash", "limits"?}]}`). */
+export function loadKeyFile(file: string): z.infer<typeof keyFileSchema>["keys"] {
+  const parsed = keyFileSchema.safeParse(readJsonObject(file, "key file"));
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    throw new ConfigError(`key file ${file}: ${issuePath(issue.path) || "(top level)"}: ${issue.message}`);
+  }
+  return parsed.data.keys;
+}
+
+function fromFile(file: string): Record<string, unknown> {
+  const json = readJsonObject(file, "config file");
   const known = serveSettingsSchema.keyof().options as string[];
   for (const key of Object.keys(json)) {
     if (!known.includes(key))
@@ -134,9 +232,12 @@ export function resolveSettings(
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
     const key = String(issue.path[0] ?? "");
+    if (FILE_ONLY.includes(key) || issue.path.length > 1) {
+      throw new ConfigError(`${origin[key] ?? "config"}: ${issuePath(issue.path)}: ${issue.message}`);
+    }
     const where =
       origin[key] === "environment"
-        ? `environment variable ${ENV_NAMES[key as SettingKey]}`
+        ? `environment variable ${ENV_NAMES[key as keyof typeof ENV_NAMES]}`
         : (origin[key] ?? "settings");
     const flag = `--${key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
     throw new ConfigError(`invalid ${key} (${flag}) from ${where}: ${issue.message}`);

@@ -1,7 +1,8 @@
 /**
- * The one place where a concrete engine is chosen and built from the settings. Nothing else in
- * Spark imports a concrete engine.
+ * The one place where concrete engines are chosen and built from the settings, and bound to the
+ * model aliases clients use. Nothing else in Spark imports a concrete engine.
  */
+import { ModelRegistry, type ModelEntry, type Tier } from "../core/model-registry.js";
 import type { Engine } from "../engine/types.js";
 import { LlamaEngine } from "../engines/llama/llama-engine.js";
 import {
@@ -12,23 +13,84 @@ import {
 } from "../engines/llama/model-source.js";
 import { OpenAIEngine } from "../engines/openai/openai-engine.js";
 import { loadScript, ScriptEngine } from "../engines/script/script-engine.js";
-import { ConfigError, type ServeSettings } from "./config.js";
+import { ConfigError, type ModelEntrySettings, type ServeSettings } from "./config.js";
 
-export async function createEngine(settings: ServeSettings, log: (line: string) => void): Promise<Engine> {
+/** What building one engine needs: the flat serve settings or one `models` entry. */
+type EngineSettings = Omit<ModelEntrySettings, "tier" | "capacity" | "defaults"> & { download?: boolean };
+
+/** Responses an engine generates at once unless a model entry sets `capacity`. */
+function defaultCapacity(settings: EngineSettings): number {
+  if (settings.engine === "llama") return settings.sequences ?? 4;
+  return settings.engine === "openai" ? 256 : 1024;
+}
+
+/**
+ * The models a server offers. Without `models` in the config, one engine from the flat settings
+ * serves both `spark` and `deep`. With it, each entry gets an engine (entries with the same engine
+ * settings share one), and a missing `spark` or `deep` alias serves from the other's engine.
+ */
+export async function createModels(
+  settings: ServeSettings,
+  log: (line: string) => void,
+): Promise<ModelRegistry> {
+  if (!settings.models) {
+    const engine = await createEngine(settings, log, "");
+    return ModelRegistry.single(engine, defaultCapacity(settings));
+  }
+  const declared = Object.entries(settings.models);
+  const engines = new Map<string, Engine>();
+  const entries: ModelEntry[] = [];
+  for (const [alias, entry] of declared) {
+    const { tier, capacity, defaults, ...engineSettings } = entry;
+    const merged: EngineSettings = { download: settings.download, ...engineSettings };
+    const identity = JSON.stringify(Object.entries(merged).sort());
+    let engine = engines.get(identity);
+    if (!engine) {
+      engine = await createEngine(merged, log, `config models.${alias}: `);
+      engines.set(identity, engine);
+    }
+    entries.push({
+      alias,
+      tier: tier ?? (alias === "deep" ? "deep" : "spark"),
+      engine,
+      engineModel: "spark",
+      capacity: capacity ?? defaultCapacity(merged),
+      defaults: defaults ?? {},
+    });
+  }
+  for (const [tier, other] of [
+    ["spark", "deep"],
+    ["deep", "spark"],
+  ] as [Tier, Tier][]) {
+    if (entries.some((e) => e.alias === tier)) continue;
+    const source = entries.find((e) => e.alias === other) ?? entries[0];
+    if (!source) throw new ConfigError("config models: declare at least one model (spark or deep)");
+    log(`models: no "${tier}" declared; it uses the engine of "${source.alias}"`);
+    entries.push({ ...source, alias: tier, tier });
+  }
+  return new ModelRegistry(entries);
+}
+
+/** Builds one engine; `where` prefixes configuration errors ("config models.deep: "). */
+export async function createEngine(
+  settings: EngineSettings,
+  log: (line: string) => void,
+  where: string,
+): Promise<Engine> {
   switch (settings.engine) {
     case "script": {
       if (!settings.script)
-        throw new ConfigError("the script engine needs a script: --script FILE (JSON Lines)");
+        throw new ConfigError(`${where}the script engine needs a script: --script FILE (JSON Lines)`);
       // A missing or malformed script is a usage error (exit 2), like a bad flag.
       const lines = await loadScript(settings.script).catch((error: unknown) => {
-        throw new ConfigError(error instanceof Error ? error.message : String(error));
+        throw new ConfigError(where + (error instanceof Error ? error.message : String(error)));
       });
       return new ScriptEngine(settings.rate !== undefined ? { lines, rate: settings.rate } : { lines });
     }
     case "openai": {
       if (!settings.upstream) {
         throw new ConfigError(
-          "the openai engine needs an upstream: --upstream URL (e.g. http://127.0.0.1:8000/v1)",
+          `${where}the openai engine needs an upstream: --upstream URL (e.g. http://127.0.0.1:8000/v1)`,
         );
       }
       let apiKey: string | undefined;
@@ -36,12 +98,12 @@ export async function createEngine(settings: ServeSettings, log: (line: string) 
         apiKey = process.env[settings.upstreamApiKeyEnv];
         if (!apiKey)
           throw new ConfigError(
-            `--upstream-api-key-env names ${settings.upstreamApiKeyEnv}, which is not set`,
+            `${where}upstreamApiKeyEnv names ${settings.upstreamApiKeyEnv}, which is not set`,
           );
       }
       return new OpenAIEngine({
         baseUrl: settings.upstream,
-        api: settings.upstreamApi,
+        api: settings.upstreamApi ?? "chat",
         ...(apiKey ? { apiKey } : {}),
         ...(settings.upstreamModel ? { model: settings.upstreamModel } : {}),
       });
@@ -54,7 +116,7 @@ export async function createEngine(settings: ServeSettings, log: (line: string) 
             ...(settings.model ? { explicitPath: settings.model } : {}),
             cacheDir: defaultCacheDir(),
             defaultModel: DEFAULT_MODEL,
-            download: settings.download,
+            download: settings.download ?? true,
             progress: (p) => bar(p),
           });
           if (resolved.source === "download") bar.done();

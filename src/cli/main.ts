@@ -1,8 +1,19 @@
 /** The `spark` command line. */
 import { Command, InvalidArgumentError, Option } from "commander";
+import { KeyRing } from "../core/keys.js";
+import { MemoryResponseStore, type ResponseStore } from "../core/response-store.js";
 import { SparkServer } from "../server/http-server.js";
-import { ConfigError, DEFAULT_SETTINGS, ENV_NAMES, resolveSettings } from "./config.js";
-import { createEngine } from "./create-engine.js";
+import { defaultDataDir, SqliteResponseStore, StoreOpenError } from "../store/sqlite-store.js";
+import {
+  ConfigError,
+  DEFAULT_SETTINGS,
+  ENV_NAMES,
+  loadKeyFile,
+  resolveSettings,
+  type ServeSettings,
+} from "./config.js";
+import { createModels } from "./create-engine.js";
+import { keysCommand } from "./keys-command.js";
 
 const log = (line: string): void => {
   process.stderr.write(`spark: ${line}\n`);
@@ -18,17 +29,55 @@ function integer(value: string): number {
   return n;
 }
 
+const DEFAULT_KEY_FILE = "spark-keys.json";
+
 function number(value: string): number {
   const n = Number(value);
   if (!Number.isFinite(n)) throw new InvalidArgumentError("expected a number");
   return n;
 }
 
+function isLoopback(host: string): boolean {
+  return host === "localhost" || host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
+
+/** Keys from the config and the key file, checked for duplicates; the server never sees a key itself. */
+function loadKeys(settings: ServeSettings): KeyRing {
+  const records = [...(settings.keys ?? []), ...(settings.keyFile ? loadKeyFile(settings.keyFile) : [])];
+  const ids = new Set<string>();
+  for (const record of records) {
+    if (ids.has(record.id)) throw new ConfigError(`API key id "${record.id}" is declared twice`);
+    ids.add(record.id);
+  }
+  return new KeyRing(records, settings.limits ?? {});
+}
+
+function openStore(settings: ServeSettings): ResponseStore {
+  if (settings.store === "memory") return new MemoryResponseStore();
+  try {
+    return SqliteResponseStore.open(settings.dataDir ?? defaultDataDir());
+  } catch (error) {
+    if (error instanceof StoreOpenError) throw new ConfigError(error.message);
+    throw error;
+  }
+}
+
 async function serve(flags: Record<string, unknown>): Promise<void> {
   const settings = resolveSettings(flags);
-  const engine = await createEngine(settings, log);
+  const keys = loadKeys(settings);
+  if (!keys.required && !isLoopback(settings.host) && !settings.allowUnauthenticated) {
+    throw new ConfigError(
+      `no API keys are configured, so Spark only listens on loopback; --host ${settings.host} needs keys ` +
+        `(spark keys create --name NAME, then --key-file) or --allow-unauthenticated`,
+    );
+  }
+  const models = await createModels(settings, log);
+  const store = openStore(settings);
   const server = new SparkServer({
-    engine,
+    models,
+    keys,
+    store,
+    admission: { maxQueue: settings.queueLength },
     host: settings.host,
     port: settings.port,
     maxBodyBytes: settings.maxBodyBytes,
@@ -36,9 +85,25 @@ async function serve(flags: Record<string, unknown>): Promise<void> {
   });
   const url = await server.listen();
   process.stdout.write(`spark listening on ${url}\n`);
+  const engines = models.engines();
   log(
-    `engine ${engine.kind}; POST ${url}/v1/responses, ${url}/v1/chat/completions; GET /v1/models, /healthz, /metrics; ` +
+    `models ${models
+      .entries()
+      .map((e) => `${e.alias} (${e.tier}, ${e.engine.kind}, ${e.capacity} at once)`)
+      .join(", ")} and auto; ` +
+      `POST ${url}/v1/responses, ${url}/v1/chat/completions; GET /v1/models, /healthz, /metrics; ` +
       (settings.websocket ? `WebSocket ${url.replace(/^http/, "ws")}/v1/responses` : "WebSocket mode off"),
+  );
+  log(
+    keys.required
+      ? `${keys.size} API key(s) configured: requests need 'Authorization: Bearer KEY'`
+      : `no API keys configured: anyone who can reach ${settings.host} can use this server` +
+          (isLoopback(settings.host) ? " (loopback only; add keys with `spark keys create`)" : ""),
+  );
+  log(
+    settings.store === "memory"
+      ? "responses stored in memory only (--store memory)"
+      : `responses stored in ${settings.dataDir ?? defaultDataDir()}`,
   );
 
   let stopping = false;
@@ -60,17 +125,19 @@ async function serve(flags: Record<string, unknown>): Promise<void> {
   process.on("SIGINT", () => stop("SIGINT"));
   process.on("SIGTERM", () => stop("SIGTERM"));
 
-  // The server answers 503 while the engine loads, so clients see progress instead of a refused port.
+  // The server answers 503 while the engines load, so clients see progress instead of a refused port.
   const started = performance.now();
-  engine.start().then(
-    () => log(`${engine.kind} engine ready in ${Math.round(performance.now() - started)} ms`),
-    (error: unknown) => {
-      log(
-        `the ${engine.kind} engine failed to start: ${error instanceof Error ? error.message : String(error)}`,
-      );
-      void server.close().finally(() => process.exit(1));
-    },
-  );
+  for (const engine of engines) {
+    engine.start().then(
+      () => log(`${engine.kind} engine ready in ${Math.round(performance.now() - started)} ms`),
+      (error: unknown) => {
+        log(
+          `the ${engine.kind} engine failed to start: ${error instanceof Error ? error.message : String(error)}`,
+        );
+        void server.close().finally(() => process.exit(1));
+      },
+    );
+  }
 }
 
 export function buildProgram(): Command {
@@ -91,7 +158,30 @@ export function buildProgram(): Command {
         "script",
       ]),
     )
-    .option("--config <file>", "JSON config file with any of these settings in camelCase (env SPARK_CONFIG)")
+    .option(
+      "--config <file>",
+      "JSON config file: any of these settings in camelCase, plus models, keys and limits (env SPARK_CONFIG)",
+    )
+    .option("--key-file <file>", `API keys (hashed) written by \`spark keys create\` ${env("keyFile")}`)
+    .option(
+      "--allow-unauthenticated",
+      `without keys, listen on a non-loopback --host anyway ${env("allowUnauthenticated")}`,
+    )
+    .option(
+      "--queue-length <n>",
+      `responses that may wait per engine before 429 queue_full (default 256) ${env("queueLength")}`,
+      integer,
+    )
+    .addOption(
+      new Option("--store <kind>", `where store:true responses go ${env("store")}`).choices([
+        "sqlite",
+        "memory",
+      ]),
+    )
+    .option(
+      "--data-dir <dir>",
+      `directory of the response database (default ~/.local/share/spark) ${env("dataDir")}`,
+    )
     .option(
       "--model <path>",
       `llama: GGUF model file; default: cached or downloaded small coder model ${env("model")}`,
@@ -141,11 +231,16 @@ export function buildProgram(): Command {
 Precedence: command-line flags, then SPARK_* environment variables, then the config file.
 The first line on stdout is "spark listening on http://HOST:PORT".
 
+Models: "spark" (fast tier) and "deep" (thorough tier) always exist; "auto" lets the router pick
+one per request (see the x-spark-route response header). Declare models per alias in the config
+file: {"models": {"deep": {"engine": "openai", "upstream": "http://gpu:8000/v1"}}}.
+
 Examples:
   spark serve                                   # embedded llama.cpp with the default model
   spark serve --model ./qwen2.5-coder-1.5b.gguf --port 0
   spark serve --engine openai --upstream http://127.0.0.1:8000/v1 --upstream-api-key-env VLLM_KEY
-  spark serve --engine script --script demo.jsonl --rate 1000`,
+  spark serve --engine script --script demo.jsonl --rate 1000
+  spark serve --host 0.0.0.0 --key-file keys.json  # shared server: keys required`,
     )
     .action(async (options: Record<string, unknown>, command: Command) => {
       // Only values the user gave count as flags; commander defaults would hide env and config values.
@@ -155,13 +250,18 @@ Examples:
       }
       await serve(flags);
     });
+  program.addCommand(keysCommand(DEFAULT_KEY_FILE));
   return program;
 }
 
 buildProgram()
   .parseAsync(process.argv)
   .catch((error: unknown) => {
-    if (error instanceof ConfigError || (error instanceof Error && error.name === "SparkError")) {
+    if (
+      error instanceof ConfigError ||
+      error instanceof StoreOpenError ||
+      (error instanceof Error && error.name === "SparkError")
+    ) {
       log(error.message);
       process.exit(2);
     }

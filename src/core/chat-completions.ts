@@ -67,8 +67,7 @@ export class ChatCompletionsService {
       ...(prediction !== undefined ? { prediction } : {}),
       ...(maxTokens != null ? { maxOutputTokens: maxTokens } : {}),
     }));
-    if (resolved.route)
-      this.metrics.routed.inc({ tier: resolved.route.tier, rule: resolved.route.rule });
+    if (resolved.route) this.metrics.routed.inc({ tier: resolved.route.tier, rule: resolved.route.rule });
     const request: EngineRequest = {
       model: resolved.engineModel,
       items,
@@ -197,7 +196,13 @@ export class ChatCompletionsService {
     try {
       await prepared.ticket.wait(signal);
       const engine = prepared.resolved.entry.engine;
-      for await (const part of observeGeneration(engine, prepared.request, signal, this.metrics, prepared.acceptedAt)) {
+      for await (const part of observeGeneration(
+        engine,
+        prepared.request,
+        signal,
+        this.metrics,
+        prepared.acceptedAt,
+      )) {
         if (part.type === "finish") tokens = part.usage.inputTokens + part.usage.outputTokens;
         yield part;
       }

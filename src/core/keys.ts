@@ -13,14 +13,14 @@ import type { Tier } from "./model-registry.js";
 
 export interface TierLimits {
   /** Requests started per rolling minute. */
-  requestsPerMinute?: number;
+  requestsPerMinute?: number | undefined;
   /** Input plus output tokens per rolling minute, counted when a response ends. */
-  tokensPerMinute?: number;
+  tokensPerMinute?: number | undefined;
   /** Responses generating or queued at once. */
-  concurrent?: number;
+  concurrent?: number | undefined;
 }
 
-export type Limits = Partial<Record<Tier, TierLimits>>;
+export type Limits = { [tier in Tier]?: TierLimits | undefined };
 
 export interface KeyRecord {
   /** Stable name of the key holder: the owner of its stored responses, shown in logs. */
@@ -28,7 +28,7 @@ export interface KeyRecord {
   /** `sha256:` followed by the hex digest of the key. */
   hash: string;
   /** Overrides of the server's per-tier limits for this key. */
-  limits?: Limits;
+  limits?: Limits | undefined;
 }
 
 export interface Principal {

@@ -20,9 +20,9 @@ export type { Tier } from "../router/route.js";
 export const AUTO_MODEL = "auto";
 
 export interface ModelDefaults {
-  temperature?: number;
-  topP?: number;
-  maxOutputTokens?: number;
+  temperature?: number | undefined;
+  topP?: number | undefined;
+  maxOutputTokens?: number | undefined;
 }
 
 export interface ModelEntry {

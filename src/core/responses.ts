@@ -2,13 +2,7 @@
  * The Responses API, transport-free: validates a create body, runs the engine, and turns its parts
  * into the typed, numbered Responses events (the same events for SSE and, later, WebSocket).
  */
-import type {
-  ConversationItem,
-  EnginePart,
-  EngineRequest,
-  FinishReason,
-  Usage,
-} from "../engine/types.js";
+import type { ConversationItem, EnginePart, EngineRequest, FinishReason, Usage } from "../engine/types.js";
 import { SparkError } from "../protocol/errors.js";
 import {
   compactRequestSchema,
@@ -202,7 +196,12 @@ export class ResponsesService {
     // Last, so a request that fails validation costs no rate limit. `generate: false` runs no
     // engine (it only records input to chain from), so it takes no slot either.
     if (body.generate !== false) {
-      prepared.ticket = this.admission.admit(principal, model.entry.tier, model.entry.engine, model.entry.capacity);
+      prepared.ticket = this.admission.admit(
+        principal,
+        model.entry.tier,
+        model.entry.engine,
+        model.entry.capacity,
+      );
     }
     return prepared;
   }
@@ -269,13 +268,7 @@ export class ResponsesService {
           prepared.request = { ...prepared.request, items: compacted.pruned };
         }
       }
-      const parts = observeGeneration(
-        engine,
-        prepared.request,
-        signal,
-        this.metrics,
-        prepared.acceptedAt,
-      );
+      const parts = observeGeneration(engine, prepared.request, signal, this.metrics, prepared.acceptedAt);
       for await (const part of parts) {
         if (part.type === "finish") {
           reason = part.reason;
@@ -407,7 +400,10 @@ export class ResponsesService {
     };
   }
 
-  delete(id: string, principal: Principal = anonymousPrincipal): { id: string; object: "response"; deleted: true } {
+  delete(
+    id: string,
+    principal: Principal = anonymousPrincipal,
+  ): { id: string; object: "response"; deleted: true } {
     if (!this.store.delete(id, principal.id)) {
       throw SparkError.notFound(`Response with id '${id}' not found.`, "response_not_found");
     }
@@ -482,7 +478,11 @@ function inputItemRecords(input: ResponseCreateBody["input"]): InputItemRecord[]
   return input.map((raw) => {
     const item = raw as Record<string, unknown>;
     const type = typeof item.type === "string" ? item.type : "message";
-    const record: InputItemRecord = { ...item, id: typeof item.id === "string" ? item.id : newId(idPrefix(type)), type };
+    const record: InputItemRecord = {
+      ...item,
+      id: typeof item.id === "string" ? item.id : newId(idPrefix(type)),
+      type,
+    };
     if (type === "message" && typeof item.content === "string") {
       const partType = item.role === "assistant" ? "output_text" : "input_text";
       record.content = [{ type: partType, text: item.content }];

@@ -2,7 +2,13 @@
  * The HTTP transport: a thin adapter from node:http to the transport-free core. Routing, body
  * limits, SSE and the mapping of every error to an OpenAI-shaped body happen here and only here.
  */
-import { STATUS_CODES, createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import {
+  STATUS_CODES,
+  createServer,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import { Admission, DEFAULT_ADMISSION, type AdmissionOptions } from "../core/admission.js";
 import { ChatCompletionsService } from "../core/chat-completions.js";

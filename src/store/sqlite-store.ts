@@ -1,0 +1,239 @@
+/**
+ * The durable `ResponseStore`: one SQLite database, `<dataDir>/responses.sqlite`, through
+ * better-sqlite3 (synchronous, so `put` has finished writing when it returns).
+ *
+ * Contract (see `src/core/response-store.ts`):
+ * - Durability: `put` commits one transaction before it returns. The database runs in WAL mode with
+ *   `synchronous = NORMAL`: a committed transaction has been written to the WAL file (the OS page
+ *   cache) when `put` returns, so it survives the server process being killed, `kill -9` included.
+ *   It is not fsync'ed at every commit, so a power loss or kernel crash may lose the last few
+ *   transactions (never corrupt the database); that is the usual WAL trade for sub-millisecond puts.
+ * - Ownership isolation: every query filters on `id` *and* `owner`, and the in-memory cache checks
+ *   the owner on a hit, so another owner's id is indistinguishable from a missing one.
+ * - Records are stored as JSON text columns: the store never queries inside a response, records are
+ *   immutable, and their shapes (`ResponseObject`, input items, conversation items) belong to the
+ *   protocol and the core, which change them without a schema migration here. Only what the store
+ *   itself filters or orders on (`id`, `owner`, `created_at`) has a column of its own.
+ * - A small LRU of parsed records sits in front of the database so that continuing a hot chain does
+ *   not re-parse its history. Callers must treat records as immutable, as with `MemoryResponseStore`.
+ *   One server process owns a data directory: the cache does not see writes by other processes.
+ */
+import { closeSync, mkdirSync, openSync } from "node:fs";
+import { homedir } from "node:os";
+import { join } from "node:path";
+import Database from "better-sqlite3";
+import type { InputItemRecord, ResponseStore, StoredResponse } from "../core/response-store.js";
+import type { ConversationItem } from "../engine/types.js";
+import type { ResponseObject } from "../protocol/responses.js";
+
+/** The schema version this code writes, kept in `PRAGMA user_version`. */
+export const SCHEMA_VERSION = 1;
+export const DATABASE_FILE = "responses.sqlite";
+const CACHE_CAPACITY = 256;
+const BUSY_TIMEOUT_MS = 5000;
+
+/** The data directory or database cannot be used; the message says which path and what to do. */
+export class StoreOpenError extends Error {
+  constructor(
+    message: string,
+    readonly path: string,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+    this.name = "StoreOpenError";
+  }
+}
+
+/** `$SPARK_DATA_DIR`, else `$XDG_DATA_HOME/spark`, else `~/.local/share/spark`. */
+export function defaultDataDir(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.SPARK_DATA_DIR) return env.SPARK_DATA_DIR;
+  if (env.XDG_DATA_HOME) return join(env.XDG_DATA_HOME, "spark");
+  return join(env.HOME || homedir(), ".local", "share", "spark");
+}
+
+interface Row {
+  owner: string;
+  response: string;
+  input_items: string;
+  conversation: string;
+}
+
+/** Each entry takes the schema from version `index` to `index + 1`. */
+const MIGRATIONS: readonly string[] = [
+  `CREATE TABLE responses (
+     id TEXT PRIMARY KEY,
+     owner TEXT NOT NULL,
+     created_at INTEGER NOT NULL,
+     response TEXT NOT NULL,
+     input_items TEXT NOT NULL,
+     conversation TEXT NOT NULL
+   );
+   CREATE INDEX responses_owner ON responses (owner);`,
+];
+
+export class SqliteResponseStore implements ResponseStore {
+  readonly #db: Database.Database;
+  readonly #select: Database.Statement<[string, string], Row>;
+  readonly #upsert: Database.Statement<[string, string, number, string, string, string]>;
+  readonly #remove: Database.Statement<[string, string]>;
+  /** Parsed records by id, least recently used first. */
+  readonly #cache = new Map<string, StoredResponse>();
+
+  private constructor(
+    db: Database.Database,
+    /** Path of the database file. */
+    readonly path: string,
+  ) {
+    this.#db = db;
+    this.#select = db.prepare<[string, string], Row>(
+      "SELECT owner, response, input_items, conversation FROM responses WHERE id = ? AND owner = ?",
+    );
+    this.#upsert = db.prepare<[string, string, number, string, string, string]>(
+      `INSERT OR REPLACE INTO responses (id, owner, created_at, response, input_items, conversation)
+       VALUES (?, ?, ?, ?, ?, ?)`,
+    );
+    this.#remove = db.prepare<[string, string]>("DELETE FROM responses WHERE id = ? AND owner = ?");
+  }
+
+  /** Opens (creating if needed) the store in `dataDir`; throws `StoreOpenError` when it cannot. */
+  static open(dataDir: string): SqliteResponseStore {
+    try {
+      mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+    } catch (error) {
+      throw new StoreOpenError(
+        `Cannot create the data directory ${dataDir}: ${messageOf(error)}. ` +
+          `Choose another --data-dir (or set SPARK_DATA_DIR) that this user can write.`,
+        dataDir,
+        { cause: error },
+      );
+    }
+    const path = join(dataDir, DATABASE_FILE);
+    let db: Database.Database | undefined;
+    try {
+      // A new database file is created private (an empty file is an empty database) rather than
+      // chmod'ed after SQLite created it world-readable; SQLite gives the -wal and -shm files the
+      // mode of the database file. An existing file keeps the mode its owner gave it.
+      try {
+        closeSync(openSync(path, "wx", 0o600));
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+      }
+      db = new Database(path, { timeout: BUSY_TIMEOUT_MS });
+      // WAL + NORMAL: a commit is in the WAL file when it returns (survives the process dying), and
+      // is fsync'ed at checkpoints only (a power loss may lose the last transactions).
+      db.pragma("journal_mode = WAL");
+      db.pragma("synchronous = NORMAL");
+      db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
+      db.pragma("foreign_keys = ON");
+      migrate(db, path);
+      return new SqliteResponseStore(db, path);
+    } catch (error) {
+      if (db?.open) db.close();
+      if (error instanceof StoreOpenError) throw error;
+      throw openError(path, error);
+    }
+  }
+
+  get(id: string, owner: string): StoredResponse | undefined {
+    const cached = this.#cache.get(id);
+    if (cached !== undefined) {
+      // Ids are unique across owners, so a cached record of another owner means "not found".
+      if (cached.owner !== owner) return undefined;
+      this.#remember(id, cached);
+      return cached;
+    }
+    const row = this.#select.get(id, owner);
+    if (row === undefined) return undefined;
+    const record: StoredResponse = {
+      owner: row.owner,
+      response: JSON.parse(row.response) as ResponseObject,
+      inputItems: JSON.parse(row.input_items) as InputItemRecord[],
+      conversation: JSON.parse(row.conversation) as ConversationItem[],
+    };
+    this.#remember(id, record);
+    return record;
+  }
+
+  put(record: StoredResponse): void {
+    const { response } = record;
+    this.#upsert.run(
+      response.id,
+      record.owner,
+      response.created_at,
+      JSON.stringify(response),
+      JSON.stringify(record.inputItems),
+      JSON.stringify(record.conversation),
+    );
+    this.#remember(response.id, record);
+  }
+
+  delete(id: string, owner: string): boolean {
+    const deleted = this.#remove.run(id, owner).changes > 0;
+    if (deleted) this.#cache.delete(id);
+    return deleted;
+  }
+
+  close(): void {
+    this.#cache.clear();
+    if (this.#db.open) this.#db.close();
+  }
+
+  #remember(id: string, record: StoredResponse): void {
+    this.#cache.delete(id);
+    this.#cache.set(id, record);
+    if (this.#cache.size > CACHE_CAPACITY) {
+      const oldest = this.#cache.keys().next().value;
+      if (oldest !== undefined) this.#cache.delete(oldest);
+    }
+  }
+}
+
+/** Brings the schema from `PRAGMA user_version` up to `SCHEMA_VERSION`, one transaction per step. */
+function migrate(db: Database.Database, path: string): void {
+  const version = db.pragma("user_version", { simple: true }) as number;
+  if (version > SCHEMA_VERSION) {
+    throw new StoreOpenError(
+      `The response store ${path} has schema version ${version}, newer than this Spark supports ` +
+        `(${SCHEMA_VERSION}). Upgrade Spark, or choose another --data-dir.`,
+      path,
+    );
+  }
+  if (version === 0 && db.prepare("SELECT 1 FROM sqlite_master LIMIT 1").get() !== undefined) {
+    throw new StoreOpenError(
+      `The response store ${path} is an SQLite database but not one of Spark's (it has tables and no ` +
+        `schema version). Move the file aside, or choose another --data-dir.`,
+      path,
+    );
+  }
+  for (let from = version; from < SCHEMA_VERSION; from++) {
+    const step = MIGRATIONS[from];
+    if (step === undefined) throw new Error(`No migration from schema version ${from}`);
+    db.transaction(() => {
+      db.exec(step);
+      // PRAGMA takes no bound parameters; `from + 1` is an integer we computed.
+      db.pragma(`user_version = ${from + 1}`);
+    })();
+  }
+}
+
+function openError(path: string, error: unknown): StoreOpenError {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (code === "SQLITE_NOTADB" || code === "SQLITE_CORRUPT") {
+    return new StoreOpenError(
+      `The response store ${path} is not a database or is corrupt (${messageOf(error)}). ` +
+        `Move the file aside to start an empty store, or choose another --data-dir.`,
+      path,
+      { cause: error },
+    );
+  }
+  return new StoreOpenError(
+    `Cannot open the response store ${path}: ${messageOf(error)}. ` +
+      `Check that this user can read and write it and its directory, or choose another --data-dir.`,
+    path,
+    { cause: error },
+  );
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

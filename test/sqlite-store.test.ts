@@ -1,0 +1,316 @@
+/**
+ * The durable response store against real files in a fresh temporary directory, including a real
+ * child process killed with SIGKILL right after its puts returned.
+ */
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { once } from "node:events";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { after, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import Database from "better-sqlite3";
+import {
+  DATABASE_FILE,
+  defaultDataDir,
+  SCHEMA_VERSION,
+  SqliteResponseStore,
+  StoreOpenError,
+} from "../src/store/sqlite-store.js";
+import { sampleRecord } from "./fixtures/store/records.js";
+
+const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
+const FIXTURE = fileURLToPath(new URL("./fixtures/store/put-forever.ts", import.meta.url));
+/** Only to avoid hanging forever on a broken fixture; no assertion depends on it. */
+const SAFETY_TIMEOUT_MS = 60_000;
+
+const root = mkdtempSync(join(tmpdir(), "spark-store-test-"));
+after(() => rmSync(root, { recursive: true, force: true }));
+
+let dirCount = 0;
+/** A data directory path that does not exist yet. */
+function freshDataDir(): string {
+  return join(root, `data-${++dirCount}`);
+}
+
+test("put then get returns the same record, from the cache and from the database", () => {
+  const dataDir = freshDataDir();
+  const store = SqliteResponseStore.open(dataDir);
+  const record = sampleRecord("resp_round_trip");
+  store.put(record);
+  assert.deepEqual(store.get("resp_round_trip", "key_alice"), sampleRecord("resp_round_trip"));
+  store.close();
+
+  const reopened = SqliteResponseStore.open(dataDir);
+  const fromDisk = reopened.get("resp_round_trip", "key_alice");
+  assert.notEqual(fromDisk, record);
+  assert.deepEqual(fromDisk, sampleRecord("resp_round_trip"));
+  assert.equal(reopened.get("resp_missing", "key_alice"), undefined);
+  reopened.close();
+});
+
+test("another owner can neither see nor delete a record", () => {
+  const dataDir = freshDataDir();
+  const store = SqliteResponseStore.open(dataDir);
+  store.put(sampleRecord("resp_owned", "key_alice"));
+
+  // While the record is in the cache.
+  assert.equal(store.get("resp_owned", "key_bob"), undefined);
+  assert.equal(store.delete("resp_owned", "key_bob"), false);
+  assert.deepEqual(store.get("resp_owned", "key_alice"), sampleRecord("resp_owned", "key_alice"));
+  store.close();
+
+  // And when it has to come from the database.
+  const reopened = SqliteResponseStore.open(dataDir);
+  assert.equal(reopened.get("resp_owned", "key_bob"), undefined);
+  assert.equal(reopened.delete("resp_owned", "key_bob"), false);
+  assert.deepEqual(reopened.get("resp_owned", "key_alice"), sampleRecord("resp_owned", "key_alice"));
+
+  assert.equal(reopened.delete("resp_owned", "key_alice"), true);
+  assert.equal(reopened.get("resp_owned", "key_alice"), undefined);
+  assert.equal(reopened.delete("resp_owned", "key_alice"), false);
+  reopened.close();
+
+  const again = SqliteResponseStore.open(dataDir);
+  assert.equal(again.get("resp_owned", "key_alice"), undefined);
+  again.close();
+});
+
+test("records survive close and reopen; put replaces; close is idempotent", () => {
+  const dataDir = freshDataDir();
+  const store = SqliteResponseStore.open(dataDir);
+  let previous: string | null = null;
+  for (let index = 0; index < 5; index++) {
+    store.put(sampleRecord(`resp_chain_${index}`, "key_alice", previous));
+    previous = `resp_chain_${index}`;
+  }
+  const replacement = sampleRecord("resp_chain_2");
+  replacement.response.status = "incomplete";
+  replacement.response.incomplete_details = { reason: "steered" };
+  store.put(replacement);
+  assert.equal(store.get("resp_chain_2", "key_alice")?.response.status, "incomplete");
+  store.close();
+  store.close();
+
+  const reopened = SqliteResponseStore.open(dataDir);
+  for (let index = 0; index < 5; index++) {
+    const got = reopened.get(`resp_chain_${index}`, "key_alice");
+    if (index === 2) assert.deepEqual(got, replacement);
+    else
+      assert.deepEqual(
+        got,
+        sampleRecord(`resp_chain_${index}`, "key_alice", index === 0 ? null : `resp_chain_${index - 1}`),
+      );
+  }
+  reopened.close();
+});
+
+test("the cache stays coherent with deletes and with records evicted from it", () => {
+  const store = SqliteResponseStore.open(freshDataDir());
+  store.put(sampleRecord("resp_cached"));
+  assert.ok(store.get("resp_cached", "key_alice"));
+  assert.equal(store.delete("resp_cached", "key_alice"), true);
+  assert.equal(store.get("resp_cached", "key_alice"), undefined);
+
+  // More records than the cache holds: the first ones must come back from the database.
+  for (let index = 0; index < 600; index++) store.put(sampleRecord(`resp_many_${index}`));
+  for (const index of [0, 1, 299, 599])
+    assert.deepEqual(store.get(`resp_many_${index}`, "key_alice"), sampleRecord(`resp_many_${index}`));
+  assert.equal(store.get("resp_many_0", "key_bob"), undefined);
+  store.close();
+});
+
+test("every put that returned survives kill -9 of the process", async () => {
+  const dataDir = freshDataDir();
+  const count = 50;
+  const lastId = `resp_kill_${count - 1}`;
+  const child = spawn(process.execPath, ["--import", "tsx", FIXTURE, dataDir, String(count)], {
+    cwd: REPO_ROOT,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stderr = "";
+  child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+  const safety = setTimeout(() => child.kill("SIGKILL"), SAFETY_TIMEOUT_MS);
+  const exited = once(child, "exit");
+
+  const printed: string[] = [];
+  try {
+    for await (const line of createInterface({ input: child.stdout })) {
+      const match = /^stored (\S+)$/.exec(line);
+      assert.ok(match?.[1], `unexpected line from the fixture: ${line}`);
+      printed.push(match[1]);
+      if (match[1] === lastId) {
+        child.kill("SIGKILL");
+        break;
+      }
+    }
+  } finally {
+    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+    await exited;
+    clearTimeout(safety);
+  }
+  assert.equal(child.signalCode, "SIGKILL", `fixture ended otherwise; stderr:\n${stderr}`);
+  assert.equal(printed.length, count);
+  // The commits were never checkpointed into the main file: they live in the WAL.
+  assert.ok(statSync(join(dataDir, `${DATABASE_FILE}-wal`)).size > 0);
+
+  const store = SqliteResponseStore.open(dataDir);
+  let previous: string | null = null;
+  for (const id of printed) {
+    assert.deepEqual(store.get(id, "key_alice"), sampleRecord(id, "key_alice", previous), id);
+    previous = id;
+  }
+  store.close();
+});
+
+test("creates a private data directory and database file", () => {
+  const dataDir = join(freshDataDir(), "nested", "spark");
+  const store = SqliteResponseStore.open(dataDir);
+  store.close();
+  assert.equal(statSync(dataDir).mode & 0o777, 0o700);
+  assert.equal(statSync(join(dataDir, DATABASE_FILE)).mode & 0o777, 0o600);
+  // SQLite gives the WAL the database file's mode.
+  const reopened = SqliteResponseStore.open(dataDir);
+  reopened.put(sampleRecord("resp_private"));
+  assert.equal(statSync(join(dataDir, `${DATABASE_FILE}-wal`)).mode & 0o777, 0o600);
+  reopened.close();
+});
+
+test("a data directory that cannot be created gives an error naming it", () => {
+  const blocker = join(root, "a-regular-file");
+  writeFileSync(blocker, "not a directory");
+  const dataDir = join(blocker, "spark");
+  assert.throws(
+    () => SqliteResponseStore.open(dataDir),
+    (error: unknown) => {
+      assert.ok(error instanceof StoreOpenError);
+      assert.equal(error.path, dataDir);
+      assert.match(error.message, /^Cannot create the data directory /);
+      assert.ok(error.message.includes(dataDir), error.message);
+      assert.match(error.message, /choose another --data-dir/i);
+      return true;
+    },
+  );
+});
+
+test("a data directory this user cannot write gives an error naming the database", (t) => {
+  if (process.getuid?.() === 0) {
+    t.skip("running as root: permissions do not stop root from writing");
+    return;
+  }
+  const dataDir = freshDataDir();
+  mkdirSync(dataDir, { mode: 0o500 });
+  assert.throws(
+    () => SqliteResponseStore.open(dataDir),
+    (error: unknown) => {
+      assert.ok(error instanceof StoreOpenError);
+      assert.ok(error.message.includes(join(dataDir, DATABASE_FILE)), error.message);
+      assert.match(error.message, /choose another --data-dir/i);
+      return true;
+    },
+  );
+});
+
+test("a database path that cannot be opened gives an error naming it", () => {
+  const dataDir = freshDataDir();
+  const path = join(dataDir, DATABASE_FILE);
+  mkdirSync(path, { recursive: true });
+  assert.throws(
+    () => SqliteResponseStore.open(dataDir),
+    (error: unknown) => {
+      assert.ok(error instanceof StoreOpenError);
+      assert.equal(error.path, path);
+      assert.match(error.message, /^Cannot open the response store /);
+      assert.ok(error.message.includes(path), error.message);
+      assert.match(error.message, /choose another --data-dir/i);
+      return true;
+    },
+  );
+});
+
+test("a garbage file in place of the database is reported as not a database and left alone", () => {
+  const dataDir = freshDataDir();
+  mkdirSync(dataDir);
+  const path = join(dataDir, DATABASE_FILE);
+  const garbage = Buffer.from("this is not an SQLite file\n".repeat(200));
+  writeFileSync(path, garbage, { mode: 0o644 });
+  assert.throws(
+    () => SqliteResponseStore.open(dataDir),
+    (error: unknown) => {
+      assert.ok(error instanceof StoreOpenError);
+      assert.equal(error.path, path);
+      assert.match(error.message, /is not a database/);
+      assert.ok(error.message.includes(path), error.message);
+      return true;
+    },
+  );
+  assert.deepEqual(readFileSync(path), garbage);
+  assert.equal(statSync(path).mode & 0o777, 0o644);
+  assert.equal(existsSync(`${path}-wal`), false);
+});
+
+test("the schema is versioned in user_version with the responses table and owner index", () => {
+  const dataDir = freshDataDir();
+  SqliteResponseStore.open(dataDir).close();
+  const db = new Database(join(dataDir, DATABASE_FILE), { readonly: true });
+  try {
+    assert.equal(SCHEMA_VERSION, 1);
+    assert.equal(db.pragma("user_version", { simple: true }), 1);
+    assert.equal(db.pragma("journal_mode", { simple: true }), "wal");
+    const columns = db.prepare<[], { name: string; type: string; notnull: number; pk: number }>(
+      "SELECT name, type, \"notnull\", pk FROM pragma_table_info('responses')",
+    );
+    assert.deepEqual(
+      columns.all().map((column) => ({ ...column })),
+      [
+        { name: "id", type: "TEXT", notnull: 0, pk: 1 },
+        { name: "owner", type: "TEXT", notnull: 1, pk: 0 },
+        { name: "created_at", type: "INTEGER", notnull: 1, pk: 0 },
+        { name: "response", type: "TEXT", notnull: 1, pk: 0 },
+        { name: "input_items", type: "TEXT", notnull: 1, pk: 0 },
+        { name: "conversation", type: "TEXT", notnull: 1, pk: 0 },
+      ],
+    );
+    const indexed = db
+      .prepare<[], { name: string }>("SELECT name FROM pragma_index_list('responses') WHERE origin = 'c'")
+      .all()
+      .map((index) =>
+        db.prepare<[], { name: string }>(`SELECT name FROM pragma_index_info('${index.name}')`).all(),
+      );
+    assert.deepEqual(indexed, [[{ name: "owner" }]]);
+  } finally {
+    db.close();
+  }
+  // Opening an up-to-date store again runs no migration and keeps the version.
+  SqliteResponseStore.open(dataDir).close();
+});
+
+test("a database from a newer schema or another program is refused with a clear error", () => {
+  const newer = freshDataDir();
+  SqliteResponseStore.open(newer).close();
+  const db = new Database(join(newer, DATABASE_FILE));
+  db.pragma("user_version = 7");
+  db.close();
+  assert.throws(
+    () => SqliteResponseStore.open(newer),
+    /schema version 7, newer than this Spark supports \(1\)/,
+  );
+
+  const foreign = freshDataDir();
+  mkdirSync(foreign);
+  const other = new Database(join(foreign, DATABASE_FILE));
+  other.exec("CREATE TABLE notes (body TEXT)");
+  other.close();
+  assert.throws(() => SqliteResponseStore.open(foreign), /is an SQLite database but not one of Spark's/);
+});
+
+test("defaultDataDir: SPARK_DATA_DIR, then XDG_DATA_HOME, then ~/.local/share", () => {
+  assert.equal(
+    defaultDataDir({ SPARK_DATA_DIR: "/srv/spark", XDG_DATA_HOME: "/xdg", HOME: "/home/u" }),
+    "/srv/spark",
+  );
+  assert.equal(defaultDataDir({ XDG_DATA_HOME: "/xdg", HOME: "/home/u" }), "/xdg/spark");
+  assert.equal(defaultDataDir({ HOME: "/home/u" }), "/home/u/.local/share/spark");
+});
