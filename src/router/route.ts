@@ -11,11 +11,15 @@
  * - the task: the latest user message (plus any user messages directly before it), found by walking
  *   back from the end over at most {@link MAX_WALK_ITEMS} items. Only the first
  *   {@link TASK_HEAD_CHARS} and last {@link TASK_TAIL_CHARS} characters are scanned (the ask is
- *   almost always at the start or the end of a pasted log or file). User messages that are client
- *   context rather than a task (Codex sends `<environment_context>…`, `<user_instructions>…` and
- *   `# AGENTS.md instructions…` as user messages) count as instructions, not as the task;
- * - the shape of the current task: tool results since that user message (counted, never read);
- * - instructions (system/developer messages and client context), lightly: see below;
+ *   almost always at the start or the end of a pasted log or file); pasted code in it is scanned too
+ *   (code that handles passwords is security work). User messages that are client context rather
+ *   than a task (Codex sends `<environment_context>…`, `<user_instructions>…` and
+ *   `# AGENTS.md instructions…` as user messages: a leading `<snake_case>` or `<instructions>` tag, or
+ *   that heading) count as instructions, not as the task. Older turns are never read;
+ * - the shape of the current task: tool results since that user message (counted, never read; past
+ *   the walk limit the count is reported as "at least");
+ * - instructions (leading system/developer messages, those near the task and client context, at most
+ *   4 KiB each and 12 KiB in all), lightly, and only when the task has a weak security word: see below;
  * - the prediction: present or not (its text is not read).
  * `tools` is not a signal (Codex always sends its whole tool set), nor is `maxOutputTokens`.
  *
@@ -30,7 +34,9 @@
  *    "hash map" (only hashing *passwords* counts), "tokenize"/"tokens" (only `session token`,
  *    `access token`… count), "dependency injection" (only named injection classes count),
  *    "author" (`auth` is a whole word), "exploit parallelism" (only `exploits`, `exploitable`,
- *    `an exploit`…), "log in the console" (only `login`/`log-in`).
+ *    `an exploit`…), "log in the console" (only `login`/`log-in`), "crypto.randomUUID()".
+ *    Accepted the other way: "add a login button" or "certificate of completion" go to deep; sending a
+ *    borderline task to the thorough tier costs latency, missing real security work costs more.
  *    Ambiguous words (token, session, cookie, hash, salt, permission, signature, CORS) are weak: they
  *    count only when the instructions set a security context ("security review", "security audit",
  *    "vulnerabilities", "penetration test", "threat model", "appsec"…). Instructions never route to deep
@@ -39,12 +45,13 @@
  * 2. `long_autonomous_run` (deep): at least {@link LONG_RUN_TOOL_RESULTS} tool results since the latest
  *    user message, or the task asks for autonomy ("keep going until all tests pass", "fix all failing
  *    tests", "work through the whole backlog", "don't stop", "autonomously", "without asking"…).
- * 3. `multi_file_refactor` (deep): a refactoring verb (refactor, rename, migrate, move, port, extract,
- *    split, replace, convert, upgrade, rewrite…) with a multi-file scope ("across the codebase", "every
- *    module", "all files", "throughout the repo", "project-wide", "everywhere"…), unless the task
- *    pins it to one place ("in this file"); or any change verb with at least {@link MULTI_FILE_PATHS}
- *    distinct file paths named (`src/foo/bar.ts`, `lib/x.py`, `README.md`; "Node.js"-style library
- *    names are not paths).
+ * 3. `multi_file_refactor` (deep): a change verb with a scope that spans files by itself ("across the
+ *    codebase", "every module", "all files", "throughout the repo", "project-wide", "everywhere"…); a
+ *    refactoring verb (refactor, rename, migrate, move, port, extract, split, replace, convert…) over
+ *    "all call sites/usages/tests…" unless one file path pins it ("rename all usages in utils.ts");
+ *    or any change verb with at least {@link MULTI_FILE_PATHS} distinct file paths named
+ *    (`src/foo/bar.ts`, `lib/x.py`, `README.md`; "Node.js"-style library names are not paths).
+ *    "In this file/function" keeps it local when at most one path is named.
  * 4. `spark` rules, the interactive work:
  *    - `inline_completion`: the client sent a prediction; or (after short_tool_loop) a fill-in-the-middle
  *      marker, a short "complete this function…" prompt, or a short code-only prompt;
@@ -57,6 +64,10 @@
  * `reason` is one ASCII sentence of at most {@link REASON_MAX_CHARS} characters citing the evidence
  * (the matched words, the path count, the tool-result count): it goes into an HTTP header and into the
  * response metadata.
+ *
+ * Cost: a few microseconds for a typical request (a short prompt after Codex's instructions); the
+ * worst case is bounded by the scan limits (tens of microseconds for a 2.5 KiB task scan, whatever
+ * the conversation size).
  */
 import type { ConversationItem, ToolSpec } from "../engine/types.js";
 
@@ -74,7 +85,7 @@ export interface RouteInput {
 
 export interface RouteDecision {
   tier: Tier;
-  /** Short machine-readable rule name, e.g. `security_sensitive`, `multi_file`, `default_interactive`. */
+  /** Short machine-readable rule name ({@link RouteRule}), e.g. `security_sensitive`. */
   rule: string;
   /** One human-readable sentence: why this tier, citing what was seen (e.g. the keyword). */
   reason: string;
@@ -98,8 +109,8 @@ export const MULTI_FILE_PATHS = 3;
 /** Items walked back from the end of the conversation, at most, to find the latest user message. */
 export const MAX_WALK_ITEMS = 4096;
 /** Characters of the task scanned from its start and from its end. */
-export const TASK_HEAD_CHARS = 3000;
-export const TASK_TAIL_CHARS = 1000;
+export const TASK_HEAD_CHARS = 2000;
+export const TASK_TAIL_CHARS = 500;
 /** Characters of each instruction message, and of all of them together, scanned (only when needed). */
 const INSTRUCTION_CHARS = 4000;
 const INSTRUCTIONS_TOTAL_CHARS = 12000;
@@ -273,14 +284,20 @@ const REFACTOR_VERB = words([
   String.raw`(?:change|update) (?:all|every)`,
 ]);
 
-const MULTI_SCOPE = words([
+/** Scope that spans files by itself: any change verb with it is multi-file work. */
+const WIDE_SCOPE = words([
   String.raw`across (?:the |our |all |multiple |several |many )?(?:whole |entire )?(?:code ?base|repo(?:sitory)?|project|app|monorepo|packages|services|modules|files|components|crates|workspace)`,
-  String.raw`(?:all|every|each)(?: of)?(?: the| our)? (?:source |test |\.?[a-z]{1,4} )?(?:files?|modules?|packages?|components?|services?|call ?sites?|callers?|usages?|endpoints?|routes?|handlers?|controllers?|imports?|crates?)`,
+  String.raw`(?:all|every|each)(?: of)?(?: the| our)? (?:source |test |\.?[a-z]{1,4} )?(?:files?|modules?|packages?|components?|services?|crates?)`,
   String.raw`throughout (?:the )?(?:code ?base|repo(?:sitory)?|project|app|source|tree|monorepo)`,
   String.raw`(?:project|repo|codebase|code-base|workspace|monorepo)-wide`,
   "everywhere",
   String.raw`(?:whole|entire) (?:code ?base|repo(?:sitory)?|project|app|monorepo)`,
   String.raw`(?:multiple|several|many|\d{2,}|[3-9]) (?:files|modules|packages|components|services)`,
+]);
+
+/** "All call sites", "every test": multi-file with a refactoring verb, unless one file path pins it. */
+const ITEM_SCOPE = words([
+  String.raw`(?:all|every|each)(?: of)?(?: the| our)? (?:call ?sites?|callers?|usages?|uses|references|endpoints?|routes?|handlers?|controllers?|imports?|tests?|specs?)`,
 ]);
 
 const LOCAL_SCOPE = words([
@@ -339,8 +356,14 @@ const COMPLETION_ASK =
 const PROSE_RUN = /\b[a-z]+(?: [a-z]+){3,}\b/;
 const CODE_SYMBOLS = /[{}()[\];=<>]/g;
 
-const PATH =
-  /(?:^|[\s`'"([<,:;=])((?:\.{0,2}\/)?(?:[\w@.-]+\/)*[\w-][\w.-]*\.(?:ts|tsx|mts|cts|js|jsx|mjs|cjs|py|pyi|rb|go|rs|java|kt|kts|scala|c|h|cc|cpp|cxx|hpp|hh|cs|swift|php|lua|dart|ex|exs|erl|hs|clj|jl|sh|bash|zsh|ps1|sql|md|mdx|rst|txt|json|jsonc|yaml|yml|toml|ini|cfg|conf|xml|html|htm|css|scss|sass|less|vue|svelte|astro|graphql|gql|proto|tf|gradle|lock|env))(?=$|[\s`'"),.:;!?\]>])/g;
+/** File extensions that make a token a file path (`src/foo/bar.ts`, `lib/x.py`, `README.md`). */
+const PATH_EXTENSIONS = new Set(
+  (
+    "ts tsx mts cts js jsx mjs cjs py pyi rb go rs java kt kts scala c h cc cpp cxx hpp hh cs swift php lua " +
+    "dart ex exs erl hs clj jl sh bash zsh ps1 sql md mdx rst txt json jsonc yaml yml toml ini cfg conf xml " +
+    "html htm css scss sass less vue svelte astro graphql gql proto tf gradle lock env"
+  ).split(" "),
+);
 /** Library names that look like files ("Node.js"); a bare one (no directory) is not a path. */
 const LIBRARY_NAME =
   /^(?:node|next|nuxt|vue|express|three|chart|d3|ember|backbone|angular|moment|p5|react|alpine|solid|nest|knockout|handlebars|highlight|video|anime|pixi|babylon|electron|mongoose|sequelize|socket|deno|bun)\.js$/;
@@ -381,14 +404,37 @@ function plural(n: number, word: string): string {
   return `${n} ${word}${n === 1 ? "" : "s"}`;
 }
 
-/** Distinct file paths named in the text, at most MAX_PATHS. */
+/** `[a-z0-9_]` (the text is lower-cased). */
+function isWordChar(code: number): boolean {
+  return (code >= 97 && code <= 122) || (code >= 48 && code <= 57) || code === 95;
+}
+
+/** `[\w@./-]`: characters of a path token. */
+function isPathChar(code: number): boolean {
+  return isWordChar(code) || code === 64 || code === 46 || code === 47 || code === 45;
+}
+
+/**
+ * Distinct file paths named in the (lower-cased) text, at most MAX_PATHS: tokens of path characters
+ * ending in `.<known extension>`. A scan from dot to dot (`indexOf`), linear and much cheaper than a
+ * regular expression over the whole text.
+ */
 function filePaths(text: string): string[] {
   const found = new Set<string>();
-  PATH.lastIndex = 0;
-  for (let m = PATH.exec(text); m !== null && found.size < MAX_PATHS; m = PATH.exec(text)) {
-    const path = m[1];
-    if (path === undefined || (!path.includes("/") && LIBRARY_NAME.test(path))) continue;
-    found.add(path.replace(/^\.\//, ""));
+  for (let dot = text.indexOf("."); dot !== -1 && found.size < MAX_PATHS; dot = text.indexOf(".", dot + 1)) {
+    let end = dot + 1;
+    while (end < text.length && isWordChar(text.charCodeAt(end))) end++;
+    if (end === dot + 1 || end - dot > 7 || !PATH_EXTENSIONS.has(text.slice(dot + 1, end))) continue;
+    const next = text.charCodeAt(end);
+    if (next === 45 || next === 64 || next === 47 || (next === 46 && isWordChar(text.charCodeAt(end + 1))))
+      continue;
+    const before = text.charCodeAt(dot - 1);
+    if (!(isWordChar(before) || before === 45)) continue;
+    let start = dot - 1;
+    while (start > 0 && isPathChar(text.charCodeAt(start - 1))) start--;
+    const path = text.slice(start, end).replace(/^\.\//, "");
+    if (!path.includes("/") && LIBRARY_NAME.test(path)) continue;
+    found.add(path);
   }
   return [...found];
 }
@@ -496,19 +542,20 @@ export function routeRequest(input: RouteInput): RouteDecision {
   }
 
   // 3. Multi-file refactor.
-  const paths = filePaths(text);
   const refactor = REFACTOR_VERB.exec(text);
-  if (refactor !== null && !(paths.length <= 1 && LOCAL_SCOPE.test(text))) {
-    const scope = MULTI_SCOPE.exec(text);
+  const change = refactor ?? CHANGE_VERB.exec(text);
+  const paths = change !== null ? filePaths(text) : [];
+  if (change !== null && !(paths.length <= 1 && LOCAL_SCOPE.test(text))) {
+    const scope =
+      WIDE_SCOPE.exec(text) ?? (refactor !== null && paths.length !== 1 ? ITEM_SCOPE.exec(text) : null);
     if (scope !== null) {
       return decide(
         "deep",
         "multi_file_refactor",
-        `Multi-file refactor: "${cite(refactor[0])}" with multi-file scope "${cite(scope[0])}".`,
+        `Multi-file refactor: "${cite(change[0])}" with multi-file scope "${cite(scope[0])}".`,
       );
     }
   }
-  const change = refactor ?? CHANGE_VERB.exec(text);
   if (change !== null && paths.length >= MULTI_FILE_PATHS) {
     return decide(
       "deep",
@@ -597,6 +644,7 @@ export function routeRequest(input: RouteInput): RouteDecision {
 
 /** A short prompt that is code and nothing else (no sentence of prose around it). */
 function looksLikeCodeOnly(text: string): boolean {
+  if (CHANGE_VERB.exec(text)?.index === 0) return false; // "use crypto.randomUUID() for ids" is an ask
   const body = text.startsWith("```") ? text.replace(/^```[\w-]*\n?|```$/g, "") : text;
   if (body.includes("```") || PROSE_RUN.test(body.replace(/(?:\/\/|#).*$/gm, ""))) return false;
   const symbols = body.match(CODE_SYMBOLS)?.length ?? 0;
