@@ -13,7 +13,7 @@ import type { AddressInfo, Socket } from "node:net";
 import { Admission, DEFAULT_ADMISSION, type AdmissionOptions } from "../core/admission.js";
 import { ChatCompletionsService } from "../core/chat-completions.js";
 import { AbortReason } from "../core/generation.js";
-import { KeyRing, type Principal } from "../core/keys.js";
+import { anonymousPrincipal, KeyRing, type Principal } from "../core/keys.js";
 import { Metrics } from "../core/metrics.js";
 import { ModelRegistry, type ResolvedModel } from "../core/model-registry.js";
 import { MemoryResponseStore, type ResponseStore } from "../core/response-store.js";
@@ -270,7 +270,7 @@ export class SparkServer {
     }
     let principal: Principal;
     try {
-      principal = this.#keys.authenticate(route.public ? undefined : request.headers.authorization);
+      principal = route.public ? anonymousPrincipal : this.#keys.authenticate(request.headers.authorization);
     } catch (error) {
       // The body is not read; closing keeps an unread upload from being parsed as the next request.
       sendError(response, SparkError.from(error), { connection: "close" });
