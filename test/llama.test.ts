@@ -63,7 +63,8 @@ describe("llama engine", { skip: modelPath ? false : MODEL_SKIP_MESSAGE }, () =>
     const models = await openai.models.list();
     assert.deepEqual(
       models.data.map((m) => m.id),
-      ["spark", "tiny-random-llama"],
+      // The tier aliases and the router first, then the engine's own name for the file.
+      ["spark", "deep", "auto", "tiny-random-llama"],
     );
   });
 
