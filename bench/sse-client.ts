@@ -47,7 +47,11 @@ export class SseClient implements StreamClient {
   readonly #host: string;
   readonly #port: number;
 
-  constructor(baseUrl: string) {
+  /** `headers` go on every request (e.g. `authorization`). */
+  constructor(
+    baseUrl: string,
+    private readonly headers: Record<string, string> = {},
+  ) {
     const url = new URL(baseUrl);
     this.#host = url.hostname;
     this.#port = Number(url.port);
@@ -74,6 +78,7 @@ export class SseClient implements StreamClient {
           method: "POST",
           path: "/v1/responses",
           headers: {
+            ...this.headers,
             "content-type": "application/json",
             "content-length": Buffer.byteLength(payload),
             accept: "text/event-stream",

@@ -13,7 +13,10 @@ export class ThreadedSseClient implements StreamClient {
   readonly #pending = new Map<number, { resolve: (r: StreamResult) => void; reject: (e: Error) => void }>();
   #nextId = 0;
 
-  constructor(private readonly baseUrl: string) {
+  constructor(
+    private readonly baseUrl: string,
+    private readonly headers: Record<string, string> = {},
+  ) {
     // The worker loads TypeScript through tsx, like the main thread (`node --import tsx`).
     const tsx = import.meta.resolve("tsx/esm/api");
     const entry = new URL("./client-worker.ts", import.meta.url).href;
@@ -37,7 +40,7 @@ export class ThreadedSseClient implements StreamClient {
     const id = this.#nextId++;
     return new Promise((resolve, reject) => {
       this.#pending.set(id, { resolve, reject });
-      this.#worker.postMessage({ id, url: this.baseUrl, body });
+      this.#worker.postMessage({ id, url: this.baseUrl, headers: this.headers, body });
     });
   }
 

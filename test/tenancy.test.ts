@@ -24,7 +24,7 @@ after(async () => {
 class RecordingEngine extends ScriptEngine {
   readonly started: string[] = [];
 
-  override stream(request: EngineRequest, signal: AbortSignal): AsyncIterable<EnginePart> {
+  override stream(request: EngineRequest, signal: AbortSignal): AsyncGenerator<EnginePart> {
     const user = request.items.findLast((item) => item.type === "message" && item.role === "user");
     this.started.push(user?.type === "message" ? user.text : "");
     return super.stream(request, signal);

@@ -27,8 +27,6 @@ export interface AdmissionOptions {
 
 export const DEFAULT_ADMISSION: AdmissionOptions = { maxQueue: 256 };
 
-const MINUTE_MS = 60_000;
-
 export interface Ticket {
   /** True while the response waits for an engine slot. */
   readonly queued: boolean;
@@ -38,31 +36,59 @@ export interface Ticket {
   release(tokens: number): void;
 }
 
+/**
+ * A rolling one-minute sum in 60 one-second buckets: O(1) memory and time per request whatever the
+ * limit, at the price of one-second precision (the same as `retry-after`'s).
+ */
+class MinuteWindow {
+  readonly #buckets = new Float64Array(60);
+  /** The second (since the epoch of `performance.now()`) the window was last moved to. */
+  #second = 0;
+  sum = 0;
+
+  /** Moves the window to `second`, forgetting buckets that fell out of it. */
+  advance(second: number): void {
+    const steps = Math.min(second - this.#second, 60);
+    for (let i = 1; i <= steps; i++) {
+      const slot = (this.#second + i) % 60;
+      this.sum -= this.#buckets[slot]!;
+      this.#buckets[slot] = 0;
+    }
+    if (second > this.#second) this.#second = second;
+  }
+
+  add(amount: number): void {
+    this.#buckets[this.#second % 60]! += amount;
+    this.sum += amount;
+  }
+
+  /** Seconds until the sum drops below `limit` as old buckets fall out (at least 1). */
+  secondsUntilBelow(limit: number): number {
+    let sum = this.sum;
+    for (let age = 59; age >= 0; age--) {
+      sum -= this.#buckets[(this.#second - age + 60) % 60]!;
+      if (sum < limit) return 60 - age;
+    }
+    return 60;
+  }
+}
+
 /** What one key has used of one tier in the last minute. */
 class Usage {
-  /** Start times of recent requests, oldest first. */
-  readonly requests: number[] = [];
-  /** [end time, tokens] of recently finished responses, oldest first. */
-  readonly tokens: [number, number][] = [];
-  tokenSum = 0;
+  readonly requests = new MinuteWindow();
+  /** Input plus output tokens of responses that ended. */
+  readonly tokens = new MinuteWindow();
   /** Responses generating or queued now. */
   open = 0;
 
-  prune(now: number): void {
-    const horizon = now - MINUTE_MS;
-    let drop = 0;
-    while (drop < this.requests.length && this.requests[drop]! <= horizon) drop++;
-    if (drop > 0) this.requests.splice(0, drop);
-    drop = 0;
-    while (drop < this.tokens.length && this.tokens[drop]![0] <= horizon) {
-      this.tokenSum -= this.tokens[drop]![1];
-      drop++;
-    }
-    if (drop > 0) this.tokens.splice(0, drop);
+  advance(now: number): void {
+    const second = Math.floor(now / 1000);
+    this.requests.advance(second);
+    this.tokens.advance(second);
   }
 
   get idle(): boolean {
-    return this.open === 0 && this.requests.length === 0 && this.tokens.length === 0;
+    return this.open === 0 && this.requests.sum === 0 && this.tokens.sum === 0;
   }
 }
 
@@ -152,8 +178,8 @@ export class Admission {
       usage = new Usage();
       this.#usage.set(usageKey, usage);
     }
-    usage.prune(now);
-    this.#checkLimits(usage, limits, tier, now);
+    usage.advance(now);
+    this.#checkLimits(usage, limits, tier);
 
     let pool = this.#pools.get(engine);
     if (!pool) {
@@ -174,15 +200,14 @@ export class Admission {
       );
     }
 
-    usage.requests.push(now);
+    usage.requests.add(1);
     usage.open++;
     if (++this.#admitted % 1024 === 0) this.#sweep(now);
     return this.#ticket(pool, usage, principal.id, tier, mustWait);
   }
 
-  #checkLimits(usage: Usage, limits: TierLimits, tier: Tier, now: number): void {
-    const refuse = (kind: "requests" | "tokens", what: string, retryMs: number): never => {
-      const seconds = Math.max(1, Math.ceil(retryMs / 1000));
+  #checkLimits(usage: Usage, limits: TierLimits, tier: Tier): void {
+    const refuse = (kind: "requests" | "tokens", what: string, seconds: number): never => {
       this.metrics?.rateLimited.inc({ tier, limit: what });
       throw new SparkError(
         429,
@@ -194,25 +219,16 @@ export class Admission {
       );
     };
     const rpm = limits.requestsPerMinute;
-    if (rpm !== undefined && usage.requests.length >= rpm) {
-      const oldest = usage.requests[usage.requests.length - rpm]!;
-      refuse("requests", `requests per minute (limit ${rpm})`, oldest + MINUTE_MS - now);
+    if (rpm !== undefined && usage.requests.sum >= rpm) {
+      refuse("requests", `requests per minute (limit ${rpm})`, usage.requests.secondsUntilBelow(rpm));
     }
     const tpm = limits.tokensPerMinute;
-    if (tpm !== undefined && usage.tokenSum >= tpm) {
-      // The time until enough finished responses age out of the window to go under the limit.
-      let sum = usage.tokenSum;
-      let until = now;
-      for (const [at, tokens] of usage.tokens) {
-        sum -= tokens;
-        until = at + MINUTE_MS;
-        if (sum < tpm) break;
-      }
-      refuse("tokens", `tokens per minute (limit ${tpm})`, until - now);
+    if (tpm !== undefined && usage.tokens.sum >= tpm) {
+      refuse("tokens", `tokens per minute (limit ${tpm})`, usage.tokens.secondsUntilBelow(tpm));
     }
     const concurrent = limits.concurrent;
     if (concurrent !== undefined && usage.open >= concurrent) {
-      refuse("requests", `concurrent responses (limit ${concurrent})`, 1000);
+      refuse("requests", `concurrent responses (limit ${concurrent})`, 1);
     }
   }
 
@@ -266,8 +282,8 @@ export class Admission {
         state = "released";
         usage.open--;
         if (tokens > 0) {
-          usage.tokens.push([performance.now(), tokens]);
-          usage.tokenSum += tokens;
+          usage.advance(performance.now());
+          usage.tokens.add(tokens);
         }
         pool.grantNext();
       },
@@ -277,7 +293,7 @@ export class Admission {
   /** Forgets keys with no recent use, so the map does not grow with every key ever seen. */
   #sweep(now: number): void {
     for (const [key, usage] of this.#usage) {
-      usage.prune(now);
+      usage.advance(now);
       if (usage.idle) this.#usage.delete(key);
     }
   }
