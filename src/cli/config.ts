@@ -180,6 +180,19 @@ export function readJsonObject(file: string, what: string): Record<string, unkno
   return json as Record<string, unknown>;
 }
 
+/**
+ * The first problem zod found, as "path: message". A bad record key (`models.auto`) is reported by
+ * zod as a generic "invalid key" wrapping the key check's own message; that inner message is shown.
+ */
+export function firstIssue(error: z.ZodError): { path: readonly PropertyKey[]; message: string } {
+  const issue = error.issues[0]!;
+  if (issue.code === "invalid_key") {
+    const inner = issue.issues[0];
+    return { path: issue.path, message: inner ? `invalid name: ${inner.message}` : issue.message };
+  }
+  return { path: issue.path, message: issue.message };
+}
+
 /** `models.deep.engine`, `keys[1].hash`: where in a file a problem is. */
 export function issuePath(path: readonly PropertyKey[]): string {
   return path
@@ -191,7 +204,7 @@ export function issuePath(path: readonly PropertyKey[]): string {
 export function loadKeyFile(file: string): z.infer<typeof keyFileSchema>["keys"] {
   const parsed = keyFileSchema.safeParse(readJsonObject(file, "key file"));
   if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
+    const issue = firstIssue(parsed.error);
     throw new ConfigError(`key file ${file}: ${issuePath(issue.path) || "(top level)"}: ${issue.message}`);
   }
   return parsed.data.keys;
@@ -208,10 +221,13 @@ function fromFile(file: string): Record<string, unknown> {
 }
 
 /** Merges the sources and validates the result, naming the source of any bad value. */
+/** Validated settings, plus the config file they came from (for messages about its contents). */
+export type ResolvedSettings = ServeSettings & { configFile?: string };
+
 export function resolveSettings(
   flags: Record<string, unknown>,
   env: NodeJS.ProcessEnv = process.env,
-): ServeSettings {
+): ResolvedSettings {
   const configFile = (flags.config as string | undefined) ?? env.SPARK_CONFIG;
   const sources: [string, Record<string, unknown>][] = [
     ["default", DEFAULT_SETTINGS],
@@ -230,7 +246,7 @@ export function resolveSettings(
   }
   const parsed = serveSettingsSchema.safeParse(merged);
   if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
+    const issue = firstIssue(parsed.error);
     const key = String(issue.path[0] ?? "");
     if (FILE_ONLY.includes(key) || issue.path.length > 1) {
       throw new ConfigError(`${origin[key] ?? "config"}: ${issuePath(issue.path)}: ${issue.message}`);
@@ -242,5 +258,5 @@ export function resolveSettings(
     const flag = `--${key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
     throw new ConfigError(`invalid ${key} (${flag}) from ${where}: ${issue.message}`);
   }
-  return parsed.data;
+  return configFile ? { ...parsed.data, configFile } : parsed.data;
 }

@@ -13,7 +13,7 @@ import {
 } from "../engines/llama/model-source.js";
 import { OpenAIEngine } from "../engines/openai/openai-engine.js";
 import { loadScript, ScriptEngine } from "../engines/script/script-engine.js";
-import { ConfigError, type ModelEntrySettings, type ServeSettings } from "./config.js";
+import { ConfigError, type ModelEntrySettings, type ResolvedSettings } from "./config.js";
 
 /** What building one engine needs: the flat serve settings or one `models` entry. */
 type EngineSettings = Omit<ModelEntrySettings, "tier" | "capacity" | "defaults"> & { download?: boolean };
@@ -30,7 +30,7 @@ function defaultCapacity(settings: EngineSettings): number {
  * settings share one), and a missing `spark` or `deep` alias serves from the other's engine.
  */
 export async function createModels(
-  settings: ServeSettings,
+  settings: ResolvedSettings,
   log: (line: string) => void,
 ): Promise<ModelRegistry> {
   if (!settings.models) {
@@ -38,6 +38,7 @@ export async function createModels(
     return ModelRegistry.single(engine, defaultCapacity(settings));
   }
   const declared = Object.entries(settings.models);
+  const source = settings.configFile ? `config file ${settings.configFile}` : "config";
   const engines = new Map<string, Engine>();
   const entries: ModelEntry[] = [];
   for (const [alias, entry] of declared) {
@@ -46,7 +47,7 @@ export async function createModels(
     const identity = JSON.stringify(Object.entries(merged).sort());
     let engine = engines.get(identity);
     if (!engine) {
-      engine = await createEngine(merged, log, `config models.${alias}: `);
+      engine = await createEngine(merged, log, `${source}: models.${alias}: `);
       engines.set(identity, engine);
     }
     entries.push({

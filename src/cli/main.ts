@@ -10,7 +10,7 @@ import {
   ENV_NAMES,
   loadKeyFile,
   resolveSettings,
-  type ServeSettings,
+  type ResolvedSettings,
 } from "./config.js";
 import { createModels } from "./create-engine.js";
 import { keysCommand } from "./keys-command.js";
@@ -42,17 +42,30 @@ function isLoopback(host: string): boolean {
 }
 
 /** Keys from the config and the key file, checked for duplicates; the server never sees a key itself. */
-function loadKeys(settings: ServeSettings): KeyRing {
-  const records = [...(settings.keys ?? []), ...(settings.keyFile ? loadKeyFile(settings.keyFile) : [])];
-  const ids = new Set<string>();
-  for (const record of records) {
-    if (ids.has(record.id)) throw new ConfigError(`API key id "${record.id}" is declared twice`);
-    ids.add(record.id);
+function loadKeys(settings: ResolvedSettings): KeyRing {
+  const sources: [string, ReturnType<typeof loadKeyFile>][] = [
+    [settings.configFile ? `config file ${settings.configFile}` : "the config", settings.keys ?? []],
+  ];
+  if (settings.keyFile) sources.push([`key file ${settings.keyFile}`, loadKeyFile(settings.keyFile)]);
+  const seen = new Map<string, string>();
+  for (const [source, records] of sources) {
+    for (const record of records) {
+      const first = seen.get(record.id);
+      if (first !== undefined) {
+        throw new ConfigError(
+          `API key id "${record.id}" is declared twice: in ${first} and in ${source}; ids must be unique`,
+        );
+      }
+      seen.set(record.id, source);
+    }
   }
-  return new KeyRing(records, settings.limits ?? {});
+  return new KeyRing(
+    sources.flatMap(([, records]) => records),
+    settings.limits ?? {},
+  );
 }
 
-function openStore(settings: ServeSettings): ResponseStore {
+function openStore(settings: ResolvedSettings): ResponseStore {
   if (settings.store === "memory") return new MemoryResponseStore();
   try {
     return SqliteResponseStore.open(settings.dataDir ?? defaultDataDir());
