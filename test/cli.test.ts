@@ -11,6 +11,7 @@ import {
   dir,
   file,
   LISTENING,
+  readSse,
   runToExit,
   SAFETY_TIMEOUT_MS,
   startServer,
@@ -91,33 +92,16 @@ test("SIGTERM during a stream ends it with exactly one terminal event and exits 
     signal: AbortSignal.timeout(SAFETY_TIMEOUT_MS),
   });
   assert.equal(response.status, 200);
-  assert.match(response.headers.get("content-type") ?? "", /text\/event-stream/);
 
-  const reader = response.body!.getReader();
-  const decoder = new TextDecoder();
-  let buffer = "";
-  const events: { type: string; data: Record<string, unknown> }[] = [];
   let signalled = false;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    buffer += decoder.decode(value, { stream: true });
-    let end: number;
-    while ((end = buffer.indexOf("\n\n")) >= 0) {
-      const block = buffer.slice(0, end);
-      buffer = buffer.slice(end + 2);
-      const type = /^event: (.+)$/m.exec(block)?.[1];
-      const data = /^data: (.+)$/m.exec(block)?.[1];
-      assert.ok(type && data, `malformed SSE block: ${block}`);
-      events.push({ type, data: JSON.parse(data) as Record<string, unknown> });
-      if (type === "response.output_text.delta" && !signalled) {
-        signalled = true;
-        cli.child.kill("SIGTERM");
-      }
+  const { events, trailing } = await readSse(response, (event) => {
+    if (event.type === "response.output_text.delta" && !signalled) {
+      signalled = true;
+      cli.child.kill("SIGTERM");
     }
-  }
+  });
   assert.ok(signalled, "the stream must have produced a text delta");
-  assert.equal(buffer.trim(), "", "the stream must end on an event boundary");
+  assert.equal(trailing.trim(), "", "the stream must end on an event boundary");
 
   const terminalTypes = new Set(["response.completed", "response.incomplete", "response.failed"]);
   const terminals = events.filter((e) => terminalTypes.has(e.type));

@@ -10,7 +10,17 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import OpenAI from "openai";
-import { dir, file, runToExit, SAFETY_TIMEOUT_MS, startServer, stop, type Cli } from "./helpers/cli.js";
+import {
+  dir,
+  file,
+  readSse,
+  runToExit,
+  SAFETY_TIMEOUT_MS,
+  startServer,
+  stop,
+  type Cli,
+  type SseEvent,
+} from "./helpers/cli.js";
 import { terminalOf, textOf, WsClient, type ResponseShape } from "./helpers/ws-client.js";
 
 // Line N answers the Nth model turn of a conversation, so a continued chain proves its history came back.
@@ -96,11 +106,6 @@ function outputText(response: Pick<ResponseShape, "output">): string {
     .join("");
 }
 
-interface SseEvent {
-  type: string;
-  data: Record<string, unknown>;
-}
-
 /**
  * POSTs a streaming create and reads its SSE events; `onEvent` may return true to stop reading
  * (the rest of the stream is abandoned).
@@ -117,31 +122,7 @@ async function stream(
     signal: AbortSignal.timeout(SAFETY_TIMEOUT_MS),
   });
   assert.equal(response.status, 200);
-  assert.match(response.headers.get("content-type") ?? "", /text\/event-stream/);
-  const reader = response.body!.getReader();
-  const decoder = new TextDecoder();
-  const events: SseEvent[] = [];
-  let buffer = "";
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    buffer += decoder.decode(value, { stream: true });
-    let end: number;
-    while ((end = buffer.indexOf("\n\n")) >= 0) {
-      const block = buffer.slice(0, end);
-      buffer = buffer.slice(end + 2);
-      const type = /^event: (.+)$/m.exec(block)?.[1];
-      const data = /^data: (.+)$/m.exec(block)?.[1];
-      assert.ok(type && data, `malformed SSE block: ${block}`);
-      const event = { type, data: JSON.parse(data) as Record<string, unknown> };
-      events.push(event);
-      if (onEvent(event) === true) {
-        await reader.cancel().catch(() => {});
-        return events;
-      }
-    }
-  }
-  return events;
+  return (await readSse(response, onEvent)).events;
 }
 
 function completedOf(events: readonly SseEvent[]): ResponseShape {

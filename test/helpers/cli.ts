@@ -123,3 +123,44 @@ export async function runToExit(
   const code = await cli.exited;
   return { code, stdout: cli.stdout(), stderr: cli.stderr() };
 }
+
+export interface SseEvent {
+  type: string;
+  data: Record<string, unknown>;
+}
+
+/**
+ * Reads an SSE response body event by event. `onEvent` may return true to stop reading (the rest
+ * of the stream is abandoned). `trailing` is what followed the last complete event: "" when the
+ * stream ended on an event boundary.
+ */
+export async function readSse(
+  response: Response,
+  onEvent: (event: SseEvent) => boolean | void = () => {},
+): Promise<{ events: SseEvent[]; trailing: string }> {
+  assert.match(response.headers.get("content-type") ?? "", /text\/event-stream/);
+  const reader = response.body!.getReader();
+  const decoder = new TextDecoder();
+  const events: SseEvent[] = [];
+  let buffer = "";
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, { stream: true });
+    let end: number;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const type = /^event: (.+)$/m.exec(block)?.[1];
+      const data = /^data: (.+)$/m.exec(block)?.[1];
+      assert.ok(type && data, `malformed SSE block: ${block}`);
+      const event = { type, data: JSON.parse(data) as Record<string, unknown> };
+      events.push(event);
+      if (onEvent(event) === true) {
+        await reader.cancel().catch(() => {});
+        return { events, trailing: buffer };
+      }
+    }
+  }
+  return { events, trailing: buffer };
+}
