@@ -7,7 +7,9 @@
  *   4. time to first token of a continued 1,000+ token conversation with KV prefix reuse vs without;
  *   5. a 20-turn tool loop: per-turn overhead and bytes, WebSocket incremental vs HTTP full history;
  *   6. steering latency (script and llama engines);
- *   7. cancel latency: WebSocket closed to engine stopped (script and llama engines).
+ *   7. cancel latency: WebSocket closed to engine stopped (script and llama engines);
+ *   8. what keys, `model: "auto"` routing, rate limits and queue bookkeeping add per request;
+ *   9. 1,000 concurrent WebSocket sessions: p99 inter-token time, memory per session, errors.
  *
  * Options: `--quick` (fewer iterations), `--json` (also write bench/results.json),
  * `--only 1,3` (run some figures only). Every server is in process on 127.0.0.1, port 0.
@@ -19,6 +21,8 @@ import { parseArgs } from "node:util";
 import { llamaFigures } from "./llama-figures.js";
 import { table, type FigureResult, type FigureRow } from "./report.js";
 import { addedLatency, relayThroughput } from "./script-figures.js";
+import { sessionScale } from "./scale-figures.js";
+import { tenancyOverhead } from "./tenancy-figures.js";
 import { steeringAndCancel, toolLoop } from "./ws-figures.js";
 
 const { values: args } = parseArgs({
@@ -36,7 +40,7 @@ const llamaConfig = args.quick
   ? { decodeTokens: 200, decodeRounds: 2, reuseRounds: 2 }
   : { decodeTokens: 200, decodeRounds: 7, reuseRounds: 7 };
 const wsConfig = args.quick ? { loopRounds: 3, steerRounds: 5 } : { loopRounds: 10, steerRounds: 15 };
-const only = new Set((args.only ?? "1,2,3,4,5,6,7").split(",").map((s) => Number(s.trim())));
+const only = new Set((args.only ?? "1,2,3,4,5,6,7,8,9").split(",").map((s) => Number(s.trim())));
 
 const log = (line: string): void => console.log(line);
 
@@ -124,6 +128,20 @@ if (only.has(6) || only.has(7)) {
   for (const figure of figures) {
     if (only.has(Number(figure.row.figure[0]))) results[figure.row.figure] = figure;
   }
+}
+
+if (only.has(8)) {
+  log(
+    `\n8. Keys + auto routing + limits + queue vs the bare server: TTFT over SSE (${config.ttftIterations} pairs after ${config.ttftWarmup} warm-up, interleaved)`,
+  );
+  results.tenancyOverhead = await tenancyOverhead(
+    { warmup: config.ttftWarmup, iterations: config.ttftIterations },
+    log,
+  );
+}
+if (only.has(9)) {
+  log(`\n9. Concurrent WebSocket sessions streaming from the script engine (server in its own process)`);
+  results.sessionScale = await sessionScale({ quick: args.quick }, log);
 }
 
 const seconds = (performance.now() - started) / 1000;
