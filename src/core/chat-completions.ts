@@ -10,7 +10,7 @@ import { observeGeneration } from "./generation.js";
 import { newId } from "./ids.js";
 import { anonymousPrincipal, type Principal } from "./keys.js";
 import type { Metrics } from "./metrics.js";
-import type { ModelRegistry, ResolvedModel } from "./model-registry.js";
+import { applySampling, type ModelRegistry, type ResolvedModel } from "./model-registry.js";
 import { predictionOverlap } from "./prediction.js";
 import { validateBody } from "./validate.js";
 
@@ -75,13 +75,11 @@ export class ChatCompletionsService {
       toolChoice: toolChoiceFrom(body.tool_choice),
       parallelToolCalls: body.parallel_tool_calls ?? true,
     };
-    const defaults = resolved.entry.defaults;
-    const maxOutputTokens = maxTokens ?? defaults.maxOutputTokens;
-    const temperature = body.temperature ?? defaults.temperature;
-    const topP = body.top_p ?? defaults.topP;
-    if (maxOutputTokens != null) request.maxOutputTokens = maxOutputTokens;
-    if (temperature != null) request.temperature = temperature;
-    if (topP != null) request.topP = topP;
+    applySampling(request, resolved.entry.defaults, {
+      maxOutputTokens: maxTokens,
+      temperature: body.temperature,
+      topP: body.top_p,
+    });
     if (prediction !== undefined) request.prediction = prediction;
     const { entry } = resolved;
     return {

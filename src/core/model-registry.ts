@@ -10,7 +10,7 @@
  *      takes the tier of the first alias bound to that engine.
  * Anything else is `404 model_not_found`; a known model whose engine is still loading is 503.
  */
-import type { Engine, EngineModel } from "../engine/types.js";
+import type { Engine, EngineModel, EngineRequest } from "../engine/types.js";
 import { SparkError } from "../protocol/errors.js";
 import { routeRequest, type RouteDecision, type RouteInput, type Tier } from "../router/route.js";
 
@@ -23,6 +23,27 @@ export interface ModelDefaults {
   temperature?: number | undefined;
   topP?: number | undefined;
   maxOutputTokens?: number | undefined;
+}
+
+/**
+ * Puts the sampling settings on an engine request: what the client sent, else the model's
+ * configured default, else nothing (the engine's own default).
+ */
+export function applySampling(
+  request: EngineRequest,
+  defaults: ModelDefaults,
+  given: {
+    maxOutputTokens: number | null | undefined;
+    temperature: number | null | undefined;
+    topP: number | null | undefined;
+  },
+): void {
+  const maxOutputTokens = given.maxOutputTokens ?? defaults.maxOutputTokens;
+  const temperature = given.temperature ?? defaults.temperature;
+  const topP = given.topP ?? defaults.topP;
+  if (maxOutputTokens != null) request.maxOutputTokens = maxOutputTokens;
+  if (temperature != null) request.temperature = temperature;
+  if (topP != null) request.topP = topP;
 }
 
 export interface ModelEntry {

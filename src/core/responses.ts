@@ -27,7 +27,7 @@ import { abortReasonOf, observeGeneration } from "./generation.js";
 import { newId } from "./ids.js";
 import { anonymousPrincipal, type Principal } from "./keys.js";
 import type { Metrics } from "./metrics.js";
-import type { ModelRegistry, ResolvedModel } from "./model-registry.js";
+import { applySampling, type ModelRegistry, type ResolvedModel } from "./model-registry.js";
 import type { InputItemRecord, ResponseStore, StoredResponse } from "./response-store.js";
 import { validateBody } from "./validate.js";
 
@@ -144,13 +144,11 @@ export class ResponsesService {
       toolChoice: toolChoiceFrom(body.tool_choice),
       parallelToolCalls: body.parallel_tool_calls ?? true,
     };
-    const defaults = model.entry.defaults;
-    const maxOutputTokens = body.max_output_tokens ?? defaults.maxOutputTokens;
-    const temperature = body.temperature ?? defaults.temperature;
-    const topP = body.top_p ?? defaults.topP;
-    if (maxOutputTokens != null) request.maxOutputTokens = maxOutputTokens;
-    if (temperature != null) request.temperature = temperature;
-    if (topP != null) request.topP = topP;
+    applySampling(request, model.entry.defaults, {
+      maxOutputTokens: body.max_output_tokens,
+      temperature: body.temperature,
+      topP: body.top_p,
+    });
     const metadata = { ...body.metadata };
     if (model.route) {
       metadata.spark_route = model.route.tier;
