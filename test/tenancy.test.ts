@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
 import OpenAI from "openai";
 import { generateKey, KeyRing, type Limits } from "../src/core/keys.js";
+import { ModelRegistry } from "../src/core/model-registry.js";
 import type { EnginePart, EngineRequest } from "../src/engine/types.js";
 import { parseScript, ScriptEngine } from "../src/engines/script/script-engine.js";
 import { SparkServer, type SparkServerOptions } from "../src/server/http-server.js";
@@ -408,5 +409,38 @@ describe('model "auto"', () => {
         models.some((m) => m.id === id),
         id,
       );
+  });
+});
+
+describe("configured models", () => {
+  test("each alias has its own engine and defaults; a request's own values win over the defaults", async () => {
+    const script = (text: string): ScriptEngine =>
+      new ScriptEngine({ lines: parseScript(JSON.stringify({ output: [{ type: "message", text }] }), text) });
+    const fast = script("fast one two three four");
+    const thorough = script("thorough one two three four");
+    const models = new ModelRegistry([
+      { alias: "spark", tier: "spark", engine: fast, engineModel: "spark", capacity: 4, defaults: {} },
+      {
+        alias: "deep",
+        tier: "deep",
+        engine: thorough,
+        engineModel: "spark",
+        capacity: 4,
+        defaults: { maxOutputTokens: 2 },
+      },
+    ]);
+    const server = new SparkServer({ models, port: 0 });
+    servers.push(server);
+    const client = sdk(await server.listen(), "unused");
+
+    const spark = await client.responses.create({ model: "spark", input: "hi" });
+    assert.equal(spark.output_text, "fast one two three four");
+    const capped = await client.responses.create({ model: "deep", input: "hi" });
+    assert.equal(capped.status, "incomplete");
+    assert.equal(capped.incomplete_details?.reason, "max_output_tokens");
+    assert.ok(capped.output_text.startsWith("thorough"));
+    const own = await client.responses.create({ model: "deep", input: "hi", max_output_tokens: 100 });
+    assert.equal(own.status, "completed");
+    assert.equal(own.output_text, "thorough one two three four");
   });
 });
