@@ -373,6 +373,90 @@ describe("routeRequest: prompt table", () => {
   });
 });
 
+describe("routeRequest: keyword evidence", () => {
+  // The keyword lists are matched without running their alternations (see route.ts): these pin the
+  // evidence cited where terms have optional parts, digits, character classes, lookaheads or long phrases.
+  const evidence: [prompt: string, decision: string, reason: string][] = [
+    [
+      "Generate an X.509 certificate for the staging host",
+      "deep/security_sensitive",
+      'Security-sensitive task: the request mentions "x.509".',
+    ],
+    [
+      "Switch the cipher to AES-256 in vault.go",
+      "deep/security_sensitive",
+      'Security-sensitive task: the request mentions "cipher".',
+    ],
+    [
+      "Add a log-in page for the admin console",
+      "deep/security_sensitive",
+      'Security-sensitive task: the request mentions "log-in".',
+    ],
+    [
+      "Store API_KEYS in the vault",
+      "deep/security_sensitive",
+      'Security-sensitive task: the request mentions "api_keys".',
+    ],
+    [
+      "Why is the hash map lookup slow here?",
+      "spark/question",
+      'Question: the request starts with "why" and asks no deep work.',
+    ],
+    [
+      "Use crypto.randomUUID() for the request ids in ids.ts",
+      "spark/single_file_edit",
+      'Single-file edit: "use" in ids.ts.',
+    ],
+    [
+      "Fix all the failing tests",
+      "deep/long_autonomous_run",
+      'Long autonomous run: the request asks to "fix all the failing tests".',
+    ],
+    [
+      "Work through the remaining issues one at a time",
+      "deep/long_autonomous_run",
+      'Long autonomous run: the request asks to "work through the remaining issues".',
+    ],
+    [
+      "Rename Foo to Bar in 12 files",
+      "deep/multi_file_refactor",
+      'Multi-file refactor: "rename" with multi-file scope "12 files".',
+    ],
+    [
+      "Port the parser from Python to Rust across the whole project",
+      "deep/multi_file_refactor",
+      'Multi-file refactor: "port" with multi-file scope "across the whole project".',
+    ],
+    [
+      "Update every one of the call sites of parse()",
+      "spark/single_file_edit",
+      'Single-file edit: "update every" with no other file named.',
+    ],
+    [
+      "Fill in the function body",
+      "spark/inline_completion",
+      'Inline completion: short prompt asking to "fill in the function" (25 chars).',
+    ],
+    [
+      "autocomplete: const total = items.reduce(",
+      "spark/inline_completion",
+      'Inline completion: short prompt asking to "autocomplete" (41 chars).',
+    ],
+    [
+      "Please could you fix the typo in README.md?",
+      "spark/single_file_edit",
+      'Single-file edit: "fix" in readme.md.',
+    ],
+  ];
+  for (const [prompt, decision, reason] of evidence) {
+    test(prompt, () => {
+      const routed = route([user(prompt)]);
+      assert.equal(`${routed.tier}/${routed.rule}`, decision, routed.reason);
+      assert.equal(routed.reason, reason);
+    });
+  }
+});
+
 describe("routeRequest: conversation shape", () => {
   test("10 tool round trips since the last user message are a long autonomous run", () => {
     const decision = route([...codexTurn("Fix the failing test in test/parser.test.ts"), ...roundTrips(10)]);
