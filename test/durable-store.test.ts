@@ -36,19 +36,15 @@ function freshDataDir(): string {
   return join(dir, `durable-data-${++dataDirs}`);
 }
 
-function serve(dataDir: string, extra: readonly string[] = []): Promise<Cli & { url: string }> {
-  return startServer([
-    "serve",
-    "--engine",
-    "script",
-    "--script",
-    SCRIPT,
-    "--port",
-    "0",
-    "--data-dir",
-    dataDir,
-    ...extra,
-  ]);
+function serve(
+  dataDir: string,
+  extra: readonly string[] = [],
+  env: Record<string, string> = {},
+): Promise<Cli & { url: string }> {
+  return startServer(
+    ["serve", "--engine", "script", "--script", SCRIPT, "--port", "0", "--data-dir", dataDir, ...extra],
+    env,
+  );
 }
 
 interface ApiResult<T = Record<string, unknown>> {
@@ -430,22 +426,7 @@ test("with API keys, a stored response survives a restart and only its owner see
 test("--store memory creates nothing in the data directory", async () => {
   const dataDir = freshDataDir();
   const envDataDir = freshDataDir();
-  const server = await startServer(
-    [
-      "serve",
-      "--engine",
-      "script",
-      "--script",
-      SCRIPT,
-      "--port",
-      "0",
-      "--store",
-      "memory",
-      "--data-dir",
-      dataDir,
-    ],
-    { SPARK_DATA_DIR: envDataDir },
-  );
+  const server = await serve(dataDir, ["--store", "memory"], { SPARK_DATA_DIR: envDataDir });
   const created = await create(server.url, { store: true, input: "kept in memory" });
   assert.equal(created.status, 200, JSON.stringify(created.body));
   // It is stored (in memory): it can be read back and continued while the server runs.
