@@ -66,6 +66,19 @@ export const keyFileSchema = z.strictObject({ keys: z.array(keyRecordSchema) });
 
 const MODEL_ALIAS = /^(?!auto$)[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$/;
 
+/** Settings of the `spark` client (TUI, `exec`, `resume`); only a config file's `client` holds them. */
+export const clientSettingsSchema = z.strictObject({
+  server: z.url().optional(),
+  apiKeyEnv: environmentName.optional(),
+  tier: z.string().min(1).optional(),
+  approval: z.enum(["never", "on-request", "untrusted"]).optional(),
+  sandbox: z.enum(["auto", "off"]).optional(),
+  autoCompact: z.number().min(0).max(1).optional(),
+  contextWindow: positiveInteger.optional(),
+  network: z.boolean().optional(),
+});
+export type ClientSettings = z.infer<typeof clientSettingsSchema>;
+
 export const serveSettingsSchema = z.strictObject({
   host: z.string().min(1),
   port: z.coerce.number().int().min(0).max(65535),
@@ -83,6 +96,7 @@ export const serveSettingsSchema = z.strictObject({
     )
     .optional(),
   keys: z.array(keyRecordSchema).optional(),
+  client: clientSettingsSchema.optional(),
   keyFile: z.string().min(1).optional(),
   limits: limitsSchema.optional(),
   allowUnauthenticated: z.boolean(),
@@ -115,10 +129,10 @@ export const DEFAULT_SETTINGS = {
 } as const satisfies Partial<ServeSettings>;
 
 /** Settings only a config file can hold (structured values). */
-const FILE_ONLY: readonly string[] = ["models", "keys", "limits"];
+const FILE_ONLY: readonly string[] = ["models", "keys", "limits", "client"];
 
 /** Environment variable for each setting. */
-export const ENV_NAMES: Record<Exclude<SettingKey, "models" | "keys" | "limits">, string> = {
+export const ENV_NAMES: Record<Exclude<SettingKey, "models" | "keys" | "limits" | "client">, string> = {
   host: "SPARK_HOST",
   port: "SPARK_PORT",
   engine: "SPARK_ENGINE",

@@ -1,18 +1,7 @@
 /** The `spark` command line. */
 import { Command, InvalidArgumentError, Option } from "commander";
-import { KeyRing } from "../core/keys.js";
-import { MemoryResponseStore, type ResponseStore } from "../core/response-store.js";
-import { SparkServer } from "../server/http-server.js";
-import { defaultDataDir, SqliteResponseStore, StoreOpenError } from "../store/sqlite-store.js";
-import {
-  ConfigError,
-  DEFAULT_SETTINGS,
-  ENV_NAMES,
-  loadKeyFile,
-  resolveSettings,
-  type ResolvedSettings,
-} from "./config.js";
-import { createModels } from "./create-engine.js";
+import { ConfigError, DEFAULT_SETTINGS, ENV_NAMES } from "./config.js";
+import { addClientOptions, clientFlags } from "./client-options.js";
 import { keysCommand } from "./keys-command.js";
 
 const log = (line: string): void => {
@@ -36,127 +25,11 @@ function number(value: string): number {
   if (!Number.isFinite(n)) throw new InvalidArgumentError("expected a number");
   return n;
 }
-
-function isLoopback(host: string): boolean {
-  return host === "localhost" || host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host);
-}
-
-/** Keys from the config and the key file, checked for duplicates; the server never sees a key itself. */
-function loadKeys(settings: ResolvedSettings): KeyRing {
-  const sources: [string, ReturnType<typeof loadKeyFile>][] = [
-    [settings.configFile ? `config file ${settings.configFile}` : "the config", settings.keys ?? []],
-  ];
-  if (settings.keyFile) sources.push([`key file ${settings.keyFile}`, loadKeyFile(settings.keyFile)]);
-  const seen = new Map<string, string>();
-  for (const [source, records] of sources) {
-    for (const record of records) {
-      const first = seen.get(record.id);
-      if (first !== undefined) {
-        throw new ConfigError(
-          `API key id "${record.id}" is declared twice: in ${first} and in ${source}; ids must be unique`,
-        );
-      }
-      seen.set(record.id, source);
-    }
-  }
-  return new KeyRing(
-    sources.flatMap(([, records]) => records),
-    settings.limits ?? {},
-  );
-}
-
-function openStore(settings: ResolvedSettings): ResponseStore {
-  if (settings.store === "memory") return new MemoryResponseStore();
-  try {
-    return SqliteResponseStore.open(settings.dataDir ?? defaultDataDir());
-  } catch (error) {
-    if (error instanceof StoreOpenError) throw new ConfigError(error.message);
-    throw error;
-  }
-}
-
-async function serve(flags: Record<string, unknown>): Promise<void> {
-  const settings = resolveSettings(flags);
-  const keys = loadKeys(settings);
-  if (!keys.required && !isLoopback(settings.host) && !settings.allowUnauthenticated) {
-    throw new ConfigError(
-      `no API keys are configured, so Spark only listens on loopback; --host ${settings.host} needs keys ` +
-        `(spark keys create --name NAME, then --key-file) or --allow-unauthenticated`,
-    );
-  }
-  const models = await createModels(settings, log);
-  const store = openStore(settings);
-  const server = new SparkServer({
-    models,
-    keys,
-    store,
-    admission: { maxQueue: settings.queueLength },
-    host: settings.host,
-    port: settings.port,
-    maxBodyBytes: settings.maxBodyBytes,
-    websocket: settings.websocket && { maxConnectionMs: settings.websocketMaxMinutes * 60_000 },
-  });
-  const url = await server.listen();
-  process.stdout.write(`spark listening on ${url}\n`);
-  const engines = models.engines();
-  log(
-    `models ${models
-      .entries()
-      .map((e) => `${e.alias} (${e.tier}, ${e.engine.kind}, ${e.capacity} at once)`)
-      .join(", ")} and auto; ` +
-      `POST ${url}/v1/responses, ${url}/v1/chat/completions; GET /v1/models, /healthz, /metrics; ` +
-      (settings.websocket ? `WebSocket ${url.replace(/^http/, "ws")}/v1/responses` : "WebSocket mode off"),
-  );
-  log(
-    keys.required
-      ? `${keys.size} API key(s) configured: requests need 'Authorization: Bearer KEY'`
-      : `no API keys configured: anyone who can reach ${settings.host} can use this server` +
-          (isLoopback(settings.host) ? " (loopback only; add keys with `spark keys create`)" : ""),
-  );
-  log(
-    settings.store === "memory"
-      ? "responses stored in memory only (--store memory)"
-      : `responses stored in ${settings.dataDir ?? defaultDataDir()}`,
-  );
-
-  let stopping = false;
-  const stop = (signal: string): void => {
-    if (stopping) {
-      log(`${signal} again: exiting now`);
-      process.exit(130);
-    }
-    stopping = true;
-    log(`${signal}: finishing in-flight responses and shutting down`);
-    server.close().then(
-      () => process.exit(0),
-      (error: unknown) => {
-        log(`shutdown error: ${String(error)}`);
-        process.exit(1);
-      },
-    );
-  };
-  process.on("SIGINT", () => stop("SIGINT"));
-  process.on("SIGTERM", () => stop("SIGTERM"));
-
-  // The server answers 503 while the engines load, so clients see progress instead of a refused port.
-  const started = performance.now();
-  for (const engine of engines) {
-    engine.start().then(
-      () => log(`${engine.kind} engine ready in ${Math.round(performance.now() - started)} ms`),
-      (error: unknown) => {
-        log(
-          `the ${engine.kind} engine failed to start: ${error instanceof Error ? error.message : String(error)}`,
-        );
-        void server.close().finally(() => process.exit(1));
-      },
-    );
-  }
-}
-
 export function buildProgram(): Command {
   const program = new Command("spark")
     .description("Spark: an open, real-time coding model server speaking the OpenAI Responses API")
-    .showHelpAfterError();
+    .showHelpAfterError()
+    .enablePositionalOptions();
   program
     .command("serve")
     .description(
@@ -261,9 +134,68 @@ Examples:
       for (const [key, value] of Object.entries(options)) {
         if (command.getOptionValueSource(key) === "cli") flags[key] = value;
       }
+      const { serve } = await import("./serve-command.js");
       await serve(flags);
     });
   program.addCommand(keysCommand(DEFAULT_KEY_FILE));
+
+  // The interactive UI is the default command: `spark` or `spark "first message"`.
+  addClientOptions(program)
+    .argument("[prompt]", "a first message to send")
+    .action(async (prompt: string | undefined, options: Record<string, unknown>, command: Command) => {
+      const { runTui } = await import("../tui/app.js");
+      process.exitCode = await runTui(clientFlags(options, command), prompt === undefined ? {} : { prompt });
+    });
+
+  addClientOptions(
+    program
+      .command("exec")
+      .description("run one task without asking anything, then exit (0: the task finished)")
+      .argument("<task>", "what to do")
+      .option("--json", "print one JSON event per line (thread, turn and item events)")
+      .option("--resume [session]", "continue a saved session (the newest without an id)"),
+  )
+    .addHelpText(
+      "after",
+      `
+Examples:
+  spark exec "add a test for parseArgs and run it"
+  spark exec --json --approval never "fix the failing build" > events.jsonl
+  spark exec --engine script --script demo.jsonl "anything"   # deterministic, no model`,
+    )
+    .action(async (task: string, options: Record<string, unknown>, command: Command) => {
+      const { runExec } = await import("./exec-command.js");
+      const resume = options.resume === true ? null : (options.resume as string | undefined);
+      process.exitCode = await runExec(task, clientFlags(options, command), {
+        json: options.json === true,
+        ...(resume === undefined ? {} : { resume }),
+      });
+    });
+
+  addClientOptions(
+    program
+      .command("resume")
+      .description("continue a saved session in the interactive UI (the newest without an id)")
+      .argument("[session]", "session id, or the start of one")
+      .option("--list", "list saved sessions and exit"),
+  ).action(async (session: string | undefined, options: Record<string, unknown>, command: Command) => {
+    const flags = clientFlags(options, command);
+    if (options.list === true) {
+      const [{ SessionFile }, { resolveClient }] = await Promise.all([
+        import("../agent/session-file.js"),
+        import("./agent-runtime.js"),
+      ]);
+      const { dataDir } = await resolveClient(flags, true);
+      const sessions = SessionFile.list(dataDir);
+      if (sessions.length === 0) process.stdout.write(`no saved sessions in ${dataDir}/sessions\n`);
+      for (const s of sessions) {
+        process.stdout.write(`${s.id}  ${s.cwd}  ${s.firstMessage.replace(/\s+/g, " ").slice(0, 60)}\n`);
+      }
+      return;
+    }
+    const { runTui } = await import("../tui/app.js");
+    process.exitCode = await runTui(flags, { resume: session ?? null });
+  });
   return program;
 }
 
@@ -272,10 +204,9 @@ buildProgram()
   .catch((error: unknown) => {
     if (
       error instanceof ConfigError ||
-      error instanceof StoreOpenError ||
-      (error instanceof Error && error.name === "SparkError")
+      (error instanceof Error && ["StoreOpenError", "SparkError", "ConnectError"].includes(error.name))
     ) {
-      log(error.message);
+      log((error as Error).message);
       process.exit(2);
     }
     throw error;

@@ -118,6 +118,7 @@ export class ResponsesSession {
     const { type, ...fields } = frame as Record<string, unknown>;
     if (type === "response.create") this.#create(fields);
     else if (type === "response.steer") this.#steer(fields);
+    else if (type === "response.cancel") this.#cancel(fields);
     else if (type === "response.processed") {
       // Newer Codex versions acknowledge events with this; it needs no answer, and an error here
       // would be read as part of the client's next response.
@@ -125,7 +126,7 @@ export class ResponsesSession {
       const shown = typeof type === "string" ? `'${type}'` : "missing";
       this.#error(
         SparkError.invalid(
-          `Unknown event type ${shown}; send response.create or response.steer.`,
+          `Unknown event type ${shown}; send response.create, response.steer or response.cancel.`,
           "type",
           "unknown_event_type",
         ),
@@ -356,6 +357,34 @@ export class ResponsesSession {
       controller: new AbortController(),
       steers: [],
     });
+  }
+
+  /**
+   * `response.cancel {response_id}` (a Spark extension; the Responses API cancels over HTTP only):
+   * stops a response generating on this connection at the next token. It ends with
+   * `response.incomplete`, reason `cancelled`, and steers waiting on it are dropped with it.
+   */
+  #cancel(fields: Record<string, unknown>): void {
+    const responseId = fields.response_id;
+    if (typeof responseId !== "string" || responseId === "") {
+      this.#error(SparkError.invalid("response.cancel needs a response_id.", "response_id", "invalid_input"));
+      return;
+    }
+    const job = this.#runningJob(responseId);
+    if (!job) {
+      this.#error(
+        new SparkError(
+          404,
+          "invalid_request_error",
+          "response_not_found",
+          `No response '${responseId}' is in flight on this connection.`,
+          "response_id",
+        ),
+      );
+      return;
+    }
+    job.steers.length = 0;
+    job.controller.abort("cancelled");
   }
 
   #runningJob(responseId: string): Job | undefined {

@@ -19,7 +19,6 @@
  *   One server process owns a data directory: the cache does not see writes by other processes.
  */
 import { closeSync, mkdirSync, openSync } from "node:fs";
-import { homedir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import type { InputItemRecord, ResponseStore, StoredResponse } from "../core/response-store.js";
@@ -34,6 +33,7 @@ const BUSY_TIMEOUT_MS = 5000;
 
 /** The data directory or database cannot be used; the message says which path and what to do. */
 export class StoreOpenError extends Error {
+  override readonly name = "StoreOpenError";
   constructor(
     message: string,
     readonly path: string,
@@ -44,12 +44,7 @@ export class StoreOpenError extends Error {
   }
 }
 
-/** `$SPARK_DATA_DIR`, else `$XDG_DATA_HOME/spark`, else `~/.local/share/spark`. */
-export function defaultDataDir(env: NodeJS.ProcessEnv = process.env): string {
-  if (env.SPARK_DATA_DIR) return env.SPARK_DATA_DIR;
-  if (env.XDG_DATA_HOME) return join(env.XDG_DATA_HOME, "spark");
-  return join(env.HOME || homedir(), ".local", "share", "spark");
-}
+export { defaultDataDir } from "./data-dir.js";
 
 interface Row {
   owner: string;

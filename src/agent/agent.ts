@@ -1,0 +1,778 @@
+/**
+ * The coding agent: one conversation with a Spark server over a persistent WebSocket, run as turns.
+ * A turn sends the user's message, streams the response, runs the tool calls it asks for, sends
+ * their results back, and repeats until the model answers without tools.
+ *
+ * Real time:
+ * - `steer(text)` while a response generates sends `response.steer` at once; the server stops it
+ *   and continues with the new input. While tools run, the text joins the next request instead.
+ * - `queue(text)` holds a message until the turn ends; `interrupt()` cancels the response
+ *   (`response.cancel`) and kills a running tool.
+ * - `variants(n, text)` generates n answers on parallel `stream_id` lanes; `choose(k)` continues
+ *   the conversation from one of them.
+ *
+ * The agent keeps the whole transcript itself (Responses input items), so a conversation survives
+ * a new connection or a restart (`spark resume`): continued turns send only new items with
+ * `previous_response_id`, and fall back to the full transcript when the server no longer has it.
+ */
+import { httpBaseUrl, type ResponsesSocket, type ServerEvent } from "./responses-socket.js";
+import { ToolRunner, type ThreadItem, type ToolCall, type ToolContext } from "./tools.js";
+import { TOOL_DEFINITIONS } from "./tools.js";
+
+/** A Responses input item (messages, tool calls and their outputs, compaction items). */
+export type InputItem = Record<string, unknown> & { type: string };
+
+export interface ResponseObject {
+  id: string;
+  status: string;
+  model?: string;
+  output: InputItem[];
+  usage?: { input_tokens: number; output_tokens: number; input_tokens_details?: { cached_tokens?: number } };
+  incomplete_details?: { reason?: string } | null;
+  error?: { code?: string; message?: string } | null;
+  metadata?: Record<string, string> | null;
+}
+
+export interface TurnUsage {
+  input_tokens: number;
+  cached_input_tokens: number;
+  output_tokens: number;
+}
+
+export type AgentEvent =
+  | { type: "turn.started"; input: string }
+  | { type: "response.started"; responseId: string; model: string; lane: string }
+  | { type: "response.queued"; lane: string }
+  | { type: "first_token"; ms: number; lane: string }
+  | { type: "text.delta"; itemId: string; delta: string; lane: string }
+  | {
+      type: "response.done";
+      lane: string;
+      status: string;
+      reason?: string;
+      ttftMs?: number;
+      tokensPerSecond?: number;
+      outputTokens: number;
+      contextTokens: number;
+    }
+  | { type: "item.started"; item: ThreadItem }
+  | { type: "item.completed"; item: ThreadItem }
+  | {
+      type: "steer";
+      status: "sent" | "accepted" | "pending" | "deferred" | "failed";
+      text: string;
+      message?: string;
+    }
+  | { type: "compacted"; trigger: "auto" | "manual"; items: number }
+  | { type: "turn.completed"; usage: TurnUsage }
+  | { type: "turn.interrupted"; usage: TurnUsage }
+  | { type: "turn.failed"; error: { message: string; code?: string } }
+  | { type: "transcript.changed"; items: readonly InputItem[]; reset: boolean; added: readonly InputItem[] };
+
+export class AgentError extends Error {
+  override readonly name = "AgentError";
+  constructor(
+    message: string,
+    readonly code?: string,
+  ) {
+    super(message);
+  }
+}
+
+export interface AgentOptions {
+  socket: ResponsesSocket;
+  /** Base URL of the server, for its HTTP routes (compaction). */
+  serverUrl: string;
+  apiKey?: string;
+  tools: ToolContext;
+  /** `spark`, `deep` or `auto`, or any model name the server knows. */
+  model: string;
+  instructions: string;
+  contextWindow: number;
+  /** Fraction of the context window past which the server compacts first; 0 turns it off. */
+  autoCompact: number;
+  /** A saved transcript to continue (`spark resume`). */
+  transcript?: readonly InputItem[];
+  /** Most tool round trips in one turn before it stops. */
+  maxRounds?: number;
+}
+
+interface PendingResponse {
+  lane: string;
+  responseId: string | undefined;
+  cancelRequested: boolean;
+  sentAt: number;
+  firstTokenAt: number | undefined;
+  deltas: number;
+  /** Items this request added, then (after a steer) the steering messages carried into the successor. */
+  recordable: InputItem[];
+  record: boolean;
+  steersInFlight: string[];
+  /** Steers typed before `response.created` gave the response an id; sent as soon as it does. */
+  steersAwaitingId: string[];
+  resolve(response: ResponseObject): void;
+  reject(error: AgentError): void;
+}
+
+const zeroUsage = (): TurnUsage => ({ input_tokens: 0, cached_input_tokens: 0, output_tokens: 0 });
+
+export class Agent {
+  #transcript: InputItem[];
+  /** Latest response of the main chain on this connection (for `previous_response_id`). */
+  #head: string | undefined;
+  #model: string;
+  readonly #listeners = new Set<(event: AgentEvent) => void>();
+  readonly #lanes = new Map<string, PendingResponse>();
+  readonly #tools: ToolRunner;
+  #itemCounter = 0;
+  #busy = false;
+  #interruptRequested = false;
+  #toolAbort: AbortController | undefined;
+  /** User messages that join the next request of the running turn (typed while tools ran). */
+  #carry: InputItem[] = [];
+  /** Results for tool calls an interrupted turn never ran: the next request answers them first. */
+  #danglingOutputs: InputItem[] = [];
+  readonly #queued: string[] = [];
+  #contextTokens = 0;
+  #variantResults: ({ input: InputItem[]; response: ResponseObject } | undefined)[] = [];
+  #idle: Promise<void> = Promise.resolve();
+
+  constructor(private readonly options: AgentOptions) {
+    this.#transcript = [...(options.transcript ?? [])];
+    this.#model = options.model;
+    this.#tools = new ToolRunner(options.tools, () => this.#nextItemId());
+    options.socket.onEvent((event) => this.#onEvent(event));
+    options.socket.onClose((reason) => {
+      for (const pending of this.#lanes.values()) {
+        pending.reject(
+          new AgentError(`the connection to the server closed (${reason})`, "connection_closed"),
+        );
+      }
+      this.#lanes.clear();
+    });
+  }
+
+  on(listener: (event: AgentEvent) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  get busy(): boolean {
+    return this.#busy;
+  }
+
+  get model(): string {
+    return this.#model;
+  }
+
+  /** Takes effect at the next request, also inside a running turn. */
+  setModel(model: string): void {
+    this.#model = model;
+  }
+
+  get transcript(): readonly InputItem[] {
+    return this.#transcript;
+  }
+
+  get contextTokens(): number {
+    return this.#contextTokens;
+  }
+
+  get contextWindow(): number {
+    return this.options.contextWindow;
+  }
+
+  get queuedMessages(): readonly string[] {
+    return this.#queued;
+  }
+
+  /** Resolves when no turn is running and nothing is queued. */
+  idle(): Promise<void> {
+    return this.#idle;
+  }
+
+  /**
+   * Starts a turn with `text`, or steers the running one. Resolves when that turn ends: true when it
+   * completed, false when it failed or was interrupted.
+   */
+  submit(text: string): Promise<boolean> {
+    if (this.#busy) {
+      this.steer(text);
+      return Promise.resolve(true);
+    }
+    return this.#startTurn(text);
+  }
+
+  /** Sends `response.steer` for the response generating now (the hot path from a keystroke). */
+  steer(text: string): void {
+    const pending = this.#lanes.get("");
+    if (pending) {
+      if (pending.responseId === undefined) pending.steersAwaitingId.push(text);
+      else {
+        this.options.socket.send({
+          type: "response.steer",
+          previous_response_id: pending.responseId,
+          input: text,
+        });
+        pending.steersInFlight.push(text);
+      }
+      this.#emit({ type: "steer", status: "sent", text });
+      return;
+    }
+    if (!this.#busy) {
+      void this.#startTurn(text);
+      return;
+    }
+    // Tools are running: the message joins the next request.
+    this.#carry.push(userMessage(text));
+    this.#emit({ type: "steer", status: "deferred", text });
+  }
+
+  /** Holds `text` until the running turn ends, then sends it as the next turn. */
+  queue(text: string): void {
+    if (!this.#busy) {
+      void this.#startTurn(text);
+      return;
+    }
+    this.#queued.push(text);
+  }
+
+  /** Stops the running turn: cancels the response generating and kills a running tool. */
+  interrupt(): void {
+    if (!this.#busy) return;
+    this.#interruptRequested = true;
+    this.#queued.length = 0;
+    for (const pending of this.#lanes.values()) this.#cancel(pending);
+    this.#toolAbort?.abort();
+  }
+
+  /** Starts a fresh conversation (`/new`). */
+  reset(): void {
+    this.#transcript = [];
+    this.#danglingOutputs = [];
+    this.#head = undefined;
+    this.#contextTokens = 0;
+    this.#emit({ type: "transcript.changed", items: [], reset: true, added: [] });
+  }
+
+  /** Compacts the conversation now (`/compact`) through `POST /v1/responses/compact`. */
+  async compact(): Promise<void> {
+    if (this.#transcript.length === 0) return;
+    const headers: Record<string, string> = { "content-type": "application/json" };
+    if (this.options.apiKey) headers.authorization = `Bearer ${this.options.apiKey}`;
+    const response = await fetch(`${httpBaseUrl(this.options.serverUrl)}/responses/compact`, {
+      method: "POST",
+      headers,
+      body: JSON.stringify({
+        model: this.#model,
+        input: this.#transcript,
+        instructions: this.options.instructions,
+      }),
+    });
+    const body = (await response.json().catch(() => ({}))) as {
+      output?: InputItem[];
+      usage?: { input_tokens?: number; output_tokens?: number };
+      error?: { message?: string; code?: string };
+    };
+    if (!response.ok || !Array.isArray(body.output)) {
+      throw new AgentError(
+        `compaction failed: ${body.error?.message ?? `HTTP ${response.status}`}`,
+        body.error?.code,
+      );
+    }
+    this.#transcript = body.output;
+    this.#head = undefined;
+    this.#contextTokens = body.usage?.output_tokens ?? 0;
+    this.#emit({ type: "transcript.changed", items: this.#transcript, reset: true, added: [] });
+    this.#emit({ type: "compacted", trigger: "manual", items: this.#transcript.length });
+  }
+
+  /**
+   * Generates `count` answers to `text` at once, on lanes `variant-1`…; `onDelta` receives each
+   * lane's text. Nothing is recorded until `choose()` picks one.
+   */
+  async variants(
+    count: number,
+    text: string,
+    onDelta: (index: number, delta: string) => void,
+  ): Promise<(ResponseObject | AgentError)[]> {
+    if (this.#busy) throw new AgentError("a turn is running; wait for it or press Esc first", "busy");
+    this.#busy = true;
+    this.#interruptRequested = false;
+    try {
+      const input = [userMessage(text)];
+      this.#variantResults = [];
+      const results = await Promise.all(
+        Array.from({ length: count }, (_, index) =>
+          this.#respond(input, {
+            lane: `variant-${index + 1}`,
+            record: false,
+            extra: { temperature: 1 },
+            onDelta: (delta) => onDelta(index, delta),
+          }).then(
+            (response) => {
+              this.#variantResults[index] = { input, response };
+              return response;
+            },
+            (error: unknown) => toAgentError(error),
+          ),
+        ),
+      );
+      return results;
+    } finally {
+      this.#busy = false;
+    }
+  }
+
+  /** Continues the conversation from variant `index` (0-based): records it and runs its tool calls. */
+  choose(index: number): Promise<boolean> {
+    const chosen = this.#variantResults[index];
+    if (!chosen) return Promise.resolve(false);
+    this.#variantResults = [];
+    this.#recordResponse(chosen.input, chosen.response);
+    this.#head = chosen.response.id;
+    const text = messageText(chosen.input[0]);
+    return this.#startTurn(text, chosen.response);
+  }
+
+  #startTurn(text: string, first?: ResponseObject): Promise<boolean> {
+    this.#busy = true;
+    const done = this.#turn(text, first).finally(() => {
+      this.#busy = false;
+      // Queued messages, and steers that arrived too late for the last response, start the next turn.
+      const next = this.#queued.splice(0);
+      if (next.length > 0 || this.#carry.length > 0) void this.#startTurn(next.join("\n\n"));
+    });
+    this.#idle = done.then(async () => {
+      await Promise.resolve();
+      if (this.#busy) await this.#idle;
+    });
+    return done;
+  }
+
+  async #turn(text: string, first?: ResponseObject): Promise<boolean> {
+    this.#interruptRequested = false;
+    const carried = this.#carry.splice(0);
+    const shown = [...carried.map(messageText).filter((t) => t !== ""), text].filter((t) => t !== "");
+    this.#emit({ type: "turn.started", input: shown.join("\n\n") });
+    const usage = zeroUsage();
+    const dangling = this.#danglingOutputs.splice(0);
+    let input: InputItem[] =
+      text === "" ? [...dangling, ...carried] : [...dangling, ...carried, userMessage(text)];
+    const maxRounds = this.options.maxRounds ?? 200;
+    try {
+      for (let round = 0; ; round++) {
+        let response: ResponseObject;
+        if (round === 0 && first) response = first;
+        else {
+          response = await this.#respond(input, { lane: "", record: true });
+        }
+        addUsage(usage, response);
+        if (response.status === "failed") {
+          const error = response.error ?? {};
+          this.#emit({
+            type: "turn.failed",
+            error: {
+              message: error.message ?? "the response failed",
+              ...(error.code ? { code: error.code } : {}),
+            },
+          });
+          return false;
+        }
+        const calls = toolCallsOf(response.output);
+        if (this.#interruptRequested || response.incomplete_details?.reason === "cancelled") {
+          this.#danglingOutputs.push(
+            ...calls.map((call) => toolOutput(call, "interrupted by the user before it ran")),
+          );
+          this.#emit({ type: "turn.interrupted", usage });
+          return false;
+        }
+        if (calls.length === 0) {
+          this.#emit({ type: "turn.completed", usage });
+          return true;
+        }
+        if (round + 1 >= maxRounds) {
+          this.#danglingOutputs.push(
+            ...calls.map((call) => toolOutput(call, "not run: the turn reached its round limit")),
+          );
+          this.#emit({
+            type: "turn.failed",
+            error: {
+              message: `stopped after ${maxRounds} tool round trips in one turn`,
+              code: "too_many_rounds",
+            },
+          });
+          return false;
+        }
+        const outputs: InputItem[] = [];
+        for (const call of calls) {
+          if (this.#interruptRequested) {
+            outputs.push(toolOutput(call, "interrupted by the user before it ran"));
+            continue;
+          }
+          this.#toolAbort = new AbortController();
+          const run = await this.#tools.run(call, this.#toolAbort.signal, (item) =>
+            this.#emit({ type: "item.started", item }),
+          );
+          this.#toolAbort = undefined;
+          this.#emit({ type: "item.completed", item: run.completed });
+          outputs.push(run.output as InputItem);
+        }
+        if (this.#interruptRequested) {
+          this.#danglingOutputs.push(...outputs);
+          this.#emit({ type: "turn.interrupted", usage });
+          return false;
+        }
+        input = [...outputs, ...this.#carry.splice(0)];
+      }
+    } catch (error) {
+      const failure = toAgentError(error);
+      this.#emit({
+        type: "turn.failed",
+        error: { message: failure.message, ...(failure.code ? { code: failure.code } : {}) },
+      });
+      return false;
+    }
+  }
+
+  /**
+   * Sends one `response.create` and resolves with the response that ends it, following steered
+   * successors. Falls back to the full transcript when the server no longer has the chain.
+   */
+  async #respond(
+    input: InputItem[],
+    options: {
+      lane: string;
+      record: boolean;
+      extra?: Record<string, unknown>;
+      onDelta?: (delta: string) => void;
+    },
+  ): Promise<ResponseObject> {
+    const previous = this.#head;
+    try {
+      return await this.#send(input, previous, options);
+    } catch (error) {
+      if (
+        error instanceof AgentError &&
+        error.code === "previous_response_not_found" &&
+        previous !== undefined
+      ) {
+        this.#head = undefined;
+        return await this.#send(input, undefined, options);
+      }
+      throw error;
+    }
+  }
+
+  #send(
+    input: InputItem[],
+    previous: string | undefined,
+    options: {
+      lane: string;
+      record: boolean;
+      extra?: Record<string, unknown>;
+      onDelta?: (delta: string) => void;
+    },
+  ): Promise<ResponseObject> {
+    if (this.#lanes.has(options.lane)) throw new AgentError(`lane "${options.lane}" is busy`, "busy");
+    const frame: { type: string } & Record<string, unknown> = {
+      type: "response.create",
+      model: this.#model,
+      instructions: this.options.instructions,
+      input: previous === undefined ? [...this.#transcript, ...input] : input,
+      tools: TOOL_DEFINITIONS,
+      parallel_tool_calls: false,
+      store: false,
+      ...options.extra,
+    };
+    if (previous !== undefined) frame.previous_response_id = previous;
+    if (options.lane !== "") frame.stream_id = options.lane;
+    if (this.options.autoCompact > 0) {
+      frame.context_management = [
+        {
+          type: "compaction",
+          compact_threshold: Math.max(1, Math.floor(this.options.contextWindow * this.options.autoCompact)),
+        },
+      ];
+    }
+    return new Promise<ResponseObject>((resolve, reject) => {
+      const pending: PendingResponse = {
+        lane: options.lane,
+        responseId: undefined,
+        cancelRequested: this.#interruptRequested,
+        sentAt: performance.now(),
+        firstTokenAt: undefined,
+        deltas: 0,
+        recordable: [...input],
+        record: options.record,
+        steersInFlight: [],
+        steersAwaitingId: [],
+        resolve: (response) => {
+          this.#lanes.delete(options.lane);
+          resolve(response);
+        },
+        reject: (error) => {
+          this.#lanes.delete(options.lane);
+          reject(error);
+        },
+      };
+      this.#lanes.set(options.lane, pending);
+      if (options.onDelta) this.#deltaSinks.set(options.lane, options.onDelta);
+      else this.#deltaSinks.delete(options.lane);
+      if (!this.options.socket.send(frame)) {
+        pending.reject(new AgentError("the connection to the server is closed", "connection_closed"));
+      }
+    });
+  }
+
+  /** Thread item ids (`item_N`) of the messages streaming now, by the server's item id. */
+  readonly #messageItems = new Map<string, string>();
+  readonly #deltaSinks = new Map<string, (delta: string) => void>();
+
+  #cancel(pending: PendingResponse): void {
+    pending.cancelRequested = true;
+    if (pending.responseId !== undefined) {
+      this.options.socket.send({ type: "response.cancel", response_id: pending.responseId });
+    }
+  }
+
+  #onEvent(event: ServerEvent): void {
+    const lane = event.stream_id ?? "";
+    const pending = this.#lanes.get(lane);
+    switch (event.type) {
+      case "response.output_text.delta": {
+        if (!pending) return;
+        const delta = typeof event.delta === "string" ? event.delta : "";
+        if (pending.firstTokenAt === undefined) {
+          pending.firstTokenAt = performance.now();
+          this.#emit({ type: "first_token", ms: pending.firstTokenAt - pending.sentAt, lane });
+        }
+        pending.deltas++;
+        const sink = this.#deltaSinks.get(lane);
+        if (sink) sink(delta);
+        else this.#emit({ type: "text.delta", itemId: String(event.item_id ?? ""), delta, lane });
+        return;
+      }
+      case "response.function_call_arguments.delta":
+      case "response.custom_tool_call_input.delta":
+        if (pending) {
+          if (pending.firstTokenAt === undefined) {
+            pending.firstTokenAt = performance.now();
+            this.#emit({ type: "first_token", ms: pending.firstTokenAt - pending.sentAt, lane });
+          }
+          pending.deltas++;
+        }
+        return;
+      case "response.created": {
+        const response = event.response as ResponseObject | undefined;
+        if (!pending || !response) return;
+        pending.responseId = response.id;
+        this.#emit({
+          type: "response.started",
+          responseId: response.id,
+          model: response.model ?? this.#model,
+          lane,
+        });
+        if (pending.cancelRequested) this.#cancel(pending);
+        for (const text of pending.steersAwaitingId.splice(0)) {
+          this.options.socket.send({
+            type: "response.steer",
+            previous_response_id: response.id,
+            input: text,
+          });
+          pending.steersInFlight.push(text);
+        }
+        return;
+      }
+      case "response.queued":
+        this.#emit({ type: "response.queued", lane });
+        return;
+      case "response.output_item.added": {
+        const item = event.item as InputItem | undefined;
+        if (pending && lane === "" && item?.type === "message") {
+          const id = this.#nextItemId();
+          this.#messageItems.set(String(item.id), id);
+          this.#emit({ type: "item.started", item: { id, type: "agent_message", text: "" } });
+        }
+        return;
+      }
+      case "response.output_item.done": {
+        const item = event.item as InputItem | undefined;
+        if (pending && lane === "" && item?.type === "message") {
+          const id = this.#messageItems.get(String(item.id)) ?? this.#nextItemId();
+          this.#messageItems.delete(String(item.id));
+          this.#emit({
+            type: "item.completed",
+            item: { id, type: "agent_message", text: messageText(item) },
+          });
+        }
+        return;
+      }
+      case "response.steer.accepted":
+        this.#emit({ type: "steer", status: "accepted", text: "" });
+        return;
+      case "response.steer.pending":
+        this.#emit({ type: "steer", status: "pending", text: "" });
+        return;
+      case "response.steer.failed": {
+        const steer = event.steer as { input?: unknown } | undefined;
+        const text = typeof steer?.input === "string" ? steer.input : "";
+        const error = event.error as { code?: string; message?: string } | undefined;
+        this.#emit({ type: "steer", status: "failed", text, message: error?.message ?? "refused" });
+        // The response ended before the steer arrived: the text still reaches the model.
+        if (text !== "") {
+          if (this.#busy) this.#carry.push(userMessage(text));
+          else void this.#startTurn(text);
+        }
+        return;
+      }
+      case "response.completed":
+      case "response.incomplete":
+      case "response.failed": {
+        const response = event.response as ResponseObject | undefined;
+        if (!pending || !response) return;
+        this.#finishResponse(pending, response);
+        return;
+      }
+      case "error": {
+        const error = (event.error ?? {}) as { code?: string; message?: string; param?: string };
+        // A cancel that lost the race with the response's end: nothing to report.
+        if (error.param === "response_id") return;
+        const retry = (event.headers as Record<string, string> | undefined)?.["retry-after"];
+        const message =
+          (error.message ?? "the server reported an error") + (retry ? ` (retry after ${retry} s)` : "");
+        const target = pending ?? (event.stream_id === undefined ? this.#lanes.get("") : undefined);
+        if (target) target.reject(new AgentError(message, error.code));
+        return;
+      }
+      default:
+        return;
+    }
+  }
+
+  #finishResponse(pending: PendingResponse, response: ResponseObject): void {
+    const reason = response.incomplete_details?.reason ?? undefined;
+    const elapsed = performance.now() - pending.sentAt;
+    const ttft = pending.firstTokenAt === undefined ? undefined : pending.firstTokenAt - pending.sentAt;
+    const outputTokens = response.usage?.output_tokens ?? pending.deltas;
+    const generation = ttft === undefined ? 0 : (elapsed - ttft) / 1000;
+    if (response.usage) this.#contextTokens = response.usage.input_tokens + response.usage.output_tokens;
+    this.#emit({
+      type: "response.done",
+      lane: pending.lane,
+      status: response.status,
+      ...(reason ? { reason } : {}),
+      ...(ttft === undefined ? {} : { ttftMs: ttft }),
+      ...(generation > 0 ? { tokensPerSecond: Math.max(0, outputTokens - 1) / generation } : {}),
+      outputTokens,
+      contextTokens: this.#contextTokens,
+    });
+    if (response.status === "failed") {
+      pending.resolve(response);
+      return;
+    }
+    if (pending.record) {
+      this.#recordResponse(pending.recordable, response);
+      this.#head = response.id;
+    }
+    if (reason === "steered") {
+      // The successor's response.created follows on its own, with the steering input first.
+      pending.recordable = pending.steersInFlight.splice(0).map(userMessage);
+      pending.responseId = undefined;
+      pending.firstTokenAt = undefined;
+      pending.sentAt = performance.now();
+      pending.deltas = 0;
+      return;
+    }
+    pending.resolve(response);
+  }
+
+  #recordResponse(input: readonly InputItem[], response: ResponseObject): void {
+    const output = response.output.map(stripOutputFields);
+    const compactionAt = output.findLastIndex((item) => item.type === "compaction");
+    if (compactionAt >= 0) {
+      // A compaction item stands for everything before it, this request's input included.
+      this.#transcript = output.slice(compactionAt);
+      this.#emit({ type: "transcript.changed", items: this.#transcript, reset: true, added: [] });
+      this.#emit({ type: "compacted", trigger: "auto", items: this.#transcript.length });
+      return;
+    }
+    const added = [...input, ...output];
+    this.#transcript.push(...added);
+    this.#emit({ type: "transcript.changed", items: this.#transcript, reset: false, added });
+  }
+
+  #nextItemId(): string {
+    return `item_${this.#itemCounter++}`;
+  }
+
+  #emit(event: AgentEvent): void {
+    for (const listener of this.#listeners) listener(event);
+  }
+
+  close(): void {
+    this.interrupt();
+    this.options.socket.close();
+  }
+}
+
+export function userMessage(text: string): InputItem {
+  return { type: "message", role: "user", content: [{ type: "input_text", text }] };
+}
+
+function toolOutput(call: ToolCall, text: string): InputItem {
+  return {
+    type: call.kind === "custom" ? "custom_tool_call_output" : "function_call_output",
+    call_id: call.callId,
+    output: text,
+  };
+}
+
+function toolCallsOf(output: readonly InputItem[]): ToolCall[] {
+  const calls: ToolCall[] = [];
+  for (const item of output) {
+    if (item.type === "function_call") {
+      calls.push({
+        kind: "function",
+        callId: String(item.call_id),
+        name: String(item.name),
+        input: typeof item.arguments === "string" ? item.arguments : "",
+      });
+    } else if (item.type === "custom_tool_call") {
+      calls.push({
+        kind: "custom",
+        callId: String(item.call_id),
+        name: String(item.name),
+        input: typeof item.input === "string" ? item.input : "",
+      });
+    }
+  }
+  return calls;
+}
+
+/** Output items go back as input without the server-assigned `id` and `status`. */
+function stripOutputFields(item: InputItem): InputItem {
+  const { id: _id, status: _status, ...rest } = item;
+  return item.type === "compaction" ? item : (rest as InputItem);
+}
+
+export function messageText(item: InputItem | undefined): string {
+  if (!item) return "";
+  const content = item.content;
+  if (typeof content === "string") return content;
+  if (!Array.isArray(content)) return "";
+  return content.map((part: { text?: unknown }) => (typeof part.text === "string" ? part.text : "")).join("");
+}
+
+function addUsage(total: TurnUsage, response: ResponseObject): void {
+  const usage = response.usage;
+  if (!usage) return;
+  total.input_tokens += usage.input_tokens;
+  total.cached_input_tokens += usage.input_tokens_details?.cached_tokens ?? 0;
+  total.output_tokens += usage.output_tokens;
+}
+
+function toAgentError(error: unknown): AgentError {
+  if (error instanceof AgentError) return error;
+  return new AgentError(error instanceof Error ? error.message : String(error));
+}

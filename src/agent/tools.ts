@@ -1,0 +1,440 @@
+/**
+ * The agent's tools: their definitions as sent to the model (Responses API `tools`) and the one
+ * place a model's tool call is checked, approved and run. Every call yields a display item (for
+ * the TUI and `spark exec --json`) and the output text the model sees next.
+ */
+import { applyPatch } from "./apply-patch.js";
+import { decideCommand, decidePatch, type ApprovalDecision, type ApprovalMode } from "./approval.js";
+import { listFiles, readFile, searchFiles } from "./file-tools.js";
+import type { Sandbox } from "./sandbox.js";
+import { formatCommandOutput, runCommand } from "./shell.js";
+import { ToolError, type Workspace } from "./workspace.js";
+
+/** A thread item as `spark exec --json` prints it (the shapes follow `codex exec --json`). */
+export type ThreadItem =
+  | { id: string; type: "agent_message"; text: string }
+  | {
+      id: string;
+      type: "command_execution";
+      command: string;
+      aggregated_output: string;
+      exit_code: number | null;
+      status: "in_progress" | "completed" | "failed" | "declined";
+    }
+  | {
+      id: string;
+      type: "file_change";
+      changes: { path: string; kind: "add" | "update" | "delete" }[];
+      status: "in_progress" | "completed" | "failed" | "declined";
+      error?: string;
+    }
+  | {
+      id: string;
+      type: "tool_call";
+      tool: string;
+      arguments: string;
+      status: "in_progress" | "completed" | "failed";
+      result?: string;
+    }
+  | { id: string; type: "error"; message: string };
+
+/** A tool call from a response's output. */
+export interface ToolCall {
+  kind: "function" | "custom";
+  callId: string;
+  name: string;
+  /** JSON arguments for `function` calls, the raw text for `custom` ones. */
+  input: string;
+}
+
+export type ApprovalAnswer = "yes" | "no" | "always";
+
+export interface ApprovalRequest {
+  kind: "command" | "patch";
+  /** The command line, or the files a patch touches. */
+  summary: string;
+  reason: string;
+}
+
+export interface ToolContext {
+  workspace: Workspace;
+  sandbox: Sandbox;
+  approval: ApprovalMode;
+  /** Present in the interactive UI; without it, requests that need approval are refused. */
+  ask?: (request: ApprovalRequest) => Promise<ApprovalAnswer>;
+  commandTimeoutMs?: number;
+  maxOutputBytes?: number;
+}
+
+export interface ToolRun {
+  /** The item before the tool runs (status in_progress), when the tool has a visible start. */
+  started?: ThreadItem;
+  completed: ThreadItem;
+  /** The `*_output` item sent back to the model. */
+  output: Record<string, unknown>;
+}
+
+const APPLY_PATCH_GRAMMAR = `Edits files with a patch. The input is the patch text itself, not JSON:
+*** Begin Patch
+*** Add File: path/new.txt
++every line of the new file, each starting with +
+*** Update File: path/existing.ts
+@@ optional line that locates the hunk, e.g. a function signature
+ context line (starts with a space)
+-line to remove
++line to add
+*** Delete File: path/old.txt
+*** End Patch
+Paths are relative to the workspace. Give 3 lines of context around each change.`;
+
+/** The tool definitions sent with every request. */
+export const TOOL_DEFINITIONS: readonly Record<string, unknown>[] = [
+  {
+    type: "function",
+    name: "shell",
+    description:
+      "Runs a shell command (bash -c) in the workspace and returns its exit code and output. Use it to build, " +
+      "test, and inspect. Writes outside the workspace and network access are blocked when a sandbox is active; " +
+      "set escalate: true (with a justification) to ask the user to run it outside the sandbox.",
+    parameters: {
+      type: "object",
+      properties: {
+        command: { type: "string", description: "The command line, run with bash -c." },
+        workdir: { type: "string", description: "Directory relative to the workspace (default: its root)." },
+        timeout_ms: { type: "number", description: "Kill the command after this long (default 120000)." },
+        escalate: { type: "boolean", description: "Ask to run outside the sandbox." },
+        justification: { type: "string", description: "Why escalation is needed, shown to the user." },
+      },
+      required: ["command"],
+      additionalProperties: false,
+    },
+  },
+  { type: "custom", name: "apply_patch", description: APPLY_PATCH_GRAMMAR },
+  {
+    type: "function",
+    name: "read_file",
+    description: "Reads a text file of the workspace, optionally a range of lines.",
+    parameters: {
+      type: "object",
+      properties: {
+        path: { type: "string" },
+        offset: { type: "number", description: "First line to read, 1-based." },
+        limit: { type: "number", description: "Number of lines (default 2000)." },
+      },
+      required: ["path"],
+      additionalProperties: false,
+    },
+  },
+  {
+    type: "function",
+    name: "list_files",
+    description: "Lists the workspace's files (recursively, skipping what .gitignore ignores).",
+    parameters: {
+      type: "object",
+      properties: { path: { type: "string", description: "Directory to list (default: the root)." } },
+      additionalProperties: false,
+    },
+  },
+  {
+    type: "function",
+    name: "search",
+    description: "Searches the workspace's files for a regular expression (skipping .gitignore'd files).",
+    parameters: {
+      type: "object",
+      properties: {
+        pattern: { type: "string", description: "JavaScript regular expression." },
+        path: { type: "string" },
+        glob: { type: "string", description: "Only files whose name matches, e.g. *.ts" },
+        ignore_case: { type: "boolean" },
+      },
+      required: ["pattern"],
+      additionalProperties: false,
+    },
+  },
+];
+
+/** Runs tool calls. Holds the approvals the user gave with "always" for the rest of the session. */
+export class ToolRunner {
+  readonly #alwaysCommands = new Set<string>();
+  #alwaysPatches = false;
+  #nextItem: () => string;
+
+  constructor(
+    private readonly context: ToolContext,
+    nextItemId: () => string,
+  ) {
+    this.#nextItem = nextItemId;
+  }
+
+  async run(call: ToolCall, signal: AbortSignal, onStarted: (item: ThreadItem) => void): Promise<ToolRun> {
+    const id = this.#nextItem();
+    const outputType = call.kind === "custom" ? "custom_tool_call_output" : "function_call_output";
+    const reply = (text: string): Record<string, unknown> => ({
+      type: outputType,
+      call_id: call.callId,
+      output: text,
+    });
+    try {
+      if (call.name === "apply_patch") return await this.#patch(id, call, signal, onStarted, reply);
+      const args = parseArguments(call);
+      if (call.name === "shell") return await this.#shell(id, args, signal, onStarted, reply);
+      const item = (status: "in_progress" | "completed" | "failed", result?: string): ThreadItem => ({
+        id,
+        type: "tool_call",
+        tool: call.name,
+        arguments: call.input,
+        status,
+        ...(result === undefined ? {} : { result }),
+      });
+      let text: string;
+      if (call.name === "read_file") {
+        const read = await readFile(this.context.workspace, {
+          path: stringArg(args, "path"),
+          ...optionalNumber(args, "offset"),
+          ...optionalNumber(args, "limit"),
+        });
+        text = read.truncated
+          ? `${read.text}\n[file has ${read.totalLines} lines; read more with offset]`
+          : read.text;
+      } else if (call.name === "list_files") {
+        const list = await listFiles(this.context.workspace, optionalString(args, "path"));
+        text = list.files.join("\n") + (list.truncated ? "\n[more files not shown]" : "");
+        if (list.files.length === 0) text = "(no files)";
+      } else if (call.name === "search") {
+        const found = await searchFiles(this.context.workspace, {
+          pattern: stringArg(args, "pattern"),
+          ...optionalString(args, "path"),
+          ...optionalString(args, "glob"),
+          ...(args.ignore_case === true ? { ignoreCase: true } : {}),
+        });
+        text =
+          found.matches.map((m) => `${m.path}:${m.line}: ${m.text}`).join("\n") +
+          (found.truncated ? "\n[more matches not shown]" : "");
+        if (found.matches.length === 0) text = "no matches";
+      } else {
+        throw new ToolError(
+          "invalid_argument",
+          `unknown tool "${call.name}"; the tools are shell, apply_patch, read_file, list_files and search`,
+        );
+      }
+      return { completed: item("completed", summarize(text)), output: reply(text) };
+    } catch (error) {
+      const message = errorText(error);
+      return {
+        completed: {
+          id,
+          type: "tool_call",
+          tool: call.name,
+          arguments: call.input,
+          status: "failed",
+          result: message,
+        },
+        output: reply(message),
+      };
+    }
+  }
+
+  async #approve(
+    decision: ApprovalDecision,
+    request: ApprovalRequest,
+    key: string,
+  ): Promise<string | undefined> {
+    if (decision.action === "run") return undefined;
+    if (decision.action === "refuse") return decision.reason;
+    if (key === "patch" ? this.#alwaysPatches : this.#alwaysCommands.has(key)) return undefined;
+    if (!this.context.ask) return `${decision.reason}; no one can approve it in this mode`;
+    const answer = await this.context.ask(request);
+    if (answer === "always") {
+      if (key === "patch") this.#alwaysPatches = true;
+      else this.#alwaysCommands.add(key);
+    }
+    return answer === "no" ? "the user declined to run this" : undefined;
+  }
+
+  async #shell(
+    id: string,
+    args: Record<string, unknown>,
+    signal: AbortSignal,
+    onStarted: (item: ThreadItem) => void,
+    reply: (text: string) => Record<string, unknown>,
+  ): Promise<ToolRun> {
+    const raw = args.command;
+    const argv =
+      Array.isArray(raw) && raw.every((a) => typeof a === "string") ? (raw as string[]) : undefined;
+    const command = argv ?? ["bash", "-c", stringArg(args, "command")];
+    const shown = argv ? argv.join(" ") : stringArg(args, "command");
+    const escalate = args.escalate === true;
+    const cwd = await this.context.workspace.resolve(
+      typeof args.workdir === "string" && args.workdir !== "" ? args.workdir : ".",
+      "read",
+    );
+    const item = (
+      status: "in_progress" | "completed" | "failed" | "declined",
+      output = "",
+      exitCode: number | null = null,
+    ): ThreadItem => ({
+      id,
+      type: "command_execution",
+      command: shown,
+      aggregated_output: output,
+      exit_code: exitCode,
+      status,
+    });
+    const sandboxed = this.context.sandbox.kind !== "none";
+    const decision = decideCommand(this.context.approval, command, {
+      sandboxed,
+      escalationRequested: escalate,
+      interactive: this.context.ask !== undefined,
+    });
+    const declined = await this.#approve(
+      decision,
+      {
+        kind: "command",
+        summary: shown,
+        reason:
+          decision.action === "ask"
+            ? escalate && typeof args.justification === "string"
+              ? `${decision.reason}: ${args.justification}`
+              : decision.reason
+            : "",
+      },
+      shown,
+    );
+    if (declined !== undefined) {
+      return { completed: item("declined", declined), output: reply(`Command not run: ${declined}`) };
+    }
+    // An approved escalation runs outside the sandbox; everything else inside it when there is one.
+    const runOutside = escalate && decision.action === "ask";
+    const started = item("in_progress");
+    onStarted(started);
+    const result = await runCommand(command, {
+      workspaceRoot: this.context.workspace.root,
+      cwd,
+      sandbox: runOutside
+        ? { kind: "none", reason: "approved to run outside the sandbox" }
+        : this.context.sandbox,
+      ...(typeof args.timeout_ms === "number" ? { timeoutMs: args.timeout_ms } : {}),
+      ...(this.context.commandTimeoutMs === undefined || typeof args.timeout_ms === "number"
+        ? {}
+        : { timeoutMs: this.context.commandTimeoutMs }),
+      ...(this.context.maxOutputBytes === undefined ? {} : { maxOutputBytes: this.context.maxOutputBytes }),
+      signal,
+    });
+    const ok = result.exitCode === 0 && !result.timedOut && !result.cancelled;
+    return {
+      started,
+      completed: item(ok ? "completed" : "failed", result.output, result.exitCode),
+      output: reply(formatCommandOutput(result)),
+    };
+  }
+
+  async #patch(
+    id: string,
+    call: ToolCall,
+    _signal: AbortSignal,
+    onStarted: (item: ThreadItem) => void,
+    reply: (text: string) => Record<string, unknown>,
+  ): Promise<ToolRun> {
+    // Models also send apply_patch as a function with {"input": PATCH} (or {"patch": …}).
+    let text = call.input;
+    if (call.kind === "function") {
+      const args = parseArguments(call);
+      text = typeof args.input === "string" ? args.input : typeof args.patch === "string" ? args.patch : "";
+    }
+    const touched = [...text.matchAll(/^\*\*\* (Add|Update|Delete) File: (.+)$/gm)].map((m) => ({
+      path: m[2]!.trim(),
+      kind: (m[1] === "Add" ? "add" : m[1] === "Update" ? "update" : "delete") as "add" | "update" | "delete",
+    }));
+    const item = (
+      status: "in_progress" | "completed" | "failed" | "declined",
+      changes = touched,
+      error?: string,
+    ): ThreadItem => ({
+      id,
+      type: "file_change",
+      changes,
+      status,
+      ...(error === undefined ? {} : { error }),
+    });
+    const decision = decidePatch(this.context.approval, { interactive: this.context.ask !== undefined });
+    const declined = await this.#approve(
+      decision,
+      {
+        kind: "patch",
+        summary: touched.map((c) => `${c.kind} ${c.path}`).join(", "),
+        reason: decision.action === "ask" ? decision.reason : "",
+      },
+      "patch",
+    );
+    if (declined !== undefined) {
+      return {
+        completed: item("declined", touched, declined),
+        output: reply(`Patch not applied: ${declined}`),
+      };
+    }
+    const started = item("in_progress");
+    onStarted(started);
+    try {
+      const result = await applyPatch(this.context.workspace, text);
+      return {
+        started,
+        completed: item(
+          "completed",
+          result.changes.map((c) => ({ path: c.movedTo ?? c.path, kind: c.kind })),
+        ),
+        output: reply(result.summary),
+      };
+    } catch (error) {
+      const message = errorText(error);
+      return { started, completed: item("failed", touched, message), output: reply(message) };
+    }
+  }
+}
+
+function parseArguments(call: ToolCall): Record<string, unknown> {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(call.input || "{}");
+  } catch {
+    throw new ToolError(
+      "invalid_argument",
+      `the arguments of ${call.name} are not valid JSON: ${call.input.slice(0, 200)}`,
+    );
+  }
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
+    throw new ToolError("invalid_argument", `the arguments of ${call.name} must be a JSON object`);
+  }
+  return parsed as Record<string, unknown>;
+}
+
+function stringArg(args: Record<string, unknown>, name: string): string {
+  const value = args[name];
+  if (typeof value !== "string" || value === "") {
+    throw new ToolError("invalid_argument", `"${name}" is required and must be a non-empty string`);
+  }
+  return value;
+}
+
+function optionalString<K extends string>(args: Record<string, unknown>, name: K): { [P in K]?: string } {
+  const value = args[name];
+  return (typeof value === "string" && value !== "" ? { [name]: value } : {}) as { [P in K]?: string };
+}
+
+function optionalNumber<K extends string>(args: Record<string, unknown>, name: K): { [P in K]?: number } {
+  const value = args[name];
+  return (typeof value === "number" && Number.isFinite(value) ? { [name]: value } : {}) as {
+    [P in K]?: number;
+  };
+}
+
+function errorText(error: unknown): string {
+  if (error instanceof ToolError) return error.message;
+  if (error instanceof Error) return `${error.name}: ${error.message}`;
+  return String(error);
+}
+
+/** Display text of a tool result: the first lines only. */
+function summarize(text: string): string {
+  const lines = text.split("\n");
+  return lines.length <= 20 ? text : `${lines.slice(0, 20).join("\n")}\n… ${lines.length - 20} more lines`;
+}

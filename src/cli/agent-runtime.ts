@@ -1,0 +1,231 @@
+/**
+ * Everything `spark` (the TUI), `spark exec` and `spark resume` share: the settings, the server
+ * (given with --server, or started in this process with the configured engine), the workspace,
+ * the sandbox, the agent and its saved session.
+ *
+ * The server modules are imported lazily, so that a client of a remote server never loads them and
+ * the TUI can draw its prompt before an in-process engine starts loading.
+ */
+import { Agent, type AgentEvent, type InputItem } from "../agent/agent.js";
+import type { ApprovalMode } from "../agent/approval.js";
+import { ResponsesSocket, httpBaseUrl } from "../agent/responses-socket.js";
+import { detectSandbox, type Sandbox } from "../agent/sandbox.js";
+import { SessionFile } from "../agent/session-file.js";
+import type { ApprovalAnswer, ApprovalRequest } from "../agent/tools.js";
+import { Workspace } from "../agent/workspace.js";
+import { ConfigError, resolveSettings, type ResolvedSettings } from "./config.js";
+
+export const DEFAULT_INSTRUCTIONS = `You are Spark, a fast coding agent working with a user in their terminal, in the workspace at WORKSPACE.
+Use the tools to read, search and change the code: read_file, list_files and search to look; apply_patch to edit files (never write files with shell redirections when a patch will do); shell to build, test and inspect. Keep answers short and concrete. When the user steers you mid-answer, follow the new direction at once.`;
+
+export interface ClientFlags {
+  server?: string;
+  apiKeyEnv?: string;
+  tier?: string;
+  approval?: ApprovalMode;
+  sandbox?: "auto" | "off";
+  network?: boolean;
+  autoCompact?: number;
+  contextWindow?: number;
+  cd?: string;
+  /** Serve settings for an in-process server (--engine, --model, --script, --rate, --config…). */
+  serve: Record<string, unknown>;
+}
+
+export interface RuntimeOptions {
+  flags: ClientFlags;
+  interactive: boolean;
+  ask?: (request: ApprovalRequest) => Promise<ApprovalAnswer>;
+  /** Progress lines while starting (engine loading…). */
+  progress: (line: string) => void;
+  /** Continue this saved session (`spark resume`); `null` means the newest. */
+  resume?: string | null;
+}
+
+export interface Runtime {
+  agent: Agent;
+  session: SessionFile;
+  workspace: Workspace;
+  sandbox: Sandbox;
+  approval: ApprovalMode;
+  serverUrl: string;
+  /** True when the server runs in this process. */
+  inProcess: boolean;
+  resumedItems: number;
+  close(): Promise<void>;
+}
+
+export interface ResolvedClient {
+  settings: ResolvedSettings;
+  server: string | undefined;
+  apiKey: string | undefined;
+  tier: string;
+  approval: ApprovalMode;
+  sandbox: "auto" | "off";
+  network: boolean;
+  autoCompact: number;
+  contextWindow: number | undefined;
+  dataDir: string;
+}
+
+/** Flags, then environment (SPARK_SERVER, SPARK_API_KEY), then the config file's `client`. */
+export async function resolveClient(flags: ClientFlags, interactive: boolean): Promise<ResolvedClient> {
+  const settings = resolveSettings(flags.serve);
+  const fromFile = settings.client ?? {};
+  const apiKeyEnv = flags.apiKeyEnv ?? fromFile.apiKeyEnv ?? "SPARK_API_KEY";
+  const server = flags.server ?? (process.env.SPARK_SERVER || undefined) ?? fromFile.server;
+  if (server !== undefined) {
+    try {
+      new URL(server);
+    } catch {
+      throw new ConfigError(`--server ${server}: not a URL (e.g. http://127.0.0.1:8484)`);
+    }
+  }
+  const autoCompact = flags.autoCompact ?? fromFile.autoCompact ?? 0.8;
+  if (!(autoCompact >= 0 && autoCompact <= 1)) {
+    throw new ConfigError(`--auto-compact ${autoCompact}: expected a fraction from 0 (off) to 1`);
+  }
+  const { defaultDataDir } = await import("../store/data-dir.js");
+  return {
+    settings,
+    server,
+    apiKey: process.env[apiKeyEnv] || undefined,
+    tier: flags.tier ?? fromFile.tier ?? "spark",
+    // Nobody can answer a question in `spark exec`: it defaults to running without asking.
+    approval: flags.approval ?? fromFile.approval ?? (interactive ? "on-request" : "never"),
+    sandbox: flags.sandbox ?? fromFile.sandbox ?? "auto",
+    network: flags.network ?? fromFile.network ?? false,
+    autoCompact,
+    contextWindow: flags.contextWindow ?? fromFile.contextWindow,
+    dataDir: settings.dataDir ?? defaultDataDir(),
+  };
+}
+
+/** Starts `spark serve` inside this process on a free loopback port; resolves once its engines are ready. */
+async function startInProcessServer(
+  settings: ResolvedSettings,
+  progress: (line: string) => void,
+): Promise<{ url: string; close(): Promise<void> }> {
+  const [{ createModels }, { SparkServer }, { MemoryResponseStore }, { KeyRing }] = await Promise.all([
+    import("./create-engine.js"),
+    import("../server/http-server.js"),
+    import("../core/response-store.js"),
+    import("../core/keys.js"),
+  ]);
+  const models = await createModels({ ...settings, host: "127.0.0.1", port: 0 }, progress);
+  const server = new SparkServer({
+    models,
+    keys: new KeyRing([], {}),
+    store: new MemoryResponseStore(),
+    admission: { maxQueue: settings.queueLength },
+    host: "127.0.0.1",
+    port: 0,
+    maxBodyBytes: settings.maxBodyBytes,
+    websocket: { maxConnectionMs: 24 * 60 * 60_000 },
+  });
+  const url = await server.listen();
+  const started = performance.now();
+  await Promise.all(models.engines().map((engine) => engine.start()));
+  const ms = Math.round(performance.now() - started);
+  if (ms > 200) progress(`engine ready in ${ms} ms`);
+  return { url, close: () => server.close() };
+}
+
+/** The context window of `model` from the server's `/v1/models` (`context_window`), if it says. */
+async function fetchContextWindow(
+  serverUrl: string,
+  apiKey: string | undefined,
+  model: string,
+): Promise<number | undefined> {
+  try {
+    const response = await fetch(`${httpBaseUrl(serverUrl)}/models`, {
+      headers: apiKey ? { authorization: `Bearer ${apiKey}` } : {},
+      signal: AbortSignal.timeout(5000),
+    });
+    if (!response.ok) return undefined;
+    const body = (await response.json()) as { data?: { id?: string; context_window?: number }[] };
+    const entry = body.data?.find((m) => m.id === model) ?? body.data?.find((m) => m.id === "spark");
+    return typeof entry?.context_window === "number" ? entry.context_window : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
+  const client = await resolveClient(options.flags, options.interactive);
+  const root = options.flags.cd ?? process.cwd();
+  let workspace: Workspace;
+  try {
+    workspace = await Workspace.open(root);
+  } catch (error) {
+    throw new ConfigError(`cannot use ${root} as the workspace: ${(error as Error).message}`);
+  }
+  let resumed: { file: SessionFile; transcript: InputItem[] } | undefined;
+  if (options.resume !== undefined) {
+    try {
+      resumed = SessionFile.open(client.dataDir, options.resume ?? undefined);
+    } catch (error) {
+      throw new ConfigError((error as Error).message);
+    }
+  }
+  const sandboxPromise = detectSandbox({ disabled: client.sandbox === "off", network: client.network });
+
+  let serverUrl = client.server;
+  let closeServer: (() => Promise<void>) | undefined;
+  if (serverUrl === undefined) {
+    const server = await startInProcessServer(client.settings, options.progress);
+    serverUrl = server.url;
+    closeServer = () => server.close();
+  }
+  let socket: ResponsesSocket;
+  try {
+    socket = await ResponsesSocket.connect(
+      serverUrl,
+      client.apiKey === undefined ? {} : { apiKey: client.apiKey },
+    );
+  } catch (error) {
+    await closeServer?.();
+    throw error;
+  }
+  const [sandbox, contextWindow] = await Promise.all([
+    sandboxPromise,
+    client.contextWindow ?? fetchContextWindow(serverUrl, client.apiKey, client.tier),
+  ]);
+  const session =
+    resumed?.file ?? SessionFile.create(client.dataDir, { cwd: workspace.root, model: client.tier });
+  const agent = new Agent({
+    socket,
+    serverUrl,
+    ...(client.apiKey === undefined ? {} : { apiKey: client.apiKey }),
+    tools: {
+      workspace,
+      sandbox,
+      approval: client.approval,
+      ...(options.ask ? { ask: options.ask } : {}),
+    },
+    model: client.tier,
+    instructions: DEFAULT_INSTRUCTIONS.replace("WORKSPACE", workspace.root),
+    contextWindow: contextWindow ?? 8192,
+    autoCompact: client.autoCompact,
+    ...(resumed ? { transcript: resumed.transcript } : {}),
+  });
+  agent.on((event: AgentEvent) => {
+    if (event.type !== "transcript.changed") return;
+    if (event.reset) session.reset(event.items);
+    else session.append(event.added);
+  });
+  return {
+    agent,
+    session,
+    workspace,
+    sandbox,
+    approval: client.approval,
+    serverUrl,
+    inProcess: closeServer !== undefined,
+    resumedItems: resumed?.transcript.length ?? 0,
+    async close() {
+      agent.close();
+      await closeServer?.();
+    },
+  };
+}

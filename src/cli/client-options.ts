@@ -1,0 +1,116 @@
+/** Command-line options shared by `spark` (the TUI), `spark exec` and `spark resume`. */
+import { InvalidArgumentError, Option, type Command } from "commander";
+import type { ClientFlags } from "./agent-runtime.js";
+
+function number(value: string): number {
+  const n = Number(value);
+  if (!Number.isFinite(n)) throw new InvalidArgumentError("expected a number");
+  return n;
+}
+
+function integer(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n <= 0) throw new InvalidArgumentError("expected a positive integer");
+  return n;
+}
+
+/** Server settings an in-process server takes from these commands (the rest come from --config or env). */
+const SERVE_KEYS = [
+  "engine",
+  "model",
+  "script",
+  "rate",
+  "config",
+  "threads",
+  "contextSize",
+  "sequences",
+  "gpu",
+  "upstream",
+  "upstreamApiKeyEnv",
+  "upstreamApi",
+  "upstreamModel",
+  "download",
+  "dataDir",
+] as const;
+
+export function addClientOptions(command: Command): Command {
+  return command
+    .option(
+      "--server <url>",
+      "Spark server to use, e.g. http://127.0.0.1:8484 (env SPARK_SERVER); default: start one in this process",
+    )
+    .option(
+      "--api-key-env <name>",
+      "environment variable holding the server's API key (default SPARK_API_KEY)",
+    )
+    .option(
+      "--tier <model>",
+      "spark (fast), deep (thorough) or auto (the server's router picks); default spark",
+    )
+    .addOption(
+      new Option("--approval <mode>", "what runs without asking (default on-request; exec: never)").choices([
+        "never",
+        "on-request",
+        "untrusted",
+      ]),
+    )
+    .addOption(
+      new Option("--sandbox <mode>", "confine commands' writes to the workspace with bubblewrap").choices([
+        "auto",
+        "off",
+      ]),
+    )
+    .option("--network", "let sandboxed commands use the network")
+    .option(
+      "--auto-compact <fraction>",
+      "compact the context past this fraction of the window; 0 = off (default 0.8)",
+      number,
+    )
+    .option(
+      "--context-window <tokens>",
+      "context window for the meter (default: what the server reports)",
+      integer,
+    )
+    .option("-C, --cd <dir>", "workspace directory (default: the current directory)")
+    .addOption(
+      new Option("--engine <engine>", "in-process server: inference engine (as spark serve)").choices([
+        "llama",
+        "openai",
+        "script",
+      ]),
+    )
+    .option("--model <path>", "in-process server: GGUF model file (llama)")
+    .option("--script <file>", "in-process server: JSON Lines script (script engine)")
+    .option("--rate <tokens/s>", "in-process server: script streaming rate", number)
+    .option("--upstream <url>", "in-process server: OpenAI-compatible upstream (openai engine)")
+    .option(
+      "--config <file>",
+      'JSON config file: server settings, models, and client settings under "client"',
+    )
+    .option("--data-dir <dir>", "where sessions are saved (default ~/.local/share/spark)");
+}
+
+/** Splits parsed options into the client's own flags and the in-process server's settings. */
+export function clientFlags(options: Record<string, unknown>, command: Command): ClientFlags {
+  const given = (key: string): unknown =>
+    command.getOptionValueSource(key) === "cli" ? options[key] : undefined;
+  const serve: Record<string, unknown> = {};
+  for (const key of SERVE_KEYS) {
+    const value = given(key);
+    if (value !== undefined) serve[key] = value;
+  }
+  const flags: ClientFlags = { serve };
+  const set = <K extends keyof ClientFlags>(key: K, value: unknown): void => {
+    if (value !== undefined) flags[key] = value as ClientFlags[K];
+  };
+  set("server", given("server"));
+  set("apiKeyEnv", given("apiKeyEnv"));
+  set("tier", given("tier"));
+  set("approval", given("approval"));
+  set("sandbox", given("sandbox"));
+  set("network", given("network"));
+  set("autoCompact", given("autoCompact"));
+  set("contextWindow", given("contextWindow"));
+  set("cd", given("cd"));
+  return flags;
+}

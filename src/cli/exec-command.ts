@@ -1,0 +1,150 @@
+/**
+ * `spark exec "TASK"`: one task, no questions, then exit. Exit status 0 when the turn completed,
+ * 1 when it failed or was interrupted, 2 for bad settings.
+ *
+ * With `--json`, stdout carries one event per line, in the shapes of `codex exec --json`:
+ * `thread.started`, `turn.started`, `item.started` / `item.completed` (agent_message,
+ * command_execution, file_change, tool_call, error), `turn.completed` with usage, `turn.failed`,
+ * and `error`. Without it, the answer streams to stdout and tool activity goes to stderr.
+ */
+import type { AgentEvent } from "../agent/agent.js";
+import type { ThreadItem } from "../agent/tools.js";
+import { describeSandbox } from "../agent/sandbox.js";
+import { startRuntime, type ClientFlags } from "./agent-runtime.js";
+
+export interface ExecOptions {
+  json: boolean;
+  resume?: string | null;
+}
+
+export async function runExec(task: string, flags: ClientFlags, options: ExecOptions): Promise<number> {
+  const out = (line: Record<string, unknown>): void => {
+    process.stdout.write(`${JSON.stringify(line)}\n`);
+  };
+  const note = (line: string): void => {
+    process.stderr.write(`spark: ${line}\n`);
+  };
+  const runtime = await startRuntime({
+    flags,
+    interactive: false,
+    progress: note,
+    ...(options.resume === undefined ? {} : { resume: options.resume }),
+  });
+  const { agent } = runtime;
+  if (options.json) out({ type: "thread.started", thread_id: runtime.session.meta.id });
+  else {
+    note(
+      `${runtime.inProcess ? "in-process server" : runtime.serverUrl}, model ${agent.model}, approval ${runtime.approval}, ` +
+        describeSandbox(runtime.sandbox),
+    );
+  }
+
+  let midLine = false;
+  agent.on((event: AgentEvent) => {
+    if (options.json) {
+      const line = jsonEvent(event);
+      if (line) out(line);
+      return;
+    }
+    switch (event.type) {
+      case "text.delta":
+        process.stdout.write(event.delta);
+        midLine = !event.delta.endsWith("\n");
+        return;
+      case "item.completed":
+        if (midLine && event.item.type === "agent_message") {
+          process.stdout.write("\n");
+          midLine = false;
+        }
+        if (event.item.type !== "agent_message") note(describeItem(event.item));
+        return;
+      case "steer":
+        if (event.status === "failed") note(`steer refused: ${event.message ?? ""}`);
+        return;
+      case "compacted":
+        note(`context compacted (${event.items} items kept)`);
+        return;
+      case "turn.completed":
+        note(
+          `done: ${event.usage.input_tokens} input tokens (${event.usage.cached_input_tokens} cached), ` +
+            `${event.usage.output_tokens} output tokens`,
+        );
+        return;
+      case "turn.failed":
+        note(`failed: ${event.error.message}`);
+        return;
+      case "turn.interrupted":
+        note("interrupted");
+        return;
+      default:
+        return;
+    }
+  });
+
+  let interrupted = false;
+  const onSignal = (): void => {
+    if (interrupted) process.exit(130);
+    interrupted = true;
+    agent.interrupt();
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+  try {
+    const ok = await agent.submit(task);
+    return ok ? 0 : 1;
+  } finally {
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+    await runtime.close();
+  }
+}
+
+/** The `--json` line for an agent event, or undefined for events it does not show. */
+function jsonEvent(event: AgentEvent): Record<string, unknown> | undefined {
+  switch (event.type) {
+    case "turn.started":
+      return { type: "turn.started" };
+    case "item.started":
+    case "item.completed":
+      return { type: event.type, item: event.item };
+    case "turn.completed":
+      return { type: "turn.completed", usage: event.usage };
+    case "turn.interrupted":
+      return {
+        type: "turn.failed",
+        error: { message: "interrupted", code: "interrupted" },
+        usage: event.usage,
+      };
+    case "turn.failed":
+      return { type: "turn.failed", error: event.error };
+    case "steer":
+      return event.status === "failed"
+        ? { type: "error", message: `steer refused: ${event.message ?? ""}` }
+        : undefined;
+    case "compacted":
+      return { type: "context.compacted", trigger: event.trigger, items: event.items };
+    default:
+      return undefined;
+  }
+}
+
+function describeItem(item: ThreadItem): string {
+  switch (item.type) {
+    case "command_execution": {
+      const output = item.aggregated_output.trimEnd();
+      const shown = output.length > 400 ? `${output.slice(0, 400)}…` : output;
+      return `$ ${item.command}  (${item.status}${item.exit_code === null ? "" : `, exit ${item.exit_code}`})${shown ? `\n${shown}` : ""}`;
+    }
+    case "file_change":
+      return (
+        `patch ${item.status}: ${item.changes.map((c) => `${c.kind} ${c.path}`).join(", ")}` +
+        (item.error ? `\n${item.error}` : "")
+      );
+    case "tool_call":
+      return `${item.tool} ${item.arguments} (${item.status})${item.status === "failed" && item.result ? `: ${item.result}` : ""}`;
+    case "error":
+      return `error: ${item.message}`;
+    case "agent_message":
+      return item.text;
+  }
+}

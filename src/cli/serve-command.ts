@@ -1,0 +1,127 @@
+/** `spark serve`: builds the models, keys and store from the settings and runs the server until a signal. */
+import { KeyRing } from "../core/keys.js";
+import { MemoryResponseStore, type ResponseStore } from "../core/response-store.js";
+import { SparkServer } from "../server/http-server.js";
+import { defaultDataDir, SqliteResponseStore, StoreOpenError } from "../store/sqlite-store.js";
+import { ConfigError, loadKeyFile, resolveSettings, type ResolvedSettings } from "./config.js";
+import { createModels } from "./create-engine.js";
+
+const log = (line: string): void => {
+  process.stderr.write(`spark: ${line}\n`);
+};
+
+function isLoopback(host: string): boolean {
+  return host === "localhost" || host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
+
+/** Keys from the config and the key file, checked for duplicates; the server never sees a key itself. */
+function loadKeys(settings: ResolvedSettings): KeyRing {
+  const sources: [string, ReturnType<typeof loadKeyFile>][] = [
+    [settings.configFile ? `config file ${settings.configFile}` : "the config", settings.keys ?? []],
+  ];
+  if (settings.keyFile) sources.push([`key file ${settings.keyFile}`, loadKeyFile(settings.keyFile)]);
+  const seen = new Map<string, string>();
+  for (const [source, records] of sources) {
+    for (const record of records) {
+      const first = seen.get(record.id);
+      if (first !== undefined) {
+        throw new ConfigError(
+          `API key id "${record.id}" is declared twice: in ${first} and in ${source}; ids must be unique`,
+        );
+      }
+      seen.set(record.id, source);
+    }
+  }
+  return new KeyRing(
+    sources.flatMap(([, records]) => records),
+    settings.limits ?? {},
+  );
+}
+
+function openStore(settings: ResolvedSettings): ResponseStore {
+  if (settings.store === "memory") return new MemoryResponseStore();
+  try {
+    return SqliteResponseStore.open(settings.dataDir ?? defaultDataDir());
+  } catch (error) {
+    if (error instanceof StoreOpenError) throw new ConfigError(error.message);
+    throw error;
+  }
+}
+
+export async function serve(flags: Record<string, unknown>): Promise<void> {
+  const settings = resolveSettings(flags);
+  const keys = loadKeys(settings);
+  if (!keys.required && !isLoopback(settings.host) && !settings.allowUnauthenticated) {
+    throw new ConfigError(
+      `no API keys are configured, so Spark only listens on loopback; --host ${settings.host} needs keys ` +
+        `(spark keys create --name NAME, then --key-file) or --allow-unauthenticated`,
+    );
+  }
+  const models = await createModels(settings, log);
+  const store = openStore(settings);
+  const server = new SparkServer({
+    models,
+    keys,
+    store,
+    admission: { maxQueue: settings.queueLength },
+    host: settings.host,
+    port: settings.port,
+    maxBodyBytes: settings.maxBodyBytes,
+    websocket: settings.websocket && { maxConnectionMs: settings.websocketMaxMinutes * 60_000 },
+  });
+  const url = await server.listen();
+  process.stdout.write(`spark listening on ${url}\n`);
+  const engines = models.engines();
+  log(
+    `models ${models
+      .entries()
+      .map((e) => `${e.alias} (${e.tier}, ${e.engine.kind}, ${e.capacity} at once)`)
+      .join(", ")} and auto; ` +
+      `POST ${url}/v1/responses, ${url}/v1/chat/completions; GET /v1/models, /healthz, /metrics; ` +
+      (settings.websocket ? `WebSocket ${url.replace(/^http/, "ws")}/v1/responses` : "WebSocket mode off"),
+  );
+  log(
+    keys.required
+      ? `${keys.size} API key(s) configured: requests need 'Authorization: Bearer KEY'`
+      : `no API keys configured: anyone who can reach ${settings.host} can use this server` +
+          (isLoopback(settings.host) ? " (loopback only; add keys with `spark keys create`)" : ""),
+  );
+  log(
+    settings.store === "memory"
+      ? "responses stored in memory only (--store memory)"
+      : `responses stored in ${settings.dataDir ?? defaultDataDir()}`,
+  );
+
+  let stopping = false;
+  const stop = (signal: string): void => {
+    if (stopping) {
+      log(`${signal} again: exiting now`);
+      process.exit(130);
+    }
+    stopping = true;
+    log(`${signal}: finishing in-flight responses and shutting down`);
+    server.close().then(
+      () => process.exit(0),
+      (error: unknown) => {
+        log(`shutdown error: ${String(error)}`);
+        process.exit(1);
+      },
+    );
+  };
+  process.on("SIGINT", () => stop("SIGINT"));
+  process.on("SIGTERM", () => stop("SIGTERM"));
+
+  // The server answers 503 while the engines load, so clients see progress instead of a refused port.
+  const started = performance.now();
+  for (const engine of engines) {
+    engine.start().then(
+      () => log(`${engine.kind} engine ready in ${Math.round(performance.now() - started)} ms`),
+      (error: unknown) => {
+        log(
+          `the ${engine.kind} engine failed to start: ${error instanceof Error ? error.message : String(error)}`,
+        );
+        void server.close().finally(() => process.exit(1));
+      },
+    );
+  }
+}

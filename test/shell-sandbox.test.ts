@@ -1,0 +1,615 @@
+/**
+ * The agent's command execution with real processes and real temp dirs: `runCommand` (exit codes,
+ * interleaved output, missing programs, timeouts and aborts that kill the whole process group,
+ * bounded head-and-tail truncation, streaming), the bubblewrap sandbox (writes confined to the
+ * workspace, no network, the fallbacks when bwrap is missing or disabled) and the approval policy
+ * (known-safe commands and the decision matrix).
+ */
+import assert from "node:assert/strict";
+import { existsSync, readFileSync } from "node:fs";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { createServer, type Server } from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { after, before, describe, test, type TestContext } from "node:test";
+import {
+  decideCommand,
+  decidePatch,
+  isKnownSafeCommand,
+  type ApprovalDecision,
+  type ApprovalMode,
+} from "../src/agent/approval.js";
+import { describeSandbox, detectSandbox, sandboxedArgv, type Sandbox } from "../src/agent/sandbox.js";
+import { formatCommandOutput, runCommand, type RunCommandOptions } from "../src/agent/shell.js";
+
+const NO_SANDBOX: Sandbox = { kind: "none", reason: "test" };
+
+const dirs: string[] = [];
+async function tempDir(prefix = "spark-shell-"): Promise<string> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), prefix));
+  dirs.push(dir);
+  return dir;
+}
+after(async () => {
+  await Promise.all(dirs.map((dir) => rm(dir, { recursive: true, force: true })));
+});
+
+/** A process that exists and is not a zombie waiting for a reaper. */
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
+  } catch {
+    return false;
+  }
+}
+
+async function waitFor(check: () => boolean | Promise<boolean>, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await check()) return true;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  return check();
+}
+
+describe("runCommand", () => {
+  let ws: string;
+  let base: RunCommandOptions;
+  before(async () => {
+    ws = await tempDir();
+    base = { workspaceRoot: ws, cwd: ws, sandbox: NO_SANDBOX };
+  });
+
+  test("reports exit codes and runs in cwd", async () => {
+    const ok = await runCommand(["bash", "-c", "pwd"], base);
+    assert.equal(ok.exitCode, 0);
+    assert.equal(ok.output, `${ws}\n`);
+    assert.equal(ok.signal, null);
+    assert.equal(ok.timedOut, false);
+    assert.equal(ok.cancelled, false);
+    assert.equal(ok.truncated, false);
+    const failed = await runCommand(["bash", "-c", "exit 7"], base);
+    assert.equal(failed.exitCode, 7);
+    const viaString = await runCommand("echo from-login-shell; exit 3", base);
+    assert.equal(viaString.exitCode, 3);
+    assert.match(viaString.output, /from-login-shell\n/);
+  });
+
+  test("interleaves stdout and stderr in arrival order", async () => {
+    const r = await runCommand(
+      ["bash", "-c", "echo one; sleep 0.05; echo two >&2; sleep 0.05; echo three; sleep 0.05; echo four >&2"],
+      base,
+    );
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.output, "one\ntwo\nthree\nfour\n");
+  });
+
+  test("a missing program is exit code 127 with the shell's message, not an exception", async () => {
+    const viaShell = await runCommand("definitely-not-a-command-xyz --flag", base);
+    assert.equal(viaShell.exitCode, 127);
+    assert.match(viaShell.output, /definitely-not-a-command-xyz: command not found/);
+    const direct = await runCommand(["definitely-not-a-command-xyz"], base);
+    assert.equal(direct.exitCode, 127);
+    assert.match(direct.output, /definitely-not-a-command-xyz: command not found/);
+  });
+
+  test("a spawn failure (vanished sandbox binary, missing cwd) is exitCode null with the error", async () => {
+    const vanished: Sandbox = { kind: "bubblewrap", path: path.join(ws, "no-such-bwrap"), network: false };
+    const r = await runCommand("true", { ...base, sandbox: vanished });
+    assert.equal(r.exitCode, null);
+    assert.match(r.output, /failed to start the sandbox .*no-such-bwrap.*ENOENT/);
+    const missingCwd = await runCommand("true", { ...base, cwd: path.join(ws, "gone") });
+    assert.equal(missingCwd.exitCode, null);
+    assert.match(missingCwd.output, /working directory does not exist/);
+    const empty = await runCommand([], base);
+    assert.equal(empty.exitCode, null);
+  });
+
+  test("a timeout kills the whole process group quickly, grandchildren included", async () => {
+    const pidFile = path.join(ws, "grandchild.pid");
+    const started = Date.now();
+    const r = await runCommand(["bash", "-c", `sleep 30 & echo $! > ${pidFile}; sleep 30`], {
+      ...base,
+      timeoutMs: 300,
+    });
+    assert.ok(Date.now() - started < 5_000, `took ${Date.now() - started} ms`);
+    assert.equal(r.timedOut, true);
+    assert.equal(r.exitCode, null);
+    assert.equal(r.signal, "SIGTERM");
+    assert.match(r.output, /\[command timed out and was killed after 300 ms\]\n$/);
+    const pid = Number((await readFile(pidFile, "utf8")).trim());
+    assert.ok(pid > 0);
+    assert.ok(await waitFor(() => !isAlive(pid), 3_000), `grandchild sleep ${pid} still running`);
+    assert.match(formatCommandOutput(r), /Timed out/);
+  });
+
+  test("a command ignoring SIGTERM is killed with SIGKILL after the grace period", async () => {
+    const started = Date.now();
+    const r = await runCommand(["bash", "-c", "trap '' TERM; echo ready; while :; do sleep 0.05; done"], {
+      ...base,
+      timeoutMs: 200,
+    });
+    const took = Date.now() - started;
+    assert.equal(r.timedOut, true);
+    assert.equal(r.signal, "SIGKILL");
+    assert.ok(took >= 2_000 && took < 6_000, `took ${took} ms`);
+  });
+
+  test("an AbortSignal cancels the command and kills its group", async () => {
+    const pidFile = path.join(ws, "abort.pid");
+    const controller = new AbortController();
+    const promise = runCommand(["bash", "-c", `sleep 30 & echo $! > ${pidFile}; echo started; sleep 30`], {
+      ...base,
+      signal: controller.signal,
+      onOutput: (chunk) => {
+        if (chunk.includes("started")) controller.abort();
+      },
+    });
+    const started = Date.now();
+    const r = await promise;
+    assert.ok(Date.now() - started < 5_000);
+    assert.equal(r.cancelled, true);
+    assert.equal(r.timedOut, false);
+    assert.equal(r.exitCode, null);
+    assert.match(r.output, /^started\n\[command cancelled and killed\]\n$/);
+    const pid = Number((await readFile(pidFile, "utf8")).trim());
+    assert.ok(await waitFor(() => !isAlive(pid), 3_000), `background sleep ${pid} still running`);
+    assert.match(formatCommandOutput(r), /Cancelled/);
+
+    const already = await runCommand("echo never", { ...base, signal: AbortSignal.abort() });
+    assert.equal(already.cancelled, true);
+    assert.doesNotMatch(already.output, /never/);
+  });
+
+  test("~1 MB of output keeps the head, the tail and a marker, within the budget", async () => {
+    const script =
+      "echo HEAD-START; for i in $(seq 1 20000); do printf 'line %05d %s\\n' $i xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx; done; echo TAIL-END";
+    const budget = 4096;
+    const r = await runCommand(["bash", "-c", script], { ...base, maxOutputBytes: budget });
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.truncated, true);
+    assert.ok(r.output.startsWith("HEAD-START\nline 00001 "));
+    assert.ok(r.output.endsWith("line 20000 xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\nTAIL-END\n"));
+    const marker = /\n\[… (\d+) bytes of output omitted …\]\n/.exec(r.output);
+    assert.ok(marker, "marker line present");
+    const total =
+      "HEAD-START\n".length + 20_000 * "line 00001 xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n".length + 9;
+    assert.ok(total > 900_000);
+    assert.equal(Number(marker[1]), total - budget);
+    assert.ok(r.output.length <= budget + marker[0].length, `${r.output.length} chars`);
+    assert.match(formatCommandOutput(r), /Output truncated/);
+  });
+
+  test("output within the budget is untouched", async () => {
+    const r = await runCommand(["bash", "-c", "printf 'a%.0s' $(seq 1 100)"], {
+      ...base,
+      maxOutputBytes: 100,
+    });
+    assert.equal(r.truncated, false);
+    assert.equal(r.output, "a".repeat(100));
+  });
+
+  test("onOutput streams chunks as they arrive, before the command ends", async () => {
+    const chunks: string[] = [];
+    let firstAt = 0;
+    const r = await runCommand(["bash", "-c", "echo first; sleep 0.4; echo second"], {
+      ...base,
+      onOutput: (chunk) => {
+        if (chunks.length === 0) firstAt = Date.now();
+        chunks.push(chunk);
+      },
+    });
+    const endedAt = Date.now();
+    assert.equal(r.exitCode, 0);
+    assert.equal(chunks.join(""), "first\nsecond\n");
+    assert.equal(chunks[0], "first\n");
+    assert.ok(endedAt - firstAt >= 300, `first chunk only ${endedAt - firstAt} ms before the end`);
+  });
+
+  test("a background process left behind does not keep the call waiting", async () => {
+    const started = Date.now();
+    const r = await runCommand(["bash", "-c", "sleep 5 & echo done"], base);
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.output, "done\n");
+    assert.ok(Date.now() - started < 3_000, `took ${Date.now() - started} ms`);
+  });
+
+  test("passes env and formats the result like Codex's shell tool", async () => {
+    const r = await runCommand(["bash", "-c", 'echo "$SPARK_TEST_VAR"'], {
+      ...base,
+      env: { ...process.env, SPARK_TEST_VAR: "hello" },
+    });
+    assert.equal(r.output, "hello\n");
+    assert.match(formatCommandOutput(r), /^Exit code: 0\nWall time: \d+\.\d seconds\nOutput:\nhello\n$/);
+    assert.match(
+      formatCommandOutput({ ...r, exitCode: null, signal: "SIGKILL" }),
+      /^Exit code: none \(killed by SIGKILL\)\n/,
+    );
+  });
+});
+
+describe("sandbox", () => {
+  let sandbox: Sandbox;
+  let ws: string;
+  let outside: string;
+  const skipReason = (): string | undefined =>
+    sandbox.kind === "none" ? `bubblewrap unavailable here: ${sandbox.reason}` : undefined;
+  const sandboxTest = (name: string, fn: (t: TestContext) => Promise<void>) =>
+    test(name, async (t) => {
+      const reason = skipReason();
+      if (reason !== undefined) return t.skip(reason);
+      await fn(t);
+    });
+  const run = (script: string, options: Partial<RunCommandOptions> = {}) =>
+    runCommand(["bash", "-c", script], {
+      workspaceRoot: ws,
+      cwd: ws,
+      sandbox,
+      timeoutMs: 10_000,
+      ...options,
+    });
+
+  before(async () => {
+    sandbox = await detectSandbox();
+    ws = await tempDir("spark-ws-");
+    outside = await tempDir("spark-outside-");
+  });
+
+  test("detectSandbox finds a working bwrap on this machine", (t) => {
+    const reason = skipReason();
+    if (reason !== undefined) return t.skip(reason);
+    assert.equal(sandbox.kind, "bubblewrap");
+    assert.ok(sandbox.kind === "bubblewrap" && path.isAbsolute(sandbox.path));
+    assert.equal(sandbox.kind === "bubblewrap" && sandbox.network, false);
+  });
+
+  sandboxTest("writes inside the workspace succeed, also in subdirectories and .git", async () => {
+    await mkdir(path.join(ws, "sub"));
+    const r = await run(
+      "echo inside > file.txt && mkdir nested && echo deeper > nested/f && mkdir ../.git && echo x > ../.git/HEAD",
+      { cwd: path.join(ws, "sub") },
+    );
+    assert.equal(r.exitCode, 0, r.output);
+    assert.equal(await readFile(path.join(ws, "sub", "file.txt"), "utf8"), "inside\n");
+    assert.equal(await readFile(path.join(ws, "sub", "nested", "f"), "utf8"), "deeper\n");
+    assert.equal(await readFile(path.join(ws, ".git", "HEAD"), "utf8"), "x\n");
+  });
+
+  sandboxTest("writes outside the workspace fail and leave nothing behind", async () => {
+    const target = path.join(outside, "escaped.txt");
+    const r = await run(`echo escaped > ${target}`);
+    assert.notEqual(r.exitCode, 0);
+    assert.equal(existsSync(target), false);
+    const tmpFile = path.join(os.tmpdir(), `spark-escape-${process.pid}.txt`);
+    await run(`echo escaped > ${tmpFile}`);
+    assert.equal(existsSync(tmpFile), false, "private /tmp is discarded");
+  });
+
+  sandboxTest("writes to $HOME fail", async (t) => {
+    const home = os.homedir();
+    if (home.startsWith(ws)) return t.skip("HOME lies inside the test workspace");
+    const target = path.join(home, `.spark-sandbox-test-${process.pid}`);
+    const r = await run(`echo escaped > ${target}`);
+    assert.notEqual(r.exitCode, 0);
+    assert.match(r.output, /Read-only file system|Permission denied/);
+    assert.equal(existsSync(target), false);
+  });
+
+  sandboxTest("the network is unshared: only lo, and a local TCP server is unreachable", async (t) => {
+    const dev = await run("cat /proc/net/dev");
+    assert.equal(dev.exitCode, 0, dev.output);
+    const interfaces = dev.output
+      .split("\n")
+      .slice(2)
+      .map((line) => line.split(":")[0]!.trim())
+      .filter(Boolean);
+    assert.deepEqual(interfaces, ["lo"]);
+
+    const server: Server = createServer((socket) => socket.end("hello\n"));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    t.after(() => new Promise<void>((resolve) => server.close(() => resolve())));
+    const port = (server.address() as { port: number }).port;
+    const connect = `exec 3<>/dev/tcp/127.0.0.1/${port} && cat <&3`;
+
+    const unsandboxed = await run(connect, { sandbox: NO_SANDBOX });
+    assert.equal(unsandboxed.exitCode, 0, unsandboxed.output);
+    assert.equal(unsandboxed.output, "hello\n");
+    const sandboxed = await run(connect);
+    assert.notEqual(sandboxed.exitCode, 0);
+    assert.match(sandboxed.output, /Connection refused/);
+  });
+
+  sandboxTest("network: true shares the network", async (t) => {
+    const withNet = await detectSandbox({ network: true });
+    assert.equal(withNet.kind, "bubblewrap");
+    const server: Server = createServer((socket) => socket.end("hello\n"));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    t.after(() => new Promise<void>((resolve) => server.close(() => resolve())));
+    const port = (server.address() as { port: number }).port;
+    const r = await run(`exec 3<>/dev/tcp/127.0.0.1/${port} && cat <&3`, { sandbox: withNet });
+    assert.equal(r.exitCode, 0, r.output);
+    assert.equal(r.output, "hello\n");
+  });
+
+  sandboxTest("a timeout inside the sandbox kills the sandboxed processes too", async () => {
+    const marker = path.join(ws, "survivor");
+    const started = Date.now();
+    const r = await run(`(sleep 0.8; touch ${marker}) & sleep 30`, { timeoutMs: 200 });
+    assert.equal(r.timedOut, true);
+    assert.ok(Date.now() - started < 5_000);
+    await new Promise((resolve) => setTimeout(resolve, 1_200));
+    assert.equal(existsSync(marker), false, "background job in the sandbox survived");
+  });
+
+  sandboxTest("a missing program inside the sandbox is still 127 from bash", async () => {
+    const r = await runCommand("definitely-not-a-command-xyz", { workspaceRoot: ws, cwd: ws, sandbox });
+    assert.equal(r.exitCode, 127);
+    assert.match(r.output, /command not found/);
+  });
+
+  test("sandboxedArgv: the workspace bind follows the private /tmp; no sandbox runs argv directly", () => {
+    const bw: Sandbox = { kind: "bubblewrap", path: "/usr/bin/bwrap", network: false };
+    const { file, args } = sandboxedArgv(bw, "/tmp/ws", ["ls", "-la"], "/tmp/ws/src");
+    assert.equal(file, "/usr/bin/bwrap");
+    const tmpfs = args.indexOf("--tmpfs");
+    const bind = args.indexOf("--bind");
+    assert.ok(tmpfs >= 0 && bind > tmpfs);
+    assert.deepEqual(args.slice(bind, bind + 3), ["--bind", "/tmp/ws", "/tmp/ws"]);
+    for (const flag of ["--unshare-all", "--die-with-parent", "--new-session"])
+      assert.ok(args.includes(flag));
+    assert.equal(args.includes("--share-net"), false);
+    assert.deepEqual(args.slice(args.indexOf("--chdir"), args.indexOf("--chdir") + 2), [
+      "--chdir",
+      "/tmp/ws/src",
+    ]);
+    assert.deepEqual(args.slice(-3), ["--", "ls", "-la"]);
+    assert.ok(sandboxedArgv({ ...bw, network: true }, "/w", ["true"], "/w").args.includes("--share-net"));
+    assert.deepEqual(sandboxedArgv(NO_SANDBOX, "/w", ["ls", "-la"], "/w"), { file: "ls", args: ["-la"] });
+  });
+
+  test("detectSandbox({ disabled: true }) is none", async () => {
+    assert.deepEqual(await detectSandbox({ disabled: true }), {
+      kind: "none",
+      reason: "sandbox disabled by --sandbox off",
+    });
+  });
+
+  test("SPARK_BWRAP at a missing path is none with the install hint", async (t) => {
+    const saved = process.env.SPARK_BWRAP;
+    t.after(() => {
+      if (saved === undefined) delete process.env.SPARK_BWRAP;
+      else process.env.SPARK_BWRAP = saved;
+    });
+    process.env.SPARK_BWRAP = path.join(ws, "missing", "bwrap");
+    const missing = await detectSandbox();
+    assert.equal(missing.kind, "none");
+    assert.match(missing.kind === "none" ? missing.reason : "", /apt-get install bubblewrap/);
+    assert.match(describeSandbox(missing), /^no sandbox: .*not found at SPARK_BWRAP=/);
+
+    const fake = path.join(ws, "fake-bwrap");
+    await writeFile(fake, "#!/bin/sh\necho 'setting up uid map: Permission denied' >&2\nexit 1\n", {
+      mode: 0o755,
+    });
+    process.env.SPARK_BWRAP = fake;
+    const broken = await detectSandbox();
+    assert.equal(broken.kind, "none");
+    assert.match(
+      broken.kind === "none" ? broken.reason : "",
+      /^bwrap cannot create namespaces here \(setting up uid map: Permission denied\): commands run without a sandbox/,
+    );
+  });
+
+  test("describeSandbox gives one line for the status bar", () => {
+    assert.equal(
+      describeSandbox({ kind: "bubblewrap", path: "/usr/bin/bwrap", network: false }),
+      "sandbox: bubblewrap (writes confined to the workspace, no network)",
+    );
+    assert.equal(
+      describeSandbox({ kind: "bubblewrap", path: "/usr/bin/bwrap", network: true }),
+      "sandbox: bubblewrap (writes confined to the workspace, network allowed)",
+    );
+    assert.equal(
+      describeSandbox({ kind: "none", reason: "sandbox disabled by --sandbox off" }),
+      "no sandbox: sandbox disabled by --sandbox off",
+    );
+  });
+});
+
+describe("approval", () => {
+  const bash = (script: string) => ["bash", "-lc", script];
+
+  const SAFE: string[][] = [
+    ["ls"],
+    ["ls", "-la", "src"],
+    ["cat", "README.md"],
+    ["head", "-n", "20", "a.ts"],
+    ["tail", "-5", "log"],
+    ["wc", "-l", "a", "b"],
+    ["pwd"],
+    ["echo", "hi"],
+    ["grep", "-rn", "TODO", "src"],
+    ["rg", "-n", "foo", "src"],
+    ["find", ".", "-name", "*.ts", "-type", "f"],
+    ["sed", "-n", "10,20p", "src/a.ts"],
+    ["sed", "-n", "5p", "a.ts"],
+    ["git", "status"],
+    ["git", "diff", "--stat"],
+    ["git", "log", "--oneline", "-n", "5"],
+    ["git", "show", "HEAD"],
+    ["git", "branch"],
+    ["git", "branch", "-a", "-v"],
+    ["git", "branch", "--list", "feat*"],
+    ["which", "node"],
+    ["file", "a.bin"],
+    ["stat", "a"],
+    ["true"],
+    ["tree", "-L", "2"],
+    ["nl", "a.ts"],
+    ["sort", "-u", "a"],
+    ["uniq", "-c", "a"],
+    ["cut", "-d:", "-f1", "/etc/passwd"],
+    bash("ls -la"),
+    bash("ls && cat a.ts"),
+    bash("git status; git diff"),
+    bash("grep -rn foo src | sort | uniq -c | head -5"),
+    bash("cat a || echo missing"),
+    bash('grep ">" file'),
+    bash("grep '$(rm -rf /)' file"),
+    bash('grep "a\\"b" file'),
+    bash("sed -n 1,40p src/a.ts"),
+    bash("ls;"),
+    bash("ls\ncat a"),
+    ["sh", "-c", "ls -la"],
+    ["bash", "-c", "echo ok"],
+    bash("bash -lc 'ls && pwd'"),
+  ];
+
+  const UNSAFE: string[][] = [
+    [],
+    ["rm", "-rf", "x"],
+    ["touch", "x"],
+    ["python3", "-c", "print(1)"],
+    ["/bin/ls"],
+    ["find", ".", "-delete"],
+    ["find", ".", "-exec", "rm", "{}", ";"],
+    ["find", ".", "-execdir", "rm", "{}", "+"],
+    ["find", ".", "-ok", "rm", "{}", ";"],
+    ["find", ".", "-fprint", "out"],
+    ["find", ".", "-fprintf", "out", "%p"],
+    ["sed", "-i", "s/a/b/", "x"],
+    ["sed", "s/a/b/", "x"],
+    ["sed", "-n", "1p;w out", "x"],
+    ["sed", "-n", "1,5p", "-i", "x"],
+    ["git", "commit", "-m", "x"],
+    ["git", "push"],
+    ["git", "checkout", "."],
+    ["git", "-c", "core.pager=sh", "log"],
+    ["git", "branch", "-D", "main"],
+    ["git", "branch", "new-branch"],
+    ["git", "diff", "--output=patch.txt"],
+    ["rg", "--pre", "sh", "foo"],
+    ["rg", "--pre=./x", "foo"],
+    ["rg", "--search-zip", "foo"],
+    ["rg", "-z", "foo"],
+    ["sort", "-o", "out", "in"],
+    ["sort", "--output=out", "in"],
+    ["sort", "--compress-program=sh", "in"],
+    ["uniq", "in", "out"],
+    ["tree", "-o", "out"],
+    ["file", "-C", "-m", "magic"],
+    bash("rm -rf /"),
+    bash("ls && rm x"),
+    bash("ls || rm x"),
+    bash("ls | xargs rm"),
+    bash("echo hi > file"),
+    bash("cat a >> b"),
+    bash("cat < a"),
+    bash("echo $(rm x)"),
+    bash("echo `rm x`"),
+    bash('echo "$(rm x)"'),
+    bash("echo $HOME"),
+    bash("(ls)"),
+    bash("{ ls; }"),
+    bash("ls &"),
+    bash("ls & rm x"),
+    bash("ls |& cat"),
+    bash("ls *"),
+    bash("find . -dele{te,}"),
+    bash("ls # comment"),
+    bash("'unterminated"),
+    bash('"unterminated'),
+    bash("ls \\"),
+    bash(""),
+    bash("&& ls"),
+    bash("ls &&"),
+    bash("ls ;; ls"),
+    bash("find . -delete"),
+    bash("sed -i s/a/b/ x"),
+    bash("bash -lc 'rm x'"),
+    bash("git commit -am x"),
+    ["bash", "-lc", "ls", "extra"],
+    ["bash", "-x", "ls"],
+    ["zsh", "-c", "ls"],
+  ];
+
+  test("known-safe commands", () => {
+    for (const argv of SAFE) assert.equal(isKnownSafeCommand(argv), true, JSON.stringify(argv));
+  });
+
+  test("commands that are not known-safe", () => {
+    for (const argv of UNSAFE) assert.equal(isKnownSafeCommand(argv), false, JSON.stringify(argv));
+  });
+
+  type Expected = "run" | "ask";
+  // [mode, known-safe command, sandboxed, escalation requested] → decision when interactive.
+  const MATRIX: [ApprovalMode, boolean, boolean, boolean, Expected][] = [
+    ["never", true, true, false, "run"],
+    ["never", true, true, true, "run"],
+    ["never", true, false, false, "run"],
+    ["never", true, false, true, "run"],
+    ["never", false, true, false, "run"],
+    ["never", false, true, true, "run"],
+    ["never", false, false, false, "run"],
+    ["never", false, false, true, "run"],
+    ["on-request", true, true, false, "run"],
+    ["on-request", true, true, true, "ask"],
+    ["on-request", true, false, false, "run"],
+    ["on-request", true, false, true, "ask"],
+    ["on-request", false, true, false, "run"],
+    ["on-request", false, true, true, "ask"],
+    ["on-request", false, false, false, "ask"],
+    ["on-request", false, false, true, "ask"],
+    ["untrusted", true, true, false, "run"],
+    ["untrusted", true, true, true, "ask"],
+    ["untrusted", true, false, false, "run"],
+    ["untrusted", true, false, true, "ask"],
+    ["untrusted", false, true, false, "ask"],
+    ["untrusted", false, true, true, "ask"],
+    ["untrusted", false, false, false, "ask"],
+    ["untrusted", false, false, true, "ask"],
+  ];
+
+  test("decideCommand: all modes × sandboxed × escalation × interactive", () => {
+    for (const [mode, safe, sandboxed, escalationRequested, expected] of MATRIX) {
+      const argv = safe ? ["git", "status"] : ["npm", "test"];
+      for (const interactive of [true, false]) {
+        const label = JSON.stringify({ mode, safe, sandboxed, escalationRequested, interactive });
+        const decision: ApprovalDecision = decideCommand(mode, argv, {
+          sandboxed,
+          escalationRequested,
+          interactive,
+        });
+        const want = expected === "ask" && !interactive ? "refuse" : expected;
+        assert.equal(decision.action, want, label);
+        if (decision.action === "ask") assert.ok(decision.reason.length > 0, label);
+        if (decision.action === "refuse") {
+          assert.match(decision.reason, /needs the user's approval/, label);
+          assert.match(decision.reason, /non-interactive/, label);
+          assert.match(decision.reason, /--approval never/, label);
+        }
+      }
+    }
+    const escalated = decideCommand("on-request", ["npm", "test"], {
+      sandboxed: true,
+      escalationRequested: true,
+      interactive: true,
+    });
+    assert.match(escalated.action === "ask" ? escalated.reason : "", /outside the sandbox/);
+  });
+
+  test("decidePatch: runs in never and on-request, asks in untrusted, refuses without a user", () => {
+    assert.deepEqual(decidePatch("never", { interactive: false }), { action: "run" });
+    assert.deepEqual(decidePatch("on-request", { interactive: true }), { action: "run" });
+    assert.deepEqual(decidePatch("on-request", { interactive: false }), { action: "run" });
+    assert.equal(decidePatch("untrusted", { interactive: true }).action, "ask");
+    const refused = decidePatch("untrusted", { interactive: false });
+    assert.equal(refused.action, "refuse");
+    assert.match(refused.action === "refuse" ? refused.reason : "", /--approval never/);
+  });
+});
