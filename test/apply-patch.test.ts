@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, describe, test } from "node:test";
 import { applyPatch, parsePatch } from "../src/agent/apply-patch.js";
-import { ToolError, Workspace } from "../src/agent/workspace.js";
+import { ToolError, Workspace, writeFileAtomic } from "../src/agent/workspace.js";
 
 const temps: string[] = [];
 after(async () => {
@@ -411,7 +411,6 @@ describe("apply_patch: failures change nothing", () => {
   test("a write failing midway restores the files already written", async () => {
     const { ws, root } = await fixture({ "a.txt": "a\n", "b.txt": "b\n", "c.txt": "c\n" });
     const before = await snapshot(root);
-    const { writeFileAtomic } = await import("../src/agent/workspace.js");
     await assert.rejects(
       applyPatch(
         ws,

@@ -114,6 +114,8 @@ interface PendingResponse {
   reject(error: AgentError): void;
 }
 
+type TurnEnd = Extract<AgentEvent, { type: "turn.completed" | "turn.interrupted" | "turn.failed" }>;
+
 const zeroUsage = (): TurnUsage => ({ input_tokens: 0, cached_input_tokens: 0, output_tokens: 0 });
 
 export class Agent {
@@ -337,11 +339,14 @@ export class Agent {
 
   #startTurn(text: string, first?: ResponseObject): Promise<boolean> {
     this.#busy = true;
-    const done = this.#turn(text, first).finally(() => {
+    const done = this.#turn(text, first).then((end) => {
+      // Not busy before the end is announced: listeners may start the next turn at once.
       this.#busy = false;
+      this.#emit(end);
       // Queued messages, and steers that arrived too late for the last response, start the next turn.
       const next = this.#queued.splice(0);
       if (next.length > 0 || this.#carry.length > 0) void this.#startTurn(next.join("\n\n"));
+      return end.type === "turn.completed";
     });
     this.#idle = done.then(async () => {
       await Promise.resolve();
@@ -350,7 +355,7 @@ export class Agent {
     return done;
   }
 
-  async #turn(text: string, first?: ResponseObject): Promise<boolean> {
+  async #turn(text: string, first?: ResponseObject): Promise<TurnEnd> {
     this.#interruptRequested = false;
     const carried = this.#carry.splice(0);
     const shown = [...carried.map(messageText).filter((t) => t !== ""), text].filter((t) => t !== "");
@@ -370,39 +375,35 @@ export class Agent {
         addUsage(usage, response);
         if (response.status === "failed") {
           const error = response.error ?? {};
-          this.#emit({
+          return {
             type: "turn.failed",
             error: {
               message: error.message ?? "the response failed",
               ...(error.code ? { code: error.code } : {}),
             },
-          });
-          return false;
+          };
         }
         const calls = toolCallsOf(response.output);
         if (this.#interruptRequested || response.incomplete_details?.reason === "cancelled") {
           this.#danglingOutputs.push(
             ...calls.map((call) => toolOutput(call, "interrupted by the user before it ran")),
           );
-          this.#emit({ type: "turn.interrupted", usage });
-          return false;
+          return { type: "turn.interrupted", usage };
         }
         if (calls.length === 0) {
-          this.#emit({ type: "turn.completed", usage });
-          return true;
+          return { type: "turn.completed", usage };
         }
         if (round + 1 >= maxRounds) {
           this.#danglingOutputs.push(
             ...calls.map((call) => toolOutput(call, "not run: the turn reached its round limit")),
           );
-          this.#emit({
+          return {
             type: "turn.failed",
             error: {
               message: `stopped after ${maxRounds} tool round trips in one turn`,
               code: "too_many_rounds",
             },
-          });
-          return false;
+          };
         }
         const outputs: InputItem[] = [];
         for (const call of calls) {
@@ -420,18 +421,16 @@ export class Agent {
         }
         if (this.#interruptRequested) {
           this.#danglingOutputs.push(...outputs);
-          this.#emit({ type: "turn.interrupted", usage });
-          return false;
+          return { type: "turn.interrupted", usage };
         }
         input = [...outputs, ...this.#carry.splice(0)];
       }
     } catch (error) {
       const failure = toAgentError(error);
-      this.#emit({
+      return {
         type: "turn.failed",
         error: { message: failure.message, ...(failure.code ? { code: failure.code } : {}) },
-      });
-      return false;
+      };
     }
   }
 

@@ -112,14 +112,14 @@ export class ModelRegistry {
   /** `/v1/models`: the aliases, `auto`, then names the engines offer themselves. */
   /** Aliases (with the context window of the model behind them, when the engine reports one), `auto`, then engine models. */
   list(): { id: string; ownedBy: string; contextWindow?: number }[] {
-    const models: { id: string; ownedBy: string; contextWindow?: number }[] = [
-      ...this.#entries.values(),
-    ].map((entry) => {
-      const contextWindow = entry.engine.models().find((m) => m.id === entry.engineModel)?.contextSize;
-      return contextWindow === undefined
-        ? { id: entry.alias, ownedBy: "spark" }
-        : { id: entry.alias, ownedBy: "spark", contextWindow };
-    });
+    const models: { id: string; ownedBy: string; contextWindow?: number }[] = [...this.#entries.values()].map(
+      (entry) => {
+        const contextWindow = entry.engine.models().find((m) => m.id === entry.engineModel)?.contextSize;
+        return contextWindow === undefined
+          ? { id: entry.alias, ownedBy: "spark" }
+          : { id: entry.alias, ownedBy: "spark", contextWindow };
+      },
+    );
     models.push({ id: AUTO_MODEL, ownedBy: "spark" });
     const seen = new Set(models.map((m) => m.id));
     for (const engine of this.engines()) {

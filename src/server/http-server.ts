@@ -431,8 +431,17 @@ function setRouteHeaders(response: ServerResponse, model: ResolvedModel): void {
 }
 
 /** `context_window` (a Spark extension) tells clients such as the `spark` TUI how full the context is. */
-function modelObject(model: { id: string; ownedBy: string; contextWindow?: number }): Record<string, unknown> {
-  const object: Record<string, unknown> = { id: model.id, object: "model", created: 0, owned_by: model.ownedBy };
+function modelObject(model: {
+  id: string;
+  ownedBy: string;
+  contextWindow?: number;
+}): Record<string, unknown> {
+  const object: Record<string, unknown> = {
+    id: model.id,
+    object: "model",
+    created: 0,
+    owned_by: model.ownedBy,
+  };
   if (model.contextWindow !== undefined) object.context_window = model.contextWindow;
   return object;
 }

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
@@ -31,6 +31,25 @@ export function file(name: string, text: string): string {
   const path = join(dir, name);
   writeFileSync(path, text);
   return path;
+}
+
+/** A fresh empty directory under the test folder (a workspace, a data dir…), as its real path. */
+export function freshDir(prefix = "d-"): string {
+  return realpathSync(mkdtempSync(join(dir, prefix)));
+}
+
+/** Parses JSON Lines output (`spark exec --json`); every non-empty line must be a JSON object. */
+export function jsonLines<T = Record<string, unknown>>(text: string): T[] {
+  return text
+    .split("\n")
+    .filter((line) => line.trim() !== "")
+    .map((line, index) => {
+      try {
+        return JSON.parse(line) as T;
+      } catch {
+        throw new Error(`line ${index + 1} of the output is not JSON: ${JSON.stringify(line)}`);
+      }
+    });
 }
 
 let dataDirs = 0;
@@ -88,6 +107,25 @@ export async function firstLine(cli: Cli): Promise<string> {
   } finally {
     lines.close();
   }
+}
+
+/** Resolves once the CLI's stdout so far matches `pattern`; fails if the process exits first. */
+export function waitForStdout(cli: Cli, pattern: RegExp): Promise<void> {
+  if (pattern.test(cli.stdout())) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const onData = (): void => {
+      if (!pattern.test(cli.stdout())) return;
+      cli.child.stdout!.off("data", onData);
+      resolve();
+    };
+    // Listeners run in order: spawnCli's own listener has already appended the chunk.
+    cli.child.stdout!.on("data", onData);
+    void cli.exited.then((code) => {
+      cli.child.stdout!.off("data", onData);
+      if (pattern.test(cli.stdout())) resolve();
+      else reject(new Error(`the CLI exited (${code}) before printing ${pattern}; stderr:\n${cli.stderr()}`));
+    });
+  });
 }
 
 /** Spawns a server and returns its base URL, taken from the first stdout line. */
