@@ -9,7 +9,9 @@
  *   6. steering latency (script and llama engines);
  *   7. cancel latency: WebSocket closed to engine stopped (script and llama engines);
  *   8. what keys, `model: "auto"` routing, rate limits and queue bookkeeping add per request;
- *   9. 1,000 concurrent WebSocket sessions: p99 inter-token time, memory per session, errors.
+ *   9. 1,000 concurrent WebSocket sessions: p99 inter-token time, memory per session, errors;
+ *  10. the `spark` TUI: launch to ready prompt, vs a bare Node prompt;
+ *  11. the `spark` TUI: Enter on a steer to `response.steer` on the wire, vs a minimal client.
  *
  * Options: `--quick` (fewer iterations), `--json` (also write bench/results.json),
  * `--only 1,3` (run some figures only). Every server is in process on 127.0.0.1, port 0.
@@ -23,6 +25,7 @@ import { table, type FigureResult, type FigureRow } from "./report.js";
 import { addedLatency, relayThroughput } from "./script-figures.js";
 import { sessionScale } from "./scale-figures.js";
 import { tenancyOverhead } from "./tenancy-figures.js";
+import { launchFigure, steerKeystrokeFigure } from "./tui-figures.js";
 import { steeringAndCancel, toolLoop } from "./ws-figures.js";
 
 const { values: args } = parseArgs({
@@ -40,7 +43,7 @@ const llamaConfig = args.quick
   ? { decodeTokens: 200, decodeRounds: 2, reuseRounds: 2 }
   : { decodeTokens: 200, decodeRounds: 7, reuseRounds: 7 };
 const wsConfig = args.quick ? { loopRounds: 3, steerRounds: 5 } : { loopRounds: 10, steerRounds: 15 };
-const only = new Set((args.only ?? "1,2,3,4,5,6,7,8,9").split(",").map((s) => Number(s.trim())));
+const only = new Set((args.only ?? "1,2,3,4,5,6,7,8,9,10,11").split(",").map((s) => Number(s.trim())));
 
 const log = (line: string): void => console.log(line);
 
@@ -142,6 +145,18 @@ if (only.has(8)) {
 if (only.has(9)) {
   log(`\n9. Concurrent WebSocket sessions streaming from the script engine (server in its own process)`);
   results.sessionScale = await sessionScale({ quick: args.quick }, log);
+}
+
+const tuiRounds = args.quick ? 5 : 15;
+if (only.has(10)) {
+  log(`\n10. spark TUI launch to ready prompt, in a pseudo-terminal (${tuiRounds} launches after 1 warm-up)`);
+  results.tuiLaunch = await launchFigure({ rounds: tuiRounds }, log);
+}
+if (only.has(11)) {
+  log(
+    `\n11. spark TUI: Enter on a steer to response.steer at a WebSocket relay (${tuiRounds} steers after 2 warm-up)`,
+  );
+  results.tuiSteer = await steerKeystrokeFigure({ rounds: tuiRounds }, log);
 }
 
 const seconds = (performance.now() - started) / 1000;

@@ -80,7 +80,10 @@ function completedItems(events: readonly ExecEvent[]): ThreadItem[] {
   return events.filter((e) => e.type === "item.completed").map((e) => e.item!);
 }
 
-function itemOf<T extends ThreadItem["type"]>(item: ThreadItem | undefined, type: T): ThreadItem & { type: T } {
+function itemOf<T extends ThreadItem["type"]>(
+  item: ThreadItem | undefined,
+  type: T,
+): ThreadItem & { type: T } {
   assert.ok(item, `expected a ${type} item`);
   assert.equal(item.type, type, JSON.stringify(item));
   return item as ThreadItem & { type: T };
@@ -94,16 +97,18 @@ interface ExecRun {
   dataDir: string;
 }
 
-/** Runs `spark exec --json` with the in-process script engine on `workspace`. */
+/**
+ * Runs `spark exec --json` with the in-process script engine on `workspace`. `args` are the task and
+ * any other flags, in the order given (after the workspace and script flags).
+ */
 async function execScript(
   workspace: string,
   scriptPath: string,
-  task: string,
-  extra: readonly string[] = [],
+  args: readonly string[],
   dataDir = freshDir("data-"),
 ): Promise<ExecRun> {
   const result = await runToExit(
-    ["exec", "--json", "-C", workspace, "--engine", "script", "--script", scriptPath, ...extra, task],
+    ["exec", "--json", "-C", workspace, "--engine", "script", "--script", scriptPath, ...args],
     { SPARK_DATA_DIR: dataDir },
   );
   return { ...result, events: jsonLines<ExecEvent>(result.stdout), dataDir };
@@ -134,12 +139,19 @@ test("a task adds a file, edits it with an @@ hunk, runs a command that reads it
   const workspace = freshDir("ws-");
   const greet = 'function greet(name) {\n  return "hello " + name;\n}\n';
   const scriptPath = script([
-    [say("Creating greet.js."), patch('*** Add File: src/greet.js\n+function greet(name) {\n+  return "hello " + name;\n+}')],
-    [patch('*** Update File: src/greet.js\n@@ function greet(name) {\n-  return "hello " + name;\n+  return "hi " + name;\n }')],
+    [
+      say("Creating greet.js."),
+      patch('*** Add File: src/greet.js\n+function greet(name) {\n+  return "hello " + name;\n+}'),
+    ],
+    [
+      patch(
+        '*** Update File: src/greet.js\n@@ function greet(name) {\n-  return "hello " + name;\n+  return "hi " + name;\n }',
+      ),
+    ],
     [call("shell", { command: "cat src/greet.js && wc -l < src/greet.js > lines.txt" })],
     [say("greet.js now says hi.")],
   ]);
-  const { code, stderr, events, dataDir } = await execScript(workspace, scriptPath, "write greet.js");
+  const { code, stderr, events, dataDir } = await execScript(workspace, scriptPath, ["write greet.js"]);
   assert.equal(code, 0, stderr);
 
   const edited = greet.replace('"hello "', '"hi "');
@@ -190,7 +202,9 @@ test("a task adds a file, edits it with an @@ hunk, runs a command that reads it
   const threadId = events[0]!.thread_id!;
   assert.match(threadId, /^\d{8}T\d{6}-[a-z0-9]+$/);
   assert.deepEqual(readdirSync(join(dataDir, "sessions")), [`${threadId}.jsonl`]);
-  const meta = JSON.parse(readFileSync(join(dataDir, "sessions", `${threadId}.jsonl`), "utf8").split("\n")[0]!);
+  const meta = JSON.parse(
+    readFileSync(join(dataDir, "sessions", `${threadId}.jsonl`), "utf8").split("\n")[0]!,
+  );
   assert.equal(meta.type, "session");
   assert.equal(meta.id, threadId);
   assert.equal(meta.cwd, workspace);
@@ -223,7 +237,7 @@ test("a patch whose hunk does not match fails, leaves the file as it was, and te
     [patch("*** Update File: notes.txt\n@@\n not in the file\n-beta\n+BETA")],
     [say("The patch did not apply.")],
   ]);
-  const { code, stderr, events, dataDir } = await execScript(workspace, scriptPath, "edit notes");
+  const { code, stderr, events, dataDir } = await execScript(workspace, scriptPath, ["edit notes"]);
   assert.equal(code, 0, stderr);
   assert.equal(readFileSync(join(workspace, "notes.txt"), "utf8"), original);
   assert.deepEqual(readdirSync(workspace), ["notes.txt"]);
@@ -271,11 +285,13 @@ test("escapes from the workspace are refused: .., absolute paths, symlinks out, 
     [call("read_file", { path: "../secret" })],
     [call("read_file", { path: "/etc/passwd" })],
     [call("list_files", { path: ".." })],
+    [call("shell", { command: "touch escaped.txt", workdir: ".." })],
     [say("Nothing escaped.")],
   ]);
-  const { code, stdout, stderr, events, dataDir } = await execScript(workspace, scriptPath, "try to escape", [
+  const { code, stdout, stderr, events, dataDir } = await execScript(workspace, scriptPath, [
     "--sandbox",
     "off",
+    "try to escape",
   ]);
   assert.equal(code, 0, stderr);
 
@@ -287,8 +303,8 @@ test("escapes from the workspace are refused: .., absolute paths, symlinks out, 
   assert.ok(lstatSync(join(workspace, "link.txt")).isSymbolicLink(), "the symlink itself is untouched");
 
   const items = completedItems(events);
-  assert.equal(items.length, 7, JSON.stringify(items));
-  const [dotdot, abs, link, secret, passwd, list, answer] = items;
+  assert.equal(items.length, 8, JSON.stringify(items));
+  const [dotdot, abs, link, secret, passwd, list, shell, answer] = items;
   for (const [item, path] of [
     [dotdot, "../outside.txt"],
     [abs, absolute],
@@ -310,6 +326,12 @@ test("escapes from the workspace are refused: .., absolute paths, symlinks out, 
     assert.equal(toolCall.status, "failed", path);
     assert.match(toolCall.result ?? "", OUTSIDE_MESSAGE, path);
   }
+  // A shell workdir outside the workspace: the command never runs (no sandbox here to stop it).
+  const command = itemOf(shell, "command_execution");
+  assert.equal(command.status, "failed");
+  assert.equal(command.exit_code, null);
+  assert.equal(command.command, "touch escaped.txt");
+  assert.match(command.aggregated_output, /^\.\. is outside the workspace/);
   assert.equal(itemOf(answer, "agent_message").text, "Nothing escaped.");
   // The outside contents reached neither the output nor the model.
   const saved = readFileSync(join(dataDir, "sessions", `${events[0]!.thread_id}.jsonl`), "utf8");
@@ -320,7 +342,7 @@ test("escapes from the workspace are refused: .., absolute paths, symlinks out, 
   const outputs = sessionItems(dataDir, events[0]!.thread_id!).filter((item) =>
     String(item.type).endsWith("_output"),
   );
-  assert.equal(outputs.length, 6);
+  assert.equal(outputs.length, 7);
   for (const output of outputs) assert.match(String(output.output), OUTSIDE_MESSAGE);
 });
 
@@ -347,7 +369,7 @@ test("under the sandbox a shell command cannot write outside the workspace", asy
       [call("shell", { command: "echo inside > inside.txt" })],
       [say("Done.")],
     ]);
-    const { code, stderr, events } = await execScript(workspace, scriptPath, "write around");
+    const { code, stderr, events } = await execScript(workspace, scriptPath, ["write around"]);
     assert.equal(code, 0, stderr);
     assert.deepEqual(readdirSync(visible), [], "nothing was written to the read-only folder");
     assert.deepEqual(readdirSync(hidden), [], "nothing was written to the folder under /tmp");
@@ -380,9 +402,10 @@ test("--approval untrusted: exec refuses what would need a question, runs read-o
     [patch("*** Add File: patched.txt\n+x")],
     [say("Some things were refused.")],
   ]);
-  const { code, stderr, events, dataDir } = await execScript(workspace, scriptPath, "try things", [
+  const { code, stderr, events, dataDir } = await execScript(workspace, scriptPath, [
     "--approval",
     "untrusted",
+    "try things",
   ]);
   assert.equal(code, 0, stderr);
   assert.deepEqual(readdirSync(workspace), ["seen.txt"]);
@@ -424,40 +447,99 @@ test("--approval untrusted: exec refuses what would need a question, runs read-o
 test("bad settings exit 2 with a clear message: no server at --server, a missing or broken --script", async () => {
   const workspace = freshDir("ws-");
   const port = await closedPort();
-  const noServer = await runToExit(["exec", "--json", "-C", workspace, "--server", `http://127.0.0.1:${port}`, "hi"]);
+  const noServer = await runToExit([
+    "exec",
+    "--json",
+    "-C",
+    workspace,
+    "--server",
+    `http://127.0.0.1:${port}`,
+    "hi",
+  ]);
   assert.equal(noServer.code, 2, noServer.stderr);
   assert.match(noServer.stderr, new RegExp(`cannot connect to ws://127\\.0\\.0\\.1:${port}/v1/responses`));
   assert.match(noServer.stderr, /connection refused/);
   assert.equal(noServer.stdout, "", "no events before the connection exists");
 
   const missing = join(workspace, "no-such-script.jsonl");
-  const noScript = await runToExit(["exec", "--json", "-C", workspace, "--engine", "script", "--script", missing, "hi"]);
+  const noScript = await runToExit([
+    "exec",
+    "--json",
+    "-C",
+    workspace,
+    "--engine",
+    "script",
+    "--script",
+    missing,
+    "hi",
+  ]);
   assert.equal(noScript.code, 2, noScript.stderr);
-  assert.match(noScript.stderr, new RegExp(`cannot read script ${missing.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}`));
+  assert.match(
+    noScript.stderr,
+    new RegExp(`cannot read script ${missing.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}`),
+  );
   assert.match(noScript.stderr, /ENOENT/);
   assert.equal(noScript.stdout, "");
 
-  const broken = file(`broken-${randomUUID()}.jsonl`, '{"output":[{"type":"message","text":"ok"}]}\n{not json}\n');
-  const badScript = await runToExit(["exec", "--json", "-C", workspace, "--engine", "script", "--script", broken, "hi"]);
+  const broken = file(
+    `broken-${randomUUID()}.jsonl`,
+    '{"output":[{"type":"message","text":"ok"}]}\n{not json}\n',
+  );
+  const badScript = await runToExit([
+    "exec",
+    "--json",
+    "-C",
+    workspace,
+    "--engine",
+    "script",
+    "--script",
+    broken,
+    "hi",
+  ]);
   assert.equal(badScript.code, 2, badScript.stderr);
   assert.ok(badScript.stderr.includes(`${broken}:2: not valid JSON`), badScript.stderr);
 
   const noWorkspace = join(workspace, "missing-dir");
-  const badCd = await runToExit(["exec", "--json", "-C", noWorkspace, "--engine", "script", "--script", broken, "hi"]);
+  const badCd = await runToExit([
+    "exec",
+    "--json",
+    "-C",
+    noWorkspace,
+    "--engine",
+    "script",
+    "--script",
+    broken,
+    "hi",
+  ]);
   assert.equal(badCd.code, 2, badCd.stderr);
   assert.ok(badCd.stderr.includes(`cannot use ${noWorkspace} as the workspace`), badCd.stderr);
 });
 
 test("a turn that fails (the server dies mid-answer) prints turn.failed and exits 1", async () => {
   const scriptPath = script([[say("word ".repeat(5_000))]]);
-  const server = await startServer(["serve", "--engine", "script", "--script", scriptPath, "--port", "0", "--rate", "50"]);
+  const server = await startServer([
+    "serve",
+    "--engine",
+    "script",
+    "--script",
+    scriptPath,
+    "--port",
+    "0",
+    "--rate",
+    "50",
+  ]);
   const workspace = freshDir("ws-");
   const exec = spawnCli(["exec", "--json", "-C", workspace, "--server", server.url, "talk"]);
   await waitForStdout(exec, /"item\.started".*"agent_message"/);
   await stop(server, "SIGKILL");
   assert.equal(await exec.exited, 1, exec.stderr());
   const events = jsonLines<ExecEvent>(exec.stdout());
-  assert.deepEqual(events.map(shape), ["thread.started", "turn.started", "item.started agent_message", "turn.failed"]);
+  assert.deepEqual(events.map(shape), [
+    "thread.started",
+    "turn.started",
+    "item.started agent_message",
+    "turn.failed",
+  ]);
   const failure = events.at(-1)!.error!;
   assert.equal(failure.code, "connection_closed");
   assert.match(failure.message, /connection to the server closed/);
@@ -471,13 +553,18 @@ test("exec --resume continues a saved session: the model sees the earlier conver
     [say("second answer: one earlier model turn")],
     [say("third answer: two earlier model turns")],
   ]);
-  const first = await execScript(workspace, scriptPath, "first task", [], dataDir);
+  const first = await execScript(workspace, scriptPath, ["first task"], dataDir);
   assert.equal(first.code, 0, first.stderr);
   const id = first.events[0]!.thread_id!;
   assert.equal(itemOf(completedItems(first.events)[0], "agent_message").text, "first answer");
 
-  // By id (a unique prefix is enough).
-  const second = await execScript(workspace, scriptPath, "second task", ["--resume", id.slice(0, -2)], dataDir);
+  // `--resume ID TASK`, with a unique prefix of the id.
+  const second = await execScript(
+    workspace,
+    scriptPath,
+    ["--resume", id.slice(0, -2), "second task"],
+    dataDir,
+  );
   assert.equal(second.code, 0, second.stderr);
   assert.equal(second.events[0]!.thread_id, id);
   assert.deepEqual(second.events.map(shape), [
@@ -487,18 +574,24 @@ test("exec --resume continues a saved session: the model sees the earlier conver
     "item.completed agent_message",
     "turn.completed",
   ]);
-  assert.equal(itemOf(completedItems(second.events)[0], "agent_message").text, "second answer: one earlier model turn");
+  assert.equal(
+    itemOf(completedItems(second.events)[0], "agent_message").text,
+    "second answer: one earlier model turn",
+  );
 
-  // Without an id (the newest session), the flag after the task.
-  const third = await execScript(workspace, scriptPath, "third task", ["--resume"], dataDir);
+  // Without an id (the newest session); the flag comes after the task so it cannot take the task.
+  const third = await execScript(workspace, scriptPath, ["third task", "--resume"], dataDir);
   assert.equal(third.code, 0, third.stderr);
   assert.equal(third.events[0]!.thread_id, id);
-  assert.equal(itemOf(completedItems(third.events)[0], "agent_message").text, "third answer: two earlier model turns");
+  assert.equal(
+    itemOf(completedItems(third.events)[0], "agent_message").text,
+    "third answer: two earlier model turns",
+  );
 
   assert.deepEqual(readdirSync(join(dataDir, "sessions")), [`${id}.jsonl`]);
   assert.deepEqual(userTexts(sessionItems(dataDir, id)), ["first task", "second task", "third task"]);
 
-  const unknown = await execScript(workspace, scriptPath, "more", ["--resume", "nope"], dataDir);
+  const unknown = await execScript(workspace, scriptPath, ["--resume", "nope", "more"], dataDir);
   assert.equal(unknown.code, 2);
   assert.match(unknown.stderr, /no saved session "nope"/);
 });
@@ -510,20 +603,17 @@ test(
     const workspace = freshDir("ws-");
     const dataDir = freshDir("data-");
     const scriptPath = script([[say("first answer")], [say("second answer")]]);
-    const first = await execScript(workspace, scriptPath, "first task", [], dataDir);
+    const first = await execScript(workspace, scriptPath, ["first task"], dataDir);
     assert.equal(first.code, 0, first.stderr);
-    const result = await runToExit(
-      ["exec", "--json", "-C", workspace, "--engine", "script", "--script", scriptPath, "--resume", "second task"],
-      { SPARK_DATA_DIR: dataDir },
-    );
-    assert.equal(result.code, 0, result.stderr);
-    assert.equal(jsonLines<ExecEvent>(result.stdout)[0]?.thread_id, first.events[0]!.thread_id);
+    const second = await execScript(workspace, scriptPath, ["--resume", "second task"], dataDir);
+    assert.equal(second.code, 0, second.stderr);
+    assert.equal(second.events[0]?.thread_id, first.events[0]!.thread_id);
+    assert.equal(itemOf(completedItems(second.events)[0], "agent_message").text, "second answer");
   },
 );
 
 test("exec --server uses a separate `spark serve` with API keys: the right key works, a wrong one exits 2", async () => {
-  const keyFile = file(`exec-keys-${randomUUID()}.json`, "");
-  rmSync(keyFile);
+  const keyFile = join(freshDir("keys-"), "keys.json");
   const created = await runToExit(["keys", "create", "--name", "exec", "--key-file", keyFile]);
   assert.equal(created.code, 0, created.stderr);
   const key = created.stdout.trim();
@@ -533,7 +623,17 @@ test("exec --server uses a separate `spark serve` with API keys: the right key w
     [patch("*** Add File: remote.txt\n+made through the remote server")],
     [say("Done remotely.")],
   ]);
-  const server = await startServer(["serve", "--engine", "script", "--script", scriptPath, "--port", "0", "--key-file", keyFile]);
+  const server = await startServer([
+    "serve",
+    "--engine",
+    "script",
+    "--script",
+    scriptPath,
+    "--port",
+    "0",
+    "--key-file",
+    keyFile,
+  ]);
   try {
     const workspace = freshDir("ws-");
     const ok = await runToExit(["exec", "--json", "-C", workspace, "--server", server.url, "remote task"], {
@@ -556,16 +656,29 @@ test("exec --server uses a separate `spark serve` with API keys: the right key w
     // The key can also come from another variable with --api-key-env.
     const otherEnv = freshDir("ws-");
     const viaFlag = await runToExit(
-      ["exec", "--json", "-C", otherEnv, "--server", server.url, "--api-key-env", "MY_SPARK_KEY", "remote task"],
+      [
+        "exec",
+        "--json",
+        "-C",
+        otherEnv,
+        "--server",
+        server.url,
+        "--api-key-env",
+        "MY_SPARK_KEY",
+        "remote task",
+      ],
       { MY_SPARK_KEY: key },
     );
     assert.equal(viaFlag.code, 0, viaFlag.stderr);
     assert.ok(existsSync(join(otherEnv, "remote.txt")));
 
     const untouched = freshDir("ws-");
-    const wrong = await runToExit(["exec", "--json", "-C", untouched, "--server", server.url, "remote task"], {
-      SPARK_API_KEY: "sk-spark-wrong",
-    });
+    const wrong = await runToExit(
+      ["exec", "--json", "-C", untouched, "--server", server.url, "remote task"],
+      {
+        SPARK_API_KEY: "sk-spark-wrong",
+      },
+    );
     assert.equal(wrong.code, 2, wrong.stderr);
     assert.match(wrong.stderr, /answered 401/);
     assert.match(wrong.stderr, /Incorrect API key/);
@@ -594,7 +707,7 @@ test("WebSocket response.cancel stops a response mid-stream; an unknown id is an
   const long = Array.from({ length: 2_000 }, (_, i) => `w${i}`).join(" ");
   const server = await startScriptServer(
     [{ output: [{ type: "message", text: long }] }, { output: [{ type: "message", text: "still here" }] }],
-    100,
+    20,
   );
   const client = await WsClient.connect(server.url);
   try {
@@ -607,7 +720,11 @@ test("WebSocket response.cancel stops a response mid-stream; an unknown id is an
     client.send({ type: "response.cancel", response_id: id });
     const terminal = await client.waitFor((e) => TERMINAL_TYPES.has(e.type));
     assert.equal(terminal.type, "response.incomplete");
-    const response = terminal.response as { id: string; status: string; incomplete_details: { reason: string } };
+    const response = terminal.response as {
+      id: string;
+      status: string;
+      incomplete_details: { reason: string };
+    };
     assert.equal(response.id, id);
     assert.equal(response.status, "incomplete");
     assert.equal(response.incomplete_details.reason, "cancelled");

@@ -264,10 +264,6 @@ export class ToolRunner {
     const command = argv ?? ["bash", "-c", stringArg(args, "command")];
     const shown = argv ? argv.join(" ") : stringArg(args, "command");
     const escalate = args.escalate === true;
-    const cwd = await this.context.workspace.resolve(
-      typeof args.workdir === "string" && args.workdir !== "" ? args.workdir : ".",
-      "read",
-    );
     const item = (
       status: "in_progress" | "completed" | "failed" | "declined",
       output = "",
@@ -280,6 +276,17 @@ export class ToolRunner {
       exit_code: exitCode,
       status,
     });
+    let cwd: string;
+    try {
+      cwd = await this.context.workspace.resolve(
+        typeof args.workdir === "string" && args.workdir !== "" ? args.workdir : ".",
+        "read",
+      );
+    } catch (error) {
+      // A workdir outside the workspace (or missing): the command never runs, but it is still a command.
+      const message = errorText(error);
+      return { completed: item("failed", message), output: reply(message) };
+    }
     const sandboxed = this.context.sandbox.kind !== "none";
     const decision = decideCommand(this.context.approval, command, {
       sandboxed,

@@ -4,15 +4,6 @@
  */
 import { ModelRegistry, type ModelEntry, type Tier } from "../core/model-registry.js";
 import type { Engine } from "../engine/types.js";
-import { LlamaEngine } from "../engines/llama/llama-engine.js";
-import {
-  DEFAULT_MODEL,
-  defaultCacheDir,
-  progressBar,
-  resolveModelPath,
-} from "../engines/llama/model-source.js";
-import { OpenAIEngine } from "../engines/openai/openai-engine.js";
-import { loadScript, ScriptEngine } from "../engines/script/script-engine.js";
 import { ConfigError, type ModelEntrySettings, type ResolvedSettings } from "./config.js";
 
 /** What building one engine needs: the flat serve settings or one `models` entry. */
@@ -79,7 +70,10 @@ export async function createEngine(
   where: string,
 ): Promise<Engine> {
   switch (settings.engine) {
+    // Each engine's module loads only when it is used: node-llama-cpp alone takes longer to import
+    // than the script engine takes to start.
     case "script": {
+      const { loadScript, ScriptEngine } = await import("../engines/script/script-engine.js");
       if (!settings.script)
         throw new ConfigError(`${where}the script engine needs a script: --script FILE (JSON Lines)`);
       // A missing or malformed script is a usage error (exit 2), like a bad flag.
@@ -102,6 +96,7 @@ export async function createEngine(
             `${where}upstreamApiKeyEnv names ${settings.upstreamApiKeyEnv}, which is not set`,
           );
       }
+      const { OpenAIEngine } = await import("../engines/openai/openai-engine.js");
       return new OpenAIEngine({
         baseUrl: settings.upstream,
         api: settings.upstreamApi ?? "chat",
@@ -110,6 +105,11 @@ export async function createEngine(
       });
     }
     case "llama": {
+      const [{ LlamaEngine }, { DEFAULT_MODEL, defaultCacheDir, progressBar, resolveModelPath }] =
+        await Promise.all([
+          import("../engines/llama/llama-engine.js"),
+          import("../engines/llama/model-source.js"),
+        ]);
       return new LlamaEngine({
         modelPath: async () => {
           const bar = progressBar(process.stderr);

@@ -5,12 +5,16 @@
 import { existsSync, renameSync, writeFileSync } from "node:fs";
 import { Command } from "commander";
 import { generateKey, hashKey } from "../core/keys.js";
-import { ConfigError, loadKeyFile } from "./config.js";
+import type { loadKeyFile } from "./config.js";
+import { ConfigError } from "./setting-names.js";
 
 type KeyRecords = ReturnType<typeof loadKeyFile>;
 
-function readKeys(file: string): KeyRecords {
-  return existsSync(file) ? loadKeyFile(file) : [];
+/** The schema (zod) loads only when a key file is read, not with every `spark` command. */
+async function readKeys(file: string): Promise<KeyRecords> {
+  if (!existsSync(file)) return [];
+  const { loadKeyFile } = await import("./config.js");
+  return loadKeyFile(file);
 }
 
 function writeKeys(file: string, keys: KeyRecords): void {
@@ -45,9 +49,15 @@ export function keysCommand(defaultFile: string): Command {
     .option("--tpm <n>", "tokens per minute, per tier", positive)
     .option("--concurrent <n>", "responses at once, per tier", positive)
     .action(
-      (options: { name: string; keyFile?: string; rpm?: number; tpm?: number; concurrent?: number }) => {
+      async (options: {
+        name: string;
+        keyFile?: string;
+        rpm?: number;
+        tpm?: number;
+        concurrent?: number;
+      }) => {
         const file = fileOf(options);
-        const records = readKeys(file);
+        const records = await readKeys(file);
         if (!/^[A-Za-z0-9_.@-]{1,64}$/.test(options.name))
           throw new ConfigError("--name must be 1-64 letters, digits, '_', '.', '@' or '-'");
         if (records.some((r) => r.id === options.name))
@@ -73,9 +83,9 @@ export function keysCommand(defaultFile: string): Command {
     .command("list")
     .description("list key names and limits (keys themselves are never stored)")
     .option(...fileOption)
-    .action((options: { keyFile?: string }) => {
+    .action(async (options: { keyFile?: string }) => {
       const file = fileOf(options);
-      const records = readKeys(file);
+      const records = await readKeys(file);
       if (records.length === 0) process.stderr.write(`spark: no keys in ${file}\n`);
       for (const record of records) {
         const limits = record.limits ? ` ${JSON.stringify(record.limits)}` : "";
@@ -88,9 +98,9 @@ export function keysCommand(defaultFile: string): Command {
     .description("remove a key; a running server keeps it until restarted")
     .requiredOption("--name <id>", "the key to remove")
     .option(...fileOption)
-    .action((options: { name: string; keyFile?: string }) => {
+    .action(async (options: { name: string; keyFile?: string }) => {
       const file = fileOf(options);
-      const records = readKeys(file);
+      const records = await readKeys(file);
       const kept = records.filter((r) => r.id !== options.name);
       if (kept.length === records.length) throw new ConfigError(`${file} has no key named "${options.name}"`);
       writeKeys(file, kept);

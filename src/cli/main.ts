@@ -1,6 +1,6 @@
 /** The `spark` command line. */
 import { Command, InvalidArgumentError, Option } from "commander";
-import { ConfigError, DEFAULT_SETTINGS, ENV_NAMES } from "./config.js";
+import { ConfigError, DEFAULT_SETTINGS, ENV_NAMES } from "./setting-names.js";
 import { addClientOptions, clientFlags } from "./client-options.js";
 import { keysCommand } from "./keys-command.js";
 

@@ -65,6 +65,8 @@ class TuiApp {
   #exit: ((code: number) => void) | undefined;
   #exiting = false;
   #lastCtrlC = 0;
+  /** True while this UI starts a turn it has already echoed (so `turn.started` does not echo it). */
+  #echoed = false;
 
   constructor(
     private readonly flags: ClientFlags,
@@ -264,7 +266,7 @@ class TuiApp {
     if (text.startsWith("/")) return void this.#command(text);
     if (queue && agent?.busy) {
       agent.queue(text);
-      this.#screen.line(dim(`⏎ queued for after this turn: ${text}`));
+      this.#screen.lineAbove(dim(`⏎ queued for after this turn: ${text}`));
       return this.#render();
     }
     const variants = this.#variantsNext;
@@ -288,7 +290,9 @@ class TuiApp {
     if (variants !== undefined) return void this.#runVariants(variants, text);
     this.#phase = "waiting";
     this.#render();
+    this.#echoed = true;
     void agent.submit(text);
+    this.#echoed = false;
   }
 
   #onApprovalKey(key: Key): void {
@@ -380,7 +384,7 @@ class TuiApp {
         if (text === "") {
           this.#variantsNext = count;
           this.#screen.line(dim(`your next message gets ${count} answers side by side`));
-        } else if (needIdle() || !agent) this.#send(text, count);
+        } else if (!agent || needIdle()) this.#send(text, count);
         break;
       }
       case "status": {
@@ -462,7 +466,9 @@ class TuiApp {
     this.#screen.line(green(`✓ answer ${index + 1} chosen`));
     this.#phase = "tools";
     this.#render();
+    this.#echoed = true;
     void this.#agent!.choose(index);
+    this.#echoed = false;
   }
 
   /** The variants side by side, each in its own column, the last `height` rows. */
@@ -495,6 +501,12 @@ class TuiApp {
 
   #onAgentEvent(event: AgentEvent): void {
     switch (event.type) {
+      case "turn.started":
+        // A turn the agent started by itself (queued messages after a turn): show what it sends.
+        if (this.#echoed || event.input === "") return;
+        this.#screen.endLine();
+        this.#screen.line(cyan(`${PROMPT}${event.input}`));
+        break;
       case "response.started":
         if (event.lane !== "") return;
         this.#phase = "waiting";

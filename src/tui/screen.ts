@@ -73,6 +73,15 @@ export class Screen {
     this.print(`${text}\n`);
   }
 
+  /**
+   * Prints a whole line to the scrollback without ending the line being streamed: a notice shown
+   * mid-answer goes above the streamed line instead of splitting it in two.
+   */
+  lineAbove(text = ""): void {
+    this.#pending += `${text}\n`;
+    this.schedule();
+  }
+
   setFooter(lines: string[], caretColumn?: number): void {
     this.#footer = lines;
     this.#caretColumn = caretColumn;

@@ -1,0 +1,52 @@
+/**
+ * The settings' defaults, environment variable names and error class, apart from their schema so
+ * that commands which do not read settings (the TUI's first paint, `--help`) do not load zod.
+ */
+import type { ServeSettings } from "./config.js";
+
+export class ConfigError extends Error {}
+
+export const DEFAULT_SETTINGS = {
+  host: "127.0.0.1",
+  port: 8484,
+  engine: "llama",
+  download: true,
+  gpu: "auto",
+  upstreamApi: "chat",
+  allowUnauthenticated: false,
+  queueLength: 256,
+  store: "sqlite",
+  maxBodyBytes: 16 * 1024 * 1024,
+  websocket: true,
+  websocketMaxMinutes: 60,
+} as const satisfies Partial<ServeSettings>;
+
+/** Environment variable for each setting. */
+export const ENV_NAMES: Record<
+  Exclude<keyof ServeSettings, "models" | "keys" | "limits" | "client">,
+  string
+> = {
+  host: "SPARK_HOST",
+  port: "SPARK_PORT",
+  engine: "SPARK_ENGINE",
+  model: "SPARK_MODEL",
+  download: "SPARK_DOWNLOAD",
+  threads: "SPARK_THREADS",
+  contextSize: "SPARK_CONTEXT_SIZE",
+  sequences: "SPARK_SEQUENCES",
+  gpu: "SPARK_GPU",
+  upstream: "SPARK_UPSTREAM",
+  upstreamApiKeyEnv: "SPARK_UPSTREAM_API_KEY_ENV",
+  upstreamApi: "SPARK_UPSTREAM_API",
+  upstreamModel: "SPARK_UPSTREAM_MODEL",
+  script: "SPARK_SCRIPT",
+  rate: "SPARK_RATE",
+  keyFile: "SPARK_KEY_FILE",
+  allowUnauthenticated: "SPARK_ALLOW_UNAUTHENTICATED",
+  queueLength: "SPARK_QUEUE_LENGTH",
+  store: "SPARK_STORE",
+  dataDir: "SPARK_DATA_DIR",
+  maxBodyBytes: "SPARK_MAX_BODY_BYTES",
+  websocket: "SPARK_WEBSOCKET",
+  websocketMaxMinutes: "SPARK_WEBSOCKET_MAX_MINUTES",
+};
