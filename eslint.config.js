@@ -50,4 +50,28 @@ export default tseslint.config(
       ],
     },
   },
+  {
+    // The client (agent and TUI) talks to a server only over the wire, like any other client.
+    files: ["src/agent/**", "src/tui/**"],
+    rules: {
+      "no-restricted-imports": [
+        "error",
+        {
+          patterns: [
+            {
+              group: [
+                "**/server/**",
+                "**/core/**",
+                "**/engines/**",
+                "**/engine/**",
+                "**/store/**",
+                "**/router/**",
+              ],
+              message: "The client reaches the server only through the Responses API (responses-socket.ts).",
+            },
+          ],
+        },
+      ],
+    },
+  },
 );

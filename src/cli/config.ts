@@ -114,7 +114,6 @@ export const serveSettingsSchema = z.strictObject({
     .max(24 * 60),
 });
 export type ServeSettings = z.infer<typeof serveSettingsSchema>;
-type SettingKey = keyof ServeSettings;
 
 /** Settings only a config file can hold (structured values). */
 const FILE_ONLY: readonly string[] = ["models", "keys", "limits", "client"];

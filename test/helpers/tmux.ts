@@ -1,0 +1,162 @@
+/**
+ * Drives the interactive `spark` UI in a real terminal: tmux, on a private socket per test file,
+ * one tmux session per UI. Keys go in with `send-keys`; the screen comes back with `capture-pane`
+ * (wrapped lines joined, colors dropped, scrollback included). Waits poll the screen against a
+ * generous deadline that only exists to fail a broken UI instead of hanging; no assertion depends
+ * on how fast anything is.
+ */
+import { execFileSync, spawnSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { cleanEnv, REPO_ROOT } from "./cli.js";
+
+/** Why tmux tests cannot run here, or undefined when they can. */
+export const tmuxMissing: string | undefined =
+  spawnSync("tmux", ["-V"], { stdio: "ignore" }).status === 0
+    ? undefined
+    : "tmux is not on PATH: the interactive UI tests need it (CI installs it)";
+
+export const SPARK_BIN = join(REPO_ROOT, "bin", "spark.js");
+export const DIST_MAIN = join(REPO_ROOT, "dist", "cli", "main.js");
+/** Only so a broken UI fails instead of hanging; no assertion depends on it. */
+export const WAIT_MS = 10_000;
+
+function shellQuote(text: string): string {
+  return `'${text.replace(/'/g, `'\\''`)}'`;
+}
+
+export class TmuxServer {
+  readonly socket = `spark-tui-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
+  #sessions = 0;
+  /** The tmux server inherits this environment: no SPARK_* variable from the parent. */
+  readonly #env = cleanEnv();
+
+  tmux(...args: string[]): string {
+    return execFileSync("tmux", ["-L", this.socket, ...args], { encoding: "utf8", env: this.#env });
+  }
+
+  /**
+   * Starts `spark ARGS` in a new tmux session in `cwd`. When spark exits, the pane prints
+   * `EXITED <code>` and stays open, so the end of the screen can still be read.
+   */
+  start(options: {
+    args: readonly string[];
+    cwd: string;
+    dataDir: string;
+    columns?: number;
+    rows?: number;
+  }): Terminal {
+    const name = `t${++this.#sessions}`;
+    const command = [
+      "env",
+      `SPARK_DATA_DIR=${shellQuote(options.dataDir)}`,
+      shellQuote(process.execPath),
+      shellQuote(SPARK_BIN),
+      ...options.args.map(shellQuote),
+    ].join(" ");
+    this.tmux(
+      "new-session",
+      "-d",
+      "-s",
+      name,
+      "-x",
+      String(options.columns ?? 120),
+      "-y",
+      String(options.rows ?? 40),
+      "-c",
+      options.cwd,
+      `${command}; echo EXITED $?; sleep 600`,
+    );
+    return new Terminal(this, name);
+  }
+
+  kill(): void {
+    spawnSync("tmux", ["-L", this.socket, "kill-server"], { stdio: "ignore" });
+  }
+}
+
+export class Terminal {
+  constructor(
+    private readonly server: TmuxServer,
+    readonly name: string,
+  ) {}
+
+  /** Types text literally (no key names). */
+  type(text: string): void {
+    this.server.tmux("send-keys", "-t", this.name, "-l", text);
+  }
+
+  /** Presses keys by tmux name: Enter, Tab, Escape, C-t… */
+  press(...keys: string[]): void {
+    this.server.tmux("send-keys", "-t", this.name, ...keys);
+  }
+
+  /** The whole screen and scrollback as plain text, wrapped lines joined, trailing spaces cut. */
+  screen(): string {
+    return this.server
+      .tmux("capture-pane", "-p", "-J", "-S", "-", "-t", this.name)
+      .split("\n")
+      .map((line) => line.trimEnd())
+      .join("\n")
+      .trimEnd();
+  }
+
+  /** The last non-empty screen line (the prompt while the UI runs). */
+  lastLine(): string {
+    return this.screen().split("\n").at(-1) ?? "";
+  }
+
+  /** The status line (`⚡ spark │ ready │ …`): the last line with the tier label. */
+  statusLine(): string {
+    return (
+      this.screen()
+        .split("\n")
+        .filter((line) => /^(⚡ spark|◆ deep|⟳ auto) │ /.test(line))
+        .at(-1) ?? ""
+    );
+  }
+
+  /**
+   * Polls the screen until `check` holds, and returns that screen. A string or RegExp must occur in
+   * the screen; a function gets the screen.
+   */
+  async waitFor(
+    check: string | RegExp | ((screen: string) => boolean),
+    what = String(check),
+  ): Promise<string> {
+    const test =
+      typeof check === "string"
+        ? (s: string) => s.includes(check)
+        : check instanceof RegExp
+          ? (s: string) => check.test(s)
+          : check;
+    const deadline = Date.now() + WAIT_MS;
+    for (;;) {
+      const screen = this.screen();
+      if (test(screen)) return screen;
+      if (Date.now() > deadline)
+        throw new Error(`waited ${WAIT_MS} ms for ${what}; the screen:\n${screen}`);
+      await sleep(40);
+    }
+  }
+
+  /** Waits until the UI is connected (the "in-process server · … · session ID" line) and idle. */
+  async ready(): Promise<string> {
+    const screen = await this.waitFor(/^in-process server · .* · session (\S+)$/m, "the connection line");
+    await this.idle();
+    return /^in-process server · .* · session (\S+)$/m.exec(screen)![1]!;
+  }
+
+  /** Waits until no turn runs: the status says ready and the prompt is the idle `› `. */
+  idle(): Promise<string> {
+    return this.waitFor(
+      () => / │ ready( │|$)/.test(this.statusLine()) && this.lastLine().startsWith("›"),
+      "the idle prompt",
+    );
+  }
+}
+
+export function distMissing(): string | undefined {
+  return existsSync(DIST_MAIN) ? undefined : `${DIST_MAIN} is missing: run \`npm run build\` first`;
+}
