@@ -1,0 +1,280 @@
+/**
+ * The interactive `spark` UI end to end, in a real terminal (tmux): the in-process server with the
+ * script engine streams each script line at a fixed rate, and the tests press keys and read the
+ * screen as a user would. Streaming, steering with Enter, Esc, the tier toggle, the Tab queue,
+ * command approval, /variants, /new and /quit.
+ *
+ * Mid-stream actions only wait until part of an answer is on screen: the answers are long enough
+ * (several seconds at the script's rate) that the key always lands before their end.
+ */
+import assert from "node:assert/strict";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { file, freshDir, jsonLines } from "./helpers/cli.js";
+import { distMissing, TmuxServer, tmuxMissing, type Terminal } from "./helpers/tmux.js";
+
+/** About 60 tokens: 3 s at 20 tokens/s. Its last words mark an answer that was not cut short. */
+const LONG =
+  "First answer: this streaming reply about the code keeps going for quite a while, so there is time " +
+  "to steer it or stop it while it types on and on and on and on and on and on and on and on and on " +
+  "and on and on and on and on and on until the very last words: zebra omega.";
+const LONG_START = "First answer: this streaming";
+const LONG_END = "zebra omega.";
+/** Any part of the last words: none may appear once the answer was steered or interrupted. */
+const LONG_TAIL = /zebr|omeg/;
+const SECOND = "Second answer: understood, switching direction.";
+const THIRD = "Third answer.";
+
+function script(name: string, lines: readonly (readonly object[])[]): string {
+  return file(name, lines.map((output) => JSON.stringify({ output })).join("\n") + "\n");
+}
+
+const message = (text: string) => ({ type: "message", text });
+const shell = (command: string) => ({
+  type: "function_call",
+  name: "shell",
+  arguments: JSON.stringify({ command }),
+});
+
+const STORY = script("story.jsonl", [[message(LONG)], [message(SECOND)], [message(THIRD)]]);
+
+/** The session file's user messages, in order. */
+function userMessages(dataDir: string): string[] {
+  const sessions = join(dataDir, "sessions");
+  if (!existsSync(sessions)) return [];
+  const texts: string[] = [];
+  for (const name of readdirSync(sessions).filter((n) => n.endsWith(".jsonl"))) {
+    for (const record of jsonLines<{ type: string; items?: Record<string, unknown>[] }>(
+      readFileSync(join(sessions, name), "utf8"),
+    )) {
+      for (const item of record.items ?? []) {
+        if (item.type !== "message" || item.role !== "user") continue;
+        for (const part of item.content as { text?: string }[]) if (part.text) texts.push(part.text);
+      }
+    }
+  }
+  return texts;
+}
+
+async function until(check: () => boolean, what: string): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`waited 10 s for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 40));
+  }
+}
+
+describe("the interactive UI in a terminal", { skip: tmuxMissing ?? false }, () => {
+  const tmux = new TmuxServer();
+  before(() => {
+    const missing = distMissing();
+    assert.equal(missing, undefined, missing);
+  });
+  after(() => tmux.kill());
+
+  function startSpark(scriptPath: string, extra: readonly string[] = [], rate = 20) {
+    const cwd = freshDir("ws-");
+    const dataDir = freshDir("data-");
+    const term: Terminal = tmux.start({
+      args: ["--engine", "script", "--script", scriptPath, "--rate", String(rate), ...extra],
+      cwd,
+      dataDir,
+    });
+    return { term, cwd, dataDir };
+  }
+
+  test("an answer streams in progressively; the status line shows generating, then ready with TTFT and tok/s", async () => {
+    const { term } = startSpark(STORY);
+    await term.ready();
+    assert.match(term.statusLine(), /^⚡ spark │ ready │ ctx /);
+    term.type("hello there");
+    term.press("Enter");
+    const partial = await term.waitFor(
+      (s) => s.includes(LONG_START) && !s.includes(LONG_END),
+      "the start of the answer without its end",
+    );
+    assert.match(partial, /^› hello there$/m);
+    assert.ok(!partial.includes(LONG), "the whole answer is not there yet");
+    const generating = await term.waitFor(
+      () => term.statusLine().includes("● generating"),
+      "● generating in the status line",
+    );
+    assert.ok(!generating.includes(LONG_END));
+    assert.match(term.lastLine(), /^steer ›/, "while the model writes, Enter steers");
+
+    const done = await term.waitFor((s) => s.includes(LONG), "the whole answer");
+    assert.ok(done.split("\n").includes(LONG), "the answer is one line, in one piece");
+    await term.idle();
+    const status = term.statusLine();
+    assert.match(status, /^⚡ spark │ ready │ TTFT \d+ ms │ \d+ tok\/s │ ctx \S+ \d+% [\d.]+k?\/8\.2k$/);
+    assert.ok(!status.includes("generating"));
+  });
+
+  test("Enter mid-stream steers: the first answer stops, the steered answer follows, the steer is saved", async () => {
+    const { term, dataDir } = startSpark(STORY);
+    await term.ready();
+    term.type("write a long answer");
+    term.press("Enter");
+    await term.waitFor(LONG_START);
+    term.type("go left instead");
+    term.press("Enter");
+    const screen = await term.waitFor(SECOND, "the second script line");
+    await term.idle();
+    const lines = term.screen().split("\n");
+    const steer = lines.indexOf("↳ steer: go left instead");
+    const steered = lines.indexOf("── steered ──");
+    const second = lines.indexOf(SECOND);
+    assert.ok(steer > 0 && steered > steer && second > steered, `steer, steered, answer in order:\n${screen}`);
+    assert.doesNotMatch(term.screen(), LONG_TAIL, "the rest of the first answer never appears");
+
+    await until(() => userMessages(dataDir).includes("go left instead"), "the steer in the session file");
+    assert.deepEqual(userMessages(dataDir), ["write a long answer", "go left instead"]);
+  });
+
+  test("Esc mid-stream interrupts; the prompt comes back and the next message gets the next answer", async () => {
+    const { term } = startSpark(STORY);
+    await term.ready();
+    term.type("write a long answer");
+    term.press("Enter");
+    await term.waitFor(LONG_START);
+    term.press("Escape");
+    await term.waitFor(/^■ interrupted$/m, "■ interrupted");
+    await term.idle();
+    assert.match(term.lastLine(), /^›$/);
+    assert.doesNotMatch(term.screen(), LONG_TAIL, "the answer's end never appears");
+
+    term.type("and now?");
+    term.press("Enter");
+    await term.waitFor(SECOND, "the answer to the next message");
+    await term.idle();
+    const lines = term.screen().split("\n");
+    assert.ok(lines.indexOf("› and now?") < lines.indexOf(SECOND));
+    assert.doesNotMatch(term.screen(), LONG_TAIL);
+  });
+
+  test("Ctrl-T toggles the tier spark ⇄ deep; /model auto sets auto", async () => {
+    const short = script("tier.jsonl", [[message("Tier answer one.")], [message("Tier answer two.")]]);
+    const { term } = startSpark(short, [], 40);
+    await term.ready();
+    assert.match(term.statusLine(), /^⚡ spark │/);
+    term.press("C-t");
+    await term.waitFor(() => /^◆ deep │ ready │/.test(term.statusLine()), "◆ deep");
+    assert.match(term.statusLine(), /│ model deep$/);
+    term.type("in deep");
+    term.press("Enter");
+    await term.waitFor("Tier answer one.", "an answer in the deep tier");
+    await term.idle();
+    assert.match(term.statusLine(), /^◆ deep │/);
+
+    term.press("C-t");
+    await term.waitFor(() => /^⚡ spark │/.test(term.statusLine()), "⚡ spark again");
+    term.type("/model auto");
+    term.press("Enter");
+    await term.waitFor(() => /^⟳ auto │ ready │/.test(term.statusLine()), "⟳ auto");
+    term.type("in auto");
+    term.press("Enter");
+    await term.waitFor("Tier answer two.", "an answer in the auto tier");
+    await term.idle();
+    assert.match(term.statusLine(), /^⟳ auto │/);
+  });
+
+  test("Tab mid-stream queues a message; it is sent by itself once the answer ends", async () => {
+    const { term, dataDir } = startSpark(STORY);
+    await term.ready();
+    term.type("write a long answer");
+    term.press("Enter");
+    await term.waitFor(LONG_START);
+    term.type("later please");
+    term.press("Tab");
+    const queued = await term.waitFor(
+      (s) => s.includes("⏎ queued for after this turn: later please") && s.includes("queued (Tab):"),
+      "the queued notice and footer",
+    );
+    assert.match(queued, /^queued \(Tab\): “later please”$/m);
+    assert.ok(!queued.includes(SECOND), "the queued message waits for the turn");
+
+    // No key pressed from here: the queued message goes once the first answer is complete.
+    await term.waitFor(SECOND, "the answer to the queued message");
+    await term.idle();
+    const lines = term.screen().split("\n");
+    assert.ok(lines.includes(LONG), "the first answer was not cut, nor split by the notice");
+    assert.ok(lines.indexOf(LONG) < lines.indexOf("› later please"), "the queued message is shown when sent");
+    assert.ok(lines.indexOf("› later please") < lines.indexOf(SECOND));
+    assert.ok(!lines.some((l) => l.startsWith("queued (Tab):")), "the queue footer is gone");
+    await until(() => userMessages(dataDir).length === 2, "two user messages in the session file");
+    assert.deepEqual(userMessages(dataDir), ["write a long answer", "later please"]);
+  });
+
+  test("a command asks for approval: n declines it, y runs it", async () => {
+    const tools = script("approval.jsonl", [
+      [shell("touch declined.txt")],
+      [shell("touch approved.txt")],
+      [message("All done.")],
+    ]);
+    const { term, cwd } = startSpark(tools, ["--sandbox", "off", "--approval", "on-request"], 40);
+    await term.ready();
+    term.type("make two files");
+    term.press("Enter");
+    await term.waitFor(/^Run: touch declined\.txt$/m, "the first approval prompt");
+    assert.match(term.lastLine(), /y\s+yes\s+a\s+always\s+n\s+no/);
+    term.press("n");
+    await term.waitFor(/^✗ declined: touch declined\.txt$/m, "the decline");
+    await term.waitFor(/^Run: touch approved\.txt$/m, "the second approval prompt");
+    assert.equal(existsSync(join(cwd, "declined.txt")), false, "a declined command does not run");
+    assert.match(term.screen(), /^ {2}declined$/m);
+
+    term.press("y");
+    await term.waitFor("All done.", "the answer after the tools");
+    await term.idle();
+    assert.match(term.screen(), /^✓ approved: touch approved\.txt$/m);
+    assert.match(term.screen(), /^ {2}✓ exit 0$/m);
+    assert.equal(existsSync(join(cwd, "approved.txt")), true, "an approved command runs");
+    assert.equal(existsSync(join(cwd, "declined.txt")), false);
+  });
+
+  test("/variants 2 shows the answers side by side; 2 chooses the second", async () => {
+    const variants = script("variants.jsonl", [[message("Alpha answer.")], [message("After choosing.")]]);
+    const { term, dataDir } = startSpark(variants, [], 40);
+    await term.ready();
+    term.type("/variants 2 pick one");
+    term.press("Enter");
+    const screen = await term.waitFor("choose an answer: 1-2", "the choice");
+    assert.match(screen, /^1 +│ 2$/m, "one column per answer, headed 1 and 2");
+    assert.match(screen, /^Alpha answer\. +│ Alpha answer\.$/m, "the answers side by side");
+    assert.doesNotMatch(screen, /not connected/);
+    term.press("2");
+    await term.waitFor(/^✓ answer 2 chosen$/m, "✓ answer 2 chosen");
+    await term.idle();
+    term.type("more");
+    term.press("Enter");
+    await term.waitFor("After choosing.", "the next answer, after the chosen one");
+    await until(() => userMessages(dataDir).length === 2, "two user messages in the session file");
+    assert.deepEqual(userMessages(dataDir), ["pick one", "more"]);
+  });
+
+  test("/new starts over; /quit exits with 0 and names the saved session", async () => {
+    const short = script("quit.jsonl", [[message("Hello answer.")], [message("Second turn answer.")]]);
+    const { term } = startSpark(short, [], 40);
+    const id = await term.ready();
+    term.type("hi");
+    term.press("Enter");
+    await term.waitFor("Hello answer.");
+    await term.idle();
+    term.type("/new");
+    term.press("Enter");
+    await term.waitFor(/^─── new conversation ───$/m, "the /new line");
+    term.type("hi again");
+    term.press("Enter");
+    // A fresh conversation has no earlier model turns: the script starts over at its first line.
+    await term.waitFor((s) => s.split("\n").filter((l) => l === "Hello answer.").length === 2, "line 1 again");
+    await term.idle();
+
+    term.type("/quit");
+    term.press("Enter");
+    const screen = await term.waitFor(/^EXITED \d+$/m, "the process to end");
+    assert.match(screen, /^EXITED 0$/m);
+    assert.match(screen, new RegExp(`^session saved: spark resume ${id}$`, "m"));
+    assert.ok(!/^(⚡ spark|◆ deep|⟳ auto) │/m.test(screen.split("session saved")[1]!), "no footer left after");
+  });
+});
