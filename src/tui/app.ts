@@ -557,7 +557,9 @@ class TuiApp {
         }
         break;
       case "compacted":
-        this.#screen.line(dim(`context compacted (${event.trigger}): ${event.items} items kept`));
+        // /compact reports its own result with token counts.
+        if (event.trigger === "auto")
+          this.#screen.line(dim(`context compacted automatically: ${event.items} items kept`));
         break;
       case "turn.completed":
         this.#screen.endLine();
