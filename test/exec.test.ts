@@ -579,8 +579,8 @@ test("exec --resume continues a saved session: the model sees the earlier conver
     "second answer: one earlier model turn",
   );
 
-  // Without an id (the newest session); the flag comes after the task so it cannot take the task.
-  const third = await execScript(workspace, scriptPath, ["third task", "--resume"], dataDir);
+  // "last": the newest session.
+  const third = await execScript(workspace, scriptPath, ["--resume", "last", "third task"], dataDir);
   assert.equal(third.code, 0, third.stderr);
   assert.equal(third.events[0]!.thread_id, id);
   assert.equal(
@@ -596,21 +596,16 @@ test("exec --resume continues a saved session: the model sees the earlier conver
   assert.match(unknown.stderr, /no saved session "nope"/);
 });
 
-test(
-  'exec --resume "TASK" (no id) takes the task as the task, not as a session id',
-  { todo: "commander's optional --resume [session] swallows the task; src/cli/main.ts" },
-  async () => {
-    const workspace = freshDir("ws-");
-    const dataDir = freshDir("data-");
-    const scriptPath = script([[say("first answer")], [say("second answer")]]);
-    const first = await execScript(workspace, scriptPath, ["first task"], dataDir);
-    assert.equal(first.code, 0, first.stderr);
-    const second = await execScript(workspace, scriptPath, ["--resume", "second task"], dataDir);
-    assert.equal(second.code, 0, second.stderr);
-    assert.equal(second.events[0]?.thread_id, first.events[0]!.thread_id);
-    assert.equal(itemOf(completedItems(second.events)[0], "agent_message").text, "second answer");
-  },
-);
+test("exec usage errors exit 2: --resume without a session, no task", async () => {
+  const workspace = freshDir("ws-");
+  const scriptPath = script([[say("never")]]);
+  const noSession = await execScript(workspace, scriptPath, ["--resume"], freshDir("data-"));
+  assert.equal(noSession.code, 2);
+  assert.match(noSession.stderr, /--resume <session>' argument missing/);
+  const noTask = await execScript(workspace, scriptPath, [], freshDir("data-"));
+  assert.equal(noTask.code, 2);
+  assert.match(noTask.stderr, /missing required argument 'task'/);
+});
 
 test("exec --server uses a separate `spark serve` with API keys: the right key works, a wrong one exits 2", async () => {
   const keyFile = join(freshDir("keys-"), "keys.json");

@@ -125,7 +125,10 @@ describe("the interactive UI in a terminal", { skip: tmuxMissing ?? false }, () 
     const steer = lines.indexOf("↳ steer: go left instead");
     const steered = lines.indexOf("── steered ──");
     const second = lines.indexOf(SECOND);
-    assert.ok(steer > 0 && steered > steer && second > steered, `steer, steered, answer in order:\n${screen}`);
+    assert.ok(
+      steer > 0 && steered > steer && second > steered,
+      `steer, steered, answer in order:\n${screen}`,
+    );
     assert.doesNotMatch(term.screen(), LONG_TAIL, "the rest of the first answer never appears");
 
     await until(() => userMessages(dataDir).includes("go left instead"), "the steer in the session file");
@@ -267,7 +270,10 @@ describe("the interactive UI in a terminal", { skip: tmuxMissing ?? false }, () 
     term.type("hi again");
     term.press("Enter");
     // A fresh conversation has no earlier model turns: the script starts over at its first line.
-    await term.waitFor((s) => s.split("\n").filter((l) => l === "Hello answer.").length === 2, "line 1 again");
+    await term.waitFor(
+      (s) => s.split("\n").filter((l) => l === "Hello answer.").length === 2,
+      "line 1 again",
+    );
     await term.idle();
 
     term.type("/quit");
@@ -275,6 +281,9 @@ describe("the interactive UI in a terminal", { skip: tmuxMissing ?? false }, () 
     const screen = await term.waitFor(/^EXITED \d+$/m, "the process to end");
     assert.match(screen, /^EXITED 0$/m);
     assert.match(screen, new RegExp(`^session saved: spark resume ${id}$`, "m"));
-    assert.ok(!/^(⚡ spark|◆ deep|⟳ auto) │/m.test(screen.split("session saved")[1]!), "no footer left after");
+    assert.ok(
+      !/^(⚡ spark|◆ deep|⟳ auto) │/m.test(screen.split("session saved")[1]!),
+      "no footer left after",
+    );
   });
 });

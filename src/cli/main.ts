@@ -29,7 +29,9 @@ export function buildProgram(): Command {
   const program = new Command("spark")
     .description("Spark: an open, real-time coding model server speaking the OpenAI Responses API")
     .showHelpAfterError()
-    .enablePositionalOptions();
+    .enablePositionalOptions()
+    // Usage errors exit 2 like bad settings; --help and --version exit 0.
+    .exitOverride((error) => process.exit(error.exitCode === 0 ? 0 : 2));
   program
     .command("serve")
     .description(
@@ -153,7 +155,10 @@ Examples:
       .description("run one task without asking anything, then exit (0: the task finished)")
       .argument("<task>", "what to do")
       .option("--json", "print one JSON event per line (thread, turn and item events)")
-      .option("--resume [session]", "continue a saved session (the newest without an id)"),
+      .option(
+        "--resume <session>",
+        'continue a saved session: its id (or the start of it), or "last" for the newest',
+      ),
   )
     .addHelpText(
       "after",
@@ -161,11 +166,12 @@ Examples:
 Examples:
   spark exec "add a test for parseArgs and run it"
   spark exec --json --approval never "fix the failing build" > events.jsonl
+  spark exec --resume last "now run the tests"               # continue the newest session
   spark exec --engine script --script demo.jsonl "anything"   # deterministic, no model`,
     )
     .action(async (task: string, options: Record<string, unknown>, command: Command) => {
       const { runExec } = await import("./exec-command.js");
-      const resume = options.resume === true ? null : (options.resume as string | undefined);
+      const resume = options.resume === "last" ? null : (options.resume as string | undefined);
       process.exitCode = await runExec(task, clientFlags(options, command), {
         json: options.json === true,
         ...(resume === undefined ? {} : { resume }),

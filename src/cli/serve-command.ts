@@ -69,6 +69,26 @@ export async function serve(flags: Record<string, unknown>): Promise<void> {
     maxBodyBytes: settings.maxBodyBytes,
     websocket: settings.websocket && { maxConnectionMs: settings.websocketMaxMinutes * 60_000 },
   });
+  // Handlers before listening: a signal that arrives once the port is announced must not find the
+  // default disposition (which kills the process without a terminal event or exit 0).
+  let stopping = false;
+  const stop = (signal: string): void => {
+    if (stopping) {
+      log(`${signal} again: exiting now`);
+      process.exit(130);
+    }
+    stopping = true;
+    log(`${signal}: finishing in-flight responses and shutting down`);
+    server.close().then(
+      () => process.exit(0),
+      (error: unknown) => {
+        log(`shutdown error: ${String(error)}`);
+        process.exit(1);
+      },
+    );
+  };
+  process.on("SIGINT", () => stop("SIGINT"));
+  process.on("SIGTERM", () => stop("SIGTERM"));
   const url = await server.listen();
   process.stdout.write(`spark listening on ${url}\n`);
   const engines = models.engines();
@@ -91,25 +111,6 @@ export async function serve(flags: Record<string, unknown>): Promise<void> {
       ? "responses stored in memory only (--store memory)"
       : `responses stored in ${settings.dataDir ?? defaultDataDir()}`,
   );
-
-  let stopping = false;
-  const stop = (signal: string): void => {
-    if (stopping) {
-      log(`${signal} again: exiting now`);
-      process.exit(130);
-    }
-    stopping = true;
-    log(`${signal}: finishing in-flight responses and shutting down`);
-    server.close().then(
-      () => process.exit(0),
-      (error: unknown) => {
-        log(`shutdown error: ${String(error)}`);
-        process.exit(1);
-      },
-    );
-  };
-  process.on("SIGINT", () => stop("SIGINT"));
-  process.on("SIGTERM", () => stop("SIGTERM"));
 
   // The server answers 503 while the engines load, so clients see progress instead of a refused port.
   const started = performance.now();

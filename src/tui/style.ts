@@ -27,7 +27,8 @@ export function contextBand(fraction: number): "low" | "medium" | "high" | "crit
 const BAND_COLOR = { low: green, medium: cyan, high: yellow, critical: red } as const;
 
 function compact(n: number): string {
-  return n >= 10_000 ? `${Math.round(n / 1000)}k` : n >= 1000 ? `${(n / 1000).toFixed(1)}k` : String(n);
+  // From 9950 on, one decimal would round up to "10.0k": switch to whole thousands there.
+  return n >= 9_950 ? `${Math.round(n / 1000)}k` : n >= 1000 ? `${(n / 1000).toFixed(1)}k` : String(n);
 }
 
 /** `ctx ▕████░░░░░░▏ 38% 3.1k/8.2k`, colored by band. */

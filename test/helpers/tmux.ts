@@ -135,8 +135,7 @@ export class Terminal {
     for (;;) {
       const screen = this.screen();
       if (test(screen)) return screen;
-      if (Date.now() > deadline)
-        throw new Error(`waited ${WAIT_MS} ms for ${what}; the screen:\n${screen}`);
+      if (Date.now() > deadline) throw new Error(`waited ${WAIT_MS} ms for ${what}; the screen:\n${screen}`);
       await sleep(40);
     }
   }
