@@ -515,6 +515,40 @@ test("bad settings exit 2 with a clear message: no server at --server, a missing
   assert.ok(badCd.stderr.includes(`cannot use ${noWorkspace} as the workspace`), badCd.stderr);
 });
 
+test("the server closes the connection between requests (its lifetime limit): exec reconnects and sends the transcript", async () => {
+  // Connections live 1.2 s; the command sleeps 2 s, so the answer's request needs a new one.
+  const scriptPath = script([
+    [call("shell", { command: "sleep 2; echo slept" })],
+    [say("answered on a new connection")],
+  ]);
+  const server = await startServer([
+    "serve",
+    "--engine",
+    "script",
+    "--script",
+    scriptPath,
+    "--port",
+    "0",
+    "--store",
+    "memory",
+    "--websocket-max-minutes",
+    "0.02",
+  ]);
+  try {
+    const workspace = freshDir("ws-");
+    const run = await runToExit(["exec", "--json", "-C", workspace, "--server", server.url, "go"], {
+      SPARK_DATA_DIR: freshDir("data-"),
+    });
+    assert.equal(run.code, 0, run.stderr);
+    const events = jsonLines<ExecEvent>(run.stdout);
+    // The script engine picks line 2 only if the new connection's request carried the first turn.
+    assert.equal(itemOf(completedItems(events).at(-1), "agent_message").text, "answered on a new connection");
+    assert.equal(events.at(-1)!.type, "turn.completed");
+  } finally {
+    await stop(server);
+  }
+});
+
 test("a turn that fails (the server dies mid-answer) prints turn.failed and exits 1", async () => {
   const scriptPath = script([[say("word ".repeat(5_000))]]);
   const server = await startServer([

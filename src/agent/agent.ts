@@ -81,6 +81,12 @@ export class AgentError extends Error {
 
 export interface AgentOptions {
   socket: ResponsesSocket;
+  /**
+   * Opens a new connection when the socket has closed (the server's connection lifetime, a
+   * restart); the next request then sends the whole transcript. Without it, a closed socket fails
+   * every later request.
+   */
+  reconnect?: () => Promise<ResponsesSocket>;
   /** Base URL of the server, for its HTTP routes (compaction). */
   serverUrl: string;
   apiKey?: string;
@@ -143,8 +149,16 @@ export class Agent {
     this.#transcript = [...(options.transcript ?? [])];
     this.#model = options.model;
     this.#tools = new ToolRunner(options.tools, () => this.#nextItemId());
-    options.socket.onEvent((event) => this.#onEvent(event));
-    options.socket.onClose((reason) => {
+    this.#socket = options.socket;
+    this.#attach(options.socket);
+  }
+
+  #socket: ResponsesSocket;
+
+  #attach(socket: ResponsesSocket): void {
+    socket.onEvent((event) => this.#onEvent(event));
+    socket.onClose((reason) => {
+      if (socket !== this.#socket) return;
       for (const pending of this.#lanes.values()) {
         pending.reject(
           new AgentError(`the connection to the server closed (${reason})`, "connection_closed"),
@@ -152,6 +166,17 @@ export class Agent {
       }
       this.#lanes.clear();
     });
+  }
+
+  /** The open socket, reconnecting first when the last one closed and a way to reconnect exists. */
+  async #openSocket(): Promise<ResponsesSocket> {
+    if (!this.#socket.closed || !this.options.reconnect) return this.#socket;
+    const socket = await this.options.reconnect();
+    this.#socket = socket;
+    this.#attach(socket);
+    // The new connection has no cached chain (and store:false responses are nowhere else).
+    this.#head = undefined;
+    return socket;
   }
 
   on(listener: (event: AgentEvent) => void): () => void {
@@ -211,7 +236,7 @@ export class Agent {
     if (pending) {
       if (pending.responseId === undefined) pending.steersAwaitingId.push(text);
       else {
-        this.options.socket.send({
+        this.#socket.send({
           type: "response.steer",
           previous_response_id: pending.responseId,
           input: text,
@@ -447,6 +472,7 @@ export class Agent {
       onDelta?: (delta: string) => void;
     },
   ): Promise<ResponseObject> {
+    await this.#openSocket();
     const previous = this.#head;
     try {
       return await this.#send(input, previous, options);
@@ -518,7 +544,7 @@ export class Agent {
       this.#lanes.set(options.lane, pending);
       if (options.onDelta) this.#deltaSinks.set(options.lane, options.onDelta);
       else this.#deltaSinks.delete(options.lane);
-      if (!this.options.socket.send(frame)) {
+      if (!this.#socket.send(frame)) {
         pending.reject(new AgentError("the connection to the server is closed", "connection_closed"));
       }
     });
@@ -531,7 +557,7 @@ export class Agent {
   #cancel(pending: PendingResponse): void {
     pending.cancelRequested = true;
     if (pending.responseId !== undefined) {
-      this.options.socket.send({ type: "response.cancel", response_id: pending.responseId });
+      this.#socket.send({ type: "response.cancel", response_id: pending.responseId });
     }
   }
 
@@ -574,7 +600,7 @@ export class Agent {
         });
         if (pending.cancelRequested) this.#cancel(pending);
         for (const text of pending.steersAwaitingId.splice(0)) {
-          this.options.socket.send({
+          this.#socket.send({
             type: "response.steer",
             previous_response_id: response.id,
             input: text,
@@ -711,7 +737,7 @@ export class Agent {
 
   close(): void {
     this.interrupt();
-    this.options.socket.close();
+    this.#socket.close();
   }
 }
 

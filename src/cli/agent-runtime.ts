@@ -177,12 +177,12 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     serverUrl = server.url;
     closeServer = () => server.close();
   }
+  const url = serverUrl;
+  const connect = (): Promise<ResponsesSocket> =>
+    ResponsesSocket.connect(url, client.apiKey === undefined ? {} : { apiKey: client.apiKey });
   let socket: ResponsesSocket;
   try {
-    socket = await ResponsesSocket.connect(
-      serverUrl,
-      client.apiKey === undefined ? {} : { apiKey: client.apiKey },
-    );
+    socket = await connect();
   } catch (error) {
     await closeServer?.();
     throw error;
@@ -195,6 +195,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     resumed?.file ?? SessionFile.create(client.dataDir, { cwd: workspace.root, model: client.tier });
   const agent = new Agent({
     socket,
+    reconnect: connect,
     serverUrl,
     ...(client.apiKey === undefined ? {} : { apiKey: client.apiKey }),
     tools: {

@@ -6,7 +6,7 @@
  * on how fast anything is.
  */
 import { execFileSync, spawnSync } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { cleanEnv, REPO_ROOT } from "./cli.js";
@@ -71,8 +71,13 @@ export class TmuxServer {
     return new Terminal(this, name);
   }
 
+  /** Ends the tmux server and every UI in it, and removes its socket file (tmux leaves it). */
   kill(): void {
+    const path = spawnSync("tmux", ["-L", this.socket, "display-message", "-p", "#{socket_path}"], {
+      encoding: "utf8",
+    }).stdout?.trim();
     spawnSync("tmux", ["-L", this.socket, "kill-server"], { stdio: "ignore" });
+    if (path) rmSync(path, { force: true });
   }
 }
 
