@@ -41,7 +41,14 @@ export interface TurnUsage {
 
 export type AgentEvent =
   | { type: "turn.started"; input: string }
-  | { type: "response.started"; responseId: string; model: string; lane: string }
+  | {
+      type: "response.started";
+      responseId: string;
+      model: string;
+      lane: string;
+      /** The tier the server's router chose, for `model: "auto"`. */
+      route?: string;
+    }
   | { type: "response.queued"; lane: string }
   | { type: "first_token"; ms: number; lane: string }
   | { type: "text.delta"; itemId: string; delta: string; lane: string }
@@ -592,11 +599,13 @@ export class Agent {
         const response = event.response as ResponseObject | undefined;
         if (!pending || !response) return;
         pending.responseId = response.id;
+        const route = response.metadata?.spark_route;
         this.#emit({
           type: "response.started",
           responseId: response.id,
           model: response.model ?? this.#model,
           lane,
+          ...(route ? { route } : {}),
         });
         if (pending.cancelRequested) this.#cancel(pending);
         for (const text of pending.steersAwaitingId.splice(0)) {

@@ -65,6 +65,8 @@ class TuiApp {
   #exit: ((code: number) => void) | undefined;
   #exiting = false;
   #lastCtrlC = 0;
+  /** The tier `auto` routed the latest response to. */
+  #route: string | undefined;
   /** True while this UI starts a turn it has already echoed (so `turn.started` does not echo it). */
   #echoed = false;
 
@@ -509,6 +511,7 @@ class TuiApp {
         break;
       case "response.started":
         if (event.lane !== "") return;
+        this.#route = event.route;
         this.#phase = "waiting";
         this.#firstTokenAt = undefined;
         this.#deltas = 0;
@@ -634,7 +637,9 @@ class TuiApp {
   // ── drawing ────────────────────────────────────────────────────────────────────────────
 
   #statusLine(): string {
-    const parts: string[] = [tierLabel(this.#model)];
+    const parts: string[] = [
+      tierLabel(this.#model) + (this.#model === "auto" && this.#route ? dim(` → ${this.#route}`) : ""),
+    ];
     const busy = this.#agent?.busy || this.#variants !== undefined;
     const phase: Record<Phase, string> = {
       starting: yellow("starting…"),
