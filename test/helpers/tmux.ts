@@ -117,7 +117,7 @@ export class Terminal {
     return (
       this.screen()
         .split("\n")
-        .filter((line) => /^(⚡ spark|◆ deep|⟳ auto) │ /.test(line))
+        .filter((line) => /^(⚡ spark|◆ deep|⟳ auto( → \w+)?) │ /.test(line))
         .at(-1) ?? ""
     );
   }
