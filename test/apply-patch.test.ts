@@ -5,41 +5,17 @@
  * parse errors, and refusal of every way out of the workspace (`..`, absolute paths, symlinks).
  */
 import assert from "node:assert/strict";
-import { lstat, mkdir, mkdtemp, readdir, readFile, readlink, rm, symlink, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { lstat, readdir, readFile, readlink, symlink } from "node:fs/promises";
 import path from "node:path";
-import { after, describe, test } from "node:test";
+import { describe, test } from "node:test";
+import { workspaceFixture, type WorkspaceFixture } from "./helpers/workspace.js";
 import { applyPatch, parsePatch } from "../src/agent/apply-patch.js";
-import { ToolError, Workspace, writeFileAtomic } from "../src/agent/workspace.js";
+import { ToolError, writeFileAtomic } from "../src/agent/workspace.js";
 
-const temps: string[] = [];
-after(async () => {
-  await Promise.all(temps.map((dir) => rm(dir, { recursive: true, force: true })));
-});
+type Fixture = WorkspaceFixture;
 
-interface Fixture {
-  ws: Workspace;
-  /** The workspace root. */
-  root: string;
-  /** A sibling directory outside the workspace. */
-  outside: string;
-  /** The temp directory holding both. */
-  top: string;
-}
-
-async function fixture(files: Record<string, string> = {}): Promise<Fixture> {
-  const top = await mkdtemp(path.join(tmpdir(), "spark-apply-patch-"));
-  temps.push(top);
-  const root = path.join(top, "ws");
-  const outside = path.join(top, "outside");
-  await mkdir(root);
-  await mkdir(outside);
-  await writeFile(path.join(outside, "secret.txt"), "outside secret\n");
-  for (const [rel, content] of Object.entries(files)) {
-    await mkdir(path.dirname(path.join(root, rel)), { recursive: true });
-    await writeFile(path.join(root, rel), content);
-  }
-  return { ws: await Workspace.open(root), root, outside, top };
+function fixture(files: Record<string, string> = {}): Promise<Fixture> {
+  return workspaceFixture("spark-apply-patch-", files, { "secret.txt": "outside secret\n" });
 }
 
 /** Every file (bytes) and symlink (target) under `dir`, keyed by relative path. */

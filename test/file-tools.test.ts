@@ -5,38 +5,20 @@
  * limits and clear errors, and the workspace boundary (`..`, absolute paths, symlink escapes).
  */
 import assert from "node:assert/strict";
-import { mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { symlink } from "node:fs/promises";
 import path from "node:path";
-import { after, describe, test } from "node:test";
+import { describe, test } from "node:test";
+import { workspaceFixture, type WorkspaceFixture } from "./helpers/workspace.js";
 import { listFiles, readFile, searchFiles } from "../src/agent/file-tools.js";
-import { ToolError, Workspace } from "../src/agent/workspace.js";
+import { ToolError } from "../src/agent/workspace.js";
 
-const temps: string[] = [];
-after(async () => {
-  await Promise.all(temps.map((dir) => rm(dir, { recursive: true, force: true })));
-});
+type Fixture = WorkspaceFixture;
 
-interface Fixture {
-  ws: Workspace;
-  root: string;
-  outside: string;
-}
-
-async function fixture(files: Record<string, string | Buffer>): Promise<Fixture> {
-  const top = await mkdtemp(path.join(tmpdir(), "spark-file-tools-"));
-  temps.push(top);
-  const root = path.join(top, "ws");
-  const outside = path.join(top, "outside");
-  await mkdir(root);
-  await mkdir(path.join(outside, "dir"), { recursive: true });
-  await writeFile(path.join(outside, "secret.txt"), "TOKEN=outside\n");
-  await writeFile(path.join(outside, "dir", "inner.txt"), "TOKEN=outside-dir\n");
-  for (const [rel, content] of Object.entries(files)) {
-    await mkdir(path.dirname(path.join(root, rel)), { recursive: true });
-    await writeFile(path.join(root, rel), content);
-  }
-  return { ws: await Workspace.open(root), root, outside };
+function fixture(files: Record<string, string | Buffer>): Promise<Fixture> {
+  return workspaceFixture("spark-file-tools-", files, {
+    "secret.txt": "TOKEN=outside\n",
+    "dir/inner.txt": "TOKEN=outside-dir\n",
+  });
 }
 
 async function rejectsWith(promise: Promise<unknown>, code: string, ...fragments: string[]): Promise<void> {

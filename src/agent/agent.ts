@@ -127,6 +127,18 @@ interface PendingResponse {
   reject(error: AgentError): void;
 }
 
+/** Where one request goes and what becomes of its answer. */
+interface RequestOptions {
+  /** The `stream_id` lane; "" is the main conversation's (default) lane. */
+  lane: string;
+  /** Whether the answer joins the transcript (variants join only once chosen). */
+  record: boolean;
+  /** Extra `response.create` fields (the variants' temperature). */
+  extra?: Record<string, unknown>;
+  /** Receives the text deltas instead of `text.delta` events. */
+  onDelta?: (delta: string) => void;
+}
+
 type TurnEnd = Extract<AgentEvent, { type: "turn.completed" | "turn.interrupted" | "turn.failed" }>;
 
 const zeroUsage = (): TurnUsage => ({ input_tokens: 0, cached_input_tokens: 0, output_tokens: 0 });
@@ -470,15 +482,7 @@ export class Agent {
    * Sends one `response.create` and resolves with the response that ends it, following steered
    * successors. Falls back to the full transcript when the server no longer has the chain.
    */
-  async #respond(
-    input: InputItem[],
-    options: {
-      lane: string;
-      record: boolean;
-      extra?: Record<string, unknown>;
-      onDelta?: (delta: string) => void;
-    },
-  ): Promise<ResponseObject> {
+  async #respond(input: InputItem[], options: RequestOptions): Promise<ResponseObject> {
     await this.#openSocket();
     const previous = this.#head;
     try {
@@ -496,16 +500,7 @@ export class Agent {
     }
   }
 
-  #send(
-    input: InputItem[],
-    previous: string | undefined,
-    options: {
-      lane: string;
-      record: boolean;
-      extra?: Record<string, unknown>;
-      onDelta?: (delta: string) => void;
-    },
-  ): Promise<ResponseObject> {
+  #send(input: InputItem[], previous: string | undefined, options: RequestOptions): Promise<ResponseObject> {
     if (this.#lanes.has(options.lane)) throw new AgentError(`lane "${options.lane}" is busy`, "busy");
     const frame: { type: string } & Record<string, unknown> = {
       type: "response.create",
