@@ -26,7 +26,7 @@ const PROMPT = "› ";
 const STEER_PROMPT = "steer › ";
 const MAX_VARIANTS = 4;
 
-type Phase = "starting" | "ready" | "waiting" | "queued" | "generating" | "tools" | "failed";
+type Phase = "starting" | "ready" | "waiting" | "queued" | "generating" | "tools" | "approval" | "failed";
 
 interface VariantPanel {
   texts: string[];
@@ -309,6 +309,7 @@ class TuiApp {
     if (!answer || !this.#approval) return;
     const { resolve, request } = this.#approval;
     this.#approval = undefined;
+    this.#phase = "tools";
     this.#screen.line(
       answer === "no"
         ? yellow(`✗ declined: ${request.summary}`)
@@ -321,6 +322,7 @@ class TuiApp {
   #ask(request: ApprovalRequest): Promise<ApprovalAnswer> {
     return new Promise((resolve) => {
       this.#approval = { request, resolve };
+      this.#phase = "approval";
       this.#render();
     });
   }
@@ -440,7 +442,6 @@ class TuiApp {
       });
       this.#variants.results = results;
       this.#phase = "ready";
-      this.#screen.line(...[]);
       for (const row of this.#variantRows(Infinity)) this.#screen.line(row);
       this.#notice = `choose an answer: 1-${count} (Esc: none)`;
     } catch (error) {
@@ -648,6 +649,7 @@ class TuiApp {
       queued: yellow("● queued by server"),
       generating: cyan("● generating"),
       tools: cyan("● running tools"),
+      approval: yellow("● waiting for your approval"),
       failed: red("not connected"),
     };
     parts.push(
