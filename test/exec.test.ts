@@ -515,6 +515,22 @@ test("bad settings exit 2 with a clear message: no server at --server, a missing
   assert.ok(badCd.stderr.includes(`cannot use ${noWorkspace} as the workspace`), badCd.stderr);
 });
 
+test("without --json the answer streams to stdout and tool activity goes to stderr", async () => {
+  const workspace = freshDir("ws-");
+  const scriptPath = script([
+    [call("shell", { command: "echo from-the-command" })],
+    [say("The command printed its line.")],
+  ]);
+  const run = await runToExit(
+    ["exec", "-C", workspace, "--engine", "script", "--script", scriptPath, "show me"],
+    { SPARK_DATA_DIR: freshDir("data-") },
+  );
+  assert.equal(run.code, 0, run.stderr);
+  assert.equal(run.stdout, "The command printed its line.\n");
+  assert.match(run.stderr, /\$ echo from-the-command {2}\(completed, exit 0\)\nfrom-the-command/);
+  assert.match(run.stderr, /done: \d+ input tokens \(0 cached\), \d+ output tokens/);
+});
+
 test("the server closes the connection between requests (its lifetime limit): exec reconnects and sends the transcript", async () => {
   // Connections live 1.2 s; the command sleeps 2 s, so the answer's request needs a new one.
   const scriptPath = script([
