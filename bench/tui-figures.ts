@@ -244,7 +244,7 @@ export async function steerKeystrokeFigure(options: { rounds: number }, log: Log
       figure: "11. Keystroke (Enter) to response.steer on the wire",
       spark: `p50 ${ms(s.p50)}, p90 ${ms(s.p90)}`,
       reference: `floor ${ms(r.p50)}`,
-      comparison: `+${ms(s.p50 - r.p50)} over the floor`,
+      comparison: `${s.p50 >= r.p50 ? "+" : "−"}${ms(Math.abs(s.p50 - r.p50))} vs the floor`,
       goal: "< 5 ms",
       met: s.p50 < 5,
     },
