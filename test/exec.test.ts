@@ -57,6 +57,11 @@ function script(turns: readonly (readonly ScriptItem[])[]): string {
   );
 }
 
+/** `spark serve` with the script engine on a free port, plus `extra` flags. */
+function serveScript(scriptPath: string, ...extra: string[]): ReturnType<typeof startServer> {
+  return startServer(["serve", "--engine", "script", "--script", scriptPath, "--port", "0", ...extra]);
+}
+
 const say = (text: string): ScriptItem => ({ type: "message", text });
 const patch = (body: string): ScriptItem => ({
   type: "custom_tool_call",
@@ -537,19 +542,7 @@ test("the server closes the connection between requests (its lifetime limit): ex
     [call("shell", { command: "sleep 2; echo slept" })],
     [say("answered on a new connection")],
   ]);
-  const server = await startServer([
-    "serve",
-    "--engine",
-    "script",
-    "--script",
-    scriptPath,
-    "--port",
-    "0",
-    "--store",
-    "memory",
-    "--websocket-max-minutes",
-    "0.02",
-  ]);
+  const server = await serveScript(scriptPath, "--store", "memory", "--websocket-max-minutes", "0.02");
   try {
     const workspace = freshDir("ws-");
     const run = await runToExit(["exec", "--json", "-C", workspace, "--server", server.url, "go"], {
@@ -567,17 +560,7 @@ test("the server closes the connection between requests (its lifetime limit): ex
 
 test("a turn that fails (the server dies mid-answer) prints turn.failed and exits 1", async () => {
   const scriptPath = script([[say("word ".repeat(5_000))]]);
-  const server = await startServer([
-    "serve",
-    "--engine",
-    "script",
-    "--script",
-    scriptPath,
-    "--port",
-    "0",
-    "--rate",
-    "50",
-  ]);
+  const server = await serveScript(scriptPath, "--rate", "50");
   const workspace = freshDir("ws-");
   const exec = spawnCli(["exec", "--json", "-C", workspace, "--server", server.url, "talk"]);
   await waitForStdout(exec, /"item\.started".*"agent_message"/);
@@ -668,17 +651,7 @@ test("exec --server uses a separate `spark serve` with API keys: the right key w
     [patch("*** Add File: remote.txt\n+made through the remote server")],
     [say("Done remotely.")],
   ]);
-  const server = await startServer([
-    "serve",
-    "--engine",
-    "script",
-    "--script",
-    scriptPath,
-    "--port",
-    "0",
-    "--key-file",
-    keyFile,
-  ]);
+  const server = await serveScript(scriptPath, "--key-file", keyFile);
   try {
     const workspace = freshDir("ws-");
     const ok = await runToExit(["exec", "--json", "-C", workspace, "--server", server.url, "remote task"], {
