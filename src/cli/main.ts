@@ -27,7 +27,9 @@ function number(value: string): number {
 }
 export function buildProgram(): Command {
   const program = new Command("spark")
-    .description("Spark: an open, real-time coding model server speaking the OpenAI Responses API")
+    .description(
+      "Spark: a real-time coding agent you steer while it types (this command), and the OpenAI-compatible server behind it (spark serve)",
+    )
     .showHelpAfterError()
     .enablePositionalOptions()
     // Usage errors exit 2 like bad settings; --help and --version exit 0.
@@ -144,6 +146,19 @@ Examples:
   // The interactive UI is the default command: `spark` or `spark "first message"`.
   addClientOptions(program)
     .argument("[prompt]", "a first message to send")
+    .addHelpText(
+      "after",
+      `
+In the UI: Enter sends (while the model writes, it steers it), Tab queues a message for after the
+turn, Esc interrupts, Ctrl-T toggles the tier spark/deep; /model, /compact, /new, /variants N,
+/status, /help, /quit.
+
+Examples:
+  spark                                   # on the current directory, in-process server
+  spark --server http://gpu-box:8484 --tier auto
+  spark exec "add a test for parseArgs"   # one task, no questions (spark exec --help)
+  spark resume                            # continue the newest saved session`,
+    )
     .action(async (prompt: string | undefined, options: Record<string, unknown>, command: Command) => {
       const { runTui } = await import("../tui/app.js");
       process.exitCode = await runTui(clientFlags(options, command), prompt === undefined ? {} : { prompt });
