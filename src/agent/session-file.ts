@@ -6,7 +6,7 @@
  */
 import { appendFileSync, mkdirSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
-import type { InputItem } from "./agent.js";
+import { messageText, type InputItem } from "./agent.js";
 
 export interface SessionMeta {
   type: "session";
@@ -94,11 +94,12 @@ export class SessionFile {
           const meta = JSON.parse(lines[0] ?? "") as SessionMeta;
           const items = lines[1] ? ((JSON.parse(lines[1]) as { items?: InputItem[] }).items ?? []) : [];
           const first = items.find((item) => item.role === "user");
-          const content = first?.content;
-          const text = Array.isArray(content)
-            ? String((content[0] as { text?: unknown } | undefined)?.text ?? "")
-            : "";
-          return { id: meta.id, created_at: meta.created_at, cwd: meta.cwd, firstMessage: text };
+          return {
+            id: meta.id,
+            created_at: meta.created_at,
+            cwd: meta.cwd,
+            firstMessage: messageText(first),
+          };
         } catch {
           return undefined;
         }

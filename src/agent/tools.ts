@@ -175,7 +175,7 @@ export class ToolRunner {
       output: text,
     });
     try {
-      if (call.name === "apply_patch") return await this.#patch(id, call, signal, onStarted, reply);
+      if (call.name === "apply_patch") return await this.#patch(id, call, onStarted, reply);
       const args = parseArguments(call);
       if (call.name === "shell") return await this.#shell(id, args, signal, onStarted, reply);
       const item = (status: "in_progress" | "completed" | "failed", result?: string): ThreadItem => ({
@@ -338,7 +338,6 @@ export class ToolRunner {
   async #patch(
     id: string,
     call: ToolCall,
-    _signal: AbortSignal,
     onStarted: (item: ThreadItem) => void,
     reply: (text: string) => Record<string, unknown>,
   ): Promise<ToolRun> {

@@ -13,6 +13,7 @@ import { detectSandbox, type Sandbox } from "../agent/sandbox.js";
 import { SessionFile } from "../agent/session-file.js";
 import type { ApprovalAnswer, ApprovalRequest } from "../agent/tools.js";
 import { Workspace } from "../agent/workspace.js";
+import { defaultDataDir } from "../store/data-dir.js";
 import { ConfigError, resolveSettings, type ResolvedSettings } from "./config.js";
 
 export const DEFAULT_INSTRUCTIONS = `You are Spark, a fast coding agent working with a user in their terminal, in the workspace at WORKSPACE.
@@ -85,7 +86,6 @@ export async function resolveClient(flags: ClientFlags, interactive: boolean): P
   if (!(autoCompact >= 0 && autoCompact <= 1)) {
     throw new ConfigError(`--auto-compact ${autoCompact}: expected a fraction from 0 (off) to 1`);
   }
-  const { defaultDataDir } = await import("../store/data-dir.js");
   return {
     settings,
     server,

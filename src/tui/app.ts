@@ -118,7 +118,7 @@ class TuiApp {
             `${describeSandbox(runtime.sandbox)} · session ${runtime.session.meta.id}`,
         ),
       );
-      if (runtime.resumedItems > 0) this.#showResumed();
+      if (runtime.resumedItems > 0) await this.#showResumed();
       this.#phase = "ready";
       this.#render();
       const waiting = this.#waitingForConnection.splice(0);
@@ -134,15 +134,13 @@ class TuiApp {
     }
   }
 
-  #showResumed(): void {
+  async #showResumed(): Promise<void> {
+    const { messageText } = await import("../agent/agent.js");
     const agent = this.#agent!;
     const messages = agent.transcript.filter((item) => item.type === "message");
     this.#screen.line(dim(`resumed: ${agent.transcript.length} items; the last messages:`));
     for (const item of messages.slice(-4)) {
-      const content = item.content;
-      const text = Array.isArray(content)
-        ? content.map((p: { text?: unknown }) => (typeof p.text === "string" ? p.text : "")).join("")
-        : String(content ?? "");
+      const text = messageText(item);
       const shown = text.length > 300 ? `${text.slice(0, 300)}…` : text;
       this.#screen.line(item.role === "user" ? cyan(`${PROMPT}${shown}`) : shown);
     }
