@@ -162,7 +162,6 @@ export class Agent {
   readonly #queued: string[] = [];
   #contextTokens = 0;
   #variantResults: ({ input: InputItem[]; response: ResponseObject } | undefined)[] = [];
-  #idle: Promise<void> = Promise.resolve();
 
   constructor(private readonly options: AgentOptions) {
     this.#transcript = [...(options.transcript ?? [])];
@@ -230,11 +229,6 @@ export class Agent {
 
   get queuedMessages(): readonly string[] {
     return this.#queued;
-  }
-
-  /** Resolves when no turn is running and nothing is queued. */
-  idle(): Promise<void> {
-    return this.#idle;
   }
 
   /**
@@ -391,10 +385,6 @@ export class Agent {
       const next = this.#queued.splice(0);
       if (next.length > 0 || this.#carry.length > 0) void this.#startTurn(next.join("\n\n"));
       return end.type === "turn.completed";
-    });
-    this.#idle = done.then(async () => {
-      await Promise.resolve();
-      if (this.#busy) await this.#idle;
     });
     return done;
   }

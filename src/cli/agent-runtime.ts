@@ -70,7 +70,7 @@ export interface ResolvedClient {
 }
 
 /** Flags, then environment (SPARK_SERVER, SPARK_API_KEY), then the config file's `client`. */
-export async function resolveClient(flags: ClientFlags, interactive: boolean): Promise<ResolvedClient> {
+export function resolveClient(flags: ClientFlags, interactive: boolean): ResolvedClient {
   const settings = resolveSettings(flags.serve);
   const fromFile = settings.client ?? {};
   const apiKeyEnv = flags.apiKeyEnv ?? fromFile.apiKeyEnv ?? "SPARK_API_KEY";
@@ -152,7 +152,7 @@ async function fetchContextWindow(
 }
 
 export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
-  const client = await resolveClient(options.flags, options.interactive);
+  const client = resolveClient(options.flags, options.interactive);
   const root = options.flags.cd ?? process.cwd();
   let workspace: Workspace;
   try {
