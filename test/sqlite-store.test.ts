@@ -122,6 +122,56 @@ test("the cache stays coherent with deletes and with records evicted from it", (
   store.close();
 });
 
+test("the cache of parsed records is bounded in bytes; a record over a quarter of it is not cached", () => {
+  const MiB = 1024 * 1024;
+  const large = (id: string, size: number) => {
+    const record = sampleRecord(id);
+    const text = id.padEnd(size, "x");
+    record.inputItems = [{ id: `in_${id}`, type: "message", content: [{ type: "input_text", text }] }];
+    record.conversation = [{ type: "message", role: "user", text }];
+    return record;
+  };
+  const dataDir = freshDataDir();
+  const store = SqliteResponseStore.open(dataDir, { cacheBytes: 2 * MiB });
+  for (let index = 0; index < 40; index++) {
+    store.put(large(`resp_large_${index}`, 100_000));
+    assert.ok(store.cachedBytes <= 2 * MiB, `${store.cachedBytes} bytes cached after ${index + 1} puts`);
+  }
+  assert.ok(store.cachedBytes > MiB, `the cache is used: ${store.cachedBytes}`);
+  // Reads fill the cache too, within the same bound; every record still reads back whole.
+  for (let index = 0; index < 40; index++) {
+    assert.deepEqual(store.get(`resp_large_${index}`, "key_alice"), large(`resp_large_${index}`, 100_000));
+    assert.ok(store.cachedBytes <= 2 * MiB, `${store.cachedBytes} bytes cached after reading ${index}`);
+  }
+  const hot = store.get("resp_large_39", "key_alice");
+  assert.equal(store.get("resp_large_39", "key_alice"), hot, "a recent record comes from the cache");
+
+  // Over a quarter of the bound (512 KiB): stored and read back, never cached.
+  const before = store.cachedBytes;
+  const huge = large("resp_huge", 300_000);
+  store.put(huge);
+  assert.equal(store.cachedBytes, before);
+  const first = store.get("resp_huge", "key_alice");
+  assert.deepEqual(first, huge);
+  assert.notEqual(first, huge);
+  assert.notEqual(store.get("resp_huge", "key_alice"), first, "parsed again on each read");
+  assert.equal(store.cachedBytes, before);
+
+  // Deletes give their bytes back; close empties the cache.
+  assert.equal(store.delete("resp_large_39", "key_alice"), true);
+  assert.ok(store.cachedBytes < before);
+  store.close();
+  assert.equal(store.cachedBytes, 0);
+
+  // The default bound: 64 MiB, so an 8 MiB input (16 MiB of JSON: input items and conversation) is not cached.
+  const defaults = SqliteResponseStore.open(dataDir);
+  defaults.put(large("resp_8mib", 8 * MiB));
+  assert.equal(defaults.cachedBytes, 0);
+  defaults.put(large("resp_small", 1000));
+  assert.ok(defaults.cachedBytes > 0);
+  defaults.close();
+});
+
 test("every put that returned survives kill -9 of the process", async () => {
   const dataDir = freshDataDir();
   const count = 50;

@@ -28,7 +28,12 @@ import { newId } from "./ids.js";
 import { anonymousPrincipal, type Principal } from "./keys.js";
 import type { Metrics } from "./metrics.js";
 import { applySampling, type ModelRegistry, type ResolvedModel } from "./model-registry.js";
-import type { InputItemRecord, ResponseStore, StoredResponse } from "./response-store.js";
+import {
+  StoreWriteError,
+  type InputItemRecord,
+  type ResponseStore,
+  type StoredResponse,
+} from "./response-store.js";
 import { validateBody } from "./validate.js";
 
 /** Context size assumed for the default compaction threshold when the engine does not report one. */
@@ -285,7 +290,12 @@ export class ResponsesService {
     yield this.settle(prepared, builder.finish(reason, usage, abortReason));
   }
 
-  /** Records a finished response (on the prepared response, and in the store when asked) and returns its terminal event. */
+  /**
+   * Records a finished response (in the store when asked, then on the prepared response) and returns
+   * its terminal event. The store write comes before the terminal event is sent, so the event tells
+   * its outcome: a response that could not be stored ends with `response.failed`
+   * (`store_write_failed`) instead, has no result, and cannot be continued.
+   */
   private settle(prepared: PreparedResponse, terminal: ResponseEvent): ResponseEvent {
     const response = terminal.response as ResponseObject;
     const result: StoredResponse = {
@@ -294,11 +304,20 @@ export class ResponsesService {
       inputItems: [],
       conversation: [...prepared.request.items, ...conversationItemsOf(response.output)],
     };
-    prepared.result = result;
     if (response.store) {
       result.inputItems = inputItemRecords(prepared.body.input);
-      this.store.put(result);
+      try {
+        this.store.put(result);
+      } catch (error) {
+        const failure = storeWriteFailure(error);
+        prepared.failure = failure;
+        const detail = { code: failure.code, message: failure.message };
+        Object.assign(prepared.response, { status: "failed", error: detail, incomplete_details: null });
+        const failed = { ...response, status: "failed" as const, error: detail, incomplete_details: null };
+        return { ...terminal, type: "response.failed", response: failed };
+      }
     }
+    prepared.result = result;
     return terminal;
   }
 
@@ -413,6 +432,30 @@ export class ResponsesService {
     if (!record) throw SparkError.notFound(`Response with id '${id}' not found.`, "response_not_found");
     return record;
   }
+}
+
+/**
+ * The client's error for a response whose store write failed: 507 when the disk is full, else 500.
+ * A store's own reason (`SQLITE_FULL: database or disk is full`) is shown; anything else is an
+ * internal error, reported as such.
+ */
+function storeWriteFailure(error: unknown): SparkError {
+  if (!(error instanceof StoreWriteError)) {
+    return SparkError.internal(SparkError.from(error).message, "store_write_failed");
+  }
+  if (error.full) {
+    return new SparkError(
+      507,
+      "server_error",
+      "store_write_failed",
+      `The response could not be stored: the server's data directory is full (${error.message}). ` +
+        `It was not saved; retry when space has been freed.`,
+    );
+  }
+  return SparkError.internal(
+    `The response could not be stored (${error.message}). It was not saved; retry later.`,
+    "store_write_failed",
+  );
 }
 
 export function conversationItemsOf(output: readonly OutputItem[]): ConversationItem[] {

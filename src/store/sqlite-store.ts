@@ -15,20 +15,34 @@
  *   protocol and the core, which change them without a schema migration here. Only what the store
  *   itself filters or orders on (`id`, `owner`, `created_at`) has a column of its own.
  * - A small LRU of parsed records sits in front of the database so that continuing a hot chain does
- *   not re-parse its history. Callers must treat records as immutable, as with `MemoryResponseStore`.
- *   One server process owns a data directory: the cache does not see writes by other processes.
+ *   not re-parse its history. It is bounded in bytes (`cacheBytes`, 64 MiB by default), each record
+ *   counted as the length of its JSON text plus `RECORD_OVERHEAD_BYTES`; a record over a quarter of
+ *   the bound is never cached (it is parsed from the database on each read). Callers must treat
+ *   records as immutable, as with `MemoryResponseStore`. One server process owns a data directory:
+ *   the cache does not see writes by other processes.
+ * - A write that fails (`SQLITE_FULL` on a full disk, `SQLITE_IOERR_*`) is rolled back by SQLite and
+ *   thrown as `StoreWriteError`; the connection stays usable and the next write succeeds once space
+ *   is freed. A checkpoint that fails for lack of space does not fail the commit that triggered it:
+ *   committed transactions stay in the WAL, which a later checkpoint or the next open applies.
  */
 import { closeSync, mkdirSync, openSync } from "node:fs";
 import { join } from "node:path";
 import Database from "better-sqlite3";
-import type { InputItemRecord, ResponseStore, StoredResponse } from "../core/response-store.js";
+import {
+  RECORD_OVERHEAD_BYTES,
+  StoreWriteError,
+  type InputItemRecord,
+  type ResponseStore,
+  type StoredResponse,
+} from "../core/response-store.js";
 import type { ConversationItem } from "../engine/types.js";
 import type { ResponseObject } from "../protocol/responses.js";
 
 /** The schema version this code writes, kept in `PRAGMA user_version`. */
 export const SCHEMA_VERSION = 1;
 export const DATABASE_FILE = "responses.sqlite";
-const CACHE_CAPACITY = 256;
+/** Default bound of the cache of parsed records, in (estimated) bytes. */
+export const DEFAULT_CACHE_BYTES = 64 * 1024 * 1024;
 const BUSY_TIMEOUT_MS = 5000;
 
 /** The data directory or database cannot be used; the message says which path and what to do. */
@@ -45,6 +59,11 @@ export class StoreOpenError extends Error {
 }
 
 export { defaultDataDir } from "./data-dir.js";
+
+export interface SqliteStoreOptions {
+  /** Bound of the cache of parsed records in bytes (estimated); 0 disables the cache. */
+  cacheBytes?: number;
+}
 
 interface Row {
   owner: string;
@@ -71,15 +90,19 @@ export class SqliteResponseStore implements ResponseStore {
   readonly #select: Database.Statement<[string, string], Row>;
   readonly #upsert: Database.Statement<[string, string, number, string, string, string]>;
   readonly #remove: Database.Statement<[string, string]>;
-  /** Parsed records by id, least recently used first. */
-  readonly #cache = new Map<string, StoredResponse>();
+  /** Parsed records by id with their estimated size, least recently used first. */
+  readonly #cache = new Map<string, { record: StoredResponse; bytes: number }>();
+  #cachedBytes = 0;
+  readonly #cacheBytes: number;
 
   private constructor(
     db: Database.Database,
     /** Path of the database file. */
     readonly path: string,
+    options: SqliteStoreOptions,
   ) {
     this.#db = db;
+    this.#cacheBytes = options.cacheBytes ?? DEFAULT_CACHE_BYTES;
     this.#select = db.prepare<[string, string], Row>(
       "SELECT owner, response, input_items, conversation FROM responses WHERE id = ? AND owner = ?",
     );
@@ -91,7 +114,7 @@ export class SqliteResponseStore implements ResponseStore {
   }
 
   /** Opens (creating if needed) the store in `dataDir`; throws `StoreOpenError` when it cannot. */
-  static open(dataDir: string): SqliteResponseStore {
+  static open(dataDir: string, options: SqliteStoreOptions = {}): SqliteResponseStore {
     try {
       mkdirSync(dataDir, { recursive: true, mode: 0o700 });
     } catch (error) {
@@ -121,7 +144,7 @@ export class SqliteResponseStore implements ResponseStore {
       db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
       db.pragma("foreign_keys = ON");
       migrate(db, path);
-      return new SqliteResponseStore(db, path);
+      return new SqliteResponseStore(db, path, options);
     } catch (error) {
       if (db?.open) db.close();
       if (error instanceof StoreOpenError) throw error;
@@ -129,13 +152,19 @@ export class SqliteResponseStore implements ResponseStore {
     }
   }
 
+  /** The estimated size of the parsed records held in the cache. */
+  get cachedBytes(): number {
+    return this.#cachedBytes;
+  }
+
   get(id: string, owner: string): StoredResponse | undefined {
     const cached = this.#cache.get(id);
     if (cached !== undefined) {
       // Ids are unique across owners, so a cached record of another owner means "not found".
-      if (cached.owner !== owner) return undefined;
-      this.#remember(id, cached);
-      return cached;
+      if (cached.record.owner !== owner) return undefined;
+      this.#cache.delete(id);
+      this.#cache.set(id, cached);
+      return cached.record;
     }
     const row = this.#select.get(id, owner);
     if (row === undefined) return undefined;
@@ -145,42 +174,81 @@ export class SqliteResponseStore implements ResponseStore {
       inputItems: JSON.parse(row.input_items) as InputItemRecord[],
       conversation: JSON.parse(row.conversation) as ConversationItem[],
     };
-    this.#remember(id, record);
+    this.#remember(
+      id,
+      record,
+      row.owner.length + row.response.length + row.input_items.length + row.conversation.length,
+    );
     return record;
   }
 
   put(record: StoredResponse): void {
     const { response } = record;
-    this.#upsert.run(
-      response.id,
-      record.owner,
-      response.created_at,
+    const id = response.id;
+    const columns = [
       JSON.stringify(response),
       JSON.stringify(record.inputItems),
       JSON.stringify(record.conversation),
+    ] as const;
+    try {
+      this.#upsert.run(id, record.owner, response.created_at, ...columns);
+    } catch (error) {
+      throw writeError(error);
+    }
+    this.#remember(
+      id,
+      record,
+      record.owner.length + columns[0].length + columns[1].length + columns[2].length,
     );
-    this.#remember(response.id, record);
   }
 
   delete(id: string, owner: string): boolean {
-    const deleted = this.#remove.run(id, owner).changes > 0;
-    if (deleted) this.#cache.delete(id);
+    let deleted: boolean;
+    try {
+      deleted = this.#remove.run(id, owner).changes > 0;
+    } catch (error) {
+      throw writeError(error);
+    }
+    if (deleted) this.#forget(id);
     return deleted;
   }
 
   close(): void {
     this.#cache.clear();
+    this.#cachedBytes = 0;
     if (this.#db.open) this.#db.close();
   }
 
-  #remember(id: string, record: StoredResponse): void {
-    this.#cache.delete(id);
-    this.#cache.set(id, record);
-    if (this.#cache.size > CACHE_CAPACITY) {
+  /** Caches a record whose JSON text is `textLength` long, unless it is too large to. */
+  #remember(id: string, record: StoredResponse, textLength: number): void {
+    this.#forget(id);
+    const bytes = textLength + RECORD_OVERHEAD_BYTES;
+    if (bytes > this.#cacheBytes / 4) return;
+    this.#cache.set(id, { record, bytes });
+    this.#cachedBytes += bytes;
+    while (this.#cachedBytes > this.#cacheBytes) {
       const oldest = this.#cache.keys().next().value;
-      if (oldest !== undefined) this.#cache.delete(oldest);
+      if (oldest === undefined) break;
+      this.#forget(oldest);
     }
   }
+
+  #forget(id: string): void {
+    const entry = this.#cache.get(id);
+    if (entry === undefined) return;
+    this.#cache.delete(id);
+    this.#cachedBytes -= entry.bytes;
+  }
+}
+
+/** A failed write as `StoreWriteError`, with SQLite's code and message (never a path). */
+function writeError(error: unknown): StoreWriteError {
+  const code = (error as { code?: unknown } | null)?.code;
+  const message = messageOf(error);
+  if (typeof code === "string" && code.startsWith("SQLITE_")) {
+    return new StoreWriteError(`${code}: ${message}`, code === "SQLITE_FULL", { cause: error });
+  }
+  return new StoreWriteError(message, false, { cause: error });
 }
 
 /** Brings the schema from `PRAGMA user_version` up to `SCHEMA_VERSION`, one transaction per step. */
