@@ -14,6 +14,14 @@ export { ConfigError, DEFAULT_SETTINGS, ENV_NAMES };
 
 const positiveInteger = z.number().int().positive();
 
+/** A list of names: an array in the config file, comma-separated in the environment, repeated flags. */
+const nameList = z
+  .preprocess(
+    (value) => (typeof value === "string" ? value.split(",").map((part) => part.trim()) : value),
+    z.array(z.string().min(1, "must not be empty")),
+  )
+  .optional();
+
 const tierLimitsSchema = z.strictObject({
   requestsPerMinute: positiveInteger.optional(),
   tokensPerMinute: positiveInteger.optional(),
@@ -112,6 +120,12 @@ export const serveSettingsSchema = z.strictObject({
     .number()
     .positive()
     .max(24 * 60),
+  websocketHistoryMib: z.coerce.number().int().min(1).max(1_048_576),
+  maxConnections: z.coerce.number().int().min(1).max(1_000_000),
+  headerTimeout: z.coerce.number().positive().max(3600),
+  requestTimeout: z.coerce.number().positive().max(86_400),
+  allowedHosts: nameList,
+  allowedOrigins: nameList,
 });
 export type ServeSettings = z.infer<typeof serveSettingsSchema>;
 

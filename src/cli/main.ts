@@ -20,6 +20,11 @@ function integer(value: string): number {
 
 const DEFAULT_KEY_FILE = "spark-keys.json";
 
+/** A repeatable option's values, in order. */
+function collect(value: string, previous: string[] | undefined): string[] {
+  return [...(previous ?? []), value];
+}
+
 function number(value: string): number {
   const n = Number(value);
   if (!Number.isFinite(n)) throw new InvalidArgumentError("expected a number");
@@ -114,6 +119,36 @@ export function buildProgram(): Command {
       "--websocket-max-minutes <n>",
       `lifetime of one WebSocket connection (default 60) ${env("websocketMaxMinutes")}`,
       number,
+    )
+    .option(
+      "--websocket-history-mib <n>",
+      `memory for WebSocket lanes' latest conversations, over all connections; a quarter of it (at most 64) per connection (default 256) ${env("websocketHistoryMib")}`,
+      integer,
+    )
+    .option(
+      "--max-connections <n>",
+      `open connections at most; more get 503 (default 4096) ${env("maxConnections")}`,
+      integer,
+    )
+    .option(
+      "--header-timeout <seconds>",
+      `time a client has to send its request headers (default 15) ${env("headerTimeout")}`,
+      number,
+    )
+    .option(
+      "--request-timeout <seconds>",
+      `time a client has to send its whole request (default 120) ${env("requestTimeout")}`,
+      number,
+    )
+    .option(
+      "--allowed-host <name>",
+      `also answer to this Host name (a proxy's); repeatable, * for any ${env("allowedHosts")}`,
+      collect,
+    )
+    .option(
+      "--allowed-origin <origin>",
+      `let web pages on this origin call the server; repeatable, * for any ${env("allowedOrigins")}`,
+      collect,
     )
     .addHelpText(
       "after",

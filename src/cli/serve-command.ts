@@ -1,14 +1,21 @@
 /** `spark serve`: builds the models, keys and store from the settings and runs the server until a signal. */
 import { KeyRing } from "../core/keys.js";
+import { Metrics } from "../core/metrics.js";
 import { MemoryResponseStore, type ResponseStore } from "../core/response-store.js";
 import { SparkServer } from "../server/http-server.js";
 import { defaultDataDir, SqliteResponseStore, StoreOpenError } from "../store/sqlite-store.js";
 import { ConfigError, loadKeyFile, resolveSettings, type ResolvedSettings } from "./config.js";
 import { createModels } from "./create-engine.js";
 
+const MIB = 1024 * 1024;
+
 const log = (line: string): void => {
   process.stderr.write(`spark: ${line}\n`);
 };
+
+function detail(error: unknown): string {
+  return error instanceof Error ? (error.stack ?? error.message) : String(error);
+}
 
 function isLoopback(host: string): boolean {
   return host === "localhost" || host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host);
@@ -60,6 +67,8 @@ export async function serve(flags: Record<string, unknown>): Promise<void> {
   const models = await createModels(settings, log);
   const store = openStore(settings);
   const server = new SparkServer({
+    // Process metrics too (heap, RSS, event-loop lag): what an operator watches for the bounds.
+    metrics: new Metrics({ processMetrics: true }),
     models,
     keys,
     store,
@@ -67,7 +76,19 @@ export async function serve(flags: Record<string, unknown>): Promise<void> {
     host: settings.host,
     port: settings.port,
     maxBodyBytes: settings.maxBodyBytes,
-    websocket: settings.websocket && { maxConnectionMs: settings.websocketMaxMinutes * 60_000 },
+    websocket: settings.websocket && {
+      maxConnectionMs: settings.websocketMaxMinutes * 60_000,
+      historyBytesTotal: settings.websocketHistoryMib * MIB,
+      limits: {
+        historyBytes: Math.min(64 * MIB, Math.floor((settings.websocketHistoryMib * MIB) / 4)),
+        maxQueued: Math.max(1, settings.queueLength),
+      },
+    },
+    maxConnections: settings.maxConnections,
+    headersTimeoutMs: settings.headerTimeout * 1000,
+    requestTimeoutMs: settings.requestTimeout * 1000,
+    ...(settings.allowedHosts ? { allowedHosts: settings.allowedHosts } : {}),
+    ...(settings.allowedOrigins ? { allowedOrigins: settings.allowedOrigins } : {}),
   });
   // Handlers before listening: a signal that arrives once the port is announced must not find the
   // default disposition (which kills the process without a terminal event or exit 0).
@@ -89,6 +110,15 @@ export async function serve(flags: Record<string, unknown>): Promise<void> {
   };
   process.on("SIGINT", () => stop("SIGINT"));
   process.on("SIGTERM", () => stop("SIGTERM"));
+  // The last line of defence. Every transport path catches its own errors and ends only the request
+  // or frame they belong to; an error that still escapes is a bug, and one request's bug must not
+  // end every other user's responses: it is logged with its stack and the server keeps serving.
+  process.on("unhandledRejection", (reason: unknown) =>
+    log(`internal error (unhandled rejection): ${detail(reason)}`),
+  );
+  process.on("uncaughtException", (error: Error) =>
+    log(`internal error (uncaught exception): ${detail(error)}`),
+  );
   const url = await server.listen();
   process.stdout.write(`spark listening on ${url}\n`);
   const engines = models.engines();

@@ -19,6 +19,10 @@ export const DEFAULT_SETTINGS = {
   maxBodyBytes: 16 * 1024 * 1024,
   websocket: true,
   websocketMaxMinutes: 60,
+  websocketHistoryMib: 256,
+  maxConnections: 4096,
+  headerTimeout: 15,
+  requestTimeout: 120,
 } as const satisfies Partial<ServeSettings>;
 
 /** Environment variable for each setting. */
@@ -49,4 +53,10 @@ export const ENV_NAMES: Record<
   maxBodyBytes: "SPARK_MAX_BODY_BYTES",
   websocket: "SPARK_WEBSOCKET",
   websocketMaxMinutes: "SPARK_WEBSOCKET_MAX_MINUTES",
+  websocketHistoryMib: "SPARK_WEBSOCKET_HISTORY_MIB",
+  maxConnections: "SPARK_MAX_CONNECTIONS",
+  headerTimeout: "SPARK_HEADER_TIMEOUT",
+  requestTimeout: "SPARK_REQUEST_TIMEOUT",
+  allowedHosts: "SPARK_ALLOWED_HOSTS",
+  allowedOrigins: "SPARK_ALLOWED_ORIGINS",
 };

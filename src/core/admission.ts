@@ -171,15 +171,8 @@ export class Admission {
   /** Checks the key's limits and the engine's queue; throws a 429 `SparkError` when over. */
   admit(principal: Principal, tier: Tier, engine: Engine, capacity: number): Ticket {
     const now = performance.now();
-    const limits = principal.limits[tier];
-    const usageKey = `${principal.id}\u0000${tier}`;
-    let usage = this.#usage.get(usageKey);
-    if (!usage) {
-      usage = new Usage();
-      this.#usage.set(usageKey, usage);
-    }
-    usage.advance(now);
-    this.#checkLimits(usage, limits, tier);
+    const usage = this.#usageOf(principal, tier, now);
+    this.#checkLimits(usage, principal.limits[tier], tier);
 
     let pool = this.#pools.get(engine);
     if (!pool) {
@@ -204,6 +197,32 @@ export class Admission {
     usage.open++;
     if (++this.#admitted % 1024 === 0) this.#sweep(now);
     return this.#ticket(pool, usage, principal.id, tier, mustWait);
+  }
+
+  /**
+   * Charges a request that runs no engine (`generate: false`): one request and `tokens` against
+   * the key's per-minute limits, after checking them like `admit` does (it holds nothing, so the
+   * concurrency limit does not apply). Throws the same 429s.
+   */
+  charge(principal: Principal, tier: Tier, tokens: number): void {
+    const now = performance.now();
+    const usage = this.#usageOf(principal, tier, now);
+    this.#checkLimits(usage, { ...principal.limits[tier], concurrent: undefined }, tier);
+    usage.requests.add(1);
+    if (tokens > 0) usage.tokens.add(tokens);
+    if (++this.#admitted % 1024 === 0) this.#sweep(now);
+  }
+
+  /** The key's usage of `tier`, moved to `now`. */
+  #usageOf(principal: Principal, tier: Tier, now: number): Usage {
+    const usageKey = `${principal.id}\u0000${tier}`;
+    let usage = this.#usage.get(usageKey);
+    if (!usage) {
+      usage = new Usage();
+      this.#usage.set(usageKey, usage);
+    }
+    usage.advance(now);
+    return usage;
   }
 
   #checkLimits(usage: Usage, limits: TierLimits, tier: Tier): void {

@@ -57,6 +57,17 @@ export class Metrics {
     help: "WebSocket connections accepted.",
     registers: [this.registry],
   });
+  readonly connectionsRefused = new Counter({
+    name: "spark_connections_refused_total",
+    help: "Connections refused because the server had --max-connections open.",
+    registers: [this.registry],
+  });
+  readonly limitsHit = new Counter({
+    name: "spark_connection_limits_hit_total",
+    help: "Times a WebSocket connection hit a memory or queue bound (lane history evicted, queue full, reading paused).",
+    labelNames: ["limit"] as const,
+    registers: [this.registry],
+  });
   readonly steers = new Counter({
     name: "spark_steers_total",
     help: "response.steer frames by outcome (accepted, pending, failed).",

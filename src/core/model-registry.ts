@@ -11,7 +11,7 @@
  * Anything else is `404 model_not_found`; a known model whose engine is still loading is 503.
  */
 import type { Engine, EngineModel, EngineRequest } from "../engine/types.js";
-import { SparkError } from "../protocol/errors.js";
+import { shown, SparkError } from "../protocol/errors.js";
 import { routeRequest, type RouteDecision, type RouteInput, type Tier } from "../router/route.js";
 
 export type { Tier } from "../router/route.js";
@@ -172,7 +172,7 @@ export class ModelRegistry {
         404,
         "invalid_request_error",
         "model_not_found",
-        `The model '${name}' does not exist. Available models: ${known}.`,
+        `The model '${shown(name)}' does not exist. Available models: ${known}.`,
         "model",
       );
     }

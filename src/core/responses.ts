@@ -3,7 +3,7 @@
  * into the typed, numbered Responses events (the same events for SSE and, later, WebSocket).
  */
 import type { ConversationItem, EnginePart, EngineRequest, FinishReason, Usage } from "../engine/types.js";
-import { SparkError } from "../protocol/errors.js";
+import { shown, SparkError } from "../protocol/errors.js";
 import {
   compactRequestSchema,
   responseCreateSchema,
@@ -23,6 +23,7 @@ import {
   restoreCompaction,
 } from "./compaction.js";
 import type { Admission, Ticket } from "./admission.js";
+import { conversationBytes } from "./byte-budget.js";
 import { abortReasonOf, observeGeneration } from "./generation.js";
 import { newId } from "./ids.js";
 import { anonymousPrincipal, type Principal } from "./keys.js";
@@ -62,6 +63,8 @@ export interface PreparedResponse {
 export interface PrepareContext {
   /** Conversation of a response the transport holds itself (a WebSocket lane's latest), if any. */
   history?: (responseId: string) => readonly ConversationItem[] | undefined;
+  /** Why a `previous_response_id` the transport once held is gone (appended to the not-found message). */
+  historyMiss?: (responseId: string) => string | undefined;
   /** Items placed before the request's own input (steering input waiting for this turn). */
   prefix?: readonly ConversationItem[];
   /** Who asks: owner of stored responses, subject of rate limits. Anonymous when absent. */
@@ -113,7 +116,12 @@ export class ResponsesService {
           400,
           "invalid_request_error",
           "previous_response_not_found",
-          `Previous response with id '${body.previous_response_id}' not found.`,
+          [
+            `Previous response with id '${shown(body.previous_response_id)}' not found.`,
+            context.historyMiss?.(body.previous_response_id),
+          ]
+            .filter(Boolean)
+            .join(" "),
           "previous_response_id",
         );
       }
@@ -197,7 +205,9 @@ export class ResponsesService {
       acceptedAt,
     };
     // Last, so a request that fails validation costs no rate limit. `generate: false` runs no
-    // engine (it only records input to chain from), so it takes no slot either.
+    // engine (it only records input to chain from), so it takes no slot, but it is still a request
+    // and its input still costs tokens (estimated: nothing counts them), or it would be a way
+    // around the limits that stores megabytes per call.
     if (body.generate !== false) {
       prepared.ticket = this.admission.admit(
         principal,
@@ -205,6 +215,10 @@ export class ResponsesService {
         model.entry.engine,
         model.entry.capacity,
       );
+    } else {
+      const newItems = items.length - history.length;
+      const estimatedTokens = Math.ceil(conversationBytes(items.slice(-newItems)) / 8);
+      this.admission.charge(principal, model.entry.tier, estimatedTokens);
     }
     return prepared;
   }
@@ -404,7 +418,7 @@ export class ResponsesService {
     let start = 0;
     if (page.after !== undefined) {
       const at = ordered.findIndex((item) => item.id === page.after);
-      if (at < 0) throw SparkError.invalid(`No input item '${page.after}' in this response.`, "after");
+      if (at < 0) throw SparkError.invalid(`No input item '${shown(page.after)}' in this response.`, "after");
       start = at + 1;
     }
     const data = ordered.slice(start, start + page.limit);
@@ -422,14 +436,15 @@ export class ResponsesService {
     principal: Principal = anonymousPrincipal,
   ): { id: string; object: "response"; deleted: true } {
     if (!this.store.delete(id, principal.id)) {
-      throw SparkError.notFound(`Response with id '${id}' not found.`, "response_not_found");
+      throw SparkError.notFound(`Response with id '${shown(id)}' not found.`, "response_not_found");
     }
     return { id, object: "response", deleted: true };
   }
 
   private record(id: string, principal: Principal): StoredResponse {
     const record = this.store.get(id, principal.id);
-    if (!record) throw SparkError.notFound(`Response with id '${id}' not found.`, "response_not_found");
+    if (!record)
+      throw SparkError.notFound(`Response with id '${shown(id)}' not found.`, "response_not_found");
     return record;
   }
 }

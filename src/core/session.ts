@@ -9,13 +9,20 @@
  *   lane carries its `stream_id`. At most `maxInFlight` responses generate at once; more wait.
  * - Each lane keeps its latest response's full conversation (input and output) in memory whatever
  *   `store` says, so `previous_response_id` plus new items continues a chain without the store.
+ *   That memory is bounded in bytes per connection and over all connections (`ByteBudget`): past
+ *   the bound the least recently used lane forgets its history, and continuing from it is
+ *   `previous_response_not_found` with a message that says why (stored responses still continue
+ *   from the store).
+ * - Work waiting on a connection is bounded in responses and in bytes: past either bound a
+ *   `response.create` gets an `error` event 429 `queue_full`, and nothing else is queued.
  * - Every response started here ends with exactly one terminal event, also when the session closes.
  * - `close()` stops every generation the session started, at once.
  */
 import { z } from "zod";
 import type { ConversationItem } from "../engine/types.js";
-import { SparkError } from "../protocol/errors.js";
+import { shown, SparkError } from "../protocol/errors.js";
 import type { OutputItem, ResponseEvent, ResponseObject } from "../protocol/responses.js";
+import { ByteBudget, conversationBytes } from "./byte-budget.js";
 import { itemsFromResponsesInput } from "./conversation.js";
 import { newId } from "./ids.js";
 import { anonymousPrincipal, type Principal } from "./keys.js";
@@ -34,9 +41,25 @@ export interface SessionLimits {
   maxLanes: number;
   /** Steers waiting on one response. */
   maxPendingSteers: number;
+  /** Responses waiting (not yet generating) on one connection, over all its lanes. */
+  maxQueued: number;
+  /** Bytes of `response.create` frames waiting on one connection. */
+  maxQueuedBytes: number;
+  /** Estimated bytes of lane history (latest conversations) one connection keeps in memory. */
+  historyBytes: number;
 }
 
-export const DEFAULT_SESSION_LIMITS: SessionLimits = { maxInFlight: 16, maxLanes: 32, maxPendingSteers: 8 };
+export const DEFAULT_SESSION_LIMITS: SessionLimits = {
+  maxInFlight: 16,
+  maxLanes: 32,
+  maxPendingSteers: 8,
+  maxQueued: 256,
+  maxQueuedBytes: 64 * 1024 * 1024,
+  historyBytes: 64 * 1024 * 1024,
+};
+
+/** How many forgotten response ids a session remembers, to say why a continuation missed. */
+const MAX_EVICTED_IDS = 1024;
 
 /** Abort reason of a response interrupted by `response.steer`; it becomes `incomplete_details.reason`. */
 export const STEERED = "steered";
@@ -66,6 +89,8 @@ interface Job {
   lane: Lane;
   /** The create body as the client sent it (minus `type`). */
   body: Record<string, unknown>;
+  /** Size of the frame that carried it, counted against the queued-bytes bound while it waits. */
+  frameBytes: number;
   /** Items placed before the body's input: steering input carried into this turn. */
   prefix: ConversationItem[];
   controller: AbortController;
@@ -85,6 +110,11 @@ interface Lane {
 
 export class ResponsesSession {
   readonly #lanes = new Map<string | undefined, Lane>();
+  readonly #history: ByteBudget;
+  /** Ids of lane histories forgotten to stay within the memory bounds, oldest first. */
+  readonly #evicted = new Set<string>();
+  #queued = 0;
+  #queuedBytes = 0;
   /** Lanes whose next job waits for an in-flight slot, in arrival order. */
   readonly #waiting: Lane[] = [];
   /** Steers waiting for the client's tool results, by the id of the response that asked for them. */
@@ -101,32 +131,39 @@ export class ResponsesSession {
     private readonly metrics?: Metrics,
     /** The key the connection authenticated with: every response of the session acts as it. */
     private readonly principal: Principal = anonymousPrincipal,
-  ) {}
+    /** The budget all connections' lane histories share, if any. */
+    private readonly sharedHistory?: ByteBudget,
+  ) {
+    this.#history = new ByteBudget(limits.historyBytes);
+  }
 
   /** Responses generating right now. */
   get active(): number {
     return this.#active;
   }
 
-  /** Handles one parsed client frame. Never throws: problems become `error` events. */
-  handle(frame: unknown): void {
+  /**
+   * Handles one parsed client frame (`frameBytes` long on the wire). Never throws: problems become
+   * `error` events.
+   */
+  handle(frame: unknown, frameBytes = 0): void {
     if (this.#closed) return;
     if (typeof frame !== "object" || frame === null || Array.isArray(frame)) {
       this.#error(SparkError.invalid("A frame must be a JSON object with a `type`.", null, "invalid_frame"));
       return;
     }
     const { type, ...fields } = frame as Record<string, unknown>;
-    if (type === "response.create") this.#create(fields);
+    if (type === "response.create") this.#create(fields, frameBytes);
     else if (type === "response.steer") this.#steer(fields);
     else if (type === "response.cancel") this.#cancel(fields);
     else if (type === "response.processed") {
       // Newer Codex versions acknowledge events with this; it needs no answer, and an error here
       // would be read as part of the client's next response.
     } else {
-      const shown = typeof type === "string" ? `'${type}'` : "missing";
+      const named = typeof type === "string" ? `'${shown(type)}'` : "missing";
       this.#error(
         SparkError.invalid(
-          `Unknown event type ${shown}; send response.create, response.steer or response.cancel.`,
+          `Unknown event type ${named}; send response.create, response.steer or response.cancel.`,
           "type",
           "unknown_event_type",
         ),
@@ -150,10 +187,13 @@ export class ResponsesSession {
       lane.running?.controller.abort(reason);
     }
     this.#waiting.length = 0;
+    this.#queued = 0;
+    this.#queuedBytes = 0;
     await Promise.allSettled([...this.#running]);
+    for (const lane of this.#lanes.values()) this.sharedHistory?.release(lane);
   }
 
-  #create(body: Record<string, unknown>): void {
+  #create(body: Record<string, unknown>, frameBytes: number): void {
     const streamId = body.stream_id;
     if (streamId != null && (typeof streamId !== "string" || !STREAM_ID.test(streamId))) {
       this.#error(
@@ -176,6 +216,26 @@ export class ResponsesSession {
       );
       return;
     }
+    if (
+      this.#queued >= this.limits.maxQueued ||
+      this.#queuedBytes + frameBytes > this.limits.maxQueuedBytes
+    ) {
+      this.metrics?.limitsHit.inc({ limit: "queue" });
+      this.#error(
+        new SparkError(
+          429,
+          "server_error",
+          "queue_full",
+          this.#queued >= this.limits.maxQueued
+            ? `${this.#queued} responses are already waiting on this connection (at most ${this.limits.maxQueued}); send more when some have ended.`
+            : `The responses waiting on this connection already hold ${this.#queuedBytes} bytes (at most ${this.limits.maxQueuedBytes}); send more when some have ended.`,
+          null,
+          { "retry-after": "1" },
+        ),
+        streamId ?? undefined,
+      );
+      return;
+    }
     const lane = this.#lane(streamId ?? undefined);
     if (!lane) return;
     const { stream: _stream, ...rest } = body;
@@ -186,7 +246,9 @@ export class ResponsesSession {
       this.#pendingSteers.delete(previous);
       prefix = waiting.flatMap((steer) => steer.items);
     }
-    lane.queue.push({ lane, body: rest, prefix, controller: new AbortController(), steers: [] });
+    lane.queue.push({ lane, body: rest, frameBytes, prefix, controller: new AbortController(), steers: [] });
+    this.#queued++;
+    this.#queuedBytes += frameBytes;
     this.#pump(lane);
   }
 
@@ -220,16 +282,20 @@ export class ResponsesSession {
       return;
     }
     const job = lane.queue.shift()!;
+    this.#queued--;
+    this.#queuedBytes -= job.frameBytes;
     lane.running = job;
     this.#active++;
-    const run = this.#run(job).finally(() => {
-      this.#running.delete(run);
-      lane.running = undefined;
-      this.#active--;
-      this.#pump(lane);
-      while (this.#active < this.limits.maxInFlight && this.#waiting.length > 0)
-        this.#pump(this.#waiting.shift()!);
-    });
+    const run = this.#run(job)
+      .catch((error: unknown) => this.#error(SparkError.from(error), lane.id))
+      .finally(() => {
+        this.#running.delete(run);
+        lane.running = undefined;
+        this.#active--;
+        this.#pump(lane);
+        while (this.#active < this.limits.maxInFlight && this.#waiting.length > 0)
+          this.#pump(this.#waiting.shift()!);
+      });
     this.#running.add(run);
   }
 
@@ -237,7 +303,8 @@ export class ResponsesSession {
     const { lane } = job;
     try {
       job.prepared = this.service.prepare(job.body, {
-        history: (id) => this.#history(id),
+        history: (id) => this.#laneHistory(id),
+        historyMiss: (id) => this.#missReason(id),
         prefix: job.prefix,
         principal: this.principal,
       });
@@ -252,24 +319,58 @@ export class ResponsesSession {
       if (pending) await pending;
     }
     const result = job.prepared.result;
-    if (result) lane.latest = result;
+    if (result) this.#remember(lane, result);
     if (job.steers.length > 0) this.#afterSteeredTurn(job);
   }
 
+  /** Keeps `result` as the lane's latest, within the per-connection and shared memory bounds. */
+  #remember(lane: Lane, result: NonNullable<Lane["latest"]>): void {
+    lane.latest = result;
+    const bytes = conversationBytes(result.conversation);
+    const evict = (): void => {
+      if (lane.latest !== result) return;
+      lane.latest = undefined;
+      this.#history.release(lane);
+      this.sharedHistory?.release(lane);
+      this.metrics?.limitsHit.inc({ limit: "history" });
+      this.#evicted.add(result.response.id);
+      if (this.#evicted.size > MAX_EVICTED_IDS) this.#evicted.delete(this.#evicted.values().next().value!);
+    };
+    this.#history.hold(lane, bytes, evict);
+    if (lane.latest === result) this.sharedHistory?.hold(lane, bytes, evict);
+  }
+
   /** The conversation of a lane's latest response, for `previous_response_id` on this connection. */
-  #history(responseId: string): readonly ConversationItem[] | undefined {
-    return this.#finishedLane(responseId)?.latest?.conversation;
+  #laneHistory(responseId: string): readonly ConversationItem[] | undefined {
+    const lane = this.#finishedLane(responseId);
+    if (!lane?.latest) return undefined;
+    this.#history.touch(lane);
+    this.sharedHistory?.touch(lane);
+    return lane.latest.conversation;
+  }
+
+  /** Why `responseId` is not in this connection's memory, when the memory bounds are the reason. */
+  #missReason(responseId: string): string | undefined {
+    if (!this.#evicted.has(responseId)) return undefined;
+    return (
+      "This connection no longer holds it in memory: lane history is bounded " +
+      `(${this.limits.historyBytes} bytes per connection${this.sharedHistory ? `, ${this.sharedHistory.limitBytes} over all connections` : ""}) ` +
+      "and the least recently used is forgotten first. Send the full input, or use store: true to continue from the store."
+    );
   }
 
   #steer(fields: Record<string, unknown>): void {
     const parsed = steerFrame.safeParse(fields);
-    const target = typeof fields.previous_response_id === "string" ? fields.previous_response_id : "";
+    const target =
+      typeof fields.previous_response_id === "string" ? shown(fields.previous_response_id, 256) : "";
     if (!parsed.success) {
       const issue = parsed.error.issues[0];
       const where = issue?.path.join(".") || "input";
+      // Input that is not a steer is not handed back: echoing arbitrary client data is how a
+      // malformed frame becomes a large (or unserializable) event.
       this.#steerFailed(
         target,
-        fields.input,
+        null,
         "invalid_input",
         `Invalid steer ${where}: ${issue?.message ?? "malformed"}. Send user text or user messages.`,
       );
@@ -330,7 +431,7 @@ export class ResponsesSession {
       responseId,
       input,
       "response_not_found",
-      `No response '${responseId}' is in flight on this connection.`,
+      `No response '${shown(responseId)}' is in flight on this connection.`,
     );
   }
 
@@ -352,11 +453,13 @@ export class ResponsesSession {
     const { input: _input, previous_response_id: _previous, generate: _generate, ...settings } = job.body;
     lane.queue.unshift({
       lane,
+      frameBytes: 0,
       body: { ...settings, previous_response_id: response.id },
       prefix: steers.flatMap((steer) => steer.items),
       controller: new AbortController(),
       steers: [],
     });
+    this.#queued++;
   }
 
   /**
@@ -377,7 +480,7 @@ export class ResponsesSession {
           404,
           "invalid_request_error",
           "response_not_found",
-          `No response '${responseId}' is in flight on this connection.`,
+          `No response '${shown(responseId)}' is in flight on this connection.`,
           "response_id",
         ),
       );
@@ -420,7 +523,7 @@ export class ResponsesSession {
 
   /** A refused steer hands its input back; refusals happen before an id is assigned, so there is none. */
   #steerFailed(responseId: string, input: unknown, code: string, message: string, laneId?: string): void {
-    const steer = { previous_response_id: responseId, input: input ?? null };
+    const steer = { previous_response_id: shown(responseId, 256), input: input ?? null };
     this.#emit({ type: "response.steer.failed", steer, error: { code, message } }, laneId);
   }
 

@@ -1,5 +1,5 @@
 import type { z } from "zod";
-import { SparkError } from "../protocol/errors.js";
+import { shown, SparkError } from "../protocol/errors.js";
 
 /** OpenAI-style parameter path: `input[0].content`. */
 function paramPath(path: readonly PropertyKey[]): string {
@@ -19,8 +19,9 @@ export function validateBody<T extends z.ZodType>(schema: T, body: unknown): z.i
   const result = schema.safeParse(body);
   if (result.success) return result.data;
   const issue = result.error.issues[0];
-  const param = issue ? paramPath(issue.path) : null;
-  const detail = issue ? issue.message : "invalid value";
+  // Paths and messages can carry client-chosen keys: bounded, so an error never echoes a megabyte.
+  const param = issue ? shown(paramPath(issue.path), 200) : null;
+  const detail = issue ? shown(issue.message, 500) : "invalid value";
   const where = param ? ` for '${param}'` : "";
   throw SparkError.invalid(`Invalid value${where}: ${detail}.`, param || null, "invalid_value");
 }

@@ -52,9 +52,33 @@ export class SparkError extends Error {
     return new SparkError(500, "server_error", code, message);
   }
 
-  /** Anything thrown that is not already a SparkError becomes a 500 without leaking internals. */
+  /**
+   * Anything thrown that is not already a SparkError becomes a 500 that says nothing of the
+   * internals (a stack overflow's or a driver's message is not the client's business): the error
+   * goes to the internal-error reporter with an id, and the client gets the same id to quote.
+   */
   static from(error: unknown): SparkError {
     if (error instanceof SparkError) return error;
-    return SparkError.internal(error instanceof Error ? error.message : "internal error");
+    const id = `err_${(++internalErrors).toString(36)}_${Date.now().toString(36)}`;
+    internalErrorReporter(error, id);
+    const wrapped = SparkError.internal(
+      `The server had an error while processing your request (${id}); its log has the details.`,
+    );
+    return Object.assign(wrapped, { cause: error });
   }
+}
+
+let internalErrors = 0;
+
+/** Unexpected errors go to stderr (the server's log), once each, with the id their client was given. */
+function internalErrorReporter(error: unknown, id: string): void {
+  const detail = error instanceof Error ? (error.stack ?? error.message) : String(error);
+  process.stderr.write(`spark: internal error ${id}: ${detail}\n`);
+}
+
+/** A client-supplied string shown in a message: at most `max` characters, so no error echoes a megabyte. */
+export function shown(value: unknown, max = 80): string {
+  if (typeof value !== "string")
+    return value === null || typeof value !== "object" ? String(value) : "an object";
+  return value.length <= max ? value : `${value.slice(0, max)}… (${value.length} characters)`;
 }

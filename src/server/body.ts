@@ -1,12 +1,14 @@
 import type { IncomingMessage } from "node:http";
 import { SparkError } from "../protocol/errors.js";
+import { parseClientJson } from "./json.js";
 
 /**
- * Reads a JSON request body with a hard size limit. Oversize bodies are refused from the
+ * Reads a JSON request body with a hard size limit and a bounded nesting depth. Oversize bodies are refused from the
  * `content-length` header when possible, before reading anything; a body that ends early or is
  * not JSON gets a 400 that says so.
  */
 export function readJsonBody(request: IncomingMessage, limitBytes: number): Promise<unknown> {
+  if (!isJson(request.headers["content-type"])) return Promise.reject(notJson());
   const declared = Number(request.headers["content-length"] ?? NaN);
   if (declared > limitBytes) return Promise.reject(tooLarge(limitBytes));
   return new Promise((resolve, reject) => {
@@ -42,15 +44,9 @@ export function readJsonBody(request: IncomingMessage, limitBytes: number): Prom
         return;
       }
       try {
-        resolve(JSON.parse(text));
+        resolve(parseClientJson(text, "request body"));
       } catch (error) {
-        reject(
-          SparkError.invalid(
-            `The request body is not valid JSON: ${(error as Error).message}`,
-            null,
-            "invalid_json",
-          ),
-        );
+        reject(error);
       }
     };
     const onAbort = (): void => {
@@ -72,5 +68,26 @@ function tooLarge(limitBytes: number): SparkError {
     "invalid_request_error",
     "request_too_large",
     `The request body is larger than the limit of ${limitBytes} bytes.`,
+  );
+}
+
+/**
+ * `application/json` (any `+json` type, any parameters) only. A browser page may send a
+ * cross-origin `text/plain` or form POST without asking the server first (a "simple request"); a
+ * JSON content type needs a CORS preflight, which Spark never grants, so requiring it keeps pages
+ * on other origins from making the server generate or store anything.
+ */
+function isJson(contentType: string | undefined): boolean {
+  if (contentType === undefined) return false;
+  const type = contentType.split(";", 1)[0]!.trim().toLowerCase();
+  return type === "application/json" || /^application\/[a-z0-9.+-]+\+json$/.test(type);
+}
+
+function notJson(): SparkError {
+  return new SparkError(
+    415,
+    "invalid_request_error",
+    "unsupported_media_type",
+    "Send the request body as JSON with the header 'Content-Type: application/json'.",
   );
 }

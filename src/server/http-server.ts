@@ -2,13 +2,7 @@
  * The HTTP transport: a thin adapter from node:http to the transport-free core. Routing, body
  * limits, SSE and the mapping of every error to an OpenAI-shaped body happen here and only here.
  */
-import {
-  STATUS_CODES,
-  createServer,
-  type IncomingMessage,
-  type Server,
-  type ServerResponse,
-} from "node:http";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import { Admission, DEFAULT_ADMISSION, type AdmissionOptions } from "../core/admission.js";
 import { ChatCompletionsService } from "../core/chat-completions.js";
@@ -19,8 +13,10 @@ import { ModelRegistry, type ResolvedModel } from "../core/model-registry.js";
 import { MemoryResponseStore, type ResponseStore } from "../core/response-store.js";
 import { ResponsesService, type InputItemsPage } from "../core/responses.js";
 import type { Engine } from "../engine/types.js";
-import { SparkError } from "../protocol/errors.js";
+import { shown, SparkError } from "../protocol/errors.js";
 import { readJsonBody } from "./body.js";
+import { OriginPolicy } from "./origin-policy.js";
+import { rawResponse } from "./raw-response.js";
 import { SseWriter } from "./sse.js";
 import { ResponsesWebSocket, type WebSocketOptions } from "./websocket.js";
 
@@ -48,6 +44,14 @@ export type SparkServerOptions = (
   admission?: AdmissionOptions;
   /** WebSocket mode on `/v1/responses` (on by default); `false` answers upgrades with 426. */
   websocket?: boolean | Omit<WebSocketOptions, "maxFrameBytes">;
+  /** Extra `Host` names and `Origin`s accepted (see `OriginPolicy`). */
+  allowedHosts?: readonly string[];
+  allowedOrigins?: readonly string[];
+  /** Open connections (HTTP and WebSocket) at most; more are answered 503 and closed. */
+  maxConnections?: number;
+  /** Time a client has to send its request headers, then its whole request (body included). */
+  headersTimeoutMs?: number;
+  requestTimeoutMs?: number;
 };
 
 type Handler = (context: RequestContext) => Promise<void>;
@@ -73,6 +77,9 @@ interface Route {
 }
 
 export const DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024;
+export const DEFAULT_MAX_CONNECTIONS = 4096;
+export const DEFAULT_HEADERS_TIMEOUT_MS = 15_000;
+export const DEFAULT_REQUEST_TIMEOUT_MS = 120_000;
 const DEFAULT_CAPACITY = 64;
 const SHUTDOWN_GRACE_MS = 2000;
 
@@ -91,6 +98,8 @@ export class SparkServer {
   readonly #inFlight = new Set<Promise<void>>();
   readonly #sockets = new Set<Socket>();
   readonly #websocket: ResponsesWebSocket | undefined;
+  readonly #origins: OriginPolicy;
+  readonly #maxConnections: number;
   #url: string | undefined;
 
   constructor(private readonly options: SparkServerOptions) {
@@ -172,28 +181,54 @@ export class SparkServer {
       },
       { method: "GET", pattern: /^\/metrics$/, name: "/metrics", handler: (c) => this.#metricsText(c) },
     ];
-    this.#server = createServer({ keepAliveTimeout: 65_000 }, (request, response) =>
-      this.#dispatch(request, response),
+    this.#origins = new OriginPolicy({
+      keysRequired: this.#keys.required,
+      ...(options.allowedHosts ? { allowedHosts: options.allowedHosts } : {}),
+      ...(options.allowedOrigins ? { allowedOrigins: options.allowedOrigins } : {}),
+    });
+    this.#maxConnections = options.maxConnections ?? DEFAULT_MAX_CONNECTIONS;
+    const headersTimeout = options.headersTimeoutMs ?? DEFAULT_HEADERS_TIMEOUT_MS;
+    this.#server = createServer(
+      {
+        keepAliveTimeout: 65_000,
+        headersTimeout,
+        requestTimeout: Math.max(options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS, headersTimeout),
+        // Node checks both timeouts on this interval (default 30 s): check often enough that a
+        // short timeout means what it says.
+        connectionsCheckingInterval: Math.min(1000, headersTimeout),
+        // Node would answer a request without Host with a bare 400; the dispatcher says why instead.
+        requireHostHeader: false,
+      },
+      (request, response) => this.#dispatch(request, response),
     );
     this.#server.on("upgrade", (request: IncomingMessage, socket: Socket, head: Buffer) =>
       this.#upgrade(request, socket, head),
     );
+    this.#server.on("connect", (request: IncomingMessage, socket: Socket) => {
+      const refusal = new SparkError(
+        405,
+        "invalid_request_error",
+        "method_not_allowed",
+        `Spark is not a proxy: ${shown(request.method)} is not supported.`,
+      );
+      socket.on("error", () => socket.destroy());
+      socket.end(rawResponse(refusal));
+    });
     this.#server.on("clientError", (error: NodeJS.ErrnoException, socket: Socket) => {
       if (!socket.writable || error.code === "ECONNRESET") {
         socket.destroy();
         return;
       }
-      const incomplete = error.code === "HPE_INVALID_EOF_STATE";
-      const failure = incomplete
-        ? SparkError.invalid("The request ended before its declared length.", null, "incomplete_body")
-        : SparkError.invalid(
-            `Malformed HTTP request (${error.code ?? "parse error"}).`,
-            null,
-            "malformed_request",
-          );
-      socket.end(rawResponse(failure, JSON.stringify(failure.toBody())));
+      socket.end(rawResponse(clientErrorOf(error)));
     });
     this.#server.on("connection", (socket: Socket) => {
+      if (this.#sockets.size >= this.#maxConnections) {
+        // Answered before the request is read: the client sees why as soon as it sends one.
+        socket.on("error", () => socket.destroy());
+        socket.end(rawResponse(tooManyConnections(this.#maxConnections)));
+        this.metrics.connectionsRefused.inc();
+        return;
+      }
       this.#sockets.add(socket);
       socket.once("close", () => this.#sockets.delete(socket));
     });
@@ -210,6 +245,8 @@ export class SparkServer {
       });
     });
     const address = this.#server.address() as AddressInfo;
+    this.#origins.listeningOn(host);
+    this.#origins.listeningOn(address.address);
     const shownHost = address.family === "IPv6" ? `[${address.address}]` : address.address;
     this.#url = `http://${shownHost}:${address.port}`;
     return this.#url;
@@ -243,9 +280,22 @@ export class SparkServer {
     this.#store.close();
   }
 
+  /**
+   * Every request enters here. Nothing a client sends may throw out of it: an error while routing
+   * is that request's 400 or 500, never the process's end.
+   */
   #dispatch(request: IncomingMessage, response: ServerResponse): void {
+    try {
+      this.#route(request, response);
+    } catch (error) {
+      sendError(response, SparkError.from(error));
+    }
+  }
+
+  #route(request: IncomingMessage, response: ServerResponse): void {
     const [path = "/", search = ""] = (request.url ?? "/").split("?", 2);
-    const method = request.method ?? "GET";
+    // HEAD is GET without the body (node:http drops the body of a HEAD response).
+    const method = request.method === "HEAD" ? "GET" : (request.method ?? "GET");
     const matching = this.#routes.filter((route) => route.pattern.test(path));
     const route = matching.find((r) => r.method === method);
     const routeName = route?.name ?? matching[0]?.name ?? "unmatched";
@@ -255,16 +305,29 @@ export class SparkServer {
       if (this.#shutdown.signal.aborted) setImmediate(() => this.#server.closeIdleConnections());
     });
 
+    const refusal = this.#origins.check(request.headers.host, request.headers.origin);
+    if (refusal) {
+      sendError(response, refusal);
+      return;
+    }
     if (!route) {
       if (matching.length > 0) {
         const allow = matching.map((r) => r.method).join(", ");
         sendError(
           response,
-          new SparkError(405, "invalid_request_error", "method_not_allowed", `Use ${allow} for ${path}.`),
+          new SparkError(
+            405,
+            "invalid_request_error",
+            "method_not_allowed",
+            `Use ${allow} for ${shown(path, 200)}.`,
+          ),
           { allow },
         );
       } else {
-        sendError(response, SparkError.notFound(`No route for ${method} ${path}.`, "unknown_route"));
+        sendError(
+          response,
+          SparkError.notFound(`No route for ${shown(method)} ${shown(path, 200)}.`, "unknown_route"),
+        );
       }
       return;
     }
@@ -281,7 +344,7 @@ export class SparkServer {
       if (!response.writableFinished) client.abort(AbortReason.clientDisconnected);
     });
     const signal = AbortSignal.any([client.signal, this.#shutdown.signal]);
-    const params = path.match(route.pattern)!.slice(1).map(decodeURIComponent);
+    const params = path.match(route.pattern)!.slice(1).map(decodePathSegment);
     const task = route
       .handler({ request, response, params, query: new URLSearchParams(search), principal, signal })
       .catch((error: unknown) => sendError(response, SparkError.from(error)))
@@ -298,9 +361,16 @@ export class SparkServer {
     }
     const sse = new SseWriter(response);
     sse.open();
-    for await (const event of this.#responses.events(prepared, signal)) {
-      const pending = sse.send(JSON.stringify(event), event.type);
-      if (pending) await pending;
+    try {
+      for await (const event of this.#responses.events(prepared, signal)) {
+        const pending = sse.send(JSON.stringify(event), event.type);
+        if (pending) await pending;
+      }
+    } catch (error) {
+      // The response's own failures arrive as `response.failed`; this is anything else. The
+      // stream still ends with an event that says what happened, never silently.
+      const failure = SparkError.from(error);
+      sse.send(JSON.stringify({ type: "error", status: failure.status, ...failure.toBody() }), "error");
     }
     sse.end();
   }
@@ -388,6 +458,8 @@ export class SparkServer {
    */
   #upgrade(request: IncomingMessage, socket: Socket, head: Buffer): void {
     try {
+      const refusal = this.#origins.check(request.headers.host, request.headers.origin);
+      if (refusal) throw refusal;
       const principal = this.#keys.authenticate(request.headers.authorization);
       const path = (request.url ?? "/").split("?")[0] ?? "/";
       if (path !== "/v1/responses") {
@@ -405,21 +477,10 @@ export class SparkServer {
       }
       this.#websocket.upgrade(request, socket, head, principal);
     } catch (error) {
-      const refusal = SparkError.from(error);
-      socket.end(rawResponse(refusal, JSON.stringify(refusal.toBody())));
+      socket.on("error", () => socket.destroy());
+      socket.end(rawResponse(SparkError.from(error)));
     }
   }
-}
-
-/** A complete HTTP/1.1 response for a raw socket (upgrade refusals, unparsable requests). */
-function rawResponse(error: SparkError, json: string): string {
-  const headers = Object.entries(error.headers)
-    .map(([name, value]) => `${name}: ${value}\r\n`)
-    .join("");
-  return (
-    `HTTP/1.1 ${error.status} ${STATUS_CODES[error.status] ?? "Error"}\r\ncontent-type: application/json\r\n` +
-    `content-length: ${Buffer.byteLength(json)}\r\n${headers}connection: close\r\n\r\n${json}`
-  );
 }
 
 /** For `model: "auto"`: which tier the router chose and why, before any body is sent. */
@@ -468,7 +529,59 @@ function sendError(response: ServerResponse, error: SparkError, headers: Record<
     return;
   }
   const extra: Record<string, string> = { ...error.headers, ...headers };
-  // A body we stopped reading (oversize) cannot be drained safely: close after answering.
-  if (error.status === 413) extra.connection = "close";
+  // A body we did not read (refused early, oversize) cannot be drained safely: close after answering.
+  if (!response.req.complete) extra.connection = "close";
   sendJson(response, error.status, error.toBody(), extra);
+}
+
+/** A path parameter as the client meant it; a malformed escape (`%ZZ`) is the client's 400. */
+function decodePathSegment(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    throw SparkError.invalid(
+      `The path segment '${shown(segment)}' has a malformed percent-escape.`,
+      null,
+      "invalid_path",
+    );
+  }
+}
+
+/** What a request node:http could not parse (or that ran out of time) is told. */
+function clientErrorOf(error: NodeJS.ErrnoException): SparkError {
+  switch (error.code) {
+    case "HPE_INVALID_EOF_STATE":
+      return SparkError.invalid("The request ended before its declared length.", null, "incomplete_body");
+    case "ERR_HTTP_REQUEST_TIMEOUT":
+      return new SparkError(
+        408,
+        "invalid_request_error",
+        "request_timeout",
+        "The request took too long to arrive (headers or body); send it again.",
+      );
+    case "HPE_HEADER_OVERFLOW":
+      return new SparkError(
+        431,
+        "invalid_request_error",
+        "headers_too_large",
+        "The request's headers are too large.",
+      );
+    default:
+      return SparkError.invalid(
+        `Malformed HTTP request (${error.code ?? "parse error"}).`,
+        null,
+        "malformed_request",
+      );
+  }
+}
+
+function tooManyConnections(limit: number): SparkError {
+  return new SparkError(
+    503,
+    "service_unavailable_error",
+    "too_many_connections",
+    `The server has ${limit} connections open, its limit (--max-connections); retry shortly.`,
+    null,
+    { "retry-after": "1" },
+  );
 }

@@ -1,12 +1,17 @@
 /**
  * The WebSocket transport of the Responses API (`GET /v1/responses` upgraded): a thin adapter from
  * `ws` to the transport-free `ResponsesSession`. It owns what only a socket has: frame decoding and
- * size limits, keepalive pings, the connection's lifetime limit, backpressure, and stopping every
- * generation the moment the socket closes.
+ * size limits, keepalive pings, the connection's lifetime limit, backpressure in both directions
+ * (generation pauses while the client does not read; reading pauses while replies pile up), and
+ * stopping every generation the moment the socket closes.
+ *
+ * Nothing a client sends can end the process: every frame is handled inside a try, and a failure is
+ * an `error` event on that connection.
  */
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import { WebSocketServer, WebSocket, type RawData } from "ws";
+import { ByteBudget } from "../core/byte-budget.js";
 import { AbortReason } from "../core/generation.js";
 import type { Principal } from "../core/keys.js";
 import type { Metrics } from "../core/metrics.js";
@@ -19,6 +24,8 @@ import {
 } from "../core/session.js";
 import { SparkError } from "../protocol/errors.js";
 import type { ResponseEvent } from "../protocol/responses.js";
+import { rawResponse } from "./raw-response.js";
+import { parseClientJson } from "./json.js";
 
 export interface WebSocketOptions {
   /** Largest accepted client frame in bytes; a larger one gets an error and a close (1009). */
@@ -27,14 +34,20 @@ export interface WebSocketOptions {
   maxConnectionMs?: number;
   /** Interval of keepalive pings; a client that misses one whole interval is dropped. */
   pingIntervalMs?: number;
-  /** Unsent bytes per connection above which generation pauses until the client reads. */
+  /**
+   * Unsent bytes per connection above which generation pauses until the client reads, and the
+   * server stops reading the client's frames (a client that sends without reading replies).
+   */
   highWaterBytes?: number;
+  /** Estimated bytes of lane history kept over all connections (each also has `limits.historyBytes`). */
+  historyBytesTotal?: number;
   limits?: Partial<SessionLimits>;
 }
 
 export const DEFAULT_MAX_CONNECTION_MS = 60 * 60 * 1000;
 const DEFAULT_PING_INTERVAL_MS = 30_000;
 const DEFAULT_HIGH_WATER_BYTES = 1024 * 1024;
+const DEFAULT_HISTORY_BYTES_TOTAL = 256 * 1024 * 1024;
 /** Close codes of RFC 6455. */
 const CLOSE_NORMAL = 1000;
 const CLOSE_GOING_AWAY = 1001;
@@ -43,7 +56,7 @@ const CLOSE_TOO_BIG = 1009;
 export class ResponsesWebSocket {
   readonly #server: WebSocketServer;
   readonly #connections = new Set<Connection>();
-  readonly #options: Required<Omit<WebSocketOptions, "limits">> & { limits: SessionLimits };
+  readonly #options: ConnectionOptions;
 
   constructor(
     private readonly service: ResponsesService,
@@ -56,6 +69,7 @@ export class ResponsesWebSocket {
       pingIntervalMs: options.pingIntervalMs ?? DEFAULT_PING_INTERVAL_MS,
       highWaterBytes: options.highWaterBytes ?? DEFAULT_HIGH_WATER_BYTES,
       limits: { ...DEFAULT_SESSION_LIMITS, ...options.limits },
+      history: new ByteBudget(options.historyBytesTotal ?? DEFAULT_HISTORY_BYTES_TOTAL),
     };
     // Frames up to twice the limit are read so the client can be told why it is closed; beyond
     // that `ws` closes with 1009 on its own before buffering more.
@@ -64,6 +78,19 @@ export class ResponsesWebSocket {
       maxPayload: options.maxFrameBytes * 2,
       perMessageDeflate: false,
       clientTracking: false,
+    });
+    // A handshake `ws` refuses (bad key, version, method) is answered in the API's error shape.
+    this.#server.on("wsClientError", (error: Error, socket: Duplex) => {
+      const refusal = SparkError.invalid(
+        `WebSocket handshake refused: ${error.message}.`,
+        null,
+        "invalid_websocket_handshake",
+      );
+      const version = /Version/.test(error.message) ? { "sec-websocket-version": "13" } : {};
+      socket.on("error", () => socket.destroy());
+      socket.end(
+        rawResponse(new SparkError(400, refusal.type, refusal.code, refusal.message, null, version)),
+      );
     });
   }
 
@@ -94,22 +121,36 @@ export class ResponsesWebSocket {
   }
 }
 
+type ConnectionOptions = Required<Omit<WebSocketOptions, "limits" | "historyBytesTotal">> & {
+  limits: SessionLimits;
+  /** The lane-history budget all connections share. */
+  history: ByteBudget;
+};
+
 class Connection implements SessionSink {
   readonly #session: ResponsesSession;
   readonly #timers: NodeJS.Timeout[] = [];
   #unsentBytes = 0;
   #drainWaiters: (() => void)[] = [];
   #alive = true;
+  /** Whether a write completed since the last ping (a paused reader that still drains is alive). */
+  #progress = false;
 
   constructor(
     private readonly ws: WebSocket,
     service: ResponsesService,
-    metrics: Metrics,
-    private readonly options: Required<Omit<WebSocketOptions, "limits">> & { limits: SessionLimits },
+    private readonly metrics: Metrics,
+    private readonly options: ConnectionOptions,
     principal: Principal,
   ) {
-    this.#session = new ResponsesSession(service, this, options.limits, metrics, principal);
-    ws.on("message", (data, isBinary) => this.#onMessage(data, isBinary));
+    this.#session = new ResponsesSession(service, this, options.limits, metrics, principal, options.history);
+    ws.on("message", (data, isBinary) => {
+      try {
+        this.#onMessage(data, isBinary);
+      } catch (error) {
+        this.#session.error(SparkError.from(error));
+      }
+    });
     ws.on("pong", () => (this.#alive = true));
     ws.on("error", () => ws.terminate());
     ws.once("close", () => {
@@ -134,9 +175,19 @@ class Connection implements SessionSink {
     this.#unsentBytes += bytes;
     this.ws.send(data, () => {
       this.#unsentBytes -= bytes;
-      if (this.#unsentBytes <= this.options.highWaterBytes / 2) this.#releaseWaiters();
+      this.#progress = true;
+      if (this.#unsentBytes <= this.options.highWaterBytes / 2) {
+        this.#releaseWaiters();
+        if (this.ws.isPaused) this.ws.resume();
+      }
     });
     if (this.#unsentBytes <= this.options.highWaterBytes) return undefined;
+    // Replies pile up: stop reading this client's frames until it reads what it has been sent,
+    // so a client that only writes gets TCP backpressure instead of an ever-growing reply queue.
+    if (!this.ws.isPaused) {
+      this.ws.pause();
+      this.metrics.limitsHit.inc({ limit: "reading_paused" });
+    }
     return new Promise((resolve) => this.#drainWaiters.push(resolve));
   }
 
@@ -167,26 +218,26 @@ class Connection implements SessionSink {
     }
     let frame: unknown;
     try {
-      frame = JSON.parse(data.toString());
+      frame = parseClientJson(data.toString(), "frame");
     } catch (error) {
-      this.#session.error(
-        SparkError.invalid(
-          `The frame is not valid JSON (${(error as Error).message}).`,
-          null,
-          "invalid_json",
-        ),
-      );
+      this.#session.error(SparkError.from(error));
       return;
     }
-    this.#session.handle(frame);
+    this.#session.handle(frame, bytes);
   }
 
+  /**
+   * Keepalive: a peer that answered no ping for a whole interval is gone. While reading is paused
+   * its pong cannot be read, so a paused peer counts as alive as long as it drains what it is sent.
+   */
   #ping(): void {
-    if (!this.#alive) {
+    const alive = this.ws.isPaused ? this.#progress : this.#alive;
+    if (!alive) {
       this.ws.terminate();
       return;
     }
     this.#alive = false;
+    this.#progress = false;
     this.ws.ping();
   }
 

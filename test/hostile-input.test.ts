@@ -1,0 +1,482 @@
+/**
+ * A corpus of hostile input, over HTTP and WebSocket, against a real `spark serve` process: every
+ * field of every JSON route and frame type gets every hostile value (deep nesting, huge strings,
+ * wrong types, prototype keys, broken escapes), plus malformed paths, methods, headers and frames.
+ *
+ * The class, not the example: whatever the input, the answer is a 4xx with an OpenAI-shaped error
+ * (or a normal response), no error echoes more than a few KiB, every response that starts ends with
+ * exactly one terminal event, the connection stays usable, and at the end the same process is
+ * alive, answers /healthz and logged no internal error.
+ */
+import assert from "node:assert/strict";
+import net from "node:net";
+import { after, before, test } from "node:test";
+import { file, startServer, stop, type Cli } from "./helpers/cli.js";
+import { TERMINAL_TYPES, WsClient, type ServerEvent } from "./helpers/ws-client.js";
+
+/** Errors are small: a hostile value is never echoed back whole. */
+const MAX_ERROR_BYTES = 4096;
+/** Only to keep a broken server from hanging the suite; no assertion depends on it. */
+const SAFETY_TIMEOUT_MS = 20_000;
+const MAX_BODY_BYTES = 256 * 1024;
+
+let server: Cli & { url: string };
+
+before(async () => {
+  const script = file(
+    "hostile.jsonl",
+    JSON.stringify({ output: [{ type: "message", text: "Still here, still answering." }] }),
+  );
+  server = await startServer([
+    "serve",
+    "--engine",
+    "script",
+    "--script",
+    script,
+    "--port",
+    "0",
+    "--max-body-bytes",
+    String(MAX_BODY_BYTES),
+  ]);
+});
+
+after(async () => {
+  if (server.child.exitCode === null) await stop(server);
+});
+
+function nested(depth: number, open: string, close: string, leaf: string): string {
+  return open.repeat(depth) + leaf + close.repeat(depth);
+}
+
+/** Hostile values, as JSON text (so they can be spliced into bodies without building them here). */
+const HOSTILE: Record<string, string> = {
+  null: "null",
+  true: "true",
+  negative: "-1",
+  huge_number: "1e308",
+  fraction: "0.5",
+  empty_string: '""',
+  long_string: JSON.stringify("x".repeat(100_000)),
+  control_chars: JSON.stringify("\u0000\u0001\u001b[2J"),
+  lone_surrogate: '"\\ud800"',
+  percent: '"%ZZ%"',
+  empty_array: "[]",
+  empty_object: "{}",
+  deep_array: nested(5000, "[", "]", "0"),
+  deep_object: nested(5000, '{"a":', "}", "0"),
+  deep_in_array: `[${nested(3000, '{"content":', "}", '"x"')}]`,
+  wide_array: `[${Array(20_000).fill("0").join(",")}]`,
+  proto: '{"__proto__":{"polluted":true},"constructor":{"prototype":{"polluted":true}}}',
+  bad_items: '[{"type":"message"},{"type":"item_reference","id":"msg_nope"},{"type":"compaction"},7]',
+};
+
+const RESPONSE_FIELDS = [
+  "model",
+  "input",
+  "instructions",
+  "tools",
+  "tool_choice",
+  "previous_response_id",
+  "metadata",
+  "max_output_tokens",
+  "temperature",
+  "top_p",
+  "text",
+  "reasoning",
+  "context_management",
+  "store",
+  "generate",
+  "parallel_tool_calls",
+  "truncation",
+  "user",
+  "include",
+  "stream_id",
+  "prediction",
+];
+const CHAT_FIELDS = [
+  "model",
+  "messages",
+  "tools",
+  "tool_choice",
+  "max_tokens",
+  "max_completion_tokens",
+  "n",
+  "stop",
+  "temperature",
+  "prediction",
+  "stream_options",
+  "response_format",
+  "user",
+];
+/** Values inside the items of `input`/`messages`, where the parsers look deepest. */
+const INPUT_SHAPES = [
+  (v: string) => `[{"type":"message","role":"user","content":${v}}]`,
+  (v: string) => `[{"type":"message","role":${v},"content":"hi"}]`,
+  (v: string) => `[{"type":${v}}]`,
+  (v: string) => `[{"type":"function_call_output","call_id":${v},"output":${v}}]`,
+  (v: string) => `[{"type":"message","role":"user","content":[{"type":"input_text","text":${v}}]}]`,
+  (v: string) => `[{"type":"compaction","encrypted_content":${v}}]`,
+  (v: string) => `[{"type":"item_reference","id":${v}}]`,
+];
+const MESSAGE_SHAPES = [
+  (v: string) => `[{"role":"user","content":${v}}]`,
+  (v: string) => `[{"role":${v},"content":"hi"}]`,
+  (v: string) => `[{"role":"assistant","tool_calls":${v}}]`,
+  (v: string) => `[{"role":"tool","tool_call_id":${v},"content":${v}}]`,
+];
+
+interface Case {
+  name: string;
+  path: string;
+  body: string;
+}
+
+function httpCases(): Case[] {
+  const cases: Case[] = [];
+  for (const [valueName, value] of Object.entries(HOSTILE)) {
+    for (const stream of [false, true]) {
+      for (const field of RESPONSE_FIELDS) {
+        const base = field === "input" ? `{"stream":${stream}` : `{"stream":${stream},"input":"hi"`;
+        cases.push({
+          name: `responses ${field}=${valueName} stream=${stream}`,
+          path: "/v1/responses",
+          body: `${base},"${field}":${value}}`,
+        });
+      }
+      for (const shape of INPUT_SHAPES) {
+        cases.push({
+          name: `responses input ${shape("V")}=${valueName} stream=${stream}`,
+          path: "/v1/responses",
+          body: `{"stream":${stream},"input":${shape(value)}}`,
+        });
+      }
+      for (const field of CHAT_FIELDS) {
+        const base =
+          field === "messages"
+            ? `{"stream":${stream}`
+            : `{"stream":${stream},"messages":[{"role":"user","content":"hi"}]`;
+        cases.push({
+          name: `chat ${field}=${valueName} stream=${stream}`,
+          path: "/v1/chat/completions",
+          body: `${base},"${field}":${value}}`,
+        });
+      }
+      for (const shape of MESSAGE_SHAPES) {
+        cases.push({
+          name: `chat messages ${shape("V")}=${valueName} stream=${stream}`,
+          path: "/v1/chat/completions",
+          body: `{"stream":${stream},"messages":${shape(value)}}`,
+        });
+      }
+    }
+    for (const field of ["input", "instructions", "previous_response_id", "model"]) {
+      cases.push({
+        name: `compact ${field}=${valueName}`,
+        path: "/v1/responses/compact",
+        body: `{"${field}":${value}}`,
+      });
+    }
+    cases.push({ name: `responses body=${valueName}`, path: "/v1/responses", body: value });
+  }
+  return cases.filter((c) => Buffer.byteLength(c.body) <= MAX_BODY_BYTES);
+}
+
+interface ErrorBody {
+  error: { type: string; code: string | null; message: string; param: string | null };
+}
+
+function assertErrorShape(body: unknown, context: string): asserts body is ErrorBody {
+  const error = (body as { error?: Record<string, unknown> } | null)?.error;
+  assert.ok(error && typeof error === "object", `${context}: no error object in ${JSON.stringify(body)}`);
+  assert.deepEqual(Object.keys(error).sort(), ["code", "message", "param", "type"], context);
+  assert.equal(typeof error.message, "string", context);
+  assert.ok((error.message as string).length > 0, context);
+}
+
+/** Checks one SSE body: a stream that started ends with exactly one terminal (or error) event. */
+function assertSseEnds(text: string, context: string): void {
+  const events = text
+    .split("\n\n")
+    .filter((block) => block.trim() !== "")
+    .map((block) => /^data: (.*)$/m.exec(block)?.[1] ?? "");
+  assert.ok(events.length > 0, `${context}: an empty stream`);
+  const last = events.at(-1)!;
+  if (last === "[DONE]") return; // Chat Completions
+  const parsed = JSON.parse(last) as { type: string };
+  const terminals = events.filter((data) =>
+    /"type":"(response\.(completed|incomplete|failed)|error)"/.test(data.slice(0, 80)),
+  );
+  assert.ok(
+    TERMINAL_TYPES.has(parsed.type) || parsed.type === "error",
+    `${context}: the stream ended with ${parsed.type}`,
+  );
+  assert.equal(terminals.length, 1, `${context}: ${terminals.length} terminal events`);
+}
+
+test("every field of every JSON route, with every hostile value, gets a clean answer", async () => {
+  const cases = httpCases();
+  const statuses = new Map<number, number>();
+  for (const c of cases) {
+    const response = await fetch(server.url + c.path, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: c.body,
+      signal: AbortSignal.timeout(SAFETY_TIMEOUT_MS),
+    });
+    const text = await response.text();
+    statuses.set(response.status, (statuses.get(response.status) ?? 0) + 1);
+    assert.ok(response.status < 500, `${c.name}: ${response.status} ${text.slice(0, 300)}`);
+    if (response.status >= 400) {
+      assert.ok(Buffer.byteLength(text) <= MAX_ERROR_BYTES, `${c.name}: a ${text.length}-byte error`);
+      assertErrorShape(JSON.parse(text), c.name);
+    } else if ((response.headers.get("content-type") ?? "").startsWith("text/event-stream")) {
+      assertSseEnds(text, c.name);
+    } else {
+      JSON.parse(text);
+    }
+  }
+  // The corpus exercised both refusals and acceptances (hostile is not always invalid).
+  assert.ok((statuses.get(400) ?? 0) > 100, `statuses: ${JSON.stringify([...statuses])}`);
+  assert.ok((statuses.get(200) ?? 0) > 10, `statuses: ${JSON.stringify([...statuses])}`);
+});
+
+test("deep nesting is refused at the edge with a 400 that names the field", async () => {
+  for (const path of ["/v1/responses", "/v1/chat/completions", "/v1/responses/compact"]) {
+    for (const stream of [false, true]) {
+      const field = path === "/v1/chat/completions" ? "messages" : "input";
+      const response = await fetch(server.url + path, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: `{"stream":${stream},"${field}":${HOSTILE.deep_array}}`,
+      });
+      assert.equal(response.status, 400, path);
+      const body = (await response.json()) as ErrorBody;
+      assert.equal(body.error.code, "nesting_too_deep");
+      assert.equal(body.error.param, field);
+    }
+  }
+});
+
+test("malformed paths, methods and content types get OpenAI-shaped errors", async () => {
+  const requests: [string, string, number, string][] = [
+    ["GET", "/v1/responses/%ZZ", 400, "invalid_path"],
+    ["GET", "/v1/responses/%E0%A4%A/input_items", 400, "invalid_path"],
+    ["DELETE", "/v1/responses/%", 400, "invalid_path"],
+    ["GET", "/v1/models/%FF%FE", 400, "invalid_path"],
+    ["GET", "/v1/responses/%00", 404, "response_not_found"],
+    ["GET", `/v1/responses/${"a".repeat(8000)}`, 404, "response_not_found"],
+    ["PUT", "/v1/responses", 405, "method_not_allowed"],
+    ["OPTIONS", "/v1/responses", 405, "method_not_allowed"],
+    ["GET", "/%2e%2e/%2e%2e/etc/passwd", 404, "unknown_route"],
+  ];
+  for (const [method, path, status, code] of requests) {
+    const response = await fetch(server.url + path, { method });
+    const text = await response.text();
+    assert.equal(response.status, status, `${method} ${path.slice(0, 40)}: ${text.slice(0, 200)}`);
+    assert.ok(text.length <= MAX_ERROR_BYTES, `${method} ${path.slice(0, 40)}: a ${text.length}-byte error`);
+    const body = JSON.parse(text) as ErrorBody;
+    assertErrorShape(body, path);
+    assert.equal(body.error.code, code);
+  }
+  for (const type of [
+    undefined,
+    "text/plain",
+    "application/x-www-form-urlencoded",
+    "multipart/form-data; boundary=x",
+  ]) {
+    const response = await fetch(`${server.url}/v1/responses`, {
+      method: "POST",
+      headers: type === undefined ? {} : { "content-type": type },
+      body: type === undefined ? new Uint8Array(Buffer.from('{"input":"hi"}')) : '{"input":"hi"}',
+    });
+    assert.equal(response.status, 415, String(type));
+    assert.equal(((await response.json()) as ErrorBody).error.code, "unsupported_media_type");
+  }
+});
+
+/** One raw HTTP exchange: writes `request`, returns everything read until the server closes. */
+function rawExchange(url: string, request: string): Promise<string> {
+  const { port } = new URL(url);
+  return new Promise((resolve) => {
+    const socket = net.connect(Number(port), "127.0.0.1");
+    const chunks: Buffer[] = [];
+    const timer = setTimeout(() => socket.destroy(), SAFETY_TIMEOUT_MS);
+    socket.on("data", (chunk: Buffer) => chunks.push(chunk));
+    socket.on("error", () => {});
+    socket.on("close", () => {
+      clearTimeout(timer);
+      resolve(Buffer.concat(chunks).toString("utf8"));
+    });
+    socket.on("connect", () => socket.end(request));
+  });
+}
+
+function rawStatus(text: string): { status: number; body: ErrorBody | undefined } {
+  const status = Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1] ?? 0);
+  const body = text.slice(text.indexOf("\r\n\r\n") + 4);
+  return { status, body: body ? (JSON.parse(body) as ErrorBody) : undefined };
+}
+
+test("broken HTTP and WebSocket handshakes get OpenAI-shaped errors", async () => {
+  const upgrade = (headers: string): string =>
+    `GET /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n${headers}\r\n`;
+  const cases: [string, string, number, string][] = [
+    ["no Host", "GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n", 400, "missing_host"],
+    [
+      "TRACE",
+      "TRACE /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+      405,
+      "method_not_allowed",
+    ],
+    ["CONNECT", "CONNECT 127.0.0.1:22 HTTP/1.1\r\nHost: 127.0.0.1:22\r\n\r\n", 405, "method_not_allowed"],
+    [
+      "huge header",
+      `GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX: ${"a".repeat(20_000)}\r\n\r\n`,
+      431,
+      "headers_too_large",
+    ],
+    ["garbage", "\u0000\u0001 / HTTP/9\r\n\r\n", 400, "malformed_request"],
+    [
+      "bad chunk",
+      "POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+      400,
+      "malformed_request",
+    ],
+    [
+      "ws bad key",
+      upgrade("Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: short\r\n"),
+      400,
+      "invalid_websocket_handshake",
+    ],
+    [
+      "ws bad version",
+      upgrade("Sec-WebSocket-Version: 12\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"),
+      400,
+      "invalid_websocket_handshake",
+    ],
+    [
+      "ws bad protocol",
+      upgrade(
+        "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: a,,b\r\n",
+      ),
+      400,
+      "invalid_websocket_handshake",
+    ],
+    [
+      "ws wrong path",
+      upgrade("Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n").replace(
+        "/v1/responses",
+        "/v1/%ZZ",
+      ),
+      404,
+      "unknown_route",
+    ],
+  ];
+  for (const [name, request, status, code] of cases) {
+    const reply = rawStatus(await rawExchange(server.url, request));
+    assert.equal(reply.status, status, name);
+    assert.ok(reply.body, `${name}: no body`);
+    assertErrorShape(reply.body, name);
+    assert.equal(reply.body.error.code, code, name);
+  }
+  const head = await fetch(`${server.url}/healthz`, { method: "HEAD" });
+  assert.equal(head.status, 200);
+  assert.equal(await head.text(), "");
+});
+
+/** Hostile WebSocket frames, as text (or Buffers for binary frames). */
+function wsFrames(): (string | Buffer)[] {
+  const frames: (string | Buffer)[] = [
+    "",
+    "null",
+    "1",
+    "[]",
+    '"response.create"',
+    "{",
+    "{}",
+    '{"type":null}',
+    `{"type":${HOSTILE.long_string}}`,
+    `{"type":${HOSTILE.deep_array}}`,
+    Buffer.from([0, 1, 2, 3]),
+    '{"type":"response.cancel"}',
+    '{"type":"response.steer"}',
+  ];
+  for (const value of Object.values(HOSTILE)) {
+    frames.push(`{"type":"response.steer","previous_response_id":"resp_nope","input":${value}}`);
+    frames.push(`{"type":"response.steer","previous_response_id":${value},"input":"hi"}`);
+    frames.push(`{"type":"response.cancel","response_id":${value}}`);
+    for (const field of RESPONSE_FIELDS) {
+      const base = field === "input" ? '{"type":"response.create"' : '{"type":"response.create","input":"hi"';
+      frames.push(`${base},"${field}":${value}}`);
+    }
+    for (const shape of INPUT_SHAPES) frames.push(`{"type":"response.create","input":${shape(value)}}`);
+  }
+  return frames.filter((frame) => frame.length <= MAX_BODY_BYTES);
+}
+
+test("hostile WebSocket frames become error events and the connection stays usable", async () => {
+  const client = await WsClient.connect(server.url);
+  const frames = wsFrames();
+  for (const frame of frames) client.socket.send(frame, { binary: Buffer.isBuffer(frame) });
+  // A last normal response: it completes once everything before it was handled.
+  client.send({ type: "response.create", input: "still there?", stream_id: "probe" });
+  const probe = await client.waitFor(
+    (event) => event.stream_id === "probe" && TERMINAL_TYPES.has(event.type),
+  );
+  assert.equal(probe.type, "response.completed");
+
+  let errors = 0;
+  const open = new Map<string, number>();
+  for (const event of client.events) {
+    assert.equal(typeof event.type, "string");
+    assert.equal(typeof event.sequence_number, "number");
+    if (event.type === "error") {
+      errors++;
+      assertErrorShape(event, JSON.stringify(event).slice(0, 200));
+      assert.ok(
+        event.status === undefined || (event.status as number) < 500,
+        JSON.stringify(event).slice(0, 300),
+      );
+    }
+    if (event.type === "error") {
+      const size = JSON.stringify(event).length;
+      assert.ok(size <= MAX_ERROR_BYTES, `a ${size}-byte error event`);
+    }
+    if (event.type === "response.steer.failed") {
+      // The error is small; the input is handed back only when it was a valid steer (the client
+      // sent it in this very frame), never when it was refused as invalid.
+      const size = JSON.stringify(event.error).length;
+      assert.ok(size <= MAX_ERROR_BYTES, `a ${size}-byte steer error`);
+      const steer = event.steer as { input: unknown; previous_response_id: string };
+      if ((event.error as { code: string }).code === "invalid_input") assert.equal(steer.input, null);
+      assert.ok(steer.previous_response_id.length <= 400);
+    }
+    const id = (event.response as { id?: string } | undefined)?.id;
+    if (event.type === "response.created" && id) open.set(id, 0);
+    if (TERMINAL_TYPES.has(event.type) && id) open.set(id, (open.get(id) ?? 0) + 1);
+  }
+  assert.ok(errors > frames.length / 2, `${errors} error events for ${frames.length} frames`);
+  for (const [id, terminals] of open)
+    assert.equal(terminals, 1, `response ${id}: ${terminals} terminal events`);
+  client.socket.close();
+});
+
+test("a text frame that is not UTF-8 closes that connection (1007), and only that one", async () => {
+  const client = await WsClient.connect(server.url);
+  const other = await WsClient.connect(server.url);
+  // ws's client does not validate what it sends: a text frame that is not UTF-8.
+  client.socket.send(Buffer.from([0xff, 0xfe, 0xfd]), { binary: false });
+  const closed = await client.closed;
+  assert.equal(closed.code, 1007);
+  other.send({ type: "response.create", input: "hi" });
+  const done = await other.waitFor((event: ServerEvent) => TERMINAL_TYPES.has(event.type));
+  assert.equal(done.type, "response.completed");
+  other.socket.close();
+});
+
+test("after the corpus the same process is alive, healthy, and logged no internal error", async () => {
+  assert.equal(server.child.exitCode, null);
+  const health = await fetch(`${server.url}/healthz`);
+  assert.equal(health.status, 200);
+  assert.doesNotMatch(server.stderr(), /internal error/);
+});
