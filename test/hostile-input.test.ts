@@ -13,6 +13,7 @@ import net from "node:net";
 import { after, before, test } from "node:test";
 import { file, startServer, stop, type Cli } from "./helpers/cli.js";
 import { TERMINAL_TYPES, WsClient, type ServerEvent } from "./helpers/ws-client.js";
+import { HOSTILE, httpCases, wsFrames } from "./fixtures/hostile-corpus.js";
 
 /** Errors are small: a hostile value is never echoed back whole. */
 const MAX_ERROR_BYTES = 4096;
@@ -43,143 +44,6 @@ before(async () => {
 after(async () => {
   if (server.child.exitCode === null) await stop(server);
 });
-
-function nested(depth: number, open: string, close: string, leaf: string): string {
-  return open.repeat(depth) + leaf + close.repeat(depth);
-}
-
-/** Hostile values, as JSON text (so they can be spliced into bodies without building them here). */
-const HOSTILE: Record<string, string> = {
-  null: "null",
-  true: "true",
-  negative: "-1",
-  huge_number: "1e308",
-  fraction: "0.5",
-  empty_string: '""',
-  long_string: JSON.stringify("x".repeat(100_000)),
-  control_chars: JSON.stringify("\u0000\u0001\u001b[2J"),
-  lone_surrogate: '"\\ud800"',
-  percent: '"%ZZ%"',
-  empty_array: "[]",
-  empty_object: "{}",
-  deep_array: nested(5000, "[", "]", "0"),
-  deep_object: nested(5000, '{"a":', "}", "0"),
-  deep_in_array: `[${nested(3000, '{"content":', "}", '"x"')}]`,
-  wide_array: `[${Array(20_000).fill("0").join(",")}]`,
-  proto: '{"__proto__":{"polluted":true},"constructor":{"prototype":{"polluted":true}}}',
-  bad_items: '[{"type":"message"},{"type":"item_reference","id":"msg_nope"},{"type":"compaction"},7]',
-};
-
-const RESPONSE_FIELDS = [
-  "model",
-  "input",
-  "instructions",
-  "tools",
-  "tool_choice",
-  "previous_response_id",
-  "metadata",
-  "max_output_tokens",
-  "temperature",
-  "top_p",
-  "text",
-  "reasoning",
-  "context_management",
-  "store",
-  "generate",
-  "parallel_tool_calls",
-  "truncation",
-  "user",
-  "include",
-  "stream_id",
-  "prediction",
-];
-const CHAT_FIELDS = [
-  "model",
-  "messages",
-  "tools",
-  "tool_choice",
-  "max_tokens",
-  "max_completion_tokens",
-  "n",
-  "stop",
-  "temperature",
-  "prediction",
-  "stream_options",
-  "response_format",
-  "user",
-];
-/** Values inside the items of `input`/`messages`, where the parsers look deepest. */
-const INPUT_SHAPES = [
-  (v: string) => `[{"type":"message","role":"user","content":${v}}]`,
-  (v: string) => `[{"type":"message","role":${v},"content":"hi"}]`,
-  (v: string) => `[{"type":${v}}]`,
-  (v: string) => `[{"type":"function_call_output","call_id":${v},"output":${v}}]`,
-  (v: string) => `[{"type":"message","role":"user","content":[{"type":"input_text","text":${v}}]}]`,
-  (v: string) => `[{"type":"compaction","encrypted_content":${v}}]`,
-  (v: string) => `[{"type":"item_reference","id":${v}}]`,
-];
-const MESSAGE_SHAPES = [
-  (v: string) => `[{"role":"user","content":${v}}]`,
-  (v: string) => `[{"role":${v},"content":"hi"}]`,
-  (v: string) => `[{"role":"assistant","tool_calls":${v}}]`,
-  (v: string) => `[{"role":"tool","tool_call_id":${v},"content":${v}}]`,
-];
-
-interface Case {
-  name: string;
-  path: string;
-  body: string;
-}
-
-function httpCases(): Case[] {
-  const cases: Case[] = [];
-  for (const [valueName, value] of Object.entries(HOSTILE)) {
-    for (const stream of [false, true]) {
-      for (const field of RESPONSE_FIELDS) {
-        const base = field === "input" ? `{"stream":${stream}` : `{"stream":${stream},"input":"hi"`;
-        cases.push({
-          name: `responses ${field}=${valueName} stream=${stream}`,
-          path: "/v1/responses",
-          body: `${base},"${field}":${value}}`,
-        });
-      }
-      for (const shape of INPUT_SHAPES) {
-        cases.push({
-          name: `responses input ${shape("V")}=${valueName} stream=${stream}`,
-          path: "/v1/responses",
-          body: `{"stream":${stream},"input":${shape(value)}}`,
-        });
-      }
-      for (const field of CHAT_FIELDS) {
-        const base =
-          field === "messages"
-            ? `{"stream":${stream}`
-            : `{"stream":${stream},"messages":[{"role":"user","content":"hi"}]`;
-        cases.push({
-          name: `chat ${field}=${valueName} stream=${stream}`,
-          path: "/v1/chat/completions",
-          body: `${base},"${field}":${value}}`,
-        });
-      }
-      for (const shape of MESSAGE_SHAPES) {
-        cases.push({
-          name: `chat messages ${shape("V")}=${valueName} stream=${stream}`,
-          path: "/v1/chat/completions",
-          body: `{"stream":${stream},"messages":${shape(value)}}`,
-        });
-      }
-    }
-    for (const field of ["input", "instructions", "previous_response_id", "model"]) {
-      cases.push({
-        name: `compact ${field}=${valueName}`,
-        path: "/v1/responses/compact",
-        body: `{"${field}":${value}}`,
-      });
-    }
-    cases.push({ name: `responses body=${valueName}`, path: "/v1/responses", body: value });
-  }
-  return cases.filter((c) => Buffer.byteLength(c.body) <= MAX_BODY_BYTES);
-}
 
 interface ErrorBody {
   error: { type: string; code: string | null; message: string; param: string | null };
@@ -214,7 +78,7 @@ function assertSseEnds(text: string, context: string): void {
 }
 
 test("every field of every JSON route, with every hostile value, gets a clean answer", async () => {
-  const cases = httpCases();
+  const cases = httpCases(MAX_BODY_BYTES);
   const statuses = new Map<number, number>();
   for (const c of cases) {
     const response = await fetch(server.url + c.path, {
@@ -384,39 +248,9 @@ test("broken HTTP and WebSocket handshakes get OpenAI-shaped errors", async () =
   assert.equal(await head.text(), "");
 });
 
-/** Hostile WebSocket frames, as text (or Buffers for binary frames). */
-function wsFrames(): (string | Buffer)[] {
-  const frames: (string | Buffer)[] = [
-    "",
-    "null",
-    "1",
-    "[]",
-    '"response.create"',
-    "{",
-    "{}",
-    '{"type":null}',
-    `{"type":${HOSTILE.long_string}}`,
-    `{"type":${HOSTILE.deep_array}}`,
-    Buffer.from([0, 1, 2, 3]),
-    '{"type":"response.cancel"}',
-    '{"type":"response.steer"}',
-  ];
-  for (const value of Object.values(HOSTILE)) {
-    frames.push(`{"type":"response.steer","previous_response_id":"resp_nope","input":${value}}`);
-    frames.push(`{"type":"response.steer","previous_response_id":${value},"input":"hi"}`);
-    frames.push(`{"type":"response.cancel","response_id":${value}}`);
-    for (const field of RESPONSE_FIELDS) {
-      const base = field === "input" ? '{"type":"response.create"' : '{"type":"response.create","input":"hi"';
-      frames.push(`${base},"${field}":${value}}`);
-    }
-    for (const shape of INPUT_SHAPES) frames.push(`{"type":"response.create","input":${shape(value)}}`);
-  }
-  return frames.filter((frame) => frame.length <= MAX_BODY_BYTES);
-}
-
 test("hostile WebSocket frames become error events and the connection stays usable", async () => {
   const client = await WsClient.connect(server.url);
-  const frames = wsFrames();
+  const frames = wsFrames(MAX_BODY_BYTES);
   for (const frame of frames) client.socket.send(frame, { binary: Buffer.isBuffer(frame) });
   // A last normal response: it completes once everything before it was handled.
   client.send({ type: "response.create", input: "still there?", stream_id: "probe" });

@@ -435,7 +435,13 @@ export class ResponsesService {
     id: string,
     principal: Principal = anonymousPrincipal,
   ): { id: string; object: "response"; deleted: true } {
-    if (!this.store.delete(id, principal.id)) {
+    let deleted: boolean;
+    try {
+      deleted = this.store.delete(id, principal.id);
+    } catch (error) {
+      throw storeWriteFailure(error, "deleted");
+    }
+    if (!deleted) {
       throw SparkError.notFound(`Response with id '${shown(id)}' not found.`, "response_not_found");
     }
     return { id, object: "response", deleted: true };
@@ -454,7 +460,7 @@ export class ResponsesService {
  * A store's own reason (`SQLITE_FULL: database or disk is full`) is shown; anything else is an
  * internal error, reported as such.
  */
-function storeWriteFailure(error: unknown): SparkError {
+function storeWriteFailure(error: unknown, what: "stored" | "deleted" = "stored"): SparkError {
   if (!(error instanceof StoreWriteError)) {
     return SparkError.internal(SparkError.from(error).message, "store_write_failed");
   }
@@ -463,12 +469,12 @@ function storeWriteFailure(error: unknown): SparkError {
       507,
       "server_error",
       "store_write_failed",
-      `The response could not be stored: the server's data directory is full (${error.message}). ` +
-        `It was not saved; retry when space has been freed.`,
+      `The response could not be ${what}: the server's data directory is full (${error.message}). ` +
+        `Retry when space has been freed.`,
     );
   }
   return SparkError.internal(
-    `The response could not be stored (${error.message}). It was not saved; retry later.`,
+    `The response could not be ${what} (${error.message}); retry later.`,
     "store_write_failed",
   );
 }
