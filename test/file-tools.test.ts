@@ -283,4 +283,45 @@ describe("searchFiles", () => {
     await rejectsWith(searchFiles(ws, { pattern: "TOKEN", path: "escape" }), "outside_workspace");
     assert.deepEqual((await searchFiles(ws, { pattern: "TOKEN" })).matches, []);
   });
+  // Each extra "a" doubles the backtracking of ^(a+)+$ on a line that ends in "!": 2^40 steps is
+  // hours, so these tests end only because the search is stopped.
+  const catastrophic = { "slow.txt": `${"a".repeat(40)}!\n`, "fine.txt": "needle\n" };
+
+  test(
+    "a catastrophically backtracking regex times out with advice, and the event loop stays free meanwhile",
+    { timeout: 120_000 },
+    async () => {
+      const { ws } = await fixture(catastrophic);
+      let ticks = 0;
+      const ticker = setInterval(() => ticks++, 10);
+      try {
+        await rejectsWith(
+          searchFiles(ws, { pattern: "^(a+)+$" }, { timeoutMs: 500 }),
+          "timeout",
+          "timed out after 0.5 s",
+          "Simplify the pattern",
+        );
+      } finally {
+        clearInterval(ticker);
+      }
+      assert.ok(ticks > 0, "timers ran while the regex backtracked");
+      // The next search gets a fresh worker.
+      assert.deepEqual((await searchFiles(ws, { pattern: "needle" })).matches, [
+        { path: "fine.txt", line: 1, text: "needle" },
+      ]);
+    },
+  );
+
+  test("aborting a search (Esc) stops it at once with a cancelled error", { timeout: 120_000 }, async () => {
+    const { ws } = await fixture(catastrophic);
+    const controller = new AbortController();
+    const search = searchFiles(
+      ws,
+      { pattern: "^(a+)+$" },
+      { signal: controller.signal, timeoutMs: 3_600_000 },
+    );
+    setTimeout(() => controller.abort(), 50);
+    await rejectsWith(search, "cancelled", "cancelled by the user");
+    await rejectsWith(searchFiles(ws, { pattern: "x" }, { signal: controller.signal }), "cancelled");
+  });
 });

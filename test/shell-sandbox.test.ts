@@ -269,17 +269,64 @@ describe("sandbox", () => {
     assert.equal(sandbox.kind === "bubblewrap" && sandbox.network, false);
   });
 
-  sandboxTest("writes inside the workspace succeed, also in subdirectories and .git", async () => {
+  sandboxTest("writes inside the workspace succeed, also in subdirectories", async () => {
     await mkdir(path.join(ws, "sub"));
-    const r = await run(
-      "echo inside > file.txt && mkdir nested && echo deeper > nested/f && mkdir ../.git && echo x > ../.git/HEAD",
-      { cwd: path.join(ws, "sub") },
-    );
+    const r = await run("echo inside > file.txt && mkdir nested && echo deeper > nested/f", {
+      cwd: path.join(ws, "sub"),
+    });
     assert.equal(r.exitCode, 0, r.output);
     assert.equal(await readFile(path.join(ws, "sub", "file.txt"), "utf8"), "inside\n");
     assert.equal(await readFile(path.join(ws, "sub", "nested", "f"), "utf8"), "deeper\n");
-    assert.equal(await readFile(path.join(ws, ".git", "HEAD"), "utf8"), "x\n");
   });
+
+  sandboxTest(
+    "protected paths are read-only: .git (dirs at any depth, a submodule's gitdir file), .vscode",
+    async () => {
+      const repo = await tempDir("spark-ws-git-");
+      const files: Record<string, string> = {
+        ".git/config": "[core]\n",
+        ".git/hooks/README": "hooks\n",
+        ".git/modules/lib/config": "[core]\n",
+        "lib/.git": "gitdir: ../.git/modules/lib\n",
+        "vendor/tool/.git/config": "[core]\n",
+        ".vscode/settings.json": "{}\n",
+        "src/a.ts": "a\n",
+      };
+      for (const [rel, text] of Object.entries(files)) {
+        await mkdir(path.dirname(path.join(repo, rel)), { recursive: true });
+        await writeFile(path.join(repo, rel), text);
+      }
+      const attempts = [
+        "echo '[core] fsmonitor = touch /tmp/pwned' >> .git/config",
+        "echo 'touch /tmp/pwned' > .git/hooks/pre-commit",
+        "rm .git/hooks/README",
+        "mv .git .git-old",
+        "echo x >> .git/modules/lib/config",
+        "echo 'gitdir: ../evil' > lib/.git",
+        "echo x >> vendor/tool/.git/config",
+        "echo '{}' > .vscode/tasks.json",
+      ];
+      for (const attempt of attempts) {
+        const r = await run(attempt, { workspaceRoot: repo, cwd: repo });
+        assert.notEqual(r.exitCode, 0, attempt);
+        assert.match(r.output, /Read-only file system|Device or resource busy/, attempt);
+      }
+      for (const [rel, text] of Object.entries(files)) {
+        assert.equal(await readFile(path.join(repo, rel), "utf8"), text, rel);
+      }
+      assert.equal(existsSync(path.join(repo, ".git", "hooks", "pre-commit")), false);
+      const ok = await run("echo b > src/b.ts && cat .git/config", { workspaceRoot: repo, cwd: repo });
+      assert.equal(ok.exitCode, 0, ok.output);
+      assert.equal(ok.output, "[core]\n");
+      // Without the sandbox nothing stops it: the attempts above are real.
+      const unconfined = await run("echo x >> .git/config", {
+        workspaceRoot: repo,
+        cwd: repo,
+        sandbox: NO_SANDBOX,
+      });
+      assert.equal(unconfined.exitCode, 0);
+    },
+  );
 
   sandboxTest("writes outside the workspace fail and leave nothing behind", async () => {
     const target = path.join(outside, "escaped.txt");
@@ -353,6 +400,102 @@ describe("sandbox", () => {
     assert.match(r.output, /command not found/);
   });
 
+  /** A fake home directory outside /tmp (which the sandbox replaces anyway), with secrets in it. */
+  async function fakeHome(t: TestContext): Promise<string | undefined> {
+    let home: string;
+    try {
+      home = await mkdtemp(path.join(os.homedir(), ".spark-fake-home-"));
+    } catch (error) {
+      t.skip(`cannot create a folder outside /tmp in ${os.homedir()}: ${(error as Error).message}`);
+      return undefined;
+    }
+    dirs.push(home);
+    const files: Record<string, string> = {
+      ".ssh/id_rsa": "PRIVATE KEY\n",
+      ".aws/credentials": "aws_secret_access_key = x\n",
+      ".config/gcloud/credentials.db": "gcloud\n",
+      ".netrc": "machine example.com password hunter2\n",
+      ".git-credentials": "https://user:token@example.com\n",
+      ".local/share/spark/sessions/s.jsonl": "{}\n",
+      ".gitconfig": "[user]\n\tname = Tester\n",
+      "notes.txt": "not a secret\n",
+    };
+    for (const [rel, text] of Object.entries(files)) {
+      await mkdir(path.dirname(path.join(home, rel)), { recursive: true });
+      await writeFile(path.join(home, rel), text);
+    }
+    return home;
+  }
+
+  sandboxTest("the home directory's secrets are hidden; the rest of it stays readable", async (t) => {
+    const home = await fakeHome(t);
+    if (home === undefined) return;
+    const hostEnv = { ...process.env, HOME: home };
+    const secrets = [
+      ".ssh/id_rsa",
+      ".aws/credentials",
+      ".config/gcloud/credentials.db",
+      ".local/share/spark/sessions/s.jsonl",
+    ];
+    const script = (rel: string) => `cat ${JSON.stringify(path.join(home, rel))}`;
+    for (const rel of secrets) {
+      const plain = await run(script(rel), { sandbox: NO_SANDBOX });
+      assert.equal(plain.exitCode, 0, `${rel} is readable without the sandbox`);
+      const hidden = await run(script(rel), { hostEnv });
+      assert.notEqual(hidden.exitCode, 0, rel);
+      assert.match(hidden.output, /No such file or directory/, rel);
+    }
+    for (const rel of [".netrc", ".git-credentials"]) {
+      const hidden = await run(script(rel), { hostEnv });
+      assert.equal(hidden.exitCode, 0, hidden.output);
+      assert.equal(hidden.output, "", `${rel} reads as empty`);
+    }
+    const visible = await run(`${script(".gitconfig")} ${JSON.stringify(path.join(home, "notes.txt"))}`, {
+      hostEnv,
+    });
+    assert.equal(visible.output, "[user]\n\tname = Tester\nnot a secret\n");
+    const allowed = await run(script(".ssh/id_rsa"), {
+      hostEnv,
+      sandbox: { ...sandbox, allowSecrets: true } as Sandbox,
+    });
+    assert.equal(allowed.output, "PRIVATE KEY\n", "--sandbox-allow-secrets shows them");
+  });
+
+  sandboxTest(
+    "Unix sockets outside the workspace are unreachable: under /run, named by SSH_AUTH_SOCK, in ~/.gnupg",
+    async (t) => {
+      const home = await fakeHome(t);
+      if (home === undefined) return;
+      const sockets: string[] = [path.join(home, "agent.sock"), path.join(home, ".gnupg", "S.gpg-agent")];
+      const runDir = path.join("/run", `spark-test-${process.pid}`);
+      try {
+        await mkdir(runDir);
+        dirs.push(runDir);
+        sockets.push(path.join(runDir, "docker.sock"));
+      } catch (error) {
+        t.diagnostic(`no socket under /run: ${(error as Error).message}`);
+      }
+      await mkdir(path.join(home, ".gnupg"));
+      for (const socket of sockets) {
+        const server: Server = createServer((connection) => connection.end("hello\n"));
+        await new Promise<void>((resolve) => server.listen(socket, resolve));
+        t.after(() => new Promise<void>((resolve) => server.close(() => resolve())));
+      }
+      const hostEnv = { ...process.env, HOME: home, SSH_AUTH_SOCK: sockets[0]! };
+      const connect = (socket: string) =>
+        `${JSON.stringify(process.execPath)} -e ${JSON.stringify(
+          `require("net").connect(${JSON.stringify(socket)}).on("data", (d) => process.stdout.write(d)).on("error", (e) => { console.log(e.code); process.exitCode = 1; })`,
+        )}`;
+      for (const socket of sockets) {
+        const plain = await run(connect(socket), { sandbox: NO_SANDBOX });
+        assert.equal(plain.output, "hello\n", `${socket} answers without the sandbox`);
+        const sandboxed = await run(connect(socket), { hostEnv });
+        assert.notEqual(sandboxed.exitCode, 0, socket);
+        assert.match(sandboxed.output, /ECONNREFUSED|ENOENT|ENOTSOCK/, socket);
+      }
+    },
+  );
+
   test("sandboxedArgv: the workspace bind follows the private /tmp; no sandbox runs argv directly", () => {
     const bw: Sandbox = { kind: "bubblewrap", path: "/usr/bin/bwrap", network: false };
     const { file, args } = sandboxedArgv(bw, "/tmp/ws", ["ls", "-la"], "/tmp/ws/src");
@@ -371,6 +514,35 @@ describe("sandbox", () => {
     assert.deepEqual(args.slice(-3), ["--", "ls", "-la"]);
     assert.ok(sandboxedArgv({ ...bw, network: true }, "/w", ["true"], "/w").args.includes("--share-net"));
     assert.deepEqual(sandboxedArgv(NO_SANDBOX, "/w", ["ls", "-la"], "/w"), { file: "ls", args: ["-la"] });
+  });
+
+  test("sandboxedArgv: /run is emptied before the workspace bind; secrets and protected paths come after it", () => {
+    const bw: Sandbox = { kind: "bubblewrap", path: "/usr/bin/bwrap", network: false };
+    const { args } = sandboxedArgv(bw, "/w", ["true"], "/w", {
+      hideRun: ["/run"],
+      runSymlinks: [["/dev/shm", "/run/shm"]],
+      runKept: ["/run/systemd/resolve/stub-resolv.conf"],
+      hiddenDirs: ["/home/u/.ssh"],
+      hiddenFiles: ["/home/u/.netrc"],
+      emptyFile: "/tmp/spark-empty-x/empty",
+      readOnly: ["/w/.git"],
+    });
+    const at = (...words: string[]) => {
+      const index = args.findIndex((_, k) => words.every((word, j) => args[k + j] === word));
+      assert.ok(index >= 0, words.join(" "));
+      return index;
+    };
+    const bind = at("--bind", "/w", "/w");
+    assert.ok(at("--tmpfs", "/tmp") < at("--tmpfs", "/run"));
+    assert.ok(at("--tmpfs", "/run") < at("--symlink", "/dev/shm", "/run/shm"));
+    assert.ok(
+      at("--symlink", "/dev/shm", "/run/shm") < at("--ro-bind", "/run/systemd/resolve/stub-resolv.conf"),
+    );
+    assert.ok(at("--ro-bind", "/run/systemd/resolve/stub-resolv.conf") < bind);
+    assert.ok(bind < at("--tmpfs", "/home/u/.ssh"));
+    assert.ok(bind < at("--ro-bind", "/tmp/spark-empty-x/empty", "/home/u/.netrc"));
+    assert.ok(bind < at("--ro-bind", "/w/.git", "/w/.git"));
+    assert.ok(at("--ro-bind", "/w/.git", "/w/.git") < at("--unshare-all"));
   });
 
   test("detectSandbox({ disabled: true }) is none", async () => {
@@ -408,11 +580,11 @@ describe("sandbox", () => {
   test("describeSandbox gives one line for the status bar", () => {
     assert.equal(
       describeSandbox({ kind: "bubblewrap", path: "/usr/bin/bwrap", network: false }),
-      "sandbox: bubblewrap (writes confined to the workspace, no network)",
+      "sandbox: bubblewrap (writes confined to the workspace, .git read-only, secrets hidden, no network)",
     );
     assert.equal(
-      describeSandbox({ kind: "bubblewrap", path: "/usr/bin/bwrap", network: true }),
-      "sandbox: bubblewrap (writes confined to the workspace, network allowed)",
+      describeSandbox({ kind: "bubblewrap", path: "/usr/bin/bwrap", network: true, allowSecrets: true }),
+      "sandbox: bubblewrap (writes confined to the workspace, .git read-only, secrets visible, network allowed)",
     );
     assert.equal(
       describeSandbox({ kind: "none", reason: "sandbox disabled by --sandbox off" }),
@@ -438,25 +610,28 @@ describe("approval", () => {
     ["find", ".", "-name", "*.ts", "-type", "f"],
     ["sed", "-n", "10,20p", "src/a.ts"],
     ["sed", "-n", "5p", "a.ts"],
-    ["git", "status"],
-    ["git", "diff", "--stat"],
-    ["git", "log", "--oneline", "-n", "5"],
-    ["git", "show", "HEAD"],
-    ["git", "branch"],
-    ["git", "branch", "-a", "-v"],
-    ["git", "branch", "--list", "feat*"],
+    ["find", ".", "-name", "*.ts", "-newermt", "2024-01-01", "-not", "-path", "./node_modules/*", "-print"],
+    ["find", "-L", "src", "(", "-name", "-odd-", "-o", "-iname", "*.md", ")", "-maxdepth", "2"],
     ["which", "node"],
     ["file", "a.bin"],
+    ["file", "-b", "--mime-type", "a.bin", "b.bin"],
     ["stat", "a"],
     ["true"],
     ["tree", "-L", "2"],
+    ["tree", "-aL", "2", "-I", "node_modules", "--dirsfirst", "src"],
     ["nl", "a.ts"],
     ["sort", "-u", "a"],
+    ["sort", "-t:", "-k", "2", "-nr", "--key=3,3", "--numeric-sort", "a", "b"],
+    ["sort", "--check=quiet", "a"],
     ["uniq", "-c", "a"],
+    ["uniq", "-f", "1", "-w3", "--skip-chars=2", "a"],
+    ["uniq", "-"],
+    ["rg", "-n", "-g", "*.ts", "--hidden", "--max-count=3", "foo", "src"],
+    ["rg", "-e", "-z", "--", "--pre"],
     ["cut", "-d:", "-f1", "/etc/passwd"],
     bash("ls -la"),
     bash("ls && cat a.ts"),
-    bash("git status; git diff"),
+    bash("cat a; wc -l a"),
     bash("grep -rn foo src | sort | uniq -c | head -5"),
     bash("cat a || echo missing"),
     bash('grep ">" file'),
@@ -486,6 +661,13 @@ describe("approval", () => {
     ["sed", "s/a/b/", "x"],
     ["sed", "-n", "1p;w out", "x"],
     ["sed", "-n", "1,5p", "-i", "x"],
+    // git runs programs named in the repository's config (core.fsmonitor, diff drivers, pagers).
+    ["git", "status"],
+    ["git", "diff", "--stat"],
+    ["git", "log", "--oneline"],
+    ["git", "show", "HEAD"],
+    ["git", "branch"],
+    bash("git status"),
     ["git", "commit", "-m", "x"],
     ["git", "push"],
     ["git", "checkout", "."],
@@ -498,11 +680,36 @@ describe("approval", () => {
     ["rg", "--search-zip", "foo"],
     ["rg", "-z", "foo"],
     ["sort", "-o", "out", "in"],
+    ["sort", "-uoout", "in"],
     ["sort", "--output=out", "in"],
+    ["sort", "--output", "out", "in"],
+    // GNU getopt takes unambiguous abbreviations of long options.
+    ["sort", "--outp=out", "in"],
+    ["sort", "--o=out", "in"],
     ["sort", "--compress-program=sh", "in"],
+    ["sort", "--compress-prog=sh", "in"],
+    ["sort", "-T", "dir", "in"],
+    ["sort", "--numeric", "in"],
     ["uniq", "in", "out"],
+    // `-` is stdin; the next operand is the output, truncated.
+    ["uniq", "-", "out"],
+    ["uniq", "-c", "in", "out"],
+    ["uniq", "--", "in", "out"],
+    ["uniq", "--cou", "in"],
     ["tree", "-o", "out"],
+    ["tree", "-Lo", "2", "out"],
+    ["tree", "-R", "-H", "."],
     ["file", "-C", "-m", "magic"],
+    ["file", "--comp", "-m", "magic"],
+    ["file", "-z", "a.gz"],
+    ["rg", "--pr=sh", "foo"],
+    ["rg", "--hostname-bin=x", "foo"],
+    ["rg", "-nz", "foo"],
+    ["rg", "--some-future-flag", "foo"],
+    ["find", ".", "-fls", "out"],
+    ["find", ".", "-newer", "a", "-delete"],
+    ["find", ".", "-execd", "rm", "{}", "+"],
+    ["find", ".", "-files0-from", "list"],
     bash("rm -rf /"),
     bash("ls && rm x"),
     bash("ls || rm x"),
@@ -577,7 +784,7 @@ describe("approval", () => {
 
   test("decideCommand: all modes × sandboxed × escalation × interactive", () => {
     for (const [mode, safe, sandboxed, escalationRequested, expected] of MATRIX) {
-      const argv = safe ? ["git", "status"] : ["npm", "test"];
+      const argv = safe ? ["cat", "README.md"] : ["npm", "test"];
       for (const interactive of [true, false]) {
         const label = JSON.stringify({ mode, safe, sandboxed, escalationRequested, interactive });
         const decision: ApprovalDecision = decideCommand(mode, argv, {
@@ -611,5 +818,28 @@ describe("approval", () => {
     const refused = decidePatch("untrusted", { interactive: false });
     assert.equal(refused.action, "refuse");
     assert.match(refused.action === "refuse" ? refused.reason : "", /--approval never/);
+  });
+
+  test("decidePatch: a patch writing a protected path asks in on-request and untrusted, is refused in never and without a user", () => {
+    const protectedPaths = [".git"];
+    for (const mode of ["on-request", "untrusted"] as const) {
+      const asked = decidePatch(mode, { interactive: true, protectedPaths });
+      assert.equal(asked.action, "ask", mode);
+      assert.match(asked.action === "ask" ? asked.reason : "", /writes \.git, a protected path/);
+    }
+    for (const [mode, interactive] of [
+      ["never", true],
+      ["never", false],
+      ["on-request", false],
+      ["untrusted", false],
+    ] as const) {
+      const refused = decidePatch(mode, { interactive, protectedPaths });
+      assert.equal(refused.action, "refuse", `${mode} ${interactive}`);
+      const reason = refused.action === "refuse" ? refused.reason : "";
+      assert.match(reason, /\.git, a protected path/);
+      assert.match(reason, /needs the user's approval/);
+      assert.doesNotMatch(reason, /--approval never/, "never mode does not allow it either");
+    }
+    assert.deepEqual(decidePatch("never", { interactive: false, protectedPaths: [] }), { action: "run" });
   });
 });

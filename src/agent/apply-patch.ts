@@ -16,9 +16,14 @@
  * - Operations in one patch see each other's effects (Add then Update of the same file works).
  * - Paths resolve through symlinks inside the workspace: updating or deleting a symlink changes or
  *   removes its target. `*** Move to:` refuses to overwrite an existing file.
+ * - A patch that would write, move or delete a protected path (`.git`, agent and editor settings:
+ *   see protected-paths.ts), checked on the resolved path, fails with ToolError "protected_path"
+ *   unless `allowProtected` says the user approved it (`protectedWrites` tells which ones a patch
+ *   touches, so the caller can ask first).
  */
 import { mkdir, readFile, rm, rmdir, stat } from "node:fs/promises";
 import path from "node:path";
+import { protectedPart } from "./protected-paths.js";
 import { ToolError, writeFileAtomic, type Workspace } from "./workspace.js";
 
 export interface HunkLine {
@@ -64,6 +69,8 @@ export interface PatchIO {
 
 export interface ApplyPatchOptions {
   io?: Partial<PatchIO>;
+  /** The user approved writing protected paths (see protected-paths.ts); default false. */
+  allowProtected?: boolean;
 }
 
 const BEGIN = "*** Begin Patch";
@@ -473,9 +480,22 @@ export async function applyPatch(
     return bytes;
   };
 
+  const resolveWrite = async (p: string): Promise<string> => {
+    const abs = await workspace.resolve(p, "write");
+    const part = protectedPart(workspace.root, abs);
+    if (part !== undefined && options.allowProtected !== true) {
+      throw new ToolError(
+        "protected_path",
+        `apply_patch: ${p} is in ${part}, a protected path (its contents run outside the sandbox ` +
+          "later), and the user has not approved changing it. No file was changed.",
+      );
+    }
+    return abs;
+  };
+
   const changes: PatchChange[] = [];
   for (const op of ops) {
-    const abs = await workspace.resolve(op.path, "write");
+    const abs = await resolveWrite(op.path);
     const display = workspace.relative(abs);
     const current = await load(abs, display);
     if (op.kind === "add") {
@@ -511,7 +531,7 @@ export async function applyPatch(
       changes.push({ path: display, kind: "update" });
       continue;
     }
-    const dest = await workspace.resolve(op.moveTo, "write");
+    const dest = await resolveWrite(op.moveTo);
     const destDisplay = workspace.relative(dest);
     if (dest !== abs) {
       if ((await load(dest, destDisplay)) !== null) {
@@ -529,6 +549,32 @@ export async function applyPatch(
 
   await commit(planned, originals, io);
   return { changes, summary: summarize(changes) };
+}
+
+/**
+ * The protected paths (workspace-relative, e.g. ".git") that `text` would write, move or delete,
+ * after resolving symlinks; empty for a patch that does not parse or touches none of them (applying
+ * it reports its errors). Paths outside the workspace are left to `applyPatch` to refuse.
+ */
+export async function protectedWrites(workspace: Workspace, text: string): Promise<string[]> {
+  let ops: PatchOperation[];
+  try {
+    ops = parsePatch(text);
+  } catch {
+    return [];
+  }
+  const found = new Set<string>();
+  for (const op of ops) {
+    for (const p of op.kind === "update" && op.moveTo !== undefined ? [op.path, op.moveTo] : [op.path]) {
+      try {
+        const part = protectedPart(workspace.root, await workspace.resolve(p, "write"));
+        if (part !== undefined) found.add(part);
+      } catch {
+        // Refused by applyPatch itself.
+      }
+    }
+  }
+  return [...found];
 }
 
 /** Refuses a new file whose nearest existing ancestor is a file rather than a directory. */

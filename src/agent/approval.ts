@@ -17,7 +17,10 @@
  * escalation was requested).
  *
  * Patches (file edits already confined to the workspace by the file tools) run in `never` and
- * `on-request` and ask in `untrusted`.
+ * `on-request` and ask in `untrusted`. A patch that writes a protected path (`.git`, agent and editor
+ * settings: see protected-paths.ts), whose contents would run outside the sandbox later, always
+ * needs the user's yes: it asks in `on-request` and `untrusted`, and is refused in `never` (which
+ * never asks) and in non-interactive runs, whatever the mode.
  */
 
 export type ApprovalMode = "never" | "on-request" | "untrusted";
@@ -38,69 +41,420 @@ const SHELLS = new Set(["bash", "sh"]);
 const SHELL_FLAGS = new Set(["-c", "-lc"]);
 const MAX_SCRIPT_DEPTH = 4;
 
+/*
+ * Known-safe commands are decided from what a program can do, not from how its dangerous options are
+ * spelled: GNU getopt accepts any unambiguous abbreviation of a long option (`sort --outp=F` is
+ * `--output=F`), short options cluster (`-uo F`) and take attached values (`-oF`), and an operand can
+ * be an output (`uniq IN OUT`). So:
+ *
+ * - ANY_ARGS holds programs none of whose options writes a file, runs another program or talks to
+ *   anything but the terminal (checked against their GNU manuals): any arguments are fine.
+ * - OPTION_SPECS holds programs that are read-only only with some options: every option must be one
+ *   known to be read-only, spelled exactly (an abbreviation or an unknown option is not safe), values
+ *   are skipped where the program takes them, and operands are counted where one can be an output.
+ * - `find` and `sed -n Np` have their own grammars below.
+ * - git is never known-safe: even `git status` runs programs named in the repository's config
+ *   (core.fsmonitor, diff drivers and textconv, pagers, gpg for signed commits), and that config is
+ *   whatever the workspace holds. Codex made the same call.
+ * - When in doubt: not safe, so the user is asked.
+ */
 const ANY_ARGS = new Set([
-  "ls",
+  "basename",
   "cat",
-  "head",
-  "tail",
-  "wc",
-  "pwd",
-  "echo",
-  "grep",
-  "which",
-  "stat",
-  "true",
-  "nl",
+  "cd",
   "cut",
+  "dirname",
+  "du",
+  "echo",
+  "false",
+  "grep",
+  "head",
+  "id",
+  "ls",
+  "nl",
+  "pwd",
+  "readlink",
+  "realpath",
+  "rev",
+  "seq",
+  "stat",
+  "tac",
+  "tail",
+  "tr",
+  "true",
+  "uname",
+  "wc",
+  "which",
+  "whoami",
 ]);
 
-const FIND_UNSAFE = new Set([
-  "-exec",
-  "-execdir",
-  "-ok",
-  "-okdir",
-  "-delete",
-  "-fls",
-  "-fprint",
-  "-fprint0",
-  "-fprintf",
-]);
-
-const GIT_READ_ONLY = new Set(["status", "diff", "log", "show"]);
-const GIT_BRANCH_LISTING_FLAGS = new Set([
-  "-a",
-  "--all",
-  "-r",
-  "--remotes",
-  "-v",
-  "-vv",
-  "--verbose",
-  "--show-current",
-  "--no-color",
-  "--color",
-  "--list",
-  "-l",
-]);
-
-function isShortCluster(arg: string): boolean {
-  return arg.length > 1 && arg.startsWith("-") && !arg.startsWith("--");
+interface OptionSpec {
+  /** Short options without a value. */
+  flags: string;
+  /** Short options that take a value (attached, `-k2`, or the next word, `-k 2`). */
+  valued?: string;
+  /**
+   * Whether a valued short option may be followed by more letters of its cluster as its value
+   * (getopt) or must end its cluster and take the next word (tree's own parser: `-Lo X Y` is `-L X
+   * -o Y` there, so a valued letter inside a cluster is refused).
+   */
+  attachedValues?: boolean;
+  /** Long options without a value, exact. */
+  long?: readonly string[];
+  /** Long options that take a value (`--name=V` or `--name V`), exact. */
+  longValued?: readonly string[];
+  /** Long options whose value is optional: only `--name` or `--name=V`. */
+  longOptional?: readonly string[];
+  /** The most operands allowed, where an extra operand is an output file. */
+  maxOperands?: number;
 }
 
-function hasLongOption(args: string[], names: string[]): boolean {
-  return args.some((arg) => names.some((name) => arg === name || arg.startsWith(`${name}=`)));
+const OPTION_SPECS: Record<string, OptionSpec> = {
+  // Not -o/--output (writes), --compress-program (runs a program), -T/--temporary-directory (writes).
+  sort: {
+    flags: "bdfgiMhnRrVcCmsuz",
+    valued: "ktS",
+    long: [
+      "--ignore-leading-blanks",
+      "--dictionary-order",
+      "--ignore-case",
+      "--general-numeric-sort",
+      "--ignore-nonprinting",
+      "--month-sort",
+      "--human-numeric-sort",
+      "--numeric-sort",
+      "--random-sort",
+      "--reverse",
+      "--version-sort",
+      "--merge",
+      "--stable",
+      "--unique",
+      "--zero-terminated",
+      "--debug",
+      "--help",
+      "--version",
+    ],
+    longValued: [
+      "--key",
+      "--field-separator",
+      "--buffer-size",
+      "--parallel",
+      "--sort",
+      "--random-source",
+      "--files0-from",
+    ],
+    longOptional: ["--check"],
+  },
+  // `uniq [OPTION]... [INPUT [OUTPUT]]`: a second operand (even after `-` for stdin) is truncated.
+  uniq: {
+    flags: "cdDiuz",
+    valued: "fsw",
+    long: ["--count", "--repeated", "--ignore-case", "--unique", "--zero-terminated", "--help", "--version"],
+    longValued: ["--skip-fields", "--skip-chars", "--check-chars"],
+    longOptional: ["--all-repeated", "--group"],
+    maxOperands: 1,
+  },
+  // Not -C/--compile (writes magic.mgc), -z/-Z (runs decompressors), -S (turns off file's own
+  // seccomp sandbox), -p (writes access times back).
+  file: {
+    flags: "bcdEhikLlNnrsv0",
+    valued: "eFfmP",
+    long: [
+      "--brief",
+      "--checking-printout",
+      "--debug",
+      "--no-dereference",
+      "--dereference",
+      "--mime",
+      "--mime-type",
+      "--mime-encoding",
+      "--keep-going",
+      "--list",
+      "--no-pad",
+      "--no-buffer",
+      "--raw",
+      "--special-files",
+      "--apple",
+      "--extension",
+      "--print0",
+      "--help",
+      "--version",
+    ],
+    longValued: [
+      "--exclude",
+      "--exclude-quiet",
+      "--separator",
+      "--files-from",
+      "--magic-file",
+      "--parameter",
+    ],
+  },
+  // Not -o (writes its output to a file), -R and -H (with -R, writes 00Tree.html into every directory),
+  // --fromfile.
+  tree: {
+    flags: "adlfxiqNQpugshDFvtcUrCnASJX",
+    valued: "LPI",
+    attachedValues: false,
+    long: [
+      "--dirsfirst",
+      "--noreport",
+      "--inodes",
+      "--device",
+      "--si",
+      "--du",
+      "--prune",
+      "--matchdirs",
+      "--gitignore",
+      "--ignore-case",
+      "--metafirst",
+      "--nolinks",
+      "--help",
+      "--version",
+    ],
+    longValued: ["--charset", "--filelimit", "--timefmt", "--sort"],
+  },
+  // Not --pre/--pre-glob and -z/--search-zip (run other programs on the files) or --hostname-bin.
+  rg: {
+    flags: "abcFHhIiLlNnopqsSUuVvwx0.",
+    valued: "ABCdEefgjMmrTt",
+    long: [
+      "--after-context",
+      "--auto-hybrid-regex",
+      "--binary",
+      "--block-buffered",
+      "--byte-offset",
+      "--case-sensitive",
+      "--column",
+      "--count",
+      "--count-matches",
+      "--crlf",
+      "--debug",
+      "--files",
+      "--files-with-matches",
+      "--files-without-match",
+      "--fixed-strings",
+      "--follow",
+      "--glob-case-insensitive",
+      "--heading",
+      "--help",
+      "--hidden",
+      "--ignore-case",
+      "--include-zero",
+      "--invert-match",
+      "--json",
+      "--line-buffered",
+      "--line-number",
+      "--line-regexp",
+      "--max-columns-preview",
+      "--mmap",
+      "--multiline",
+      "--multiline-dotall",
+      "--no-column",
+      "--no-config",
+      "--no-filename",
+      "--no-heading",
+      "--no-hidden",
+      "--no-ignore",
+      "--no-ignore-dot",
+      "--no-ignore-exclude",
+      "--no-ignore-files",
+      "--no-ignore-global",
+      "--no-ignore-parent",
+      "--no-ignore-vcs",
+      "--no-line-number",
+      "--no-messages",
+      "--no-mmap",
+      "--no-require-git",
+      "--no-unicode",
+      "--null",
+      "--null-data",
+      "--one-file-system",
+      "--only-matching",
+      "--passthru",
+      "--pcre2",
+      "--pretty",
+      "--quiet",
+      "--smart-case",
+      "--sort-files",
+      "--stats",
+      "--text",
+      "--trim",
+      "--type-list",
+      "--unrestricted",
+      "--version",
+      "--vimgrep",
+      "--with-filename",
+      "--word-regexp",
+    ],
+    longValued: [
+      "--after-context",
+      "--before-context",
+      "--color",
+      "--colors",
+      "--context",
+      "--context-separator",
+      "--dfa-size-limit",
+      "--encoding",
+      "--engine",
+      "--field-context-separator",
+      "--field-match-separator",
+      "--file",
+      "--glob",
+      "--iglob",
+      "--ignore-file",
+      "--max-columns",
+      "--max-count",
+      "--max-depth",
+      "--max-filesize",
+      "--path-separator",
+      "--regex-size-limit",
+      "--regexp",
+      "--replace",
+      "--sort",
+      "--sortr",
+      "--threads",
+      "--type",
+      "--type-add",
+      "--type-clear",
+      "--type-not",
+    ],
+  },
+};
+
+/** Whether `args` are all options of `spec` (exactly spelled) and operands within its limit. */
+function fitsSpec(args: readonly string[], spec: OptionSpec): boolean {
+  let operands = 0;
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!;
+    if (arg === "--") {
+      operands += args.length - i - 1;
+      break;
+    }
+    if (arg.startsWith("--")) {
+      const eq = arg.indexOf("=");
+      const name = eq < 0 ? arg : arg.slice(0, eq);
+      if (spec.longValued?.includes(name)) {
+        if (eq < 0) i++;
+      } else if (spec.longOptional?.includes(name)) {
+        // `--name` or `--name=V`; the next word is never its value.
+      } else if (!(eq < 0 && spec.long?.includes(name))) {
+        return false;
+      }
+    } else if (arg.startsWith("-") && arg !== "-") {
+      for (let k = 1; k < arg.length; k++) {
+        const letter = arg[k]!;
+        if (spec.flags.includes(letter)) continue;
+        if (!spec.valued?.includes(letter)) return false;
+        if (k === arg.length - 1) i++;
+        else if (spec.attachedValues === false) return false;
+        break;
+      }
+    } else {
+      operands++;
+    }
+  }
+  return spec.maxOperands === undefined || operands <= spec.maxOperands;
 }
 
-function hasShortOption(args: string[], letter: string): boolean {
-  return args.some((arg) => isShortCluster(arg) && arg.slice(1).includes(letter));
-}
+/** find's expression words that only test or print, with how many arguments each takes. */
+const FIND_PRIMARIES: Record<string, number> = {
+  "-H": 0,
+  "-L": 0,
+  "-P": 0,
+  "-D": 1,
+  "!": 0,
+  "(": 0,
+  ")": 0,
+  ",": 0,
+  "-not": 0,
+  "-a": 0,
+  "-and": 0,
+  "-o": 0,
+  "-or": 0,
+  "-print": 0,
+  "-print0": 0,
+  "-printf": 1,
+  "-ls": 0,
+  "-prune": 0,
+  "-quit": 0,
+  "-true": 0,
+  "-false": 0,
+  "-empty": 0,
+  "-nouser": 0,
+  "-nogroup": 0,
+  "-readable": 0,
+  "-writable": 0,
+  "-executable": 0,
+  "-depth": 0,
+  "-xdev": 0,
+  "-mount": 0,
+  "-follow": 0,
+  "-noleaf": 0,
+  "-daystart": 0,
+  "-ignore_readdir_race": 0,
+  "-noignore_readdir_race": 0,
+  "-warn": 0,
+  "-nowarn": 0,
+  "-help": 0,
+  "--help": 0,
+  "-version": 0,
+  "--version": 0,
+  "-name": 1,
+  "-iname": 1,
+  "-path": 1,
+  "-ipath": 1,
+  "-wholename": 1,
+  "-iwholename": 1,
+  "-regex": 1,
+  "-iregex": 1,
+  "-regextype": 1,
+  "-lname": 1,
+  "-ilname": 1,
+  "-type": 1,
+  "-xtype": 1,
+  "-size": 1,
+  "-perm": 1,
+  "-user": 1,
+  "-group": 1,
+  "-uid": 1,
+  "-gid": 1,
+  "-links": 1,
+  "-inum": 1,
+  "-samefile": 1,
+  "-newer": 1,
+  "-anewer": 1,
+  "-cnewer": 1,
+  "-mtime": 1,
+  "-mmin": 1,
+  "-atime": 1,
+  "-amin": 1,
+  "-ctime": 1,
+  "-cmin": 1,
+  "-used": 1,
+  "-maxdepth": 1,
+  "-mindepth": 1,
+  "-fstype": 1,
+  "-context": 1,
+};
 
-function isSafeGit(args: string[]): boolean {
-  const [sub, ...rest] = args;
-  if (sub === undefined) return false;
-  if (GIT_READ_ONLY.has(sub)) return !hasLongOption(rest, ["--output", "--ext-diff"]);
-  if (sub !== "branch") return false;
-  const listing = rest.includes("--list") || rest.includes("-l");
-  return rest.every((arg) => GIT_BRANCH_LISTING_FLAGS.has(arg) || (listing && !arg.startsWith("-")));
+/**
+ * find runs programs (-exec, -ok…), deletes (-delete) and writes files (-fprint…); its primaries are
+ * never abbreviated, so every word that looks like one must be a known test or printing action.
+ */
+function isSafeFind(args: readonly string[]): boolean {
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!;
+    const arity = Object.hasOwn(FIND_PRIMARIES, arg)
+      ? FIND_PRIMARIES[arg]!
+      : /^-newer[aBcmt][aBcmt]$/.test(arg)
+        ? 1
+        : /^-O\d$/.test(arg)
+          ? 0
+          : undefined;
+    if (arity !== undefined) i += arity;
+    else if (arg.startsWith("-")) return false;
+  }
+  return true;
 }
 
 function isSafeSed(args: string[]): boolean {
@@ -127,26 +481,10 @@ function isSafeArgv(argv: string[], depth: number): boolean {
     );
   }
   if (ANY_ARGS.has(program)) return true;
-  switch (program) {
-    case "rg":
-      return !hasLongOption(args, ["--pre", "--hostname-bin", "--search-zip"]) && !hasShortOption(args, "z");
-    case "find":
-      return !args.some((arg) => FIND_UNSAFE.has(arg));
-    case "sed":
-      return isSafeSed(args);
-    case "git":
-      return isSafeGit(args);
-    case "file":
-      return !hasLongOption(args, ["--compile"]) && !hasShortOption(args, "C");
-    case "tree":
-      return !hasShortOption(args, "o") && !hasShortOption(args, "R");
-    case "sort":
-      return !hasLongOption(args, ["--output", "--compress-program"]) && !hasShortOption(args, "o");
-    case "uniq":
-      return args.filter((arg) => !arg.startsWith("-")).length <= 1;
-    default:
-      return false;
-  }
+  if (program === "find") return isSafeFind(args);
+  if (program === "sed") return isSafeSed(args);
+  const spec = Object.hasOwn(OPTION_SPECS, program) ? OPTION_SPECS[program] : undefined;
+  return spec !== undefined && fitsSpec(args, spec);
 }
 
 type Token = { kind: "word"; value: string } | { kind: "op"; value: "&&" | "||" | ";" | "|" };
@@ -301,7 +639,30 @@ export function decideCommand(mode: ApprovalMode, argv: string[], context: Comma
   );
 }
 
-export function decidePatch(mode: ApprovalMode, context: { interactive: boolean }): ApprovalDecision {
+export interface PatchContext {
+  /** A user is there to answer an approval prompt. */
+  interactive: boolean;
+  /** The protected paths (workspace-relative) the patch writes, if any. */
+  protectedPaths?: readonly string[];
+}
+
+export function decidePatch(mode: ApprovalMode, context: PatchContext): ApprovalDecision {
+  const touched = context.protectedPaths ?? [];
+  if (touched.length > 0) {
+    const reason =
+      `The patch writes ${touched.join(", ")}, a protected path: what is written there runs outside ` +
+      "the sandbox later (git config and hooks, agent and editor settings)";
+    if (context.interactive && mode !== "never") return { action: "ask", reason };
+    const why = context.interactive
+      ? "approval mode `never` does not ask"
+      : "that is not possible in non-interactive mode (spark exec)";
+    return {
+      action: "refuse",
+      reason:
+        `${reason}, so it needs the user's approval, and ${why}. Do not retry it or write it another ` +
+        "way; tell the user the exact change so they can make it themselves.",
+    };
+  }
   if (mode !== "untrusted") return { action: "run" };
   return needsApproval("In untrusted mode file edits need approval", context.interactive);
 }

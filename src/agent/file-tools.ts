@@ -7,6 +7,7 @@
  */
 import { open, readFile as readFileBytes, readdir, realpath, stat } from "node:fs/promises";
 import path from "node:path";
+import { Worker } from "node:worker_threads";
 import ignore, { type Ignore } from "ignore";
 import { ToolError, type Workspace } from "./workspace.js";
 
@@ -25,6 +26,8 @@ export const SEARCH_MAX_LINE_CHARS = 300;
 const BINARY_SNIFF_BYTES = 8192;
 const CHUNK_BYTES = 64 * 1024;
 const SEARCH_CONCURRENCY = 16;
+/** How long one search may run before it is stopped. */
+export const SEARCH_TIMEOUT_MS = 10_000;
 
 export interface ReadFileArgs {
   path: string;
@@ -233,12 +236,116 @@ export async function listFiles(ws: Workspace, args: ListFilesArgs = {}): Promis
   return { files, truncated: false };
 }
 
+export interface SearchOptions {
+  /** Stops the search (ToolError "cancelled"). */
+  signal?: AbortSignal;
+  /** The search's time budget (default `SEARCH_TIMEOUT_MS`); past it, ToolError "timeout". */
+  timeoutMs?: number;
+}
+
+/** Idle search workers kept for the next search (at most one), unref'd so they never hold the process. */
+const idleWorkers: Worker[] = [];
+
+function startSearchWorker(): Worker {
+  const here = import.meta.url;
+  if (!here.endsWith(".ts")) return new Worker(new URL("./search-worker.js", here));
+  // Running from source (tsx): a worker does not inherit the TypeScript loader, so it registers it.
+  const tsx = JSON.stringify(import.meta.resolve("tsx/esm/api"));
+  const entry = JSON.stringify(new URL("./search-worker.ts", here).href);
+  return new Worker(`import(${tsx}).then((tsx) => { tsx.register(); return import(${entry}); });`, {
+    eval: true,
+  });
+}
+
+function seconds(ms: number): string {
+  return `${Number((ms / 1000).toFixed(1))} s`;
+}
+
 /**
  * Lines matching a regular expression in the files under a directory (or in one file), in path then
  * line order. Skips binary files and files over 2 MiB. Throws ToolError "invalid_argument" for an
  * invalid pattern or glob.
+ *
+ * The search (the walk, the .gitignore rules and the matching) runs in a worker thread, because a
+ * regular expression can backtrack for longer than anyone will wait (`^(a+)+$` on a line of 40 a's
+ * and a !) and a regex cannot be interrupted on the thread that runs it: the worker is terminated
+ * when `timeoutMs` passes (ToolError "timeout", telling the model to simplify the pattern) or
+ * `signal` aborts (ToolError "cancelled"), and the agent's event loop stays free meanwhile.
  */
-export async function searchFiles(ws: Workspace, args: SearchFilesArgs): Promise<SearchFilesResult> {
+export async function searchFiles(
+  ws: Workspace,
+  args: SearchFilesArgs,
+  options: SearchOptions = {},
+): Promise<SearchFilesResult> {
+  const timeoutMs = options.timeoutMs ?? SEARCH_TIMEOUT_MS;
+  const cancelled = () => new ToolError("cancelled", "The search was cancelled by the user.");
+  if (options.signal?.aborted) throw cancelled();
+  const worker = idleWorkers.pop() ?? startSearchWorker();
+  worker.ref();
+  return new Promise<SearchFilesResult>((resolve, reject) => {
+    const finish = (outcome: { result: SearchFilesResult } | { error: Error }, reusable: boolean) => {
+      clearTimeout(timer);
+      options.signal?.removeEventListener("abort", onAbort);
+      worker.off("message", onMessage);
+      worker.off("error", onError);
+      worker.off("exit", onExit);
+      if (reusable && idleWorkers.length === 0) {
+        worker.unref();
+        idleWorkers.push(worker);
+      } else {
+        void worker.terminate();
+      }
+      if ("result" in outcome) resolve(outcome.result);
+      else reject(outcome.error);
+    };
+    const onMessage = (reply: SearchReply) => {
+      if (reply.ok) finish({ result: reply.result }, true);
+      else
+        finish(
+          { error: reply.code ? new ToolError(reply.code, reply.message) : new Error(reply.message) },
+          true,
+        );
+    };
+    const onError = (error: Error) => finish({ error }, false);
+    const onExit = (code: number) =>
+      finish({ error: new Error(`the search worker exited (${code})`) }, false);
+    const onAbort = () => finish({ error: cancelled() }, false);
+    const timer = setTimeout(() => {
+      finish(
+        {
+          error: new ToolError(
+            "timeout",
+            `The search timed out after ${seconds(timeoutMs)} and was stopped: the pattern may backtrack ` +
+              "catastrophically (nested or overlapping quantifiers such as (a+)+ or (a|a)*), or the search " +
+              "covers too many files. Simplify the pattern, or narrow the search with path or glob.",
+          ),
+        },
+        false,
+      );
+    }, timeoutMs);
+    options.signal?.addEventListener("abort", onAbort, { once: true });
+    worker.on("message", onMessage);
+    worker.on("error", onError);
+    worker.on("exit", onExit);
+    const request: SearchRequest = { root: ws.root, args };
+    worker.postMessage(request);
+  });
+}
+
+/** A search for the worker (search-worker.ts). */
+export interface SearchRequest {
+  root: string;
+  args: SearchFilesArgs;
+}
+
+export type SearchReply =
+  { ok: true; result: SearchFilesResult } | { ok: false; code: string | undefined; message: string };
+
+/**
+ * `searchFiles` on the calling thread, without a time limit: only for the search worker, or for
+ * callers that trust the pattern.
+ */
+export async function searchFilesInThread(ws: Workspace, args: SearchFilesArgs): Promise<SearchFilesResult> {
   const limit = positiveInteger("limit", args.limit, SEARCH_DEFAULT_LIMIT);
   if (typeof args.pattern !== "string" || args.pattern === "") {
     throw new ToolError("invalid_argument", "pattern must be a non-empty regular expression.");

@@ -8,25 +8,54 @@
  *   failure gives `{ kind: "none" }` with a reason that tells the user what to do. Nothing is cached:
  *   the caller keeps the result for the session.
  * - Inside the sandbox the whole filesystem is read-only except the workspace (bind-mounted
- *   writable, `.git` included since it lies inside it), a private `/tmp` (a fresh tmpfs, discarded
- *   afterwards), fresh `/dev` and `/proc`. All namespaces are unshared (network too unless
- *   `network` is set), the command gets its own session (no TIOCSTI on the caller's terminal) and
- *   dies with the parent. The environment, HOME included, passes through unchanged; HOME itself is
- *   read-only unless it lies inside the workspace.
+ *   writable), a private `/tmp` (a fresh tmpfs, discarded afterwards), fresh `/dev` and `/proc`.
+ *   All namespaces are unshared (network too unless `network` is set), the command gets its own
+ *   session (no TIOCSTI on the caller's terminal) and dies with the parent.
+ * - The workspace's protected paths (`.git` and the others of protected-paths.ts) that exist when
+ *   the command starts are re-bound read-only over it, so a command cannot plant git hooks or config
+ *   that would run outside the sandbox later.
+ * - Unless `allowSecrets` (`--sandbox-allow-secrets`): the home directory's secrets (secrets.ts
+ *   `HOME_SECRETS`) and the `hide` paths (the data directory) are covered, directories by an empty
+ *   tmpfs and files by an empty read-only file (not /dev/null: bwrap mounts binds `nodev`, so it
+ *   could not be opened, and programs treat an empty config file better than an unreadable one);
+ *   so are the sockets the environment names (SSH agent, D-Bus,
+ *   Docker). `/run` (and `/var/run`, and `XDG_RUNTIME_DIR` wherever it is) become an empty tmpfs,
+ *   because unsharing namespaces does not stop `connect()` to a Unix socket in the file system
+ *   (docker.sock, the D-Bus buses, agents under /run/user): only what /run needs to keep working is
+ *   put back (its top-level symlinks, a resolv.conf that lives there, `PATH` directories under it).
+ *   A path that contains the workspace is never hidden. Abstract Unix sockets belong to the network
+ *   namespace: unreachable unless `network` is set.
+ * - The environment is the caller's business (shell.ts passes secrets.ts `commandEnvironment`).
  */
 import { execFile } from "node:child_process";
-import { constants as fsConstants } from "node:fs";
-import { access, stat } from "node:fs/promises";
+import { constants as fsConstants, rmSync } from "node:fs";
+import { access, mkdtemp, readdir, readlink, realpath, stat, writeFile } from "node:fs/promises";
+import os from "node:os";
 import path from "node:path";
+import { findProtectedPaths } from "./protected-paths.js";
+import { HOME_SECRETS, socketPathsFromEnv } from "./secrets.js";
 
 export type Sandbox =
-  { kind: "bubblewrap"; path: string; network: boolean } | { kind: "none"; reason: string };
+  | {
+      kind: "bubblewrap";
+      path: string;
+      network: boolean;
+      /** Commands see the home directory's secrets and the host's sockets (default false). */
+      allowSecrets?: boolean;
+      /** More absolute paths to hide unless `allowSecrets` (the data directory). */
+      hide?: readonly string[];
+    }
+  | { kind: "none"; reason: string };
 
 export interface DetectSandboxOptions {
   /** `--sandbox off`: never sandbox. */
   disabled?: boolean;
   /** Let sandboxed commands use the network (default false). */
   network?: boolean;
+  /** `--sandbox-allow-secrets`: do not hide secrets and host sockets (default false). */
+  allowSecrets?: boolean;
+  /** More absolute paths to hide (the data directory). */
+  hide?: readonly string[];
 }
 
 export const SANDBOX_PROBE_TIMEOUT_MS = 5_000;
@@ -112,32 +141,181 @@ export async function detectSandbox(options: DetectSandboxOptions = {}): Promise
         "enable unprivileged user namespaces or run with --sandbox off to silence this",
     };
   }
-  return { kind: "bubblewrap", path: bwrap, network };
+  return {
+    kind: "bubblewrap",
+    path: bwrap,
+    network,
+    ...(options.allowSecrets ? { allowSecrets: true } : {}),
+    ...(options.hide && options.hide.length > 0 ? { hide: options.hide.map((p) => path.resolve(p)) } : {}),
+  };
+}
+
+/** The per-command mounts of `sandboxMounts`, in the order they are applied. */
+export interface SandboxMounts {
+  /** Empty tmpfs over /run (and /var/run when it is a directory of its own), before the workspace. */
+  hideRun: string[];
+  /** [target, link]: /run's top-level symlinks, recreated inside the empty /run. */
+  runSymlinks: [string, string][];
+  /** Paths under /run put back read-only (resolv.conf, PATH directories). */
+  runKept: string[];
+  /** After the workspace: directories covered by an empty tmpfs. */
+  hiddenDirs: string[];
+  /** After the workspace: files and sockets covered by `emptyFile`. */
+  hiddenFiles: string[];
+  /** An empty read-only file of this process, bound over `hiddenFiles`. */
+  emptyFile: string;
+  /** Last: protected paths in the workspace, re-bound read-only. */
+  readOnly: string[];
+}
+
+export const NO_MOUNTS: SandboxMounts = {
+  hideRun: [],
+  runSymlinks: [],
+  runKept: [],
+  hiddenDirs: [],
+  hiddenFiles: [],
+  emptyFile: "",
+  readOnly: [],
+};
+
+let emptyFile: Promise<string> | undefined;
+
+/** An empty, read-only file in a private temporary directory, made once and removed at exit. */
+function privateEmptyFile(): Promise<string> {
+  emptyFile ??= (async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), "spark-empty-"));
+    process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
+    const file = path.join(dir, "empty");
+    await writeFile(file, "", { mode: 0o444 });
+    return file;
+  })();
+  return emptyFile;
+}
+
+function isWithin(root: string, candidate: string): boolean {
+  const rel = path.relative(root, candidate);
+  return rel === "" || (rel !== ".." && !rel.startsWith(`..${path.sep}`) && !path.isAbsolute(rel));
+}
+
+async function kindOf(p: string): Promise<{ real: string; dir: boolean } | undefined> {
+  try {
+    const real = await realpath(p);
+    return { real, dir: (await stat(real)).isDirectory() };
+  } catch {
+    return undefined;
+  }
 }
 
 /**
- * The program and arguments that run `argv` in `cwd` under `sandbox`. The workspace bind comes
- * after `--tmpfs /tmp` so a workspace under /tmp is not hidden by the private /tmp.
+ * What to mount for one command in `workspaceRoot` (a real path) under `sandbox`, from the file
+ * system as it is now and the host environment `env` (HOME, PATH, XDG_RUNTIME_DIR, socket
+ * variables). Never throws: what cannot be examined is left as it is.
+ */
+export async function sandboxMounts(
+  sandbox: Sandbox,
+  workspaceRoot: string,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<SandboxMounts> {
+  if (sandbox.kind === "none") return NO_MOUNTS;
+  const readOnly = await findProtectedPaths(workspaceRoot);
+  if (sandbox.allowSecrets) return { ...NO_MOUNTS, readOnly };
+
+  const hideRun: string[] = [];
+  const runSymlinks: [string, string][] = [];
+  const runKept: string[] = [];
+  const runInfo = await kindOf("/run");
+  const runHidden = runInfo?.real === "/run" && runInfo.dir;
+  if (runHidden) {
+    hideRun.push("/run");
+    const varRun = await kindOf("/var/run");
+    if (varRun?.dir && varRun.real !== "/run" && !isWithin(varRun.real, workspaceRoot)) {
+      hideRun.push(varRun.real);
+    }
+    try {
+      for (const entry of await readdir("/run", { withFileTypes: true })) {
+        if (!entry.isSymbolicLink()) continue;
+        const link = path.join("/run", entry.name);
+        runSymlinks.push([await readlink(link), link]);
+      }
+    } catch {
+      // Nothing to recreate.
+    }
+    const resolv = await kindOf("/etc/resolv.conf");
+    if (resolv && !resolv.dir && isWithin("/run", resolv.real)) runKept.push(resolv.real);
+    for (const dir of (env.PATH ?? "").split(path.delimiter)) {
+      if (!path.isAbsolute(dir) || !isWithin("/run", path.resolve(dir))) continue;
+      if ((await kindOf(dir))?.dir && !runKept.includes(path.resolve(dir))) runKept.push(path.resolve(dir));
+    }
+  }
+
+  const home = env.HOME || os.homedir();
+  const candidates = [
+    ...HOME_SECRETS.map((rel) => path.join(home, rel)),
+    ...socketPathsFromEnv(env),
+    ...(env.XDG_RUNTIME_DIR && path.isAbsolute(env.XDG_RUNTIME_DIR) ? [env.XDG_RUNTIME_DIR] : []),
+    ...(sandbox.hide ?? []),
+  ];
+  const hiddenDirs: string[] = [];
+  const hiddenFiles: string[] = [];
+  for (const candidate of candidates) {
+    const info = await kindOf(candidate);
+    if (info === undefined) continue;
+    const covered =
+      isWithin(info.real, workspaceRoot) ||
+      isWithin("/tmp", info.real) ||
+      (runHidden && isWithin("/run", info.real)) ||
+      [...hideRun, ...hiddenDirs].some((dir) => isWithin(dir, info.real));
+    if (covered) continue;
+    if (info.dir) hiddenDirs.push(info.real);
+    else if (!hiddenFiles.includes(info.real)) hiddenFiles.push(info.real);
+  }
+  const empty = hiddenFiles.length > 0 ? await privateEmptyFile() : "";
+  return { hideRun, runSymlinks, runKept, hiddenDirs, hiddenFiles, emptyFile: empty, readOnly };
+}
+
+/**
+ * The program and arguments that run `argv` in `cwd` under `sandbox`, with the per-command `mounts`
+ * of `sandboxMounts`. The workspace bind comes after `--tmpfs /tmp` and the emptied /run, so a
+ * workspace under either is not hidden; the hidden secrets and the read-only protected paths come
+ * after the workspace, so they apply inside it too.
  */
 export function sandboxedArgv(
   sandbox: Sandbox,
   workspaceRoot: string,
   argv: string[],
   cwd: string,
+  mounts: SandboxMounts = NO_MOUNTS,
 ): { file: string; args: string[] } {
   if (sandbox.kind === "none") {
     const [file = "", ...args] = argv;
     return { file, args };
   }
-  const { mounts, namespaces } = baseFlags(sandbox.network);
+  const base = baseFlags(sandbox.network);
   return {
     file: sandbox.path,
-    args: [...mounts, "--bind", workspaceRoot, workspaceRoot, ...namespaces, "--chdir", cwd, "--", ...argv],
+    args: [
+      ...base.mounts,
+      ...mounts.hideRun.flatMap((dir) => ["--tmpfs", dir]),
+      ...mounts.runSymlinks.flatMap(([target, link]) => ["--symlink", target, link]),
+      ...mounts.runKept.flatMap((p) => ["--ro-bind", p, p]),
+      "--bind",
+      workspaceRoot,
+      workspaceRoot,
+      ...mounts.hiddenDirs.flatMap((dir) => ["--tmpfs", dir]),
+      ...mounts.hiddenFiles.flatMap((file) => ["--ro-bind", mounts.emptyFile, file]),
+      ...mounts.readOnly.flatMap((p) => ["--ro-bind", p, p]),
+      ...base.namespaces,
+      "--chdir",
+      cwd,
+      "--",
+      ...argv,
+    ],
   };
 }
 
 export function describeSandbox(sandbox: Sandbox): string {
   if (sandbox.kind === "none") return `no sandbox: ${sandbox.reason}`;
   const network = sandbox.network ? "network allowed" : "no network";
-  return `sandbox: bubblewrap (writes confined to the workspace, ${network})`;
+  const secrets = sandbox.allowSecrets ? "secrets visible" : "secrets hidden";
+  return `sandbox: bubblewrap (writes confined to the workspace, .git read-only, ${secrets}, ${network})`;
 }

@@ -4,7 +4,10 @@
  * Contracts:
  * - A string command runs as `bash -c COMMAND` (the environment is already the user's; a login shell
  *   would re-run profile scripts whose noise ends up in the model's context); an array runs exactly as given. Either way it runs
- *   under `sandbox` (see sandbox.ts) in its own process group with stdin closed.
+ *   under `sandbox` (see sandbox.ts, with the mounts it computes for this command) in its own
+ *   process group with stdin closed.
+ * - The command's environment is `env`, by default the process's without its secrets (secrets.ts
+ *   `commandEnvironment`), with or without a sandbox.
  * - `runCommand` never throws for anything the command does: a missing program is exit code 127
  *   with the shell's message (126 for one that cannot be executed), and a failure to start at all
  *   (a vanished sandbox binary, a missing working directory) is `exitCode: null` with the error in
@@ -21,7 +24,8 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { stat } from "node:fs/promises";
 import { StringDecoder } from "node:string_decoder";
-import { sandboxedArgv, type Sandbox } from "./sandbox.js";
+import { sandboxMounts, sandboxedArgv, type Sandbox } from "./sandbox.js";
+import { commandEnvironment } from "./secrets.js";
 
 export interface CommandResult {
   /** Null when the command was killed by a signal or never started. */
@@ -45,8 +49,10 @@ export interface RunCommandOptions {
   maxOutputBytes?: number;
   signal?: AbortSignal;
   onOutput?: (chunk: string) => void;
-  /** Default `process.env`. */
+  /** The command's environment; default `commandEnvironment(process.env)` (secrets removed). */
   env?: NodeJS.ProcessEnv;
+  /** Where the sandbox reads HOME, PATH and the socket variables from; default `process.env`. */
+  hostEnv?: NodeJS.ProcessEnv;
 }
 
 export const DEFAULT_TIMEOUT_MS = 120_000;
@@ -145,7 +151,8 @@ export async function runCommand(
     return failed(`working directory does not exist: ${options.cwd}`);
   }
 
-  const { file, args } = sandboxedArgv(options.sandbox, options.workspaceRoot, argv, options.cwd);
+  const mounts = await sandboxMounts(options.sandbox, options.workspaceRoot, options.hostEnv ?? process.env);
+  const { file, args } = sandboxedArgv(options.sandbox, options.workspaceRoot, argv, options.cwd, mounts);
   const headBudget = Math.floor(maxOutputBytes / 2);
   const buffer = new HeadTailBuffer(headBudget, maxOutputBytes - headBudget);
 
@@ -154,7 +161,7 @@ export async function runCommand(
     try {
       child = spawn(file, args, {
         cwd: options.cwd,
-        env: options.env ?? process.env,
+        env: options.env ?? commandEnvironment(process.env),
         stdio: ["ignore", "pipe", "pipe"],
         detached: true,
       });

@@ -3,10 +3,11 @@
  * place a model's tool call is checked, approved and run. Every call yields a display item (for
  * the TUI and `spark exec --json`) and the output text the model sees next.
  */
-import { applyPatch } from "./apply-patch.js";
+import { applyPatch, protectedWrites } from "./apply-patch.js";
 import { decideCommand, decidePatch, type ApprovalDecision, type ApprovalMode } from "./approval.js";
 import { listFiles, readFile, searchFiles } from "./file-tools.js";
 import type { Sandbox } from "./sandbox.js";
+import { commandEnvironment } from "./secrets.js";
 import { formatCommandOutput, runCommand } from "./shell.js";
 import { ToolError, type Workspace } from "./workspace.js";
 
@@ -64,6 +65,8 @@ export interface ToolContext {
   ask?: (request: ApprovalRequest) => Promise<ApprovalAnswer>;
   commandTimeoutMs?: number;
   maxOutputBytes?: number;
+  /** Secret environment variables (names or `*` globs) commands may see anyway (`--allow-env`). */
+  allowEnv?: readonly string[];
 }
 
 export interface ToolRun {
@@ -155,8 +158,8 @@ export const TOOL_DEFINITIONS: readonly Record<string, unknown>[] = [
 
 /** Runs tool calls. Holds the approvals the user gave with "always" for the rest of the session. */
 export class ToolRunner {
-  readonly #alwaysCommands = new Set<string>();
-  #alwaysPatches = false;
+  /** Keys of the requests the user answered "always": `command:LINE`, `patch`, `patch:protected:PATHS`. */
+  readonly #always = new Set<string>();
   #nextItem: () => string;
 
   constructor(
@@ -201,12 +204,16 @@ export class ToolRunner {
         text = list.files.join("\n") + (list.truncated ? "\n[more files not shown]" : "");
         if (list.files.length === 0) text = "(no files)";
       } else if (call.name === "search") {
-        const found = await searchFiles(this.context.workspace, {
-          pattern: stringArg(args, "pattern"),
-          ...optionalString(args, "path"),
-          ...optionalString(args, "glob"),
-          ...(args.ignore_case === true ? { ignoreCase: true } : {}),
-        });
+        const found = await searchFiles(
+          this.context.workspace,
+          {
+            pattern: stringArg(args, "pattern"),
+            ...optionalString(args, "path"),
+            ...optionalString(args, "glob"),
+            ...(args.ignore_case === true ? { ignoreCase: true } : {}),
+          },
+          { signal },
+        );
         text =
           found.matches.map((m) => `${m.path}:${m.line}: ${m.text}`).join("\n") +
           (found.truncated ? "\n[more matches not shown]" : "");
@@ -241,13 +248,10 @@ export class ToolRunner {
   ): Promise<string | undefined> {
     if (decision.action === "run") return undefined;
     if (decision.action === "refuse") return decision.reason;
-    if (key === "patch" ? this.#alwaysPatches : this.#alwaysCommands.has(key)) return undefined;
+    if (this.#always.has(key)) return undefined;
     if (!this.context.ask) return `${decision.reason}; no one can approve it in this mode`;
     const answer = await this.context.ask(request);
-    if (answer === "always") {
-      if (key === "patch") this.#alwaysPatches = true;
-      else this.#alwaysCommands.add(key);
-    }
+    if (answer === "always") this.#always.add(key);
     return answer === "no" ? "the user declined to run this" : undefined;
   }
 
@@ -305,7 +309,7 @@ export class ToolRunner {
               : decision.reason
             : "",
       },
-      shown,
+      `command:${shown}`,
     );
     if (declined !== undefined) {
       return { completed: item("declined", declined), output: reply(`Command not run: ${declined}`) };
@@ -325,6 +329,7 @@ export class ToolRunner {
         ? {}
         : { timeoutMs: this.context.commandTimeoutMs }),
       ...(this.context.maxOutputBytes === undefined ? {} : { maxOutputBytes: this.context.maxOutputBytes }),
+      env: commandEnvironment(process.env, this.context.allowEnv),
       signal,
     });
     const ok = result.exitCode === 0 && !result.timedOut && !result.cancelled;
@@ -362,7 +367,13 @@ export class ToolRunner {
       status,
       ...(error === undefined ? {} : { error }),
     });
-    const decision = decidePatch(this.context.approval, { interactive: this.context.ask !== undefined });
+    const protectedPaths = await protectedWrites(this.context.workspace, text);
+    const decision = decidePatch(this.context.approval, {
+      interactive: this.context.ask !== undefined,
+      protectedPaths,
+    });
+    // "Always" for ordinary patches never covers protected paths; for those it covers the same ones.
+    const key = protectedPaths.length > 0 ? `patch:protected:${protectedPaths.sort().join("\0")}` : "patch";
     const declined = await this.#approve(
       decision,
       {
@@ -370,7 +381,7 @@ export class ToolRunner {
         summary: touched.map((c) => `${c.kind} ${c.path}`).join(", "),
         reason: decision.action === "ask" ? decision.reason : "",
       },
-      "patch",
+      key,
     );
     if (declined !== undefined) {
       return {
@@ -381,7 +392,9 @@ export class ToolRunner {
     const started = item("in_progress");
     onStarted(started);
     try {
-      const result = await applyPatch(this.context.workspace, text);
+      const result = await applyPatch(this.context.workspace, text, {
+        allowProtected: protectedPaths.length > 0,
+      });
       return {
         started,
         completed: item(

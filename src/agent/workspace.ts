@@ -11,7 +11,7 @@ import path from "node:path";
 /**
  * An error a file tool reports to the model. `code` is one of "outside_workspace", "not_found",
  * "not_a_file", "not_a_directory", "patch_invalid", "patch_conflict", "file_exists", "too_large",
- * "invalid_argument"; `message` is a complete sentence meant to be shown to the model as is.
+ * "invalid_argument", "protected_path", "timeout", "cancelled"; `message` is a complete sentence meant to be shown to the model as is.
  */
 export class ToolError extends Error {
   override readonly name = "ToolError";

@@ -26,6 +26,10 @@ export interface ClientFlags {
   approval?: ApprovalMode;
   sandbox?: "auto" | "off";
   network?: boolean;
+  /** `--sandbox-allow-secrets`: sandboxed commands see the home directory's secrets and host sockets. */
+  sandboxAllowSecrets?: boolean;
+  /** `--allow-env`: secret-looking variables (names or `*` globs) commands may see. */
+  allowEnv?: string[];
   autoCompact?: number;
   contextWindow?: number;
   cd?: string;
@@ -64,6 +68,8 @@ export interface ResolvedClient {
   approval: ApprovalMode;
   sandbox: "auto" | "off";
   network: boolean;
+  sandboxAllowSecrets: boolean;
+  allowEnv: string[];
   autoCompact: number;
   contextWindow: number | undefined;
   dataDir: string;
@@ -95,6 +101,8 @@ export function resolveClient(flags: ClientFlags, interactive: boolean): Resolve
     approval: flags.approval ?? fromFile.approval ?? (interactive ? "on-request" : "never"),
     sandbox: flags.sandbox ?? fromFile.sandbox ?? "auto",
     network: flags.network ?? fromFile.network ?? false,
+    sandboxAllowSecrets: flags.sandboxAllowSecrets ?? false,
+    allowEnv: flags.allowEnv ?? [],
     autoCompact,
     contextWindow: flags.contextWindow ?? fromFile.contextWindow,
     dataDir: settings.dataDir ?? defaultDataDir(),
@@ -168,7 +176,13 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
       throw new ConfigError((error as Error).message);
     }
   }
-  const sandboxPromise = detectSandbox({ disabled: client.sandbox === "off", network: client.network });
+  const sandboxPromise = detectSandbox({
+    disabled: client.sandbox === "off",
+    network: client.network,
+    allowSecrets: client.sandboxAllowSecrets,
+    // Sessions (whole conversations) and the server's store live here.
+    hide: [client.dataDir],
+  });
 
   let serverUrl = client.server;
   let closeServer: (() => Promise<void>) | undefined;
@@ -202,6 +216,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
       workspace,
       sandbox,
       approval: client.approval,
+      allowEnv: client.allowEnv,
       ...(options.ask ? { ask: options.ask } : {}),
     },
     model: client.tier,

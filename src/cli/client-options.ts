@@ -62,6 +62,15 @@ export function addClientOptions(command: Command): Command {
     )
     .option("--network", "let sandboxed commands use the network")
     .option(
+      "--sandbox-allow-secrets",
+      "let sandboxed commands see ~/.ssh, cloud credentials and host sockets (hidden by default)",
+    )
+    .option(
+      "--allow-env <name>",
+      "pass this secret-looking environment variable (*_KEY, *TOKEN*…; * globs) to commands; repeatable",
+      (value: string, previous: string[] | undefined) => [...(previous ?? []), value],
+    )
+    .option(
       "--auto-compact <fraction>",
       "compact the context past this fraction of the window; 0 = off (default 0.8)",
       number,
@@ -109,6 +118,8 @@ export function clientFlags(options: Record<string, unknown>, command: Command):
   set("approval", given("approval"));
   set("sandbox", given("sandbox"));
   set("network", given("network"));
+  set("sandboxAllowSecrets", given("sandboxAllowSecrets"));
+  set("allowEnv", given("allowEnv"));
   set("autoCompact", given("autoCompact"));
   set("contextWindow", given("contextWindow"));
   set("cd", given("cd"));

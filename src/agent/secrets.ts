@@ -1,0 +1,147 @@
+/**
+ * What commands must not see of the user's secrets: the environment they get (filtered always, with
+ * or without a sandbox: it costs nothing and an approved escalation needs no API keys either) and
+ * the files and sockets the sandbox hides (sandbox.ts).
+ *
+ * Environment policy (`commandEnvironment`): a variable is dropped when its name, upper-cased,
+ * contains KEY, SECRET, TOKEN, PASSWORD, PASSWD, PASSPHRASE, CREDENTIAL, COOKIE or PRIVATE, has AUTH
+ * as a word of its own (`NPM_CONFIG__AUTH`, `BASIC_AUTH_USER`) or ends in `_PWD` (`MYSQL_PWD`, not
+ * `PWD`); when it names an agent socket or a session bus (SSH_AUTH_SOCK, SSH_AGENT_PID,
+ * GPG_AGENT_INFO, DBUS_SESSION_BUS_ADDRESS, XAUTHORITY, DOCKER_HOST…); or when its value is a URL
+ * with a password in it (`postgres://user:pw@host/db`). Codex's `shell_environment_policy` default
+ * drops `*KEY*`, `*SECRET*` and `*TOKEN*`; this goes a little further. `--allow-env NAME` (repeatable,
+ * `*` wildcards) passes chosen ones through.
+ */
+import path from "node:path";
+
+const SECRET_WORDS = [
+  "KEY",
+  "SECRET",
+  "TOKEN",
+  "PASSWORD",
+  "PASSWD",
+  "PASSPHRASE",
+  "CREDENTIAL",
+  "COOKIE",
+  "PRIVATE",
+];
+
+/** Variables that hand out access to an agent or a bus rather than hold a secret themselves. */
+const ACCESS_VARIABLES = new Set([
+  "SSH_AUTH_SOCK",
+  "SSH_AGENT_PID",
+  "GPG_AGENT_INFO",
+  "GNOME_KEYRING_CONTROL",
+  "DBUS_SESSION_BUS_ADDRESS",
+  "DBUS_SYSTEM_BUS_ADDRESS",
+  "XAUTHORITY",
+  "DOCKER_HOST",
+  "DOCKER_CONFIG",
+  "KUBECONFIG",
+  "KRB5CCNAME",
+  "VAULT_ADDR",
+]);
+
+const URL_WITH_PASSWORD = /^[a-z][a-z0-9+.-]*:\/\/[^/\s:@]*:[^/\s@]+@/i;
+
+/** Whether a variable is a secret (or a way to one) that commands must not see. */
+export function isSecretVariable(name: string, value: string | undefined): boolean {
+  const upper = name.toUpperCase();
+  if (SECRET_WORDS.some((word) => upper.includes(word))) return true;
+  if (/(^|_)AUTH(_|$)/.test(upper) || upper.endsWith("_PWD")) return true;
+  if (ACCESS_VARIABLES.has(upper)) return true;
+  return value !== undefined && URL_WITH_PASSWORD.test(value);
+}
+
+function globToRegExp(glob: string): RegExp {
+  const source = glob
+    .split("*")
+    .map((part) => part.replace(/[.+?^${}()|[\]\\]/g, "\\$&"))
+    .join(".*");
+  return new RegExp(`^${source}$`);
+}
+
+/**
+ * The environment a command gets: `env` without its secret variables (see the module comment),
+ * except those named by `allow` (exact names, or globs with `*`).
+ */
+export function commandEnvironment(env: NodeJS.ProcessEnv, allow: readonly string[] = []): NodeJS.ProcessEnv {
+  const allowed = allow.map(globToRegExp);
+  const result: NodeJS.ProcessEnv = {};
+  for (const [name, value] of Object.entries(env)) {
+    if (value === undefined) continue;
+    if (isSecretVariable(name, value) && !allowed.some((pattern) => pattern.test(name))) continue;
+    result[name] = value;
+  }
+  return result;
+}
+
+/**
+ * Secrets under the home directory that sandboxed commands do not see (directories are covered by
+ * an empty tmpfs, files by /dev/null): keys and agent sockets (ssh, gpg, 1Password), cloud and
+ * cluster credentials, package-registry and git tokens, shell and database histories (where pasted
+ * secrets end up), browser profiles (session cookies) and keyrings. Toolchains in the home directory
+ * (~/.cargo, ~/.nvm, ~/.local/bin…) and ~/.gitconfig stay visible: builds need them.
+ */
+export const HOME_SECRETS: readonly string[] = [
+  ".ssh",
+  ".gnupg",
+  ".1password",
+  ".aws",
+  ".azure",
+  ".config/gcloud",
+  ".oci",
+  ".kube",
+  ".docker",
+  ".config/gh",
+  ".config/hub",
+  ".config/git/credentials",
+  ".git-credentials",
+  ".netrc",
+  ".npmrc",
+  ".yarnrc.yml",
+  ".pypirc",
+  ".config/pip/pip.conf",
+  ".cargo/credentials",
+  ".cargo/credentials.toml",
+  ".gem/credentials",
+  ".terraform.d/credentials.tfrc.json",
+  ".vault-token",
+  ".pgpass",
+  ".my.cnf",
+  ".password-store",
+  ".local/share/keyrings",
+  ".bash_history",
+  ".zsh_history",
+  ".histfile",
+  ".local/share/fish/fish_history",
+  ".python_history",
+  ".node_repl_history",
+  ".psql_history",
+  ".mysql_history",
+  ".sqlite_history",
+  ".mozilla",
+  ".config/google-chrome",
+  ".config/chromium",
+  ".config/BraveSoftware",
+  ".local/share/spark",
+  ".config/spark",
+];
+
+/** Socket paths named by the environment (SSH agent, D-Bus, Docker, gpg-agent), absolute. */
+export function socketPathsFromEnv(env: NodeJS.ProcessEnv): string[] {
+  const found: string[] = [];
+  const add = (p: string | undefined): void => {
+    if (p !== undefined && path.isAbsolute(p)) found.push(path.normalize(p));
+  };
+  add(env.SSH_AUTH_SOCK);
+  add(env.GPG_AGENT_INFO?.split(":")[0]);
+  for (const name of ["DBUS_SESSION_BUS_ADDRESS", "DBUS_SYSTEM_BUS_ADDRESS"]) {
+    for (const address of (env[name] ?? "").split(";")) {
+      const match = /^unix:(?:.*,)?path=([^,]+)/.exec(address);
+      add(match?.[1]);
+    }
+  }
+  if (env.DOCKER_HOST?.startsWith("unix://")) add(env.DOCKER_HOST.slice("unix://".length));
+  return found;
+}
