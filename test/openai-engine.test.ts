@@ -10,7 +10,10 @@ import { test } from "node:test";
 import type { EnginePart, EngineRequest } from "../src/engine/types.js";
 import { OpenAIEngine } from "../src/engines/openai/openai-engine.js";
 import type { OpenAIEngineOptions } from "../src/engines/openai/openai-engine.js";
+import { SseParser, SseTooLargeError } from "../src/engines/openai/sse-lines.js";
+import type { SseEvent } from "../src/engines/openai/sse-lines.js";
 import { SparkError } from "../src/protocol/errors.js";
+import { SparkServer } from "../src/server/http-server.js";
 import { closedPort } from "./helpers/ports.js";
 
 interface Recorded {
@@ -816,5 +819,199 @@ test("responses: response.failed becomes a 502 upstream_error with the upstream 
         return true;
       });
     },
+  );
+});
+
+// ---------------------------------------------------------------------------------------------
+// Bounds: whatever the upstream sends, the engine reads a bounded amount and does linear work.
+
+const MiB = 1024 * 1024;
+
+interface Firehose {
+  /** Bytes written to the socket before the client went away or the end was reached. */
+  written: number;
+  /** Whether the response was ended by the upstream (false: the client cut it). */
+  ended: boolean;
+}
+
+/**
+ * Writes `head`, then 'x' bytes in 64 KiB pieces (waiting for each to flush) until `total` bytes or
+ * until the client closes the connection, then ends the response if still open. `pause(written)`
+ * may hold the writer between two pieces.
+ */
+async function firehose(
+  res: http.ServerResponse,
+  head: string,
+  total: number,
+  pause: (written: number) => Promise<void> = async () => {},
+): Promise<Firehose> {
+  const piece = Buffer.alloc(64 * 1024, "x");
+  let closed = false;
+  // A write pending when the client goes away may never call back: the close ends the wait too.
+  const closing = once(res, "close").then(() => {
+    closed = true;
+    return false;
+  });
+  const write = (data: string | Buffer) =>
+    Promise.race([closing, new Promise<boolean>((resolve) => res.write(data, (error) => resolve(!error)))]);
+  const state: Firehose = { written: 0, ended: false };
+  let ok = await write(head);
+  while (ok && !closed && state.written < total) {
+    await pause(state.written);
+    ok = await write(piece);
+    if (ok) state.written += piece.length;
+  }
+  if (!closed) {
+    res.end();
+    state.ended = true;
+  }
+  return state;
+}
+
+function deferred<T = void>(): { promise: Promise<T>; resolve: (value: T) => void } {
+  let resolve!: (value: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+/** The SSE events of a Spark response body, parsed. */
+function sseEvents(text: string): Record<string, unknown>[] {
+  return text
+    .split("\n")
+    .filter((line) => line.startsWith("data: ") && line !== "data: [DONE]")
+    .map((line) => JSON.parse(line.slice(6)) as Record<string, unknown>);
+}
+
+test("an upstream line of 20 MiB without a newline fails the response at the 8 MiB bound; /healthz answers meanwhile", async () => {
+  const firstMiBSent = deferred();
+  const healthzAnswered = deferred();
+  let sent: Promise<Firehose> | undefined;
+  const upstream = await startUpstream((_req, res) => {
+    sseHeaders(res);
+    sent = firehose(res, "data: ", 20 * MiB, async (written) => {
+      if (written !== MiB) return;
+      firstMiBSent.resolve();
+      await healthzAnswered.promise;
+    });
+  });
+  const engine = new OpenAIEngine({ baseUrl: upstream.baseUrl, model: "m" });
+  const server = new SparkServer({ engine, port: 0 });
+  try {
+    await engine.start();
+    await server.listen();
+    const responding = fetch(`${server.url}/v1/responses`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "spark", input: "hi", stream: true }),
+    }).then(async (response) => ({ status: response.status, text: await response.text() }));
+
+    // The server answers other requests while this response's huge line streams in.
+    await firstMiBSent.promise;
+    const health = await fetch(`${server.url}/healthz`);
+    assert.equal(health.status, 200);
+    assert.equal(((await health.json()) as { status: string }).status, "ok");
+    healthzAnswered.resolve();
+
+    const { status, text } = await responding;
+    assert.equal(status, 200);
+    const events = sseEvents(text);
+    const failed = events.find((event) => event.type === "response.failed");
+    assert.ok(failed, `a response.failed event ends the stream; got ${text.slice(0, 500)}`);
+    assert.equal(events.at(-1), failed, "the failure is the terminal event");
+    const error = (failed.response as { error: { code: string; message: string } }).error;
+    assert.equal(error.code, "upstream_protocol_error");
+    assert.match(error.message, /line longer than 8 MiB/);
+    assert.ok(sent, "the upstream received the request");
+    await sent;
+  } finally {
+    await server.close();
+    await engine.close();
+    await upstream.close();
+  }
+});
+
+test("an endless upstream error body is read up to 64 KiB, then the connection is cut", async () => {
+  let sent: Promise<Firehose> | undefined;
+  await withEngine(
+    (_req, res) => {
+      res.writeHead(500, { "content-type": "text/plain" });
+      sent = firehose(res, "", 64 * MiB);
+    },
+    {},
+    async (engine) => {
+      await assert.rejects(collect(engine, request()), (error) => {
+        isSparkError(502, "upstream_error")(error);
+        assert.match((error as Error).message, /HTTP 500/);
+        return true;
+      });
+      assert.ok(sent, "the upstream received the request");
+      const { ended, written } = await sent;
+      assert.equal(ended, false, `the upstream was cut (it wrote ${written} bytes)`);
+    },
+  );
+});
+
+test("an endless model list fails discovery at the 8 MiB bound and cuts the connection", async () => {
+  let sent: Promise<Firehose> | undefined;
+  await withEngine(
+    (_req, res) => {
+      res.writeHead(200, { "content-type": "application/json" });
+      sent = firehose(res, '{"data":[{"id":"', 64 * MiB);
+    },
+    {},
+    async (engine) => {
+      await engine.start();
+      assert.equal(engine.status().ready, true);
+      assert.match(engine.status().detail, /discovery failed.*larger than 8 MiB/);
+      assert.ok(sent, "the upstream received the request");
+      assert.equal((await sent).ended, false, "the engine cut the model list");
+    },
+  );
+});
+
+test("the SSE parser examines each byte at most twice, however the input is split", () => {
+  const events = Array.from({ length: 200 }, (_, i) => `event: e${i}\r\ndata: ${"y".repeat(i * 37)}\r\n\r`);
+  const text = `\uFEFF: comment\n${events.join("\n")}\n`;
+  const bytes = Buffer.from(text, "utf8");
+  const whole = new SseParser();
+  const expected = [...whole.push(bytes), ...whole.end()];
+  assert.equal(expected.length, 200);
+  assert.deepEqual(expected[3], { event: "e3", data: "y".repeat(111) });
+  for (const size of [1, 2, 7, 4096]) {
+    const parser = new SseParser();
+    const got: SseEvent[] = [];
+    for (let i = 0; i < bytes.length; i += size) got.push(...parser.push(bytes.subarray(i, i + size)));
+    got.push(...parser.end());
+    assert.deepEqual(got, expected, `pieces of ${size} bytes`);
+    assert.ok(parser.scanned <= 2 * bytes.length, `scanned ${parser.scanned} of ${bytes.length} bytes`);
+  }
+
+  // One long line in small pieces: the work stays linear (a rescan per piece would be ~n²/2 bytes).
+  const parser = new SseParser();
+  const piece = Buffer.alloc(16, "z");
+  const pieces = 256 * 1024;
+  for (let i = 0; i < pieces; i++) assert.deepEqual(parser.push(piece), []);
+  assert.ok(parser.scanned <= 2 * pieces * piece.length, `scanned ${parser.scanned} bytes`);
+});
+
+test("the SSE parser throws at its bound: a line, or an event's data lines together", () => {
+  const exact = new SseParser(1024);
+  assert.deepEqual(exact.push(Buffer.from(`data:${"a".repeat(1019)}\n\n`)), [
+    { event: undefined, data: "a".repeat(1019) },
+  ]);
+
+  const long = new SseParser(1024);
+  long.push(Buffer.from("data:"));
+  assert.throws(
+    () => {
+      for (let i = 0; i < 100; i++) long.push(Buffer.alloc(100, "a"));
+    },
+    (error) => error instanceof SseTooLargeError && /a line longer than 1 KiB/.test(error.message),
+  );
+
+  const many = new SseParser(1024);
+  assert.throws(
+    () => many.push(Buffer.from(`data: ${"b".repeat(500)}\n`.repeat(3))),
+    (error) => error instanceof SseTooLargeError && /an event's data longer than 1 KiB/.test(error.message),
   );
 });

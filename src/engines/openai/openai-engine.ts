@@ -9,6 +9,10 @@
  *
  * On abort the upstream request is destroyed at once (its connection closed) and the stream ends
  * with a `finish` part of reason "cancelled" carrying whatever usage was seen (usually zeros).
+ *
+ * What an upstream sends is read within bounds, so a broken or hostile one costs bounded memory and
+ * linear work: an SSE line or event over 8 MiB ends the stream with `upstream_protocol_error`, an
+ * error body is read up to 64 KiB and the model list up to 8 MiB, the rest cut with the connection.
  */
 import { randomUUID } from "node:crypto";
 import { Pool } from "undici";
@@ -27,6 +31,8 @@ import type {
 } from "../../engine/types.js";
 import { SparkError } from "../../protocol/errors.js";
 import type { OpenAIErrorType } from "../../protocol/errors.js";
+import { formatBytes, SseParser, SseTooLargeError } from "./sse-lines.js";
+import type { SseEvent } from "./sse-lines.js";
 
 export interface OpenAIEngineOptions {
   /** Base URL of the upstream API including its version prefix, e.g. `http://host:8000/v1`. */
@@ -51,6 +57,10 @@ const DEFAULT_TIMEOUT_MS = 300_000;
 /** Model discovery is best effort and must not hold start() for long. */
 const DISCOVERY_TIMEOUT_MS = 10_000;
 const MAX_UPSTREAM_MESSAGE = 500;
+/** Most of a non-2xx body read for its error message; the rest is not waited for. */
+const MAX_ERROR_BODY_BYTES = 64 * 1024;
+/** Largest non-streamed JSON body accepted (the model list). */
+const MAX_JSON_BODY_BYTES = 8 * 1024 * 1024;
 
 const TIMEOUT_CODES = new Set(["UND_ERR_HEADERS_TIMEOUT", "UND_ERR_BODY_TIMEOUT"]);
 const CLOSED_CODES = new Set(["UND_ERR_DESTROYED", "UND_ERR_CLOSED"]);
@@ -179,11 +189,10 @@ export class OpenAIEngine implements Engine {
       // The body is read to its end before `finish` is yielded: a consumer that stops at `finish`
       // then leaves a complete response behind, and the connection is reused.
       const sse = new SseParser();
-      const text = new TextDecoder();
       for await (const chunk of body as AsyncIterable<Uint8Array>) {
-        for (const event of sse.push(text.decode(chunk, { stream: true }))) yield* decoder.event(event);
+        for (const event of sse.push(chunk)) yield* decoder.event(event);
       }
-      for (const event of sse.push(text.decode(), true)) yield* decoder.event(event);
+      for (const event of sse.end()) yield* decoder.event(event);
       yield* decoder.end();
     } catch (error) {
       if (signal.aborted) {
@@ -229,7 +238,10 @@ export class OpenAIEngine implements Engine {
     if (response.statusCode !== 200) throw await this.#httpError(response, "GET /models");
     let list: unknown;
     try {
-      list = await response.body.json();
+      const body = await readAtMost(response.body, MAX_JSON_BODY_BYTES);
+      if (!body.complete)
+        throw new Error(`the model list is larger than ${formatBytes(MAX_JSON_BODY_BYTES)}`);
+      list = JSON.parse(body.text);
     } catch (error) {
       throw this.#transportError(error, true);
     }
@@ -266,7 +278,7 @@ export class OpenAIEngine implements Engine {
     const status = response.statusCode;
     let text = "";
     try {
-      text = await response.body.text();
+      text = (await readAtMost(response.body, MAX_ERROR_BODY_BYTES)).text;
     } catch {
       // The status alone still makes a useful error.
     }
@@ -305,6 +317,7 @@ export class OpenAIEngine implements Engine {
   /** Maps anything thrown while talking to the upstream; SparkErrors pass through. */
   #transportError(error: unknown, midStream: boolean): SparkError {
     if (error instanceof SparkError) return error;
+    if (error instanceof SseTooLargeError) return protocolError(error.message);
     const code = errorCode(error);
     if (code !== undefined && TIMEOUT_CODES.has(code)) {
       return new SparkError(
@@ -473,62 +486,6 @@ function responsesTool(tool: ToolSpec): Json {
     parameters: tool.parameters ?? { type: "object", properties: {} },
     strict: false,
   };
-}
-
-// ---------------------------------------------------------------------------------------------
-// Server-sent events
-
-interface SseEvent {
-  event: string | undefined;
-  data: string;
-}
-
-/** Incremental SSE parser: text may be split anywhere, lines end in LF, CRLF or CR. */
-class SseParser {
-  #buffer = "";
-  #event: string | undefined;
-  #data: string[] = [];
-
-  /** Feeds decoded text; `last` marks the end of the stream (a final unterminated event still counts). */
-  push(text: string, last = false): SseEvent[] {
-    this.#buffer += text;
-    const events: SseEvent[] = [];
-    const lineEnd = /\r\n|\r|\n/g;
-    let start = 0;
-    for (;;) {
-      lineEnd.lastIndex = start;
-      const match = lineEnd.exec(this.#buffer);
-      if (!match) break;
-      const end = match.index;
-      // A CR at the very end may be the first half of a CRLF split across chunks.
-      if (match[0] === "\r" && end === this.#buffer.length - 1 && !last) break;
-      this.#line(this.#buffer.slice(start, end), events);
-      start = end + match[0].length;
-    }
-    this.#buffer = this.#buffer.slice(start);
-    if (last) {
-      if (this.#buffer) this.#line(this.#buffer, events);
-      this.#buffer = "";
-      this.#line("", events);
-    }
-    return events;
-  }
-
-  #line(line: string, events: SseEvent[]): void {
-    if (line === "") {
-      if (this.#data.length > 0) events.push({ event: this.#event, data: this.#data.join("\n") });
-      this.#event = undefined;
-      this.#data = [];
-      return;
-    }
-    if (line.startsWith(":")) return;
-    const colon = line.indexOf(":");
-    const field = colon === -1 ? line : line.slice(0, colon);
-    let value = colon === -1 ? "" : line.slice(colon + 1);
-    if (value.startsWith(" ")) value = value.slice(1);
-    if (field === "data") this.#data.push(value);
-    else if (field === "event") this.#event = value;
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1036,6 +993,28 @@ function errorTypeFor(status: number): OpenAIErrorType {
   if (status === 404) return "not_found_error";
   if (status === 429) return "rate_limit_error";
   return "invalid_request_error";
+}
+
+/**
+ * Reads a body up to `limit` bytes. A longer body is cut there and destroyed (closing its
+ * connection), so an upstream sending without end costs at most `limit` bytes and never a stall.
+ */
+async function readAtMost(
+  body: Dispatcher.ResponseData["body"],
+  limit: number,
+): Promise<{ text: string; complete: boolean }> {
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of body as AsyncIterable<Uint8Array>) {
+    if (size + chunk.length > limit) {
+      chunks.push(chunk.subarray(0, limit - size));
+      body.destroy();
+      return { text: Buffer.concat(chunks, limit).toString("utf8"), complete: false };
+    }
+    chunks.push(chunk);
+    size += chunk.length;
+  }
+  return { text: Buffer.concat(chunks, size).toString("utf8"), complete: true };
 }
 
 /** The system error code of a connection failure, which Node may nest in `cause` or an AggregateError. */
