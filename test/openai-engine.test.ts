@@ -14,6 +14,9 @@ import { SseParser, SseTooLargeError } from "../src/engines/openai/sse-lines.js"
 import type { SseEvent } from "../src/engines/openai/sse-lines.js";
 import { SparkError } from "../src/protocol/errors.js";
 import { SparkServer } from "../src/server/http-server.js";
+import { ConfigError, resolveSettings } from "../src/cli/config.js";
+import { createModels } from "../src/cli/create-engine.js";
+import { file, runToExit } from "./helpers/cli.js";
 import { closedPort } from "./helpers/ports.js";
 
 interface Recorded {
@@ -1014,4 +1017,74 @@ test("the SSE parser throws at its bound: a line, or an event's data lines toget
     () => many.push(Buffer.from(`data: ${"b".repeat(500)}\n`.repeat(3))),
     (error) => error instanceof SseTooLargeError && /an event's data longer than 1 KiB/.test(error.message),
   );
+});
+
+// ---------------------------------------------------------------------------------------------
+// The upstream timeout setting: --upstream-timeout, SPARK_UPSTREAM_TIMEOUT, upstreamTimeout.
+
+test("upstreamTimeout from a flag, the environment, a models entry or the top level reaches the engine", async () => {
+  const upstream = await startUpstream((_req, res) => {
+    // Headers, then nothing: only the body timeout can end this.
+    sseHeaders(res);
+    res.flushHeaders();
+  });
+  const openai = { engine: "openai", upstream: upstream.baseUrl, upstreamModel: "m" };
+  const cases: [string, Record<string, unknown>, NodeJS.ProcessEnv][] = [
+    ["flag", { ...openai, upstreamTimeout: 0.5 }, {}],
+    ["environment", openai, { SPARK_UPSTREAM_TIMEOUT: "0.5" }],
+    [
+      "models entry",
+      {
+        config: file(
+          "timeout-entry.json",
+          JSON.stringify({ models: { deep: { ...openai, upstreamTimeout: 0.5 } } }),
+        ),
+      },
+      { SPARK_UPSTREAM_TIMEOUT: "1000" },
+    ],
+    [
+      "top level, inherited by an entry",
+      {
+        config: file("timeout-top.json", JSON.stringify({ upstreamTimeout: 0.5, models: { deep: openai } })),
+      },
+      {},
+    ],
+  ];
+  try {
+    for (const [name, flags, env] of cases) {
+      const models = await createModels(resolveSettings(flags, env), () => {});
+      const engine = models.engines()[0];
+      assert.ok(engine instanceof OpenAIEngine, name);
+      try {
+        await assert.rejects(collect(engine, request()), (error) => {
+          isSparkError(504, "upstream_timeout")(error);
+          assert.match((error as Error).message, /within 500 ms/, name);
+          return true;
+        });
+      } finally {
+        await engine.close();
+      }
+    }
+  } finally {
+    await upstream.close();
+  }
+});
+
+test("a bad upstreamTimeout is a config error naming its source and the key", async () => {
+  const rejects = (flags: Record<string, unknown>, env: NodeJS.ProcessEnv, message: RegExp) =>
+    assert.throws(
+      () => resolveSettings(flags, env),
+      (error) => error instanceof ConfigError && message.test(error.message),
+    );
+  rejects({ upstreamTimeout: 0 }, {}, /invalid upstreamTimeout \(--upstream-timeout\) from command line/);
+  rejects({}, { SPARK_UPSTREAM_TIMEOUT: "soon" }, /from environment variable SPARK_UPSTREAM_TIMEOUT/);
+  const config = file(
+    "timeout-bad.json",
+    JSON.stringify({ models: { deep: { engine: "openai", upstream: "http://x/v1", upstreamTimeout: -1 } } }),
+  );
+  rejects({ config }, {}, /timeout-bad\.json: models\.deep\.upstreamTimeout: .*>0/);
+
+  const { code, stderr } = await runToExit(["serve", "--port", "0", "--upstream-timeout", "-5"]);
+  assert.equal(code, 2, stderr);
+  assert.match(stderr, /invalid upstreamTimeout \(--upstream-timeout\) from command line/);
 });

@@ -43,6 +43,8 @@ const engineSettings = {
   upstream: z.url().optional(),
   upstreamApiKeyEnv: environmentName.optional(),
   upstreamModel: z.string().min(1).optional(),
+  /** Seconds to wait for the upstream's response headers, and between two chunks of its body. */
+  upstreamTimeout: z.coerce.number().positive().max(86_400).optional(),
   script: z.string().min(1).optional(),
   rate: z.coerce.number().min(0).optional(),
 };

@@ -34,7 +34,10 @@ export async function createModels(
   const entries: ModelEntry[] = [];
   for (const [alias, entry] of declared) {
     const { tier, capacity, defaults, ...engineSettings } = entry;
-    const merged: EngineSettings = { download: settings.download, ...engineSettings };
+    // A top-level upstream timeout applies to every entry that does not set its own.
+    const inherited =
+      settings.upstreamTimeout !== undefined ? { upstreamTimeout: settings.upstreamTimeout } : {};
+    const merged: EngineSettings = { download: settings.download, ...inherited, ...engineSettings };
     const identity = JSON.stringify(Object.entries(merged).sort());
     let engine = engines.get(identity);
     if (!engine) {
@@ -102,6 +105,7 @@ export async function createEngine(
         api: settings.upstreamApi ?? "chat",
         ...(apiKey ? { apiKey } : {}),
         ...(settings.upstreamModel ? { model: settings.upstreamModel } : {}),
+        ...(settings.upstreamTimeout !== undefined ? { timeoutMs: settings.upstreamTimeout * 1000 } : {}),
       });
     }
     case "llama": {

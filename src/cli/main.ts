@@ -104,6 +104,11 @@ export function buildProgram(): Command {
       ]),
     )
     .option("--upstream-model <id>", `openai: upstream model for the alias "spark" ${env("upstreamModel")}`)
+    .option(
+      "--upstream-timeout <seconds>",
+      `openai: wait for the upstream's headers and between its chunks (default 300) ${env("upstreamTimeout")}`,
+      number,
+    )
     .option("--script <file>", `script: JSON Lines file, one model response per line ${env("script")}`)
     .option("--rate <tokens/s>", `script: streaming rate; default unlimited ${env("rate")}`, number)
     .option(

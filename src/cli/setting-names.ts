@@ -43,6 +43,7 @@ export const ENV_NAMES: Record<
   upstreamApiKeyEnv: "SPARK_UPSTREAM_API_KEY_ENV",
   upstreamApi: "SPARK_UPSTREAM_API",
   upstreamModel: "SPARK_UPSTREAM_MODEL",
+  upstreamTimeout: "SPARK_UPSTREAM_TIMEOUT",
   script: "SPARK_SCRIPT",
   rate: "SPARK_RATE",
   keyFile: "SPARK_KEY_FILE",
