@@ -2,14 +2,17 @@
  * The `apply_patch` tool on real temporary directories: the Codex patch format (add, update, delete,
  * move, multiple hunks, `@@` anchors, `*** End of File`), whitespace and punctuation drift, CRLF and
  * trailing-newline preservation, all-or-nothing failures that leave every file byte-identical, precise
- * parse errors, and refusal of every way out of the workspace (`..`, absolute paths, symlinks).
+ * parse errors, refusal of every way out of the workspace (`..`, absolute paths, symlinks), and of
+ * writes to protected paths (`.git`…) unless the user approved them.
  */
 import assert from "node:assert/strict";
 import { lstat, readdir, readFile, readlink, symlink } from "node:fs/promises";
 import path from "node:path";
 import { describe, test } from "node:test";
 import { workspaceFixture, type WorkspaceFixture } from "./helpers/workspace.js";
-import { applyPatch, parsePatch } from "../src/agent/apply-patch.js";
+import { applyPatch, parsePatch, protectedWrites } from "../src/agent/apply-patch.js";
+import type { Sandbox } from "../src/agent/sandbox.js";
+import { ToolRunner, type ApprovalAnswer, type ApprovalRequest, type ToolCall } from "../src/agent/tools.js";
 import { ToolError, writeFileAtomic } from "../src/agent/workspace.js";
 
 type Fixture = WorkspaceFixture;
@@ -533,5 +536,136 @@ describe("apply_patch: the workspace boundary", () => {
     assert.equal(await read(root, "real.txt"), "b\n");
     assert.equal((await lstat(path.join(root, "alias.txt"))).isSymbolicLink(), true);
     assert.equal(result.changes[0]?.path, "real.txt");
+  });
+});
+
+describe("apply_patch: protected paths", () => {
+  const repo = {
+    ".git/config": "[core]\n",
+    ".git/hooks/README": "hooks\n",
+    ".vscode/settings.json": "{}\n",
+    "src/a.ts": "a\n",
+    "vendor/lib/.git/config": "[core]\n",
+  };
+
+  test("writes into .git (any depth, any case, through a symlink, by a move) and .vscode are refused; protectedWrites names them", async () => {
+    const { ws, root, top } = await fixture(repo);
+    await symlink(path.join(root, ".git", "config"), path.join(root, "innocent.txt"));
+    await symlink(path.join(root, ".git", "hooks"), path.join(root, "hooks"));
+    const before = await snapshot(top);
+    const attempts: [string, string[]][] = [
+      [patch("*** Add File: .git/hooks/pre-commit", "+#!/bin/sh", "+touch /tmp/pwned"), [".git"]],
+      [patch("*** Update File: .git/config", "@@", " [core]", "+\tfsmonitor = touch /tmp/pwned"), [".git"]],
+      [patch("*** Update File: innocent.txt", "@@", " [core]", "+\thooksPath = /tmp"), [".git"]],
+      [patch("*** Add File: hooks/post-checkout", "+x"), [".git"]],
+      [patch("*** Add File: vendor/lib/.git/hooks/pre-commit", "+x"), ["vendor/lib/.git"]],
+      [patch("*** Add File: sub/.git", "+gitdir: ../evil"), ["sub/.git"]],
+      [patch("*** Add File: .GIT/config", "+x"), [".GIT"]],
+      [patch("*** Update File: src/a.ts", "*** Move to: .git/hooks/pre-push", "@@", "-a", "+b"), [".git"]],
+      [patch("*** Delete File: .vscode/settings.json"), [".vscode"]],
+      [
+        patch("*** Add File: .vscode/tasks.json", "+{}", "*** Add File: .codex/config.toml", "+x"),
+        [".vscode", ".codex"],
+      ],
+    ];
+    for (const [text, parts] of attempts) {
+      assert.deepEqual((await protectedWrites(ws, text)).sort(), [...parts].sort(), text);
+      await rejectsWith(applyPatch(ws, text), "protected_path", "protected path", "No file was changed");
+    }
+    // One protected file spoils the whole patch.
+    await rejectsWith(
+      applyPatch(ws, patch("*** Update File: src/a.ts", "@@", "-a", "+b", "*** Add File: .git/info/x", "+x")),
+      "protected_path",
+    );
+    assert.deepEqual(await snapshot(top), before);
+    assert.deepEqual(await protectedWrites(ws, patch("*** Update File: src/a.ts", "@@", "-a", "+b")), []);
+    assert.deepEqual(await protectedWrites(ws, "not a patch"), []);
+  });
+
+  test("with the user's approval (allowProtected) the same patch applies", async () => {
+    const { ws, root } = await fixture(repo);
+    await applyPatch(ws, patch("*** Update File: .git/config", "@@", " [core]", "+\tbare = false"), {
+      allowProtected: true,
+    });
+    assert.equal(await read(root, ".git/config"), "[core]\n\tbare = false\n");
+  });
+
+  test("ToolRunner: a protected patch asks (on-request, untrusted) and is refused without a user or in never mode", async () => {
+    const { ws, root } = await fixture(repo);
+    const sandbox: Sandbox = { kind: "none", reason: "test" };
+    const hook = patch("*** Add File: .git/hooks/pre-commit", "+touch /tmp/pwned");
+    const plain = patch("*** Update File: src/a.ts", "@@", "-a", "+b");
+    let ids = 0;
+    const call = (input: string): ToolCall => ({
+      kind: "custom",
+      callId: `c${++ids}`,
+      name: "apply_patch",
+      input,
+    });
+    const runPatch = async (runner: ToolRunner, input: string) =>
+      (await runner.run(call(input), new AbortController().signal, () => {})).completed;
+
+    const asked: ApprovalRequest[] = [];
+    const answers: ApprovalAnswer[] = [];
+    const ask = async (request: ApprovalRequest): Promise<ApprovalAnswer> => {
+      asked.push(request);
+      return answers.shift() ?? "no";
+    };
+    const onRequest = new ToolRunner({ workspace: ws, sandbox, approval: "on-request", ask }, () => "i");
+    answers.push("no");
+    const declined = await runPatch(onRequest, hook);
+    assert.equal(declined.type === "file_change" && declined.status, "declined");
+    assert.equal(asked.length, 1);
+    assert.equal(asked[0]?.kind, "patch");
+    assert.match(asked[0]?.reason ?? "", /writes \.git, a protected path/);
+    assert.equal(await exists(path.join(root, ".git/hooks/pre-commit")), false);
+    answers.push("yes");
+    const approved = await runPatch(onRequest, hook);
+    assert.equal(approved.type === "file_change" && approved.status, "completed");
+    assert.equal(await read(root, ".git/hooks/pre-commit"), "touch /tmp/pwned\n");
+    // An ordinary patch does not ask in on-request.
+    assert.equal((await runPatch(onRequest, plain)).type, "file_change");
+    assert.equal(asked.length, 2);
+
+    // "Always" for ordinary patches in untrusted mode does not cover protected paths.
+    const untrustedAsks: ApprovalRequest[] = [];
+    const untrusted = new ToolRunner(
+      {
+        workspace: ws,
+        sandbox,
+        approval: "untrusted",
+        ask: async (request) => {
+          untrustedAsks.push(request);
+          return untrustedAsks.length === 1 ? "always" : "no";
+        },
+      },
+      () => "i",
+    );
+    await runPatch(untrusted, patch("*** Update File: src/a.ts", "@@", "-b", "+c"));
+    await runPatch(untrusted, patch("*** Update File: src/a.ts", "@@", "-c", "+d"));
+    assert.equal(untrustedAsks.length, 1, "always covers ordinary patches");
+    const config = patch("*** Update File: .git/config", "@@", " [core]", "+\tfsmonitor = x");
+    assert.equal(((await runPatch(untrusted, config)) as { status: string }).status, "declined");
+    assert.equal(untrustedAsks.length, 2, "a protected patch still asks");
+
+    for (const [approval, interactive] of [
+      ["never", true],
+      ["never", false],
+      ["on-request", false],
+    ] as const) {
+      const runner = new ToolRunner(
+        {
+          workspace: ws,
+          sandbox,
+          approval,
+          ...(interactive ? { ask: async () => "yes" as const } : {}),
+        },
+        () => "i",
+      );
+      const item = await runPatch(runner, config);
+      assert.ok(item.type === "file_change" && item.status === "declined", `${approval} ${interactive}`);
+      assert.match(item.error ?? "", /protected path.*needs the user's approval/s);
+    }
+    assert.equal(await read(root, ".git/config"), "[core]\n");
   });
 });

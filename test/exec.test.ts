@@ -5,6 +5,7 @@
  * the `response.cancel` WebSocket frame the agent relies on, against an in-process server.
  */
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import {
   existsSync,
@@ -17,6 +18,7 @@ import {
   symlinkSync,
   writeFileSync,
 } from "node:fs";
+import { createServer, type Server } from "node:net";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -85,6 +87,13 @@ function completedItems(events: readonly ExecEvent[]): ThreadItem[] {
   return events.filter((e) => e.type === "item.completed").map((e) => e.item!);
 }
 
+/** The completed command items, in order. */
+function commandItems(events: readonly ExecEvent[]): (ThreadItem & { type: "command_execution" })[] {
+  return completedItems(events)
+    .filter((item) => item.type === "command_execution")
+    .map((item) => item as ThreadItem & { type: "command_execution" });
+}
+
 function itemOf<T extends ThreadItem["type"]>(
   item: ThreadItem | undefined,
   type: T,
@@ -111,10 +120,11 @@ async function execScript(
   scriptPath: string,
   args: readonly string[],
   dataDir = freshDir("data-"),
+  env: Record<string, string> = {},
 ): Promise<ExecRun> {
   const result = await runToExit(
     ["exec", "--json", "-C", workspace, "--engine", "script", "--script", scriptPath, ...args],
-    { SPARK_DATA_DIR: dataDir },
+    { SPARK_DATA_DIR: dataDir, ...env },
   );
   return { ...result, events: jsonLines<ExecEvent>(result.stdout), dataDir };
 }
@@ -447,6 +457,199 @@ test("--approval untrusted: exec refuses what would need a question, runs read-o
     outputs.map((o) => String(o.output).split(":")[0]),
     ["Command not run", "Exit code", "Patch not applied"],
   );
+});
+
+/** A git repository in `dir` whose config runs `touch MARKER` at the next `git status`. */
+function trappedRepo(dir: string, marker: string): void {
+  const git = (...args: string[]) => execFileSync("git", args, { cwd: dir, stdio: "ignore" });
+  git("init", "-q");
+  git("config", "core.fsmonitor", `touch ${marker}; false`);
+}
+
+test("exec refuses patches that write .git (a hook, the config, through a symlink, a new gitfile); nothing is written", async () => {
+  const workspace = freshDir("ws-");
+  mkdirSync(join(workspace, ".git", "hooks"), { recursive: true });
+  writeFileSync(join(workspace, ".git", "config"), "[core]\n");
+  writeFileSync(join(workspace, "app.txt"), "one\n");
+  symlinkSync(join(workspace, ".git", "config"), join(workspace, "notes.txt"));
+  const scriptPath = script([
+    [patch("*** Add File: .git/hooks/pre-commit\n+#!/bin/sh\n+touch /tmp/pwned")],
+    [patch("*** Update File: .git/config\n@@\n [core]\n+\tfsmonitor = touch /tmp/pwned")],
+    [patch("*** Update File: notes.txt\n@@\n [core]\n+\thooksPath = /tmp")],
+    [patch("*** Add File: lib/.git\n+gitdir: ../evil")],
+    [patch("*** Update File: app.txt\n@@\n-one\n+two")],
+    [say("Done.")],
+  ]);
+  for (const approval of ["never", "on-request"]) {
+    const { code, stderr, events } = await execScript(workspace, scriptPath, [
+      "--approval",
+      approval,
+      "hook it",
+    ]);
+    assert.equal(code, 0, stderr);
+    const changes = completedItems(events).filter((item) => item.type === "file_change");
+    assert.deepEqual(
+      changes.map((item) => itemOf(item, "file_change").status),
+      ["declined", "declined", "declined", "declined", "completed"],
+      approval,
+    );
+    for (const item of changes.slice(0, 4)) {
+      const error = itemOf(item, "file_change").error ?? "";
+      assert.match(error, /a protected path/);
+      assert.match(error, /non-interactive mode/);
+    }
+    assert.deepEqual(readdirSync(join(workspace, ".git", "hooks")), []);
+    assert.equal(readFileSync(join(workspace, ".git", "config"), "utf8"), "[core]\n");
+    assert.equal(existsSync(join(workspace, "lib")), false);
+    writeFileSync(join(workspace, "app.txt"), "one\n");
+  }
+});
+
+test("under the sandbox a command cannot write .git: config and hooks are read-only", async (t) => {
+  const sandbox = await detectSandbox();
+  if (sandbox.kind === "none") {
+    t.skip(`no usable bubblewrap sandbox here: ${sandbox.reason}`);
+    return;
+  }
+  const workspace = freshDir("ws-");
+  const marker = join(freshDir("marker-"), "pwned");
+  trappedRepo(workspace, marker);
+  execFileSync("git", ["config", "--unset", "core.fsmonitor"], { cwd: workspace });
+  const config = readFileSync(join(workspace, ".git", "config"), "utf8");
+  const scriptPath = script([
+    [call("shell", { command: `git config core.fsmonitor 'touch ${marker}'` })],
+    [call("shell", { command: `echo '[core] fsmonitor = touch ${marker}' >> .git/config` })],
+    [call("shell", { command: `printf '#!/bin/sh\\ntouch ${marker}\\n' > .git/hooks/pre-commit` })],
+    [call("shell", { command: "echo ok > inside.txt" })],
+    [say("Done.")],
+  ]);
+  const { code, stderr, events } = await execScript(workspace, scriptPath, ["plant a hook"]);
+  assert.equal(code, 0, stderr);
+  const [viaGit, append, hook, inside] = commandItems(events);
+  for (const item of [viaGit!, append!, hook!]) {
+    assert.equal(item.status, "failed", item.command);
+    assert.match(item.aggregated_output, /Read-only file system/, item.command);
+  }
+  assert.equal(inside!.status, "completed");
+  assert.equal(readFileSync(join(workspace, ".git", "config"), "utf8"), config);
+  assert.equal(existsSync(join(workspace, ".git", "hooks", "pre-commit")), false);
+  execFileSync("git", ["status"], { cwd: workspace, stdio: "ignore" });
+  assert.equal(existsSync(marker), false, "the next git command ran nothing planted");
+});
+
+test("--approval untrusted: git status (core.fsmonitor), sort --outp, sort --compress-prog and uniq - F are not read-only", async () => {
+  const workspace = freshDir("ws-");
+  const marker = join(freshDir("marker-"), "pwned");
+  trappedRepo(workspace, marker);
+  // The trap is real: git status runs the repository's fsmonitor command.
+  execFileSync("git", ["status"], { cwd: workspace, stdio: "ignore" });
+  assert.equal(existsSync(marker), true);
+  rmSync(marker);
+  writeFileSync(join(workspace, "seen.txt"), "b\na\n");
+  writeFileSync(join(workspace, "prog.sh"), `#!/bin/sh\ntouch ${marker}\ncat\n`, { mode: 0o755 });
+  const commands = [
+    "git status",
+    "sort --outp=out.txt seen.txt",
+    "sort -S 1 --compress-prog=./prog.sh seen.txt",
+    "uniq - out2.txt",
+    "cat seen.txt",
+  ];
+  const scriptPath = script([...commands.map((command) => [call("shell", { command })]), [say("Done.")]]);
+  const { code, stderr, events } = await execScript(workspace, scriptPath, [
+    "--approval",
+    "untrusted",
+    "look",
+  ]);
+  assert.equal(code, 0, stderr);
+  assert.deepEqual(
+    commandItems(events).map((item) => item.status),
+    ["declined", "declined", "declined", "declined", "completed"],
+  );
+  assert.equal(existsSync(marker), false);
+  assert.equal(existsSync(join(workspace, "out.txt")), false);
+  assert.equal(existsSync(join(workspace, "out2.txt")), false);
+});
+
+test("commands see no secrets: the environment is filtered, ~/.ssh is hidden, host sockets are unreachable", async (t) => {
+  const sandbox = await detectSandbox();
+  // The sandbox gives commands a private /tmp, so the fake home must be outside /tmp to count.
+  let home: string;
+  try {
+    home = mkdtempSync(join(homedir(), ".spark-exec-home-"));
+  } catch (error) {
+    t.skip(`cannot create a folder outside /tmp in ${homedir()}: ${(error as Error).message}`);
+    return;
+  }
+  const servers: Server[] = [];
+  try {
+    mkdirSync(join(home, ".ssh"));
+    writeFileSync(join(home, ".ssh", "id_rsa"), "PRIVATE KEY\n");
+    const agentSocket = join(home, "agent.sock");
+    const server = createServer((connection) => connection.end("agent\n"));
+    servers.push(server);
+    await new Promise<void>((resolve) => server.listen(agentSocket, resolve));
+    const workspace = freshDir("ws-");
+    const connect = `${process.execPath} -e 'require("net").connect("${agentSocket}").on("data", (d) => process.stdout.write(d)).on("error", (e) => { console.log(e.code); process.exitCode = 1; })'`;
+    const scriptPath = script([
+      [call("shell", { command: "env" })],
+      [call("shell", { command: 'cat "$HOME/.ssh/id_rsa"' })],
+      [call("shell", { command: connect })],
+      [say("Done.")],
+    ]);
+    const env = {
+      HOME: home,
+      OPENAI_API_KEY: "sk-openai-test",
+      AWS_SECRET_ACCESS_KEY: "aws-secret-test",
+      GITHUB_TOKEN: "ghp-test",
+      DATABASE_URL: "postgres://app:hunter2@db/app",
+      SSH_AUTH_SOCK: agentSocket,
+      MY_SETTING: "visible",
+    };
+    const outputs = async (...flags: string[]) => {
+      const { code, stderr, events } = await execScript(
+        workspace,
+        scriptPath,
+        [...flags, "peek"],
+        undefined,
+        env,
+      );
+      assert.equal(code, 0, stderr);
+      return commandItems(events).map((item) => item.aggregated_output);
+    };
+
+    const [printed, key, agent] = await outputs();
+    assert.match(printed!, /^MY_SETTING=visible$/m);
+    assert.match(printed!, new RegExp(`^HOME=${home}$`, "m"));
+    for (const name of [
+      "OPENAI_API_KEY",
+      "AWS_SECRET_ACCESS_KEY",
+      "GITHUB_TOKEN",
+      "DATABASE_URL",
+      "SSH_AUTH_SOCK",
+    ]) {
+      assert.doesNotMatch(printed!, new RegExp(`^${name}=`, "m"), name);
+    }
+    if (sandbox.kind === "none") {
+      t.diagnostic(`no sandbox here (${sandbox.reason}): only the environment is checked`);
+      return;
+    }
+    assert.match(key!, /No such file or directory/);
+    assert.doesNotMatch(key!, /PRIVATE KEY/);
+    assert.match(agent!, /ECONNREFUSED|ENOENT/);
+
+    // The user can let chosen variables and the secrets through.
+    const [allowedEnv, allowedKey] = await outputs(
+      "--allow-env",
+      "OPENAI_API_KEY",
+      "--sandbox-allow-secrets",
+    );
+    assert.match(allowedEnv!, /^OPENAI_API_KEY=sk-openai-test$/m);
+    assert.doesNotMatch(allowedEnv!, /^GITHUB_TOKEN=/m);
+    assert.equal(allowedKey, "PRIVATE KEY\n");
+  } finally {
+    await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));
+    rmSync(home, { recursive: true, force: true });
+  }
 });
 
 test("bad settings exit 2 with a clear message: no server at --server, a missing or broken --script", async () => {

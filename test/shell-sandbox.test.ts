@@ -20,6 +20,7 @@ import {
   type ApprovalMode,
 } from "../src/agent/approval.js";
 import { describeSandbox, detectSandbox, sandboxedArgv, type Sandbox } from "../src/agent/sandbox.js";
+import { commandEnvironment } from "../src/agent/secrets.js";
 import { formatCommandOutput, runCommand, type RunCommandOptions } from "../src/agent/shell.js";
 
 const NO_SANDBOX: Sandbox = { kind: "none", reason: "test" };
@@ -231,6 +232,63 @@ describe("runCommand", () => {
       formatCommandOutput({ ...r, exitCode: null, signal: "SIGKILL" }),
       /^Exit code: none \(killed by SIGKILL\)\n/,
     );
+  });
+
+  const SECRETS: Record<string, string> = {
+    OPENAI_API_KEY: "sk-openai",
+    SPARK_API_KEY: "sk-spark",
+    AWS_ACCESS_KEY_ID: "AKIA",
+    AWS_SECRET_ACCESS_KEY: "aws-secret",
+    AWS_SESSION_TOKEN: "aws-token",
+    GITHUB_TOKEN: "ghp",
+    PGPASSWORD: "pg",
+    MYSQL_PWD: "mysql",
+    NPM_CONFIG__AUTH: "npm",
+    SSH_AUTH_SOCK: "/run/user/1000/ssh-agent.sock",
+    DBUS_SESSION_BUS_ADDRESS: "unix:path=/run/user/1000/bus",
+    DATABASE_URL: "postgres://app:hunter2@db.example.com/app",
+  };
+
+  test("commands get the environment without secrets by default, with or without a sandbox", async (t) => {
+    const saved = { ...process.env };
+    t.after(() => {
+      for (const name of Object.keys(process.env)) if (!(name in saved)) delete process.env[name];
+      Object.assign(process.env, saved);
+    });
+    Object.assign(process.env, SECRETS, {
+      SPARK_TEST_VISIBLE: "yes",
+      PUBLIC_URL: "https://example.com/app",
+    });
+    const r = await runCommand(["env"], base);
+    assert.equal(r.exitCode, 0, r.output);
+    const seen = new Map(r.output.split("\n").map((line) => [line.slice(0, line.indexOf("=")), line]));
+    for (const name of Object.keys(SECRETS))
+      assert.equal(seen.has(name), false, `${name} reached the command`);
+    for (const name of ["SPARK_TEST_VISIBLE", "PUBLIC_URL", "PATH", "HOME"]) assert.ok(seen.has(name), name);
+  });
+
+  test("commandEnvironment drops secret-looking variables except those allowed by name or glob", () => {
+    const env = {
+      ...SECRETS,
+      PATH: "/usr/bin",
+      PWD: "/w",
+      OLDPWD: "/",
+      LANG: "C.UTF-8",
+      GIT_AUTHOR_NAME: "A",
+    };
+    assert.deepEqual(commandEnvironment(env), {
+      PATH: "/usr/bin",
+      PWD: "/w",
+      OLDPWD: "/",
+      LANG: "C.UTF-8",
+      GIT_AUTHOR_NAME: "A",
+    });
+    const allowed = commandEnvironment(env, ["OPENAI_API_KEY", "AWS_*"]);
+    assert.equal(allowed.OPENAI_API_KEY, "sk-openai");
+    assert.equal(allowed.AWS_SECRET_ACCESS_KEY, "aws-secret");
+    assert.equal(allowed.AWS_SESSION_TOKEN, "aws-token");
+    assert.equal(allowed.SPARK_API_KEY, undefined);
+    assert.equal(allowed.GITHUB_TOKEN, undefined);
   });
 });
 
