@@ -233,6 +233,9 @@ class CustomInputExtractor {
   /** Index in #raw of the next undecoded character of the input value, once the prefix matched. */
   #pos: number | undefined;
   #streamable = true;
+  /** Progress of #matchPrefix: the next index of #raw to look at, and the prefix characters matched. */
+  #prefixScan = 0;
+  #prefixMatched = 0;
   #closed = false;
   #emitted = "";
 
@@ -258,18 +261,18 @@ class CustomInputExtractor {
     return input.startsWith(this.#emitted) ? input.slice(this.#emitted.length) : "";
   }
 
+  /** Resumes where the previous fragment left off: many small fragments cost linear work in all. */
   #matchPrefix(): void {
     const prefix = CustomInputExtractor.#PREFIX;
-    let matched = 0;
-    for (let i = 0; i < this.#raw.length; i++) {
-      const char = this.#raw[i] as string;
+    for (; this.#prefixScan < this.#raw.length; this.#prefixScan++) {
+      const char = this.#raw[this.#prefixScan] as string;
       if (/\s/.test(char)) continue;
-      if (char !== prefix[matched]) {
+      if (char !== prefix[this.#prefixMatched]) {
         this.#streamable = false;
         return;
       }
-      if (++matched === prefix.length) {
-        this.#pos = i + 1;
+      if (++this.#prefixMatched === prefix.length) {
+        this.#pos = this.#prefixScan + 1;
         return;
       }
     }
