@@ -1,9 +1,11 @@
 /**
  * The agent's command execution with real processes and real temp dirs: `runCommand` (exit codes,
  * interleaved output, missing programs, timeouts and aborts that kill the whole process group,
- * bounded head-and-tail truncation, streaming), the bubblewrap sandbox (writes confined to the
- * workspace, no network, the fallbacks when bwrap is missing or disabled) and the approval policy
- * (known-safe commands and the decision matrix).
+ * bounded head-and-tail truncation, streaming, an environment without secrets), the bubblewrap
+ * sandbox (writes confined to the workspace, protected paths such as .git read-only, the home
+ * directory's secrets and host Unix sockets hidden, no network, the fallbacks when bwrap is missing
+ * or disabled) and the approval policy (known-safe commands judged by what they can do, the decision
+ * matrix, protected patches).
  */
 import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";

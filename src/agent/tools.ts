@@ -97,7 +97,8 @@ export const TOOL_DEFINITIONS: readonly Record<string, unknown>[] = [
     name: "shell",
     description:
       "Runs a shell command (bash -c) in the workspace and returns its exit code and output. Use it to build, " +
-      "test, and inspect. Writes outside the workspace and network access are blocked when a sandbox is active; " +
+      "test, and inspect. Writes outside the workspace or into .git, and network access, are blocked when a " +
+      "sandbox is active, and secret environment variables are removed; " +
       "set escalate: true (with a justification) to ask the user to run it outside the sandbox.",
     parameters: {
       type: "object",
