@@ -253,9 +253,12 @@ test("hostile WebSocket frames become error events and the connection stays usab
   const frames = wsFrames(MAX_BODY_BYTES);
   for (const frame of frames) client.socket.send(frame, { binary: Buffer.isBuffer(frame) });
   // A last normal response: it completes once everything before it was handled.
-  client.send({ type: "response.create", input: "still there?", stream_id: "probe" });
+  // On the default lane, where every valid create of the corpus went: FIFO, so it ends last.
+  client.send({ type: "response.create", input: "still there?", metadata: { probe: "yes" } });
   const probe = await client.waitFor(
-    (event) => event.stream_id === "probe" && TERMINAL_TYPES.has(event.type),
+    (event) =>
+      TERMINAL_TYPES.has(event.type) &&
+      (event.response as { metadata?: Record<string, string> }).metadata?.probe === "yes",
   );
   assert.equal(probe.type, "response.completed");
 
