@@ -646,6 +646,11 @@ test("commands see no secrets: the environment is filtered, ~/.ssh is hidden, ho
     assert.match(allowedEnv!, /^OPENAI_API_KEY=sk-openai-test$/m);
     assert.doesNotMatch(allowedEnv!, /^GITHUB_TOKEN=/m);
     assert.equal(allowedKey, "PRIVATE KEY\n");
+    // The same from the config file's client settings.
+    const config = file("allow-env.json", JSON.stringify({ client: { allowEnv: ["GITHUB_TOKEN"] } }));
+    const [configuredEnv] = await outputs("--config", config);
+    assert.match(configuredEnv!, /^GITHUB_TOKEN=ghp-test$/m);
+    assert.doesNotMatch(configuredEnv!, /^OPENAI_API_KEY=/m);
   } finally {
     await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));
     rmSync(home, { recursive: true, force: true });

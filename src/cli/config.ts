@@ -89,6 +89,8 @@ export const clientSettingsSchema = z.strictObject({
   autoCompact: z.number().min(0).max(1).optional(),
   contextWindow: positiveInteger.optional(),
   network: z.boolean().optional(),
+  sandboxAllowSecrets: z.boolean().optional(),
+  allowEnv: z.array(z.string().min(1)).optional(),
 });
 export type ClientSettings = z.infer<typeof clientSettingsSchema>;
 
