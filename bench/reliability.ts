@@ -174,17 +174,21 @@ async function hostileInput(): Promise<void> {
   const frames = wsFrames(MAX_BODY_BYTES);
   const socket = new WebSocket(`${server.url.replace(/^http/, "ws")}/v1/responses`);
   await new Promise((resolve, reject) => socket.once("open", resolve).once("error", reject));
-  const events: { type: string; status?: number; stream_id?: string; error?: { message: string } }[] = [];
+  const events: {
+    type: string;
+    status?: number;
+    response?: { metadata?: Record<string, string> };
+  }[] = [];
   socket.on("message", (data) => events.push(JSON.parse(data.toString()) as never));
   for (const frame of frames) socket.send(frame, { binary: Buffer.isBuffer(frame) });
-  socket.send(JSON.stringify({ type: "response.create", input: "still there?", stream_id: "probe" }));
+  // The probe rides the default lane, where every valid create of the corpus went (FIFO): when it
+  // ends, everything the corpus started has ended.
+  socket.send(JSON.stringify({ type: "response.create", input: "still there?", metadata: { probe: "yes" } }));
+  const isProbe = (e: (typeof events)[number]): boolean =>
+    e.type === "response.completed" && e.response?.metadata?.probe === "yes";
   const deadline = Date.now() + REQUEST_TIMEOUT_MS * 3;
-  while (
-    !events.some((e) => e.stream_id === "probe" && e.type === "response.completed") &&
-    Date.now() < deadline
-  )
-    await sleep(20);
-  const usable = events.some((e) => e.stream_id === "probe" && e.type === "response.completed");
+  while (!events.some(isProbe) && Date.now() < deadline) await sleep(20);
+  const usable = events.some(isProbe);
   const errors = events.filter((e) => e.type === "error");
   const largest = Math.max(...errors.map((e) => JSON.stringify(e).length));
   socket.close();
@@ -266,6 +270,12 @@ function turn(socket: WebSocket, body: Record<string, unknown>): Promise<string 
 
 async function floods(): Promise<void> {
   const frameCount = args.quick ? 300_000 : 1_500_000;
+  {
+    const server = await serve();
+    await healthy(server);
+    row("baseline", "a fresh server, one /healthz", "", await memory(server));
+    await stopServer(server);
+  }
   {
     const server = await serve();
     const flooder = await connect(server.url);
