@@ -272,6 +272,77 @@ describe("Chat Completions through the openai SDK", () => {
   });
 });
 
+describe("Chat Completions stream openings through the SDK's stream helper", () => {
+  let server: SparkServer;
+  let openai: OpenAI;
+  before(async () => {
+    // Line 1 answers the first turn with a tool call, line 2 the turn after its result with text.
+    server = await startScriptServer([
+      { output: [{ type: "function_call", name: "lookup", arguments: '{"q":"spark"}' }] },
+      { output: [{ type: "message", text: "It is fast." }] },
+    ]);
+    openai = client(server);
+  });
+  after(() => server.close());
+
+  const tools = [
+    {
+      type: "function" as const,
+      function: { name: "lookup", parameters: { type: "object", properties: { q: { type: "string" } } } },
+    },
+  ];
+
+  test("a tool-call turn opens with content null, as OpenAI's does: no empty text part", async () => {
+    const stream = openai.chat.completions.stream({
+      model: "spark",
+      messages: [{ role: "user", content: "look it up" }],
+      tools,
+    });
+    let contentEvents = 0;
+    stream.on("content", () => contentEvents++);
+    const deltas: OpenAI.ChatCompletionChunk.Choice.Delta[] = [];
+    for await (const chunk of stream) if (chunk.choices[0]) deltas.push(chunk.choices[0].delta);
+    const message = await stream.finalMessage();
+
+    const call = message.tool_calls?.[0];
+    assert.ok(call?.type === "function");
+    assert.deepEqual(deltas[0], {
+      role: "assistant",
+      content: null,
+      refusal: null,
+      tool_calls: [{ index: 0, id: call.id, type: "function", function: { name: "lookup", arguments: "" } }],
+    });
+    assert.ok(!deltas.some((delta) => delta.content === ""), "no delta opens a text part");
+    assert.equal(contentEvents, 0);
+    assert.equal(message.content, null);
+    assert.deepEqual(JSON.parse(call.function.arguments), { q: "spark" });
+    assert.equal((await stream.finalChatCompletion()).choices[0]?.finish_reason, "tool_calls");
+  });
+
+  test('a text turn opens with content "" and refusal null, then the text', async () => {
+    const stream = openai.chat.completions.stream({
+      model: "spark",
+      messages: [
+        { role: "user", content: "look it up" },
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: [{ id: "call_1", type: "function", function: { name: "lookup", arguments: "{}" } }],
+        },
+        { role: "tool", tool_call_id: "call_1", content: "fast" },
+      ],
+      tools,
+    });
+    let text = "";
+    stream.on("content", (delta) => (text += delta));
+    const deltas: OpenAI.ChatCompletionChunk.Choice.Delta[] = [];
+    for await (const chunk of stream) if (chunk.choices[0]) deltas.push(chunk.choices[0].delta);
+    assert.deepEqual(deltas[0], { role: "assistant", content: "", refusal: null });
+    assert.equal(text, "It is fast.");
+    assert.equal((await stream.finalMessage()).content, "It is fast.");
+  });
+});
+
 describe("Responses WebSocket mode through the openai SDK (ResponsesWS)", () => {
   let server: SparkServer;
   before(async () => {

@@ -108,19 +108,29 @@ export class ChatCompletionsService {
       ...base,
       choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
     });
-    yield chunk({ role: "assistant", content: "" });
+    // OpenAI's first delta carries the role, `refusal: null` and `content`: `""` when the turn
+    // starts with text (or has no output), `null` when it starts with a tool call, whose first
+    // delta rides along. It waits for the first part so it can tell which (clients open a text
+    // part for a `""`).
+    let started = false;
+    const opening = (content: "" | null): Record<string, unknown> => {
+      started = true;
+      return { role: "assistant", content, refusal: null };
+    };
     const calls = new Map<string, ToolCallState>();
     let text = "";
     for await (const part of this.generate(prepared, signal)) {
       switch (part.type) {
         case "text-delta":
+          if (!started) yield chunk(opening(""));
           text += part.delta;
           yield chunk({ content: part.delta });
           break;
         case "tool-call-start": {
           const call = { index: calls.size, id: part.callId, kind: part.kind, name: part.name, input: "" };
           calls.set(part.id, call);
-          yield chunk({ tool_calls: [toolCallDelta(call, "", true)] });
+          const delta = { tool_calls: [toolCallDelta(call, "", true)] };
+          yield chunk(started ? delta : { ...opening(null), ...delta });
           break;
         }
         case "tool-call-delta": {
@@ -131,6 +141,7 @@ export class ChatCompletionsService {
           break;
         }
         case "finish": {
+          if (!started) yield chunk(opening(""));
           yield chunk(
             {},
             calls.size > 0 && part.reason !== "length" ? "tool_calls" : finishReasons[part.reason],
