@@ -4,7 +4,8 @@
  * its `apply_patch` tool, over WebSocket (`supports_websockets = true`) and over HTTP.
  *
  * Codex needs a model catalog entry for a custom model (without one it offers no `apply_patch`);
- * `test/fixtures/codex/models.json` is the smallest entry Codex 0.169 accepts.
+ * `test/fixtures/codex/models.json` holds the smallest entry Codex 0.169 accepts, for `spark` and for
+ * OpenAI's names of the tiers (`gpt-5.3-codex-spark`, `gpt-5.3-codex`), which Spark serves too.
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -96,7 +97,12 @@ after(() => {
   for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
 });
 
-async function runCodex(server: SparkServer, websockets: boolean, prompt: string): Promise<CodexRun> {
+async function runCodex(
+  server: SparkServer,
+  websockets: boolean,
+  prompt: string,
+  args: readonly string[] = [],
+): Promise<CodexRun> {
   const home = mkdtempSync(join(tmpdir(), "spark-codex-home-"));
   const workspace = mkdtempSync(join(tmpdir(), "spark-codex-ws-"));
   dirs.push(home, workspace);
@@ -110,6 +116,7 @@ async function runCodex(server: SparkServer, websockets: boolean, prompt: string
       "--skip-git-repo-check",
       "--ephemeral",
       "--dangerously-bypass-approvals-and-sandbox",
+      ...args,
       prompt,
     ],
     {
@@ -192,5 +199,29 @@ describe(
         }
       });
     }
+
+    test("codex exec --model gpt-5.3-codex-spark (OpenAI's name) is served by the spark tier", async () => {
+      const server = await startScriptServer(SCRIPT);
+      try {
+        const run = await runCodex(server, true, "Say hello, then create hello.txt.", [
+          "--model",
+          "gpt-5.3-codex-spark",
+        ]);
+        assert.equal(run.code, 0, `codex failed; stderr:\n${run.stderr}`);
+        assert.doesNotMatch(run.stderr, /model_not_found/);
+        assert.deepEqual(completed(run, "error"), [], "no error items (the catalog knows the name)");
+        assert.equal(completed(run, "command_execution")[0]?.exit_code, 0);
+        assert.equal(readFileSync(join(run.workspace, "hello.txt"), "utf8"), "hi\n");
+        assert.deepEqual(
+          completed(run, "agent_message").map((m) => m.text),
+          ["Running a command.", "Done: ran echo and created hello.txt."],
+        );
+        assert.equal(run.events.at(-1)?.type, "turn.completed");
+        const metrics = await server.metrics.text();
+        assert.ok(counter(metrics, "spark_websocket_connections_total") >= 1, "over WebSocket");
+      } finally {
+        await server.close();
+      }
+    });
   },
 );

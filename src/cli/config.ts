@@ -51,7 +51,7 @@ const engineSettings = {
 
 export const modelEntrySchema = z.strictObject({
   engine: z.enum(["llama", "openai", "script"]),
-  /** Which limits and queue class apply; defaults to `deep` for the alias `deep`, else `spark`. */
+  /** Which limits and queue class apply; defaults to `deep` for `deep` and `gpt-5.3-codex`, else `spark`. */
   tier: z.enum(["spark", "deep"]).optional(),
   ...engineSettings,
   gpu: z.enum(["auto", "off"]).optional(),

@@ -2,7 +2,7 @@
  * The one place where concrete engines are chosen and built from the settings, and bound to the
  * model aliases clients use. Nothing else in Spark imports a concrete engine.
  */
-import { ModelRegistry, type ModelEntry, type Tier } from "../core/model-registry.js";
+import { defaultTierOf, ModelRegistry, type ModelEntry, type Tier } from "../core/model-registry.js";
 import type { Engine } from "../engine/types.js";
 import { ConfigError, type ModelEntrySettings, type ResolvedSettings } from "./config.js";
 
@@ -46,7 +46,7 @@ export async function createModels(
     }
     entries.push({
       alias,
-      tier: tier ?? (alias === "deep" ? "deep" : "spark"),
+      tier: tier ?? defaultTierOf(alias),
       engine,
       engineModel: "spark",
       capacity: capacity ?? defaultCapacity(merged),

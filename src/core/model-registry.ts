@@ -3,9 +3,14 @@
  * any name a config declares) bound to an engine, the engine's model, a tier and request defaults.
  * Several aliases may share one engine (one loaded model serving both tiers).
  *
+ * OpenAI's names for the two tiers are built-in aliases (`BUILTIN_ALIASES`: `gpt-5.3-codex-spark`
+ * is `spark`, `gpt-5.3-codex` is `deep`), so clients configured for OpenAI's models work unchanged.
+ * They follow the tier's alias (same engine, model, capacity and defaults) unless an entry of that
+ * name is configured, which replaces the built-in one.
+ *
  * Resolution order for a client's `model`:
  *   1. `auto`: the router picks `spark` or `deep` from the request (see `src/router/route.ts`);
- *   2. an alias;
+ *   2. an alias (configured or built in);
  *   3. a name one of the engines knows itself (an upstream's model id, a GGUF file's name), which
  *      takes the tier of the first alias bound to that engine.
  * Anything else is `404 model_not_found`; a known model whose engine is still loading is 503.
@@ -18,6 +23,18 @@ export type { Tier } from "../router/route.js";
 
 /** The model name that asks the router to choose a tier. */
 export const AUTO_MODEL = "auto";
+
+/** OpenAI's model names, served by the tier of the same role unless configured otherwise. */
+export const BUILTIN_ALIASES: Readonly<Record<string, Tier>> = {
+  "gpt-5.3-codex-spark": "spark",
+  "gpt-5.3-codex": "deep",
+};
+
+/** The tier of a configured alias that names none: its own for `deep` and the built-in aliases, else `spark`. */
+export function defaultTierOf(alias: string): Tier {
+  if (alias === "deep") return "deep";
+  return Object.hasOwn(BUILTIN_ALIASES, alias) ? BUILTIN_ALIASES[alias]! : "spark";
+}
 
 export interface ModelDefaults {
   temperature?: number | undefined;
@@ -73,7 +90,7 @@ export class ModelRegistry {
   readonly #entries = new Map<string, ModelEntry>();
   readonly #byTier = new Map<Tier, ModelEntry>();
 
-  /** `entries` must include the aliases `spark` and `deep`. */
+  /** `entries` must include the aliases `spark` and `deep`; the built-in aliases they lack are added. */
   constructor(entries: readonly ModelEntry[]) {
     for (const entry of entries) {
       if (entry.alias === AUTO_MODEL) throw new Error(`"${AUTO_MODEL}" is reserved for the router`);
@@ -83,6 +100,9 @@ export class ModelRegistry {
       const entry = this.#entries.get(tier);
       if (!entry) throw new Error(`the model alias "${tier}" must be configured`);
       this.#byTier.set(tier, entry);
+    }
+    for (const [alias, tier] of Object.entries(BUILTIN_ALIASES)) {
+      if (!this.#entries.has(alias)) this.#entries.set(alias, { ...this.#byTier.get(tier)!, alias });
     }
   }
 
@@ -109,7 +129,6 @@ export class ModelRegistry {
     return [...new Set([...this.#entries.values()].map((entry) => entry.engine))];
   }
 
-  /** `/v1/models`: the aliases, `auto`, then names the engines offer themselves. */
   /** Aliases (with the context window of the model behind them, when the engine reports one), `auto`, then engine models. */
   list(): { id: string; ownedBy: string; contextWindow?: number }[] {
     const models: { id: string; ownedBy: string; contextWindow?: number }[] = [...this.#entries.values()].map(
