@@ -258,7 +258,8 @@ test("stored responses, their input items and chains survive a SIGTERM restart; 
   assertNotFound(await api(second.url, "DELETE", `/v1/responses/${plain.body.id}`));
   assert.equal(await stop(second), 0, second.stderr());
 
-  // After another restart the deleted response stays gone; the others (and the continuation) remain.
+  // After another restart the deleted response stays gone; the others remain. Its turn is gone
+  // with it, so its successor can be read but no longer continued; other chains continue.
   const third = await serve(dataDir);
   assertNotFound(await api(third.url, "GET", `/v1/responses/${plain.body.id}`));
   const continuation = await create(third.url, { previous_response_id: plain.body.id, input: "more" });
@@ -267,7 +268,13 @@ test("stored responses, their input items and chains survive a SIGTERM restart; 
   const kept = await api<ResponseShape>(third.url, "GET", `/v1/responses/${continued.body.id}`);
   assert.equal(kept.status, 200);
   assert.deepEqual(kept.body, continued.body);
-  const chained = await create(third.url, { previous_response_id: continued.body.id, input: "last" });
+  const orphan = await create(third.url, { previous_response_id: continued.body.id, input: "last" });
+  assert.equal(orphan.status, 400, JSON.stringify(orphan.body));
+  const orphanError = (orphan.body as unknown as ErrorBody).error;
+  assert.equal(orphanError.code, "previous_response_not_found");
+  assert.ok(orphanError.message.includes(`'${plain.body.id}', which was deleted`), orphanError.message);
+  const chained = await create(third.url, { previous_response_id: continuedStreamed.id, input: "last" });
+  assert.equal(chained.status, 200, JSON.stringify(chained.body));
   assert.equal(outputText(chained.body), "Answer three.");
   assert.equal((await api(third.url, "GET", `/v1/responses/${streamed.id}`)).status, 200);
   assert.equal(await stop(third), 0, third.stderr());

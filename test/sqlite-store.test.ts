@@ -128,7 +128,7 @@ test("the cache of parsed records is bounded in bytes; a record over a quarter o
     const record = sampleRecord(id);
     const text = id.padEnd(size, "x");
     record.inputItems = [{ id: `in_${id}`, type: "message", content: [{ type: "input_text", text }] }];
-    record.conversation = [{ type: "message", role: "user", text }];
+    record.items = [{ type: "message", role: "user", text }];
     return record;
   };
   const dataDir = freshDataDir();
@@ -301,13 +301,13 @@ test("a garbage file in place of the database is reported as not a database and 
   assert.equal(existsSync(`${path}-wal`), false);
 });
 
-test("the schema is versioned in user_version with the responses table and owner index", () => {
+test("the schema is versioned in user_version with the responses and item_ids tables and their indexes", () => {
   const dataDir = freshDataDir();
   SqliteResponseStore.open(dataDir).close();
   const db = new Database(join(dataDir, DATABASE_FILE), { readonly: true });
   try {
-    assert.equal(SCHEMA_VERSION, 1);
-    assert.equal(db.pragma("user_version", { simple: true }), 1);
+    assert.equal(SCHEMA_VERSION, 2);
+    assert.equal(db.pragma("user_version", { simple: true }), 2);
     assert.equal(db.pragma("journal_mode", { simple: true }), "wal");
     const columns = db.prepare<[], { name: string; type: string; notnull: number; pk: number }>(
       "SELECT name, type, \"notnull\", pk FROM pragma_table_info('responses')",
@@ -320,16 +320,32 @@ test("the schema is versioned in user_version with the responses table and owner
         { name: "created_at", type: "INTEGER", notnull: 1, pk: 0 },
         { name: "response", type: "TEXT", notnull: 1, pk: 0 },
         { name: "input_items", type: "TEXT", notnull: 1, pk: 0 },
-        { name: "conversation", type: "TEXT", notnull: 1, pk: 0 },
+        { name: "items", type: "TEXT", notnull: 1, pk: 0 },
+        { name: "standalone", type: "INTEGER", notnull: 1, pk: 0 },
       ],
     );
-    const indexed = db
-      .prepare<[], { name: string }>("SELECT name FROM pragma_index_list('responses') WHERE origin = 'c'")
-      .all()
-      .map((index) =>
-        db.prepare<[], { name: string }>(`SELECT name FROM pragma_index_info('${index.name}')`).all(),
-      );
-    assert.deepEqual(indexed, [[{ name: "owner" }]]);
+    assert.deepEqual(
+      db
+        .prepare<[], { name: string; type: string; notnull: number; pk: number }>(
+          "SELECT name, type, \"notnull\", pk FROM pragma_table_info('item_ids')",
+        )
+        .all()
+        .map((column) => ({ ...column })),
+      [
+        { name: "owner", type: "TEXT", notnull: 1, pk: 1 },
+        { name: "id", type: "TEXT", notnull: 1, pk: 2 },
+        { name: "response_id", type: "TEXT", notnull: 1, pk: 0 },
+      ],
+    );
+    const indexed = (table: string) =>
+      db
+        .prepare<[], { name: string }>(`SELECT name FROM pragma_index_list('${table}') WHERE origin = 'c'`)
+        .all()
+        .map((index) =>
+          db.prepare<[], { name: string }>(`SELECT name FROM pragma_index_info('${index.name}')`).all(),
+        );
+    assert.deepEqual(indexed("responses"), [[{ name: "owner" }]]);
+    assert.deepEqual(indexed("item_ids"), [[{ name: "response_id" }]]);
   } finally {
     db.close();
   }
@@ -345,7 +361,7 @@ test("a database from a newer schema or another program is refused with a clear 
   db.close();
   assert.throws(
     () => SqliteResponseStore.open(newer),
-    /schema version 7, newer than this Spark supports \(1\)/,
+    /schema version 7, newer than this Spark supports \(2\)/,
   );
 
   const foreign = freshDataDir();

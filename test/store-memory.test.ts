@@ -20,14 +20,14 @@ const SCRIPT = file(
 );
 const MiB = 1024 * 1024;
 
-/** `sampleRecord` with an input of `size` characters (in its input items and its conversation). */
+/** `sampleRecord` with an input of `size` characters (in its input items and its turn's items). */
 function largeRecord(id: string, size: number): StoredResponse {
   const record = sampleRecord(id);
   const text = id.padEnd(size, "x");
   return {
     ...record,
     inputItems: [{ id: `in_${id}`, type: "message", role: "user", content: [{ type: "input_text", text }] }],
-    conversation: [{ type: "message", role: "user", text }],
+    items: [{ type: "message", role: "user", text }],
   };
 }
 
@@ -116,7 +116,7 @@ test("approximateBytes is close to the length of the record's JSON", () => {
     const json =
       JSON.stringify(record.response).length +
       JSON.stringify(record.inputItems).length +
-      JSON.stringify(record.conversation).length;
+      JSON.stringify(record.items).length;
     const estimate = approximateBytes(record);
     assert.ok(
       estimate >= json && estimate <= json * 1.5 + 2048,

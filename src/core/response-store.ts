@@ -5,9 +5,12 @@
  * durable one.
  *
  * Contract:
- * - Every record belongs to one owner (the API key's id, or `anonymous` without keys). `get` and
- *   `delete` with another owner behave exactly as if the id did not exist: one key can never see,
- *   continue or delete another key's responses.
+ * - Every record belongs to one owner (the API key's id, or `anonymous` without keys). `get`, `item`
+ *   and `delete` with another owner behave exactly as if the id did not exist: one key can never see,
+ *   continue, reference or delete another key's responses.
+ * - A record holds its own turn (`items`) and links to its predecessor; `chainConversation` walks the
+ *   links. Deleting a response removes its turn: its successors can then no longer be continued
+ *   (`previous_response_not_found`), though they can still be read.
  * - `put` is durable when it returns (for durable stores): a response whose terminal event a client
  *   has seen survives a crash of the server.
  * - Records are immutable once written; `put` with an existing id replaces the record.
@@ -28,9 +31,26 @@ export interface StoredResponse {
   response: ResponseObject;
   /** The response's own input items as the client sent them (normalized, each with an id). */
   inputItems: readonly InputItemRecord[];
-  /** The full conversation the response saw (history included), followed by its output. */
-  conversation: readonly ConversationItem[];
+  /**
+   * The conversation items this response added to its chain: its own input (steering input
+   * included) followed by its output, without instructions (a successor does not inherit them).
+   * What came before them is the conversation of `response.previous_response_id`, unless
+   * `standalone`. Storing each turn once keeps a chain of n turns O(n) in size, not O(n²).
+   */
+  items: readonly ConversationItem[];
+  /**
+   * `items` is the whole conversation, and no predecessor is read: a chain's first response, one
+   * whose input starts from a compaction item (or that compacted its context), one whose
+   * predecessor was not stored, and records written before the store kept turns apart.
+   */
+  standalone: boolean;
 }
+
+/**
+ * A stored item as `item_reference` resolves it: an output item of a stored response, or one of
+ * its input items, in wire shape with its `id`.
+ */
+export type StoredItem = InputItemRecord;
 
 /**
  * A store could not write: the disk (or quota) is full, or the file system failed. The message is a
@@ -51,10 +71,67 @@ export class StoreWriteError extends Error {
 
 export interface ResponseStore {
   get(id: string, owner: string): StoredResponse | undefined;
+  /**
+   * The item with id `itemId` among the output and input items of `owner`'s stored responses (for
+   * `item_reference`). When several responses hold an item with that id (a client resent an output
+   * item with its id), the first stored wins.
+   */
+  item(itemId: string, owner: string): StoredItem | undefined;
   put(record: StoredResponse): void;
   delete(id: string, owner: string): boolean;
   /** Releases files and handles; the store is unusable afterwards. */
   close(): void;
+}
+
+/** The item `itemId` of `record`: one of its output items, else one of its input items. */
+export function itemOf(record: StoredResponse, itemId: string): StoredItem | undefined {
+  const output = record.response.output.find((item) => item.id === itemId);
+  if (output !== undefined) return output as unknown as StoredItem;
+  return record.inputItems.find((item) => item.id === itemId);
+}
+
+/** Ids of the items `item` resolves: those of `record`'s output and input items. */
+export function itemIdsOf(record: StoredResponse): string[] {
+  const ids = record.response.output.map((item) => item.id);
+  for (const item of record.inputItems) if (typeof item.id === "string") ids.push(item.id);
+  return ids;
+}
+
+/** The conversation a successor of a stored response continues, or why there is none. */
+export type ChainConversation =
+  | { found: true; conversation: ConversationItem[] }
+  /** `missing` is the earlier response of the chain that is gone (deleted); absent when `id` itself is unknown. */
+  | { found: false; missing?: string };
+
+/**
+ * The whole conversation of `owner`'s stored response `id`: the `items` of every response of its
+ * chain, walked back through `previous_response_id` (iteratively: chains can be long) to a
+ * standalone record, oldest first, without system messages (instructions are not inherited). A
+ * chain one of whose earlier responses was deleted cannot be continued: the deleted turn is gone,
+ * and a conversation with a hole in it is not what the client asked to continue.
+ */
+export function chainConversation(store: ResponseStore, id: string, owner: string): ChainConversation {
+  let record = store.get(id, owner);
+  if (record === undefined) return { found: false };
+  const turns: (readonly ConversationItem[])[] = [];
+  const seen = new Set<string>();
+  for (;;) {
+    turns.push(record.items);
+    seen.add(record.response.id);
+    const previous = record.response.previous_response_id;
+    if (record.standalone || previous === null || seen.has(previous)) break;
+    const earlier = store.get(previous, owner);
+    if (earlier === undefined) return { found: false, missing: previous };
+    record = earlier;
+  }
+  const conversation: ConversationItem[] = [];
+  for (let index = turns.length - 1; index >= 0; index--) {
+    for (const item of turns[index]!) {
+      if (item.type === "message" && item.role === "system") continue;
+      conversation.push(item);
+    }
+  }
+  return { found: true, conversation };
 }
 
 /** Records and bytes `MemoryResponseStore` keeps by default (`--store memory`). */
@@ -64,10 +141,16 @@ export const MEMORY_STORE_MAX_BYTES = 256 * 1024 * 1024;
 /**
  * The last `capacity` records, and at most about `maxBytes` of them (estimated with
  * `approximateBytes`): the oldest are evicted first. The newest record is always kept, whatever its
- * size, so a chain can continue from it.
+ * size, so a chain can continue from it. An evicted record's conversation is folded into the
+ * records that continue it (they become standalone), so eviction, unlike `delete`, never stops a
+ * kept response from being continued.
  */
 export class MemoryResponseStore implements ResponseStore {
   readonly #records = new Map<string, { record: StoredResponse; bytes: number }>();
+  /** Ids of the records that continue each record (`previous_response_id`, not standalone). */
+  readonly #successors = new Map<string, Set<string>>();
+  /** Per owner, the response holding each item id (the first stored). */
+  readonly #items = new Map<string, Map<string, string>>();
   #bytes = 0;
 
   constructor(
@@ -85,16 +168,20 @@ export class MemoryResponseStore implements ResponseStore {
     return record?.owner === owner ? record : undefined;
   }
 
+  item(itemId: string, owner: string): StoredItem | undefined {
+    const responseId = this.#items.get(owner)?.get(itemId);
+    const record = responseId === undefined ? undefined : this.get(responseId, owner);
+    return record === undefined ? undefined : itemOf(record, itemId);
+  }
+
   put(record: StoredResponse): void {
     const id = record.response.id;
     this.#forget(id);
-    const bytes = approximateBytes(record);
-    this.#records.set(id, { record, bytes });
-    this.#bytes += bytes;
+    this.#add(record);
     while (this.#records.size > this.capacity || (this.#bytes > this.maxBytes && this.#records.size > 1)) {
       const oldest = this.#records.keys().next().value;
       if (oldest === undefined) break;
-      this.#forget(oldest);
+      this.#evict(oldest);
     }
   }
 
@@ -105,7 +192,49 @@ export class MemoryResponseStore implements ResponseStore {
 
   close(): void {
     this.#records.clear();
+    this.#successors.clear();
+    this.#items.clear();
     this.#bytes = 0;
+  }
+
+  #add(record: StoredResponse): void {
+    const id = record.response.id;
+    const bytes = approximateBytes(record);
+    this.#records.set(id, { record, bytes });
+    this.#bytes += bytes;
+    const previous = record.response.previous_response_id;
+    if (!record.standalone && previous !== null) {
+      const successors = this.#successors.get(previous) ?? new Set<string>();
+      successors.add(id);
+      this.#successors.set(previous, successors);
+    }
+    let items = this.#items.get(record.owner);
+    if (items === undefined) this.#items.set(record.owner, (items = new Map()));
+    for (const itemId of itemIdsOf(record)) if (!items.has(itemId)) items.set(itemId, id);
+  }
+
+  /** Forgets `id` to make room, first making its successors standalone with its conversation. */
+  #evict(id: string): void {
+    const entry = this.#records.get(id);
+    const successors = this.#successors.get(id);
+    if (entry !== undefined && successors !== undefined) {
+      const { owner } = entry.record;
+      const chain = chainConversation(this, id, owner);
+      for (const successor of successors) {
+        const next = this.#records.get(successor)?.record;
+        if (next === undefined || next.owner !== owner || next.standalone || !chain.found) continue;
+        // Replaced in place: the successor keeps its place in the eviction order.
+        const folded: StoredResponse = {
+          ...next,
+          items: [...chain.conversation, ...next.items],
+          standalone: true,
+        };
+        const bytes = approximateBytes(folded);
+        this.#bytes += bytes - this.#records.get(successor)!.bytes;
+        this.#records.set(successor, { record: folded, bytes });
+      }
+    }
+    this.#forget(id);
   }
 
   #forget(id: string): boolean {
@@ -113,6 +242,15 @@ export class MemoryResponseStore implements ResponseStore {
     if (entry === undefined) return false;
     this.#records.delete(id);
     this.#bytes -= entry.bytes;
+    this.#successors.delete(id);
+    const { record } = entry;
+    const previous = record.response.previous_response_id;
+    if (previous !== null) this.#successors.get(previous)?.delete(id);
+    const items = this.#items.get(record.owner);
+    if (items !== undefined) {
+      for (const itemId of itemIdsOf(record)) if (items.get(itemId) === id) items.delete(itemId);
+      if (items.size === 0) this.#items.delete(record.owner);
+    }
     return true;
   }
 }
@@ -123,7 +261,8 @@ export const RECORD_OVERHEAD_BYTES = 1024;
 /**
  * A record's size in memory, estimated as the length of its JSON text plus `RECORD_OVERHEAD_BYTES`
  * (without building the text): string contents dominate large records. Items shared between records
- * (a chain's history) are counted in each, so the estimate errs on the large side.
+ * (an evicted record's conversation, folded into each of its successors) are counted in each, so
+ * the estimate errs on the large side.
  */
 export function approximateBytes(record: StoredResponse): number {
   return (
@@ -131,7 +270,7 @@ export function approximateBytes(record: StoredResponse): number {
     record.owner.length +
     jsonLength(record.response) +
     jsonLength(record.inputItems) +
-    jsonLength(record.conversation)
+    jsonLength(record.items)
   );
 }
 

@@ -8,6 +8,7 @@ import {
   compactRequestSchema,
   responseCreateSchema,
   type CompactedResponse,
+  type InputItem,
   type OutputItem,
   type ResponseCreateBody,
   type ResponseEvent,
@@ -30,9 +31,11 @@ import { anonymousPrincipal, type Principal } from "./keys.js";
 import type { Metrics } from "./metrics.js";
 import { applySampling, type ModelRegistry, type ResolvedModel } from "./model-registry.js";
 import {
+  chainConversation,
   StoreWriteError,
   type InputItemRecord,
   type ResponseStore,
+  type StoredItem,
   type StoredResponse,
 } from "./response-store.js";
 import { validateBody } from "./validate.js";
@@ -56,7 +59,18 @@ export interface PreparedResponse {
   /** Set when the response failed, so non-streaming callers can answer with the right status. */
   failure?: SparkError;
   /** Set with the terminal event: the final response and the conversation a successor continues. */
-  result?: StoredResponse;
+  result?: ResponseResult;
+  /**
+   * What of `request.items` (as prepared: `items`) is this response's own turn, stored apart from
+   * its history: the last `own` items, unless `standalone` (then all but the instructions).
+   */
+  turn: { items: readonly ConversationItem[]; own: number; standalone: boolean };
+}
+
+/** A finished response and its whole conversation (history, input and output). */
+export interface ResponseResult {
+  response: ResponseObject;
+  conversation: readonly ConversationItem[];
 }
 
 /** Where a transport lets `prepare` look first for the history of `previous_response_id`. */
@@ -65,6 +79,8 @@ export interface PrepareContext {
   history?: (responseId: string) => readonly ConversationItem[] | undefined;
   /** Why a `previous_response_id` the transport once held is gone (appended to the not-found message). */
   historyMiss?: (responseId: string) => string | undefined;
+  /** An output item of a response the transport holds itself, for `item_reference`, if any. */
+  item?: (itemId: string) => StoredItem | undefined;
   /** Items placed before the request's own input (steering input waiting for this turn). */
   prefix?: readonly ConversationItem[];
   /** Who asks: owner of stored responses, subject of rate limits. Anonymous when absent. */
@@ -105,28 +121,14 @@ export class ResponsesService {
     const acceptedAt = performance.now();
     const body = validateBody(responseCreateSchema, raw);
     const principal = context.principal ?? anonymousPrincipal;
+    // The input as stored and listed is the resolved one: what the model saw.
+    if (Array.isArray(body.input)) body.input = this.resolveReferences(body.input, principal, context);
 
     let history: readonly ConversationItem[] = [];
     if (body.previous_response_id) {
-      const previous =
-        context.history?.(body.previous_response_id) ??
-        this.store.get(body.previous_response_id, principal.id)?.conversation;
-      if (!previous) {
-        throw new SparkError(
-          400,
-          "invalid_request_error",
-          "previous_response_not_found",
-          [
-            `Previous response with id '${shown(body.previous_response_id)}' not found.`,
-            context.historyMiss?.(body.previous_response_id),
-          ]
-            .filter(Boolean)
-            .join(" "),
-          "previous_response_id",
-        );
-      }
-      history = previous.filter((item) => !(item.type === "message" && item.role === "system"));
+      history = this.history(body.previous_response_id, principal, context);
     }
+    let standalone = !body.previous_response_id;
     let input = body.input;
     // A compaction item stands for everything before it: the history and earlier input items.
     const compactionAt = Array.isArray(input)
@@ -139,8 +141,10 @@ export class ResponsesService {
       );
       history = restoreCompaction(state);
       input = input.slice(compactionAt + 1);
+      standalone = true;
     }
     const items = [...itemsFromResponsesInput(undefined, body.instructions), ...history];
+    const inherited = standalone ? items.length - history.length : items.length;
     if (context.prefix) items.push(...context.prefix);
     items.push(...itemsFromResponsesInput(input, undefined));
 
@@ -203,6 +207,7 @@ export class ResponsesService {
       request,
       stream: body.stream === true,
       acceptedAt,
+      turn: { items, own: items.length - inherited, standalone },
     };
     // Last, so a request that fails validation costs no rate limit. `generate: false` runs no
     // engine (it only records input to chain from), so it takes no slot, but it is still a request
@@ -221,6 +226,52 @@ export class ResponsesService {
       this.admission.charge(principal, model.entry.tier, estimatedTokens);
     }
     return prepared;
+  }
+
+  /**
+   * The conversation `previous_response_id` continues, without system messages: the transport's
+   * own (a WebSocket lane's latest), else the stored chain's.
+   */
+  private history(id: string, principal: Principal, context: PrepareContext): readonly ConversationItem[] {
+    const held = context.history?.(id);
+    if (held) return held.filter((item) => !(item.type === "message" && item.role === "system"));
+    const stored = chainConversation(this.store, id, principal.id);
+    if (stored.found) return stored.conversation;
+    const reason =
+      stored.missing !== undefined
+        ? `It continues response '${shown(stored.missing)}', which was deleted, so its conversation cannot be rebuilt.`
+        : context.historyMiss?.(id);
+    throw new SparkError(
+      400,
+      "invalid_request_error",
+      "previous_response_not_found",
+      [`Previous response with id '${shown(id)}' not found.`, reason].filter(Boolean).join(" "),
+      "previous_response_id",
+    );
+  }
+
+  /**
+   * `input` with every `item_reference` replaced by the item it names: an output item of a response
+   * the transport holds, else an output or input item of one of the principal's stored responses.
+   * An id that names nothing (or another key's item) is a 400 naming the input item.
+   */
+  private resolveReferences(input: InputItem[], principal: Principal, context: PrepareContext): InputItem[] {
+    let resolved: InputItem[] | undefined;
+    for (const [index, item] of input.entries()) {
+      const id = referencedId(item);
+      if (id === undefined) continue;
+      const found = context.item?.(id) ?? this.store.item(id, principal.id);
+      if (found === undefined) {
+        throw SparkError.invalid(
+          `Item with id '${shown(id)}' not found. item_reference names an item of a stored response (or of this connection's latest responses).`,
+          `input[${index}].id`,
+          "item_not_found",
+        );
+      }
+      resolved ??= [...input];
+      resolved[index] = found as InputItem;
+    }
+    return resolved ?? input;
   }
 
   /**
@@ -312,16 +363,13 @@ export class ResponsesService {
    */
   private settle(prepared: PreparedResponse, terminal: ResponseEvent): ResponseEvent {
     const response = terminal.response as ResponseObject;
-    const result: StoredResponse = {
-      owner: prepared.principal.id,
+    const result: ResponseResult = {
       response,
-      inputItems: [],
       conversation: [...prepared.request.items, ...conversationItemsOf(response.output)],
     };
     if (response.store) {
-      result.inputItems = inputItemRecords(prepared.body.input);
       try {
-        this.store.put(result);
+        this.store.put(this.storedTurn(prepared, result));
       } catch (error) {
         const failure = storeWriteFailure(error);
         prepared.failure = failure;
@@ -333,6 +381,31 @@ export class ResponsesService {
     }
     prepared.result = result;
     return terminal;
+  }
+
+  /**
+   * The record that stores `result`: its own turn linked to its predecessor, or its whole
+   * conversation when nothing stored precedes it (a chain's start, a compaction, a predecessor kept
+   * only in a connection's memory or gone since) or when it compacted its context while running.
+   */
+  private storedTurn(prepared: PreparedResponse, result: ResponseResult): StoredResponse {
+    const { turn, principal } = prepared;
+    const previous = result.response.previous_response_id;
+    const standalone =
+      turn.standalone ||
+      prepared.request.items !== turn.items ||
+      previous === null ||
+      this.store.get(previous, principal.id) === undefined;
+    const own = standalone
+      ? result.conversation.filter((item) => !(item.type === "message" && item.role === "system"))
+      : result.conversation.slice(turn.items.length - turn.own);
+    return {
+      owner: principal.id,
+      response: result.response,
+      inputItems: inputItemRecords(prepared.body.input),
+      items: own,
+      standalone,
+    };
   }
 
   /**
@@ -551,6 +624,13 @@ function inputItemRecords(input: ResponseCreateBody["input"]): InputItemRecord[]
     }
     return record;
   });
+}
+
+/** The id an `item_reference` input item names (`type` may be left out, as the API allows); else undefined. */
+function referencedId(item: InputItem): string | undefined {
+  const fields = item as Record<string, unknown>;
+  const reference = fields.type === "item_reference" || (fields.type == null && !("role" in fields));
+  return reference && typeof fields.id === "string" ? fields.id : undefined;
 }
 
 function idPrefix(type: string): string {

@@ -8,7 +8,8 @@
  * - `stream_id` lanes run FIFO within a lane and concurrently across lanes; every event of a named
  *   lane carries its `stream_id`. At most `maxInFlight` responses generate at once; more wait.
  * - Each lane keeps its latest response's full conversation (input and output) in memory whatever
- *   `store` says, so `previous_response_id` plus new items continues a chain without the store.
+ *   `store` says, so `previous_response_id` plus new items continues a chain without the store, and
+ *   `item_reference` to its output items resolves without the store.
  *   That memory is bounded in bytes per connection and over all connections (`ByteBudget`): past
  *   the bound the least recently used lane forgets its history, and continuing from it is
  *   `previous_response_not_found` with a message that says why (stored responses still continue
@@ -27,6 +28,7 @@ import { itemsFromResponsesInput } from "./conversation.js";
 import { newId } from "./ids.js";
 import { anonymousPrincipal, type Principal } from "./keys.js";
 import type { Metrics } from "./metrics.js";
+import type { StoredItem } from "./response-store.js";
 import type { PreparedResponse, ResponsesService } from "./responses.js";
 
 /** Receives the session's events in order; a returned promise means "wait before sending more". */
@@ -305,6 +307,7 @@ export class ResponsesSession {
       job.prepared = this.service.prepare(job.body, {
         history: (id) => this.#laneHistory(id),
         historyMiss: (id) => this.#missReason(id),
+        item: (id) => this.#laneItem(id),
         prefix: job.prefix,
         principal: this.principal,
       });
@@ -347,6 +350,15 @@ export class ResponsesSession {
     this.#history.touch(lane);
     this.sharedHistory?.touch(lane);
     return lane.latest.conversation;
+  }
+
+  /** An output item of a lane's latest response, for `item_reference` on this connection (also with `store: false`). */
+  #laneItem(itemId: string): StoredItem | undefined {
+    for (const lane of this.#lanes.values()) {
+      const item = lane.latest?.response.output.find((output) => output.id === itemId);
+      if (item !== undefined) return item as unknown as StoredItem;
+    }
+    return undefined;
   }
 
   /** Why `responseId` is not in this connection's memory, when the memory bounds are the reason. */

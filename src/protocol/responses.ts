@@ -43,6 +43,14 @@ const customToolCallOutputItem = z.looseObject({
   call_id: z.string(),
   output: toolOutput,
 });
+/**
+ * An earlier item by id (an output or input item of a stored response), replaced by that item
+ * before anything reads the input. `type` may be left out, as the API allows.
+ */
+const itemReference = z.looseObject({
+  type: z.literal("item_reference").nullish(),
+  id: z.string().min(1),
+});
 /** Reasoning, web search calls, compaction items and the like: carried by clients, ignored here. */
 const otherItem = z
   .looseObject({ type: z.string() })
@@ -54,6 +62,7 @@ const otherItem = z
         "function_call_output",
         "custom_tool_call",
         "custom_tool_call_output",
+        "item_reference",
       ].includes(item.type),
     { message: "malformed input item" },
   );
@@ -64,6 +73,7 @@ export const inputItemSchema = z.union([
   functionCallOutputItem,
   customToolCallItem,
   customToolCallOutputItem,
+  itemReference,
   otherItem,
 ]);
 export type InputItem = z.infer<typeof inputItemSchema>;

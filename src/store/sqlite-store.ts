@@ -14,6 +14,11 @@
  *   immutable, and their shapes (`ResponseObject`, input items, conversation items) belong to the
  *   protocol and the core, which change them without a schema migration here. Only what the store
  *   itself filters or orders on (`id`, `owner`, `created_at`) has a column of its own.
+ * - Each row holds its own turn (`items`) and, unless `standalone`, continues its predecessor's
+ *   conversation (`previous_response_id` in the response), so a chain of n turns takes O(n) bytes.
+ *   Rows written by schema version 1 hold their full conversation and are read as standalone.
+ * - `item_ids` maps each output and input item id of a row to the row, per owner, for
+ *   `item_reference`; it is written and deleted in the same transaction as the row.
  * - A small LRU of parsed records sits in front of the database so that continuing a hot chain does
  *   not re-parse its history. It is bounded in bytes (`cacheBytes`, 64 MiB by default), each record
  *   counted as the length of its JSON text plus `RECORD_OVERHEAD_BYTES`; a record over a quarter of
@@ -29,17 +34,20 @@ import { closeSync, mkdirSync, openSync } from "node:fs";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import {
+  itemIdsOf,
+  itemOf,
   RECORD_OVERHEAD_BYTES,
   StoreWriteError,
   type InputItemRecord,
   type ResponseStore,
+  type StoredItem,
   type StoredResponse,
 } from "../core/response-store.js";
 import type { ConversationItem } from "../engine/types.js";
 import type { ResponseObject } from "../protocol/responses.js";
 
 /** The schema version this code writes, kept in `PRAGMA user_version`. */
-export const SCHEMA_VERSION = 1;
+export const SCHEMA_VERSION = 2;
 export const DATABASE_FILE = "responses.sqlite";
 /** Default bound of the cache of parsed records, in (estimated) bytes. */
 export const DEFAULT_CACHE_BYTES = 64 * 1024 * 1024;
@@ -69,7 +77,8 @@ interface Row {
   owner: string;
   response: string;
   input_items: string;
-  conversation: string;
+  items: string;
+  standalone: number;
 }
 
 /** Each entry takes the schema from version `index` to `index + 1`. */
@@ -83,13 +92,38 @@ const MIGRATIONS: readonly string[] = [
      conversation TEXT NOT NULL
    );
    CREATE INDEX responses_owner ON responses (owner);`,
+  // Version 2: rows hold their own turn and link to their predecessor; version 1 rows keep their
+  // full conversation (standalone). Item ids of existing rows are indexed, outputs first, oldest
+  // first, so an item a client later resent with its id resolves to the original.
+  `ALTER TABLE responses RENAME COLUMN conversation TO items;
+   ALTER TABLE responses ADD COLUMN standalone INTEGER NOT NULL DEFAULT 1;
+   CREATE TABLE item_ids (
+     owner TEXT NOT NULL,
+     id TEXT NOT NULL,
+     response_id TEXT NOT NULL,
+     PRIMARY KEY (owner, id)
+   ) WITHOUT ROWID;
+   CREATE INDEX item_ids_response ON item_ids (response_id);
+   INSERT OR IGNORE INTO item_ids (owner, id, response_id)
+     SELECT r.owner, json_extract(o.value, '$.id'), r.id
+     FROM responses AS r, json_each(r.response, '$.output') AS o
+     WHERE json_type(o.value, '$.id') = 'text'
+     ORDER BY r.created_at, r.rowid, o.key;
+   INSERT OR IGNORE INTO item_ids (owner, id, response_id)
+     SELECT r.owner, json_extract(i.value, '$.id'), r.id
+     FROM responses AS r, json_each(r.input_items) AS i
+     WHERE json_type(i.value, '$.id') = 'text'
+     ORDER BY r.created_at, r.rowid, i.key;`,
 ];
 
 export class SqliteResponseStore implements ResponseStore {
   readonly #db: Database.Database;
   readonly #select: Database.Statement<[string, string], Row>;
-  readonly #upsert: Database.Statement<[string, string, number, string, string, string]>;
-  readonly #remove: Database.Statement<[string, string]>;
+  readonly #selectItem: Database.Statement<[string, string], { response_id: string }>;
+  /** Writes a row and its item ids in one transaction. */
+  readonly #write: (record: StoredResponse, columns: readonly [string, string, string]) => void;
+  /** Deletes a row and its item ids in one transaction; true when there was one. */
+  readonly #erase: (id: string, owner: string) => boolean;
   /** Parsed records by id with their estimated size, least recently used first. */
   readonly #cache = new Map<string, { record: StoredResponse; bytes: number }>();
   #cachedBytes = 0;
@@ -104,13 +138,31 @@ export class SqliteResponseStore implements ResponseStore {
     this.#db = db;
     this.#cacheBytes = options.cacheBytes ?? DEFAULT_CACHE_BYTES;
     this.#select = db.prepare<[string, string], Row>(
-      "SELECT owner, response, input_items, conversation FROM responses WHERE id = ? AND owner = ?",
+      "SELECT owner, response, input_items, items, standalone FROM responses WHERE id = ? AND owner = ?",
     );
-    this.#upsert = db.prepare<[string, string, number, string, string, string]>(
-      `INSERT OR REPLACE INTO responses (id, owner, created_at, response, input_items, conversation)
-       VALUES (?, ?, ?, ?, ?, ?)`,
+    this.#selectItem = db.prepare<[string, string], { response_id: string }>(
+      "SELECT response_id FROM item_ids WHERE owner = ? AND id = ?",
     );
-    this.#remove = db.prepare<[string, string]>("DELETE FROM responses WHERE id = ? AND owner = ?");
+    const upsert = db.prepare<[string, string, number, string, string, string, number]>(
+      `INSERT OR REPLACE INTO responses (id, owner, created_at, response, input_items, items, standalone)
+       VALUES (?, ?, ?, ?, ?, ?, ?)`,
+    );
+    const remove = db.prepare<[string, string]>("DELETE FROM responses WHERE id = ? AND owner = ?");
+    const removeItems = db.prepare<[string]>("DELETE FROM item_ids WHERE response_id = ?");
+    const addItem = db.prepare<[string, string, string]>(
+      "INSERT OR IGNORE INTO item_ids (owner, id, response_id) VALUES (?, ?, ?)",
+    );
+    this.#write = db.transaction((record: StoredResponse, columns: readonly [string, string, string]) => {
+      const { response, owner } = record;
+      upsert.run(response.id, owner, response.created_at, ...columns, record.standalone ? 1 : 0);
+      removeItems.run(response.id);
+      for (const itemId of itemIdsOf(record)) addItem.run(owner, itemId, response.id);
+    });
+    this.#erase = db.transaction((id: string, owner: string) => {
+      if (remove.run(id, owner).changes === 0) return false;
+      removeItems.run(id);
+      return true;
+    });
   }
 
   /** Opens (creating if needed) the store in `dataDir`; throws `StoreOpenError` when it cannot. */
@@ -172,14 +224,21 @@ export class SqliteResponseStore implements ResponseStore {
       owner: row.owner,
       response: JSON.parse(row.response) as ResponseObject,
       inputItems: JSON.parse(row.input_items) as InputItemRecord[],
-      conversation: JSON.parse(row.conversation) as ConversationItem[],
+      items: JSON.parse(row.items) as ConversationItem[],
+      standalone: row.standalone !== 0,
     };
     this.#remember(
       id,
       record,
-      row.owner.length + row.response.length + row.input_items.length + row.conversation.length,
+      row.owner.length + row.response.length + row.input_items.length + row.items.length,
     );
     return record;
+  }
+
+  item(itemId: string, owner: string): StoredItem | undefined {
+    const row = this.#selectItem.get(owner, itemId);
+    const record = row === undefined ? undefined : this.get(row.response_id, owner);
+    return record === undefined ? undefined : itemOf(record, itemId);
   }
 
   put(record: StoredResponse): void {
@@ -188,10 +247,10 @@ export class SqliteResponseStore implements ResponseStore {
     const columns = [
       JSON.stringify(response),
       JSON.stringify(record.inputItems),
-      JSON.stringify(record.conversation),
+      JSON.stringify(record.items),
     ] as const;
     try {
-      this.#upsert.run(id, record.owner, response.created_at, ...columns);
+      this.#write(record, columns);
     } catch (error) {
       throw writeError(error);
     }
@@ -205,7 +264,7 @@ export class SqliteResponseStore implements ResponseStore {
   delete(id: string, owner: string): boolean {
     let deleted: boolean;
     try {
-      deleted = this.#remove.run(id, owner).changes > 0;
+      deleted = this.#erase(id, owner);
     } catch (error) {
       throw writeError(error);
     }
