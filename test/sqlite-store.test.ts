@@ -19,7 +19,9 @@ import {
   SqliteResponseStore,
   StoreOpenError,
 } from "../src/store/sqlite-store.js";
+import { chainConversation, type StoredResponse } from "../src/core/response-store.js";
 import { sampleRecord } from "./fixtures/store/records.js";
+import { version1Chain, writeVersion1Database } from "./fixtures/store/version1.js";
 
 const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
 const FIXTURE = fileURLToPath(new URL("./fixtures/store/put-forever.ts", import.meta.url));
@@ -351,6 +353,85 @@ test("the schema is versioned in user_version with the responses and item_ids ta
   }
   // Opening an up-to-date store again runs no migration and keeps the version.
   SqliteResponseStore.open(dataDir).close();
+});
+
+test("a version 1 database migrates to version 2: its rows read as whole conversations, their items resolve, chains go on", () => {
+  const dataDir = freshDataDir();
+  const alice = version1Chain("old", 3);
+  const bob = version1Chain("bob", 1, "key_bob");
+  writeVersion1Database(dataDir, [...alice, ...bob]);
+
+  const store = SqliteResponseStore.open(dataDir);
+  const db = new Database(join(dataDir, DATABASE_FILE), { readonly: true });
+  assert.equal(db.pragma("user_version", { simple: true }), 2);
+  db.close();
+  // A version 1 row keeps its full conversation and needs no predecessor.
+  const tip = store.get("resp_old_2", "key_alice");
+  assert.equal(tip?.standalone, true);
+  assert.deepEqual(tip.items, alice[2]!.conversation);
+  assert.deepEqual(tip.response, alice[2]!.response);
+  const withoutInstructions = alice[2]!.conversation.slice(1);
+  assert.deepEqual(chainConversation(store, "resp_old_2", "key_alice"), {
+    found: true,
+    conversation: withoutInstructions,
+  });
+  // Output and input item ids of version 1 rows are indexed, per owner.
+  assert.deepEqual(store.item("msg_old_0", "key_alice"), alice[0]!.response.output[0]);
+  assert.deepEqual(store.item("in_old_1", "key_alice"), alice[1]!.inputItems[0]);
+  assert.equal(store.item("msg_bob_0", "key_alice"), undefined);
+  assert.deepEqual(store.item("msg_bob_0", "key_bob"), bob[0]!.response.output[0]);
+
+  // A new response continues the old chain storing only its own turn.
+  const next: StoredResponse = {
+    ...sampleRecord("resp_new_3", "key_alice", "resp_old_2"),
+    items: [
+      { type: "message", role: "user", text: "question 3" },
+      { type: "message", role: "assistant", text: "answer 3" },
+    ],
+  };
+  store.put(next);
+  store.close();
+  const reopened = SqliteResponseStore.open(dataDir, { cacheBytes: 0 });
+  assert.deepEqual(chainConversation(reopened, "resp_new_3", "key_alice"), {
+    found: true,
+    conversation: [...withoutInstructions, ...next.items],
+  });
+  assert.equal(chainConversation(reopened, "resp_new_3", "key_bob").found, false);
+  reopened.close();
+});
+
+test("items resolve by id per owner, the first stored wins, and a delete forgets its items", () => {
+  const dataDir = freshDataDir();
+  const store = SqliteResponseStore.open(dataDir);
+  const first = sampleRecord("resp_items_a");
+  store.put(first);
+  // A later response that resent the first one's message (same id) as input does not take it over.
+  const resent = sampleRecord("resp_items_b", "key_alice", "resp_items_a");
+  resent.inputItems = [
+    structuredClone(first.response.output[1] as unknown as StoredResponse["inputItems"][0]),
+  ];
+  (resent.inputItems[0]!.content as { text: string }[])[0]!.text = "altered copy";
+  store.put(resent);
+  store.put(sampleRecord("resp_items_bob", "key_bob"));
+  store.close();
+
+  const reopened = SqliteResponseStore.open(dataDir, { cacheBytes: 0 });
+  assert.deepEqual(reopened.item("msg_resp_items_a", "key_alice"), first.response.output[1]);
+  assert.deepEqual(reopened.item("fc_resp_items_a", "key_alice"), first.response.output[0]);
+  assert.deepEqual(reopened.item("in_resp_items_a", "key_alice"), first.inputItems[0]);
+  assert.equal(reopened.item("msg_resp_items_a", "key_bob"), undefined);
+  assert.equal(reopened.item("msg_resp_items_bob", "key_alice"), undefined);
+  assert.equal(reopened.item("msg_nope", "key_alice"), undefined);
+  assert.equal(reopened.delete("resp_items_a", "key_alice"), true);
+  assert.equal(reopened.item("fc_resp_items_a", "key_alice"), undefined);
+  assert.equal(reopened.item("in_resp_items_a", "key_alice"), undefined);
+  assert.deepEqual(reopened.item("msg_resp_items_b", "key_alice"), resent.response.output[1]);
+  // Replacing a record replaces its items.
+  const replaced = sampleRecord("resp_items_b", "key_alice", "resp_items_a");
+  replaced.response.output = [];
+  reopened.put(replaced);
+  assert.equal(reopened.item("msg_resp_items_b", "key_alice"), undefined);
+  reopened.close();
 });
 
 test("a database from a newer schema or another program is refused with a clear error", () => {
