@@ -358,6 +358,23 @@ test("deleting a response in a chain: its successors stay readable but cannot be
   await create(url, { previous_response_id: gamma.id, input: "delta" });
   const gammaText = gamma.output[0]?.content?.[0]?.text ?? "";
   assert.deepEqual(engine.lastSeen(), [...restored, `assistant: ${gammaText}`, "user: delta"]);
+
+  // Nor does a response that compacted its own context before generating (context_management).
+  const long = await create(url, { input: "word ".repeat(400) });
+  const compacting = await create(url, {
+    previous_response_id: long.id,
+    input: "epsilon",
+    context_management: [{ type: "compaction", compact_threshold: 100 }],
+  });
+  assert.deepEqual(
+    compacting.output.map((item) => item.type),
+    ["compaction", "message"],
+  );
+  const pruned = engine.lastSeen();
+  assert.equal((await api(url, "DELETE", `/v1/responses/${long.id}`)).status, 200);
+  await create(url, { previous_response_id: compacting.id, input: "zeta" });
+  const compactingText = compacting.output[1]?.content?.[0]?.text ?? "";
+  assert.deepEqual(engine.lastSeen(), [...pruned, `assistant: ${compactingText}`, "user: zeta"]);
 });
 
 test("a steered successor stores its steer input with its turn: its chain continues from the store over HTTP", async () => {

@@ -257,10 +257,13 @@ export class ResponsesService {
    */
   private resolveReferences(input: InputItem[], principal: Principal, context: PrepareContext): InputItem[] {
     let resolved: InputItem[] | undefined;
+    // An id repeated many times in one input is looked up once.
+    const seen = new Map<string, StoredItem | undefined>();
     for (const [index, item] of input.entries()) {
       const id = referencedId(item);
       if (id === undefined) continue;
-      const found = context.item?.(id) ?? this.store.item(id, principal.id);
+      const found = seen.has(id) ? seen.get(id) : (context.item?.(id) ?? this.store.item(id, principal.id));
+      seen.set(id, found);
       if (found === undefined) {
         throw SparkError.invalid(
           `Item with id '${shown(id)}' not found. item_reference names an item of a stored response (or of this connection's latest responses).`,
