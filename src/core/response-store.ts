@@ -176,8 +176,11 @@ export class MemoryResponseStore implements ResponseStore {
 
   put(record: StoredResponse): void {
     const id = record.response.id;
+    // A replaced record keeps the records that continue it.
+    const successors = this.#successors.get(id);
     this.#forget(id);
     this.#add(record);
+    if (successors !== undefined) this.#successors.set(id, successors);
     while (this.#records.size > this.capacity || (this.#bytes > this.maxBytes && this.#records.size > 1)) {
       const oldest = this.#records.keys().next().value;
       if (oldest === undefined) break;
