@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
 import OpenAI from "openai";
+import { formatDuration } from "../src/core/admission.js";
 import { generateKey, KeyRing, type Limits } from "../src/core/keys.js";
 import { ModelRegistry } from "../src/core/model-registry.js";
 import type { EnginePart, EngineRequest } from "../src/engine/types.js";
@@ -32,12 +33,46 @@ class RecordingEngine extends ScriptEngine {
   }
 }
 
+/**
+ * A recording engine whose generations each hold their engine slot until the test lets them go
+ * (`finishNext`, in the order they started), so the queue's grants happen exactly when the test says.
+ */
+class GatedEngine extends RecordingEngine {
+  readonly #gates: (() => void)[] = [];
+  #open = false;
+
+  override async *stream(request: EngineRequest, signal: AbortSignal): AsyncGenerator<EnginePart> {
+    const parts = super.stream(request, signal);
+    if (!this.#open) await new Promise<void>((resolve) => this.#gates.push(resolve));
+    yield* parts;
+  }
+
+  /** Lets the oldest held generation run to its end. */
+  finishNext(): void {
+    this.#gates.shift()?.();
+  }
+
+  /** Lets every generation run, now and from now on. */
+  open(): void {
+    this.#open = true;
+    for (const gate of this.#gates.splice(0)) gate();
+  }
+}
+
 async function start(
-  options: { words?: number; rate?: number; limits?: Limits; capacity?: number; maxQueue?: number } = {},
+  options: {
+    words?: number;
+    rate?: number;
+    limits?: Limits;
+    capacity?: number;
+    maxQueue?: number;
+    gated?: boolean;
+  } = {},
 ): Promise<{ server: SparkServer; engine: RecordingEngine; url: string }> {
   const text = Array.from({ length: options.words ?? 5 }, (_, i) => `word${i}`).join(" ");
   const lines = parseScript(JSON.stringify({ output: [{ type: "message", text }] }), "tenancy");
-  const engine = new RecordingEngine(options.rate === undefined ? { lines } : { lines, rate: options.rate });
+  const settings = options.rate === undefined ? { lines } : { lines, rate: options.rate };
+  const engine = options.gated ? new GatedEngine(settings) : new RecordingEngine(settings);
   const serverOptions: SparkServerOptions = {
     engine,
     port: 0,
@@ -116,6 +151,18 @@ function streamed(client: OpenAI, body: Record<string, unknown>, signal?: AbortS
 
 async function until(condition: () => boolean): Promise<void> {
   while (!condition()) await new Promise((resolve) => setTimeout(resolve, 5));
+}
+
+function rateLimitsOf(headers: Headers): Record<string, string> {
+  return Object.fromEntries([...headers].filter(([name]) => name.startsWith("x-ratelimit-")));
+}
+
+/** A Go-style duration (`59.412s`, `1m0s`, `20ms`) of more than nothing and at most a minute. */
+function assertMinuteOrLess(text: string | null): void {
+  const match = /^(?:(\d+)ms|(?:(\d+)m)?(\d+(?:\.\d{1,3})?)s)$/.exec(text ?? "");
+  assert.ok(match, `a duration: ${text}`);
+  const ms = match[1] ? Number(match[1]) : Number(match[2] ?? 0) * 60_000 + Number(match[3]) * 1000;
+  assert.ok(ms > 0 && ms <= 60_000, `${text} is within the minute`);
 }
 
 describe("API keys", () => {
@@ -246,6 +293,7 @@ describe("rate limits", () => {
     assert.equal(error.status, 429);
     assert.equal((error.error as { code: string }).code, "rate_limit_exceeded");
     assert.ok(Number((error.headers as Record<string, string>)["retry-after"]) >= 1);
+    assert.equal((error.headers as Record<string, string>)["x-ratelimit-remaining-requests"], "0");
     await socket.close();
 
     // Other keys and the other tier have limits of their own.
@@ -265,6 +313,74 @@ describe("rate limits", () => {
     assert.equal((await post(url, "/v1/responses", { model: "deep", input: "x" }, BOB.key)).status, 200);
   });
 
+  test("x-ratelimit-* headers on every HTTP route where a per-minute limit applies, 429s included", async () => {
+    const { url } = await start({ limits: { spark: { requestsPerMinute: 6, tokensPerMinute: 100_000 } } });
+    const alice = sdk(url, ALICE.key);
+
+    const first = await post(url, "/v1/responses", { model: "spark", input: "hi" }, ALICE.key);
+    assert.equal(first.status, 200);
+    const { "x-ratelimit-reset-requests": resetRequests, ...firstLimits } = rateLimitsOf(first.headers);
+    assertMinuteOrLess(resetRequests ?? null);
+    assert.deepEqual(firstLimits, {
+      "x-ratelimit-limit-requests": "6",
+      "x-ratelimit-remaining-requests": "5",
+      "x-ratelimit-limit-tokens": "100000",
+      "x-ratelimit-remaining-tokens": "100000", // taken at admit time: nothing was charged yet
+      "x-ratelimit-reset-tokens": "0s",
+    });
+    const used = (first.json.usage as { total_tokens: number }).total_tokens;
+
+    const { data: stream, response: streamed } = await alice.responses
+      .create({ model: "spark", input: "hi", stream: true })
+      .withResponse();
+    for await (const event of stream) void event;
+    assert.equal(streamed.headers.get("x-ratelimit-remaining-requests"), "4");
+    assert.equal(streamed.headers.get("x-ratelimit-remaining-tokens"), String(100_000 - used));
+    assertMinuteOrLess(streamed.headers.get("x-ratelimit-reset-tokens"));
+
+    const { response: chat } = await alice.chat.completions
+      .create({ model: "spark", messages: [{ role: "user", content: "hi" }] })
+      .withResponse();
+    assert.equal(chat.headers.get("x-ratelimit-remaining-requests"), "3");
+    const compacted = await post(url, "/v1/responses/compact", { model: "spark", input: "hi" }, ALICE.key);
+    assert.equal(compacted.status, 200);
+    assert.equal(compacted.headers.get("x-ratelimit-remaining-requests"), "2");
+    assert.equal(compacted.headers.get("x-ratelimit-limit-tokens"), "100000");
+    const prewarm = await post(
+      url,
+      "/v1/responses",
+      { model: "spark", input: "x", generate: false },
+      ALICE.key,
+    );
+    assert.equal(prewarm.headers.get("x-ratelimit-remaining-requests"), "1");
+    const last = await post(
+      url,
+      "/v1/chat/completions",
+      { messages: [{ role: "user", content: "hi" }] },
+      ALICE.key,
+    );
+    assert.equal(last.headers.get("x-ratelimit-remaining-requests"), "0");
+
+    const refused = await post(url, "/v1/responses", { model: "spark", input: "hi" }, ALICE.key);
+    assert.equal(refused.status, 429);
+    assert.equal(refused.headers.get("x-ratelimit-limit-requests"), "6");
+    assert.equal(refused.headers.get("x-ratelimit-remaining-requests"), "0");
+    assertMinuteOrLess(refused.headers.get("x-ratelimit-reset-requests"));
+    assert.ok(refused.headers.has("x-ratelimit-remaining-tokens"));
+
+    // No limit applies to the deep tier: no headers.
+    const deep = await post(url, "/v1/responses", { model: "deep", input: "hi" }, ALICE.key);
+    assert.equal(deep.status, 200);
+    assert.deepEqual(rateLimitsOf(deep.headers), {});
+  });
+
+  test("reset durations are written the way OpenAI writes them (Go durations)", () => {
+    assert.deepEqual(
+      [0, 0.4, 20, 999, 1000, 8640, 59_412, 60_000, 60_500, 360_000, 3_600_000].map(formatDuration),
+      ["0s", "1ms", "20ms", "999ms", "1s", "8.64s", "59.412s", "1m0s", "1m0.5s", "6m0s", "1h0m0s"],
+    );
+  });
+
   test("concurrent responses per key", async () => {
     const { url } = await start({ words: 200, rate: 400, limits: { spark: { concurrent: 1 } } });
     const controller = new AbortController();
@@ -280,22 +396,29 @@ describe("rate limits", () => {
 
 describe("the engine queue", () => {
   test("queued responses see response.queued then in_progress; spark before deep; keys take turns", async () => {
-    const { url, engine, server } = await start({ words: 6, rate: 300, capacity: 1 });
+    const gated = await start({ words: 6, capacity: 1, gated: true });
+    const { url, server } = gated;
+    const engine = gated.engine as GatedEngine;
     const alice = sdk(url, ALICE.key);
     const bob = sdk(url, BOB.key);
     const first = streamed(alice, { model: "deep", input: "A-running" });
     await first.seen("response.in_progress");
 
-    // Arrival order: alice deep, alice spark ×3, then bob spark.
-    const queued = [
-      streamed(alice, { model: "deep", input: "alice-deep" }),
-      streamed(alice, { model: "spark", input: "alice-spark-1" }),
-      streamed(alice, { model: "spark", input: "alice-spark-2" }),
-      streamed(alice, { model: "spark", input: "alice-spark-3" }),
-      streamed(bob, { model: "spark", input: "bob-spark" }),
-    ];
-    for (const stream of queued) await stream.seen("response.queued");
+    // Arrival order: alice deep, alice spark ×3, then bob spark, all while A holds the only slot.
+    const queued: ReturnType<typeof streamed>[] = [];
+    for (const [client, model, input] of [
+      [alice, "deep", "alice-deep"],
+      [alice, "spark", "alice-spark-1"],
+      [alice, "spark", "alice-spark-2"],
+      [alice, "spark", "alice-spark-3"],
+      [bob, "spark", "bob-spark"],
+    ] as const) {
+      const stream = streamed(client, { model, input });
+      queued.push(stream);
+      await stream.seen("response.queued");
+    }
     assert.equal(server.admission.queued, 5);
+    engine.open();
 
     const all = await Promise.all([first.done, ...queued.map((s) => s.done)]);
     assert.deepEqual(engine.started, [
@@ -304,7 +427,7 @@ describe("the engine queue", () => {
       "bob-spark", // Bob's single request does not wait behind Alice's burst.
       "alice-spark-2",
       "alice-spark-3",
-      "alice-deep", // Deep work waits for the interactive tier.
+      "alice-deep", // Deep work waits for the interactive tier: 4 spark grants here, the most it waits.
     ]);
     for (const events of all.slice(1)) {
       const types = events.map((e) => e.type);
@@ -315,6 +438,54 @@ describe("the engine queue", () => {
       assert.equal(types.at(-1), "response.completed");
     }
     assert.equal(server.admission.queued, 0);
+  });
+
+  test("a steady stream of spark work cannot starve deep: deep starts after at most 4 spark grants", async () => {
+    const gated = await start({ capacity: 1, gated: true });
+    const { url } = gated;
+    const engine = gated.engine as GatedEngine;
+    const alice = sdk(url, ALICE.key);
+    const bob = sdk(url, BOB.key);
+    const all: ReturnType<typeof streamed>[] = [];
+    const send = async (client: OpenAI, model: string, input: string): Promise<void> => {
+      const stream = streamed(client, { model, input });
+      all.push(stream);
+      await Promise.race([stream.seen("response.queued"), stream.seen("response.in_progress")]);
+    };
+    let sparks = 0;
+    const spark = (): Promise<void> => send(alice, "spark", `spark-${++sparks}`);
+    try {
+      await spark(); // runs, holding the only slot
+      await send(bob, "deep", "deep-1");
+      await spark();
+      // Every grant finds spark work waiting (one more arrives before each), as under steady load.
+      for (let grant = 0; grant < 12; grant++) {
+        await spark();
+        const started = engine.started.length;
+        engine.finishNext();
+        await until(() => engine.started.length > started);
+        if (grant === 5) await send(bob, "deep", "deep-2");
+      }
+      assert.deepEqual(engine.started, [
+        "spark-1",
+        "spark-2", // spark goes first while deep has waited fewer than 4 spark grants…
+        "spark-3",
+        "spark-4",
+        "spark-5",
+        "deep-1", // …and deep goes next once it has.
+        "spark-6", // deep-2 arrives while this one runs
+        "spark-7",
+        "spark-8",
+        "spark-9",
+        "spark-10",
+        "deep-2",
+        "spark-11",
+      ]);
+    } finally {
+      engine.open();
+      for (const events of await Promise.all(all.map((s) => s.done)))
+        assert.equal(events.at(-1)?.type, "response.completed");
+    }
   });
 
   test("a full queue answers 429 queue_full with retry-after", async () => {

@@ -8,9 +8,20 @@
  *   plus output, counted when a response ends, so a response in flight is not charged yet) and
  *   responses at once (generating or queued).
  * - Each engine has `capacity` slots. A response that finds none free waits in that engine's queue
- *   (bounded by `maxQueue`; a full queue is 429 `queue_full`). The queue is fair: `spark` work is
- *   always served before `deep` work, and within a tier keys take turns (round robin), so one
- *   key's burst waits behind its own earlier requests, not in front of other keys.
+ *   (bounded by `maxQueue`; a full queue is 429 `queue_full`). The queue is fair:
+ *   - `spark` work goes first, but not forever: while `deep` work waits, at most `sparkRun` (K,
+ *     default 4) `spark` grants happen in a row; the next free slot goes to `deep`. So the next
+ *     `deep` waiter starts after at most K `spark` grants, and `spark` waiters give up at most one
+ *     grant in K+1. The run counts grants, not time, and restarts when `deep` gets a grant or no
+ *     longer waits.
+ *   - Within a tier keys take turns (round robin), so one key's burst waits behind its own earlier
+ *     requests, not in front of other keys: between two grants to a key, every other waiting key of
+ *     that tier gets at most one.
+ *   Together: every queued response starts within a bounded number of grants, whatever keeps
+ *   arriving (at most K+1 grants per `deep` grant, and fewer than `maxQueue` keys per round).
+ * - The numbers behind OpenAI's `x-ratelimit-*` headers (limit, remaining, time until the window
+ *   is empty) are taken at admit time for each per-minute limit that applies to the key and tier:
+ *   on the ticket, from `charge`, from `snapshot`, and in the headers of every 429.
  * - Every ticket is released exactly once; releasing a queued ticket (a client that left) takes it
  *   out of the queue. Releasing a running ticket hands its slot to the next waiter at once.
  */
@@ -23,13 +34,62 @@ import type { Tier } from "./model-registry.js";
 export interface AdmissionOptions {
   /** Responses waiting per engine before new ones get 429 `queue_full`. */
   maxQueue: number;
+  /** `spark` grants in a row while `deep` work waits; the next grant goes to `deep` (default 4). */
+  sparkRun?: number;
 }
 
-export const DEFAULT_ADMISSION: AdmissionOptions = { maxQueue: 256 };
+export const DEFAULT_SPARK_RUN = 4;
+export const DEFAULT_ADMISSION: AdmissionOptions = { maxQueue: 256, sparkRun: DEFAULT_SPARK_RUN };
+
+/** One per-minute limit as it stands: what OpenAI's `x-ratelimit-*-requests|tokens` headers say. */
+export interface RateLimitState {
+  limit: number;
+  /** What is left of `limit` in the rolling minute (never negative). */
+  remaining: number;
+  /** Milliseconds until the window holds nothing, i.e. `remaining` is back to `limit`. */
+  resetMs: number;
+}
+
+/** The per-minute limits that apply to one key and tier; a limit that is not set is absent. */
+export interface RateLimitSnapshot {
+  requests?: RateLimitState;
+  tokens?: RateLimitState;
+}
+
+/**
+ * OpenAI's rate-limit headers for a snapshot: `x-ratelimit-limit-*`, `x-ratelimit-remaining-*` and
+ * `x-ratelimit-reset-*` (a Go-style duration, `1m0s`, `59.412s`, `20ms`, `0s`), for `requests` and
+ * `tokens`, each only when that limit applies.
+ */
+export function rateLimitHeaders(snapshot: RateLimitSnapshot): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const kind of ["requests", "tokens"] as const) {
+    const state = snapshot[kind];
+    if (!state) continue;
+    headers[`x-ratelimit-limit-${kind}`] = String(state.limit);
+    headers[`x-ratelimit-remaining-${kind}`] = String(state.remaining);
+    headers[`x-ratelimit-reset-${kind}`] = formatDuration(state.resetMs);
+  }
+  return headers;
+}
+
+/** Milliseconds as Go's `time.Duration` prints them (OpenAI's format), to the millisecond. */
+export function formatDuration(ms: number): string {
+  const total = Math.max(0, Math.ceil(ms));
+  if (total === 0) return "0s";
+  if (total < 1000) return `${total}ms`;
+  const hours = Math.floor(total / 3_600_000);
+  const minutes = Math.floor((total % 3_600_000) / 60_000);
+  const seconds = String((total % 60_000) / 1000);
+  if (hours > 0) return `${hours}h${minutes}m${seconds}s`;
+  return minutes > 0 ? `${minutes}m${seconds}s` : `${seconds}s`;
+}
 
 export interface Ticket {
   /** True while the response waits for an engine slot. */
   readonly queued: boolean;
+  /** The key's per-minute limits for this tier right after this request was counted. */
+  readonly rateLimits: RateLimitSnapshot;
   /** Resolves when the response may run; rejects (and leaves the queue) when `signal` aborts first. */
   wait(signal: AbortSignal): Promise<void>;
   /** Frees the slot or queue place and charges `tokens` to the key's tokens-per-minute. Idempotent. */
@@ -71,6 +131,16 @@ class MinuteWindow {
     }
     return 60;
   }
+
+  /** Milliseconds from `now` until every bucket now counted has fallen out of the window. */
+  msUntilEmpty(now: number): number {
+    for (let age = 0; age < 60; age++) {
+      if (this.#buckets[(this.#second - age + 60) % 60]! !== 0) {
+        return Math.max(0, (this.#second - age + 60) * 1000 - now);
+      }
+    }
+    return 0;
+  }
 }
 
 /** What one key has used of one tier in the last minute. */
@@ -102,6 +172,8 @@ interface Waiter {
 class Pool {
   active = 0;
   waiting = 0;
+  /** `spark` grants made in a row while `deep` work waited (see the fairness rule above). */
+  #sparkRun = 0;
   /** Exponential average of how long a response holds a slot, for `retry-after` on a full queue. */
   averageHoldMs = 1000;
   readonly #classes: Record<Tier, { byKey: Map<string, Waiter[]>; turns: string[] }> = {
@@ -109,7 +181,11 @@ class Pool {
     deep: { byKey: new Map(), turns: [] },
   };
 
-  constructor(readonly capacity: number) {}
+  constructor(
+    readonly capacity: number,
+    /** At most this many `spark` grants in a row while `deep` waits. */
+    readonly maxSparkRun: number,
+  ) {}
 
   enqueue(waiter: Waiter): void {
     const queue = this.#classes[waiter.tier];
@@ -133,12 +209,18 @@ class Pool {
       queue.byKey.delete(waiter.key);
       queue.turns.splice(queue.turns.indexOf(waiter.key), 1);
     }
+    if (this.#classes.deep.turns.length === 0) this.#sparkRun = 0;
   }
 
-  /** Hands free slots to waiters: `spark` first, keys in turn. */
+  /** Hands free slots to waiters: `spark` first unless `deep` has waited `maxSparkRun` grants; keys in turn. */
   grantNext(): void {
     while (this.active < this.capacity && this.waiting > 0) {
-      const queue = this.#classes.spark.turns.length > 0 ? this.#classes.spark : this.#classes.deep;
+      const deepWaits = this.#classes.deep.turns.length > 0;
+      const sparkFirst =
+        this.#classes.spark.turns.length > 0 && !(deepWaits && this.#sparkRun >= this.maxSparkRun);
+      if (!sparkFirst) this.#sparkRun = 0;
+      else if (deepWaits) this.#sparkRun++;
+      const queue = sparkFirst ? this.#classes.spark : this.#classes.deep;
       const key = queue.turns.shift()!;
       const own = queue.byKey.get(key)!;
       const waiter = own.shift()!;
@@ -155,6 +237,8 @@ export class Admission {
   readonly #usage = new Map<string, Usage>();
   readonly #pools = new Map<Engine, Pool>();
   #admitted = 0;
+  /** Set while `capture` runs: the snapshot of the last admission or charge made inside it. */
+  #captured: { rateLimits: RateLimitSnapshot | undefined } | undefined;
 
   constructor(
     private readonly options: AdmissionOptions = DEFAULT_ADMISSION,
@@ -172,11 +256,12 @@ export class Admission {
   admit(principal: Principal, tier: Tier, engine: Engine, capacity: number): Ticket {
     const now = performance.now();
     const usage = this.#usageOf(principal, tier, now);
-    this.#checkLimits(usage, principal.limits[tier], tier);
+    const limits = principal.limits[tier];
+    this.#checkLimits(usage, limits, tier, now);
 
     let pool = this.#pools.get(engine);
     if (!pool) {
-      pool = new Pool(capacity);
+      pool = new Pool(capacity, this.options.sparkRun ?? DEFAULT_SPARK_RUN);
       this.#pools.set(engine, pool);
     }
     const mustWait = pool.active >= pool.capacity || pool.waiting > 0;
@@ -189,28 +274,60 @@ export class Admission {
         "queue_full",
         `The server is busy: ${pool.waiting} responses are waiting for the ${tier} engine. Retry in ${seconds} s.`,
         null,
-        { "retry-after": String(seconds) },
+        { "retry-after": String(seconds), ...rateLimitHeaders(snapshotOf(usage, limits, now)) },
       );
     }
 
     usage.requests.add(1);
     usage.open++;
+    const rateLimits = this.#noted(snapshotOf(usage, limits, now));
     if (++this.#admitted % 1024 === 0) this.#sweep(now);
-    return this.#ticket(pool, usage, principal.id, tier, mustWait);
+    return this.#ticket(pool, usage, principal.id, tier, mustWait, rateLimits);
   }
 
   /**
    * Charges a request that runs no engine (`generate: false`): one request and `tokens` against
    * the key's per-minute limits, after checking them like `admit` does (it holds nothing, so the
-   * concurrency limit does not apply). Throws the same 429s.
+   * concurrency limit does not apply). Throws the same 429s. Returns the limits as they stand after.
    */
-  charge(principal: Principal, tier: Tier, tokens: number): void {
+  charge(principal: Principal, tier: Tier, tokens: number): RateLimitSnapshot {
     const now = performance.now();
     const usage = this.#usageOf(principal, tier, now);
-    this.#checkLimits(usage, { ...principal.limits[tier], concurrent: undefined }, tier);
+    const limits = principal.limits[tier];
+    this.#checkLimits(usage, { ...limits, concurrent: undefined }, tier, now);
     usage.requests.add(1);
     if (tokens > 0) usage.tokens.add(tokens);
+    const rateLimits = this.#noted(snapshotOf(usage, limits, now));
     if (++this.#admitted % 1024 === 0) this.#sweep(now);
+    return rateLimits;
+  }
+
+  /** The key's per-minute limits for `tier` as they stand now (nothing is counted). */
+  snapshot(principal: Principal, tier: Tier): RateLimitSnapshot {
+    const now = performance.now();
+    return snapshotOf(this.#usageOf(principal, tier, now), principal.limits[tier], now);
+  }
+
+  /**
+   * Runs `run` and hands back, with its result, the rate-limit snapshot of the last `admit` or
+   * `charge` it made synchronously (before its first `await`): for a caller that reaches admission
+   * through a service that keeps the ticket to itself (`POST /v1/responses/compact`).
+   */
+  capture<T>(run: () => T): { result: T; rateLimits: RateLimitSnapshot | undefined } {
+    const outer = this.#captured;
+    const captured: { rateLimits: RateLimitSnapshot | undefined } = { rateLimits: undefined };
+    this.#captured = captured;
+    try {
+      const result = run();
+      return { result, rateLimits: captured.rateLimits };
+    } finally {
+      this.#captured = outer;
+    }
+  }
+
+  #noted(rateLimits: RateLimitSnapshot): RateLimitSnapshot {
+    if (this.#captured) this.#captured.rateLimits = rateLimits;
+    return rateLimits;
   }
 
   /** The key's usage of `tier`, moved to `now`. */
@@ -225,7 +342,7 @@ export class Admission {
     return usage;
   }
 
-  #checkLimits(usage: Usage, limits: TierLimits, tier: Tier): void {
+  #checkLimits(usage: Usage, limits: TierLimits, tier: Tier, now: number): void {
     const refuse = (kind: "requests" | "tokens", what: string, seconds: number): never => {
       this.metrics?.rateLimited.inc({ tier, limit: what });
       throw new SparkError(
@@ -234,7 +351,7 @@ export class Admission {
         "rate_limit_exceeded",
         `Rate limit reached for the ${tier} tier on ${what}. Retry in ${seconds} s.`,
         null,
-        { "retry-after": String(seconds) },
+        { "retry-after": String(seconds), ...rateLimitHeaders(snapshotOf(usage, limits, now)) },
       );
     };
     const rpm = limits.requestsPerMinute;
@@ -251,7 +368,14 @@ export class Admission {
     }
   }
 
-  #ticket(pool: Pool, usage: Usage, key: string, tier: Tier, mustWait: boolean): Ticket {
+  #ticket(
+    pool: Pool,
+    usage: Usage,
+    key: string,
+    tier: Tier,
+    mustWait: boolean,
+    rateLimits: RateLimitSnapshot,
+  ): Ticket {
     let state: "queued" | "running" | "released" = mustWait ? "queued" : "running";
     let startedAt = performance.now();
     let granted: () => void = () => {};
@@ -277,6 +401,7 @@ export class Admission {
       get queued() {
         return state === "queued";
       },
+      rateLimits,
       wait(signal: AbortSignal): Promise<void> {
         if (state !== "queued") return Promise.resolve();
         return new Promise<void>((resolve, reject) => {
@@ -316,4 +441,18 @@ export class Admission {
       if (usage.idle) this.#usage.delete(key);
     }
   }
+}
+
+/** The per-minute limits of `limits` that are set, as `usage` (moved to `now`) stands. */
+function snapshotOf(usage: Usage, limits: TierLimits, now: number): RateLimitSnapshot {
+  const snapshot: RateLimitSnapshot = {};
+  const state = (limit: number, window: MinuteWindow): RateLimitState => ({
+    limit,
+    remaining: Math.max(0, limit - window.sum),
+    resetMs: window.msUntilEmpty(now),
+  });
+  if (limits.requestsPerMinute !== undefined)
+    snapshot.requests = state(limits.requestsPerMinute, usage.requests);
+  if (limits.tokensPerMinute !== undefined) snapshot.tokens = state(limits.tokensPerMinute, usage.tokens);
+  return snapshot;
 }

@@ -4,7 +4,13 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
-import { Admission, DEFAULT_ADMISSION, type AdmissionOptions } from "../core/admission.js";
+import {
+  Admission,
+  DEFAULT_ADMISSION,
+  rateLimitHeaders,
+  type AdmissionOptions,
+  type RateLimitSnapshot,
+} from "../core/admission.js";
 import { ChatCompletionsService } from "../core/chat-completions.js";
 import { AbortReason } from "../core/generation.js";
 import { anonymousPrincipal, KeyRing, type Principal } from "../core/keys.js";
@@ -355,6 +361,11 @@ export class SparkServer {
   async #createResponse({ request, response, signal, principal }: RequestContext): Promise<void> {
     const prepared = this.#responses.prepare(await readJsonBody(request, this.#maxBodyBytes), { principal });
     setRouteHeaders(response, prepared.model);
+    // `generate: false` holds no ticket; it was charged just now, in this same synchronous step.
+    setRateLimitHeaders(
+      response,
+      prepared.ticket?.rateLimits ?? this.admission.snapshot(principal, prepared.model.entry.tier),
+    );
     if (!prepared.stream) {
       sendJson(response, 200, await this.#responses.complete(prepared, signal));
       return;
@@ -377,12 +388,18 @@ export class SparkServer {
 
   async #compactResponse({ request, response, signal, principal }: RequestContext): Promise<void> {
     const body = await readJsonBody(request, this.#maxBodyBytes);
-    sendJson(response, 200, await this.#responses.compact(body, signal, principal));
+    const { result, rateLimits } = this.admission.capture(() =>
+      this.#responses.compact(body, signal, principal),
+    );
+    const compacted = await result;
+    if (rateLimits) setRateLimitHeaders(response, rateLimits);
+    sendJson(response, 200, compacted);
   }
 
   async #chatCompletion({ request, response, signal, principal }: RequestContext): Promise<void> {
     const prepared = this.#chat.prepare(await readJsonBody(request, this.#maxBodyBytes), principal);
     setRouteHeaders(response, prepared.resolved);
+    setRateLimitHeaders(response, prepared.ticket.rateLimits);
     if (!prepared.stream) {
       sendJson(response, 200, await this.#chat.complete(prepared, signal));
       return;
@@ -489,6 +506,14 @@ function setRouteHeaders(response: ServerResponse, model: ResolvedModel): void {
   response.setHeader("x-spark-route", model.route.tier);
   response.setHeader("x-spark-route-rule", model.route.rule);
   response.setHeader("x-spark-route-reason", model.route.reason);
+}
+
+/**
+ * OpenAI's `x-ratelimit-*` headers, for the per-minute limits that apply to the key and tier, as
+ * they stood when the request was admitted (429s carry them in the error's own headers).
+ */
+function setRateLimitHeaders(response: ServerResponse, snapshot: RateLimitSnapshot): void {
+  for (const [name, value] of Object.entries(rateLimitHeaders(snapshot))) response.setHeader(name, value);
 }
 
 /** `context_window` (a Spark extension) tells clients such as the `spark` TUI how full the context is. */
