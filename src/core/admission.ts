@@ -237,8 +237,6 @@ export class Admission {
   readonly #usage = new Map<string, Usage>();
   readonly #pools = new Map<Engine, Pool>();
   #admitted = 0;
-  /** Set while `capture` runs: the snapshot of the last admission or charge made inside it. */
-  #captured: { rateLimits: RateLimitSnapshot | undefined } | undefined;
 
   constructor(
     private readonly options: AdmissionOptions = DEFAULT_ADMISSION,
@@ -280,7 +278,7 @@ export class Admission {
 
     usage.requests.add(1);
     usage.open++;
-    const rateLimits = this.#noted(snapshotOf(usage, limits, now));
+    const rateLimits = snapshotOf(usage, limits, now);
     if (++this.#admitted % 1024 === 0) this.#sweep(now);
     return this.#ticket(pool, usage, principal.id, tier, mustWait, rateLimits);
   }
@@ -297,7 +295,7 @@ export class Admission {
     this.#checkLimits(usage, { ...limits, concurrent: undefined }, tier, now);
     usage.requests.add(1);
     if (tokens > 0) usage.tokens.add(tokens);
-    const rateLimits = this.#noted(snapshotOf(usage, limits, now));
+    const rateLimits = snapshotOf(usage, limits, now);
     if (++this.#admitted % 1024 === 0) this.#sweep(now);
     return rateLimits;
   }
@@ -306,28 +304,6 @@ export class Admission {
   snapshot(principal: Principal, tier: Tier): RateLimitSnapshot {
     const now = performance.now();
     return snapshotOf(this.#usageOf(principal, tier, now), principal.limits[tier], now);
-  }
-
-  /**
-   * Runs `run` and hands back, with its result, the rate-limit snapshot of the last `admit` or
-   * `charge` it made synchronously (before its first `await`): for a caller that reaches admission
-   * through a service that keeps the ticket to itself (`POST /v1/responses/compact`).
-   */
-  capture<T>(run: () => T): { result: T; rateLimits: RateLimitSnapshot | undefined } {
-    const outer = this.#captured;
-    const captured: { rateLimits: RateLimitSnapshot | undefined } = { rateLimits: undefined };
-    this.#captured = captured;
-    try {
-      const result = run();
-      return { result, rateLimits: captured.rateLimits };
-    } finally {
-      this.#captured = outer;
-    }
-  }
-
-  #noted(rateLimits: RateLimitSnapshot): RateLimitSnapshot {
-    if (this.#captured) this.#captured.rateLimits = rateLimits;
-    return rateLimits;
   }
 
   /** The key's usage of `tier`, moved to `now`. */

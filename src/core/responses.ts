@@ -423,10 +423,13 @@ export class ResponsesService {
     return Math.floor((contextSize ?? DEFAULT_CONTEXT_TOKENS) * 0.8);
   }
 
-  /** `POST /v1/responses/compact`: the conversation so far, compacted into kept user messages and one compaction item. */
-  async compact(raw: unknown, signal: AbortSignal, principal?: Principal): Promise<CompactedResponse> {
+  /**
+   * `POST /v1/responses/compact`, first half: validates the body and admits it (a 400 or 429 is
+   * thrown here, before anything is sent), so the transport can answer with its rate limits.
+   */
+  prepareCompaction(raw: unknown, principal?: Principal): PreparedResponse {
     const body = validateBody(compactRequestSchema, raw);
-    const prepared = this.prepare(
+    return this.prepare(
       {
         model: body.model ?? undefined,
         input: body.input ?? [],
@@ -435,6 +438,10 @@ export class ResponsesService {
       },
       principal ? { principal } : {},
     );
+  }
+
+  /** Second half: the conversation so far, compacted into kept user messages and one compaction item. */
+  async compact(prepared: PreparedResponse, signal: AbortSignal): Promise<CompactedResponse> {
     let charged = 0;
     let compacted: Awaited<ReturnType<typeof compactConversation>>;
     try {

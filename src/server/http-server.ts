@@ -388,12 +388,9 @@ export class SparkServer {
 
   async #compactResponse({ request, response, signal, principal }: RequestContext): Promise<void> {
     const body = await readJsonBody(request, this.#maxBodyBytes);
-    const { result, rateLimits } = this.admission.capture(() =>
-      this.#responses.compact(body, signal, principal),
-    );
-    const compacted = await result;
-    if (rateLimits) setRateLimitHeaders(response, rateLimits);
-    sendJson(response, 200, compacted);
+    const prepared = this.#responses.prepareCompaction(body, principal);
+    if (prepared.ticket) setRateLimitHeaders(response, prepared.ticket.rateLimits);
+    sendJson(response, 200, await this.#responses.compact(prepared, signal));
   }
 
   async #chatCompletion({ request, response, signal, principal }: RequestContext): Promise<void> {
