@@ -63,8 +63,9 @@ describe("llama engine", { skip: modelPath ? false : MODEL_SKIP_MESSAGE }, () =>
     const models = await openai.models.list();
     assert.deepEqual(
       models.data.map((m) => m.id),
-      // The tier aliases and the router first, then the engine's own name for the file.
-      ["spark", "deep", "auto", "tiny-random-llama"],
+      // The tier aliases, OpenAI's names for them and the router first, then the engine's own name
+      // for the file.
+      ["spark", "deep", "gpt-5.3-codex-spark", "gpt-5.3-codex", "auto", "tiny-random-llama"],
     );
   });
 

@@ -114,6 +114,8 @@ export const serveSettingsSchema = z.strictObject({
   client: clientSettingsSchema.optional(),
   keyFile: z.string().min(1).optional(),
   limits: limitsSchema.optional(),
+  /** Output tokens of a request that sets none, for every model whose `defaults` do not say. */
+  maxOutputTokens: z.coerce.number().int().positive().optional(),
   allowUnauthenticated: z.boolean(),
   queueLength: z.coerce.number().int().min(0).max(1_000_000),
   store: z.enum(["sqlite", "memory"]),

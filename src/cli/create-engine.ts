@@ -24,9 +24,20 @@ export async function createModels(
   settings: ResolvedSettings,
   log: (line: string) => void,
 ): Promise<ModelRegistry> {
+  // `maxOutputTokens` is every model's default unless its own `defaults` say otherwise.
+  const outputDefault =
+    settings.maxOutputTokens !== undefined ? { maxOutputTokens: settings.maxOutputTokens } : {};
   if (!settings.models) {
     const engine = await createEngine(settings, log, "");
-    return ModelRegistry.single(engine, defaultCapacity(settings));
+    const registry = ModelRegistry.single(engine, defaultCapacity(settings));
+    if (settings.maxOutputTokens === undefined) return registry;
+    // The two tiers with the default; the built-in aliases follow them again.
+    return new ModelRegistry(
+      registry
+        .entries()
+        .filter((entry) => entry.alias === "spark" || entry.alias === "deep")
+        .map((entry) => ({ ...entry, defaults: { ...entry.defaults, ...outputDefault } })),
+    );
   }
   const declared = Object.entries(settings.models);
   const source = settings.configFile ? `config file ${settings.configFile}` : "config";
@@ -50,7 +61,7 @@ export async function createModels(
       engine,
       engineModel: "spark",
       capacity: capacity ?? defaultCapacity(merged),
-      defaults: defaults ?? {},
+      defaults: { ...outputDefault, ...defaults },
     });
   }
   for (const [tier, other] of [

@@ -89,6 +89,11 @@ export function buildProgram(): Command {
       integer,
     )
     .option("--sequences <n>", `llama: parallel sequences (default 4) ${env("sequences")}`, integer)
+    .option(
+      "--max-output-tokens <tokens>",
+      `output tokens of a request that sets no maximum (default: as many as the model's context leaves room for) ${env("maxOutputTokens")}`,
+      integer,
+    )
     .addOption(
       new Option("--gpu <mode>", `llama: use a GPU when available ${env("gpu")}`).choices(["auto", "off"]),
     )

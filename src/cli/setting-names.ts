@@ -47,6 +47,7 @@ export const ENV_NAMES: Record<
   script: "SPARK_SCRIPT",
   rate: "SPARK_RATE",
   keyFile: "SPARK_KEY_FILE",
+  maxOutputTokens: "SPARK_MAX_OUTPUT_TOKENS",
   allowUnauthenticated: "SPARK_ALLOW_UNAUTHENTICATED",
   queueLength: "SPARK_QUEUE_LENGTH",
   store: "SPARK_STORE",

@@ -80,6 +80,8 @@ export class ChatCompletionsService {
       temperature: body.temperature,
       topP: body.top_p,
     });
+    // A prompt that cannot fit the model is a plain 400 here, not an error chunk mid-stream.
+    resolved.entry.engine.validateRequest?.(request);
     if (prediction !== undefined) request.prediction = prediction;
     const { entry } = resolved;
     return {

@@ -166,6 +166,10 @@ export class ResponsesService {
       temperature: body.temperature,
       topP: body.top_p,
     });
+    // A prompt that cannot fit the model is a plain 400 here, not a failed stream later (unless
+    // compaction was asked for, which may shrink it first).
+    if (body.generate !== false && !body.context_management?.some((c) => c.type === "compaction"))
+      model.entry.engine.validateRequest?.(request);
     const metadata = { ...body.metadata };
     if (model.route) {
       metadata.spark_route = model.route.tier;

@@ -97,6 +97,13 @@ export interface Engine {
   /** Resolve a client-supplied model name to an engine model id, or undefined when unknown. */
   resolveModel(name: string): string | undefined;
   countTokens(text: string): Promise<number>;
+  /**
+   * Optional: rejects a request the engine can never serve with a 400 `SparkError` (for example
+   * `context_length_exceeded` when the prompt alone fills the model's context). The core calls it
+   * before anything is streamed, so the client gets a plain error response instead of a failed
+   * stream; an engine may keep what it computed here for `stream`.
+   */
+  validateRequest?(request: EngineRequest): void;
   stream(request: EngineRequest, signal: AbortSignal): AsyncIterable<EnginePart>;
   close(): Promise<void>;
 }

@@ -6,8 +6,19 @@
  * - One context holds several sequences; each request takes the idle sequence whose cached tokens
  *   share the longest prefix with its prompt, so a continued conversation evaluates only its new
  *   tokens (reported as `cachedInputTokens`). Concurrent requests decode in parallel sequences.
+ *   The conversation is rendered once per request, and the tokenizer remembers the text it has
+ *   tokenized, so a continued turn tokenizes only its new text.
  * - Tool calls use the model's native function-call format through its chat wrapper where it has
  *   one, and node-llama-cpp's grammar-constrained generic format otherwise.
+ * - Every generation ends within the context: its output is capped at the room the prompt leaves
+ *   (and at the request's maximum), ending with `length`; a prompt that leaves no room is a 400
+ *   `context_length_exceeded`, found before anything is streamed (`validateRequest`). Without the cap
+ *   node-llama-cpp would shift the context and keep generating.
+ * - Decoding runs one token ahead of `LlamaChat` (see `AheadSequence`), and a lone generation's
+ *   decode is dispatched at once instead of on the next event-loop turn, so the per-token work of
+ *   the chat wrapper and the server overlaps llama.cpp's decode instead of adding to it.
+ * - Sampling is temperature and top-p only, with no repeat penalty (OpenAI's frequency and presence
+ *   penalties default to 0 as well).
  * - Aborting the request's signal stops decoding at the next token.
  */
 import { randomBytes } from "node:crypto";
@@ -21,6 +32,7 @@ import {
   type LlamaContextSequence,
   type LlamaModel,
   type Token,
+  type Tokenizer,
 } from "node-llama-cpp";
 import type {
   Engine,
@@ -33,6 +45,8 @@ import type {
 import { SparkError } from "../../protocol/errors.js";
 import { AsyncQueue } from "./async-queue.js";
 import { toChatFunctions, toChatHistory } from "./chat-history.js";
+import { AheadSequence } from "./decode-ahead.js";
+import { cachingTokenizer } from "./token-cache.js";
 
 export interface LlamaEngineOptions {
   /** Resolves the GGUF file to load (may download); called once by `start()`. */
@@ -47,6 +61,8 @@ export interface LlamaEngineOptions {
   contextSize?: number;
   /** Parallel sequences (concurrent requests and cached conversations). */
   sequences?: number;
+  /** Decode one token ahead of the chat wrapper's loop (default true; see `AheadSequence`). */
+  decodeAhead?: boolean;
   /** `false` forces CPU; `"auto"` uses a GPU when one is usable. */
   gpu?: "auto" | false;
   /** Start-up progress lines (what was loaded, which threads were picked). */
@@ -57,9 +73,20 @@ export interface LlamaEngineOptions {
 
 interface Slot {
   sequence: LlamaContextSequence;
+  /** What `chat` sees of `sequence`: decodes one token ahead, tokenizes through the cache. */
+  ahead: AheadSequence;
   chat: LlamaChat;
   busy: boolean;
   lastUsed: number;
+}
+
+/** A request's rendered prompt, kept while the request object lives (validated, then streamed). */
+interface RenderedPrompt {
+  items: EngineRequest["items"];
+  itemCount: number;
+  tools: EngineRequest["tools"];
+  toolChoice: EngineRequest["toolChoice"];
+  tokens: Token[];
 }
 
 const DEFAULT_CONTEXT = 8192;
@@ -74,8 +101,11 @@ export class LlamaEngine implements Engine {
   #model: LlamaModel | undefined;
   #context: LlamaContext | undefined;
   #chatWrapper: ChatWrapper | undefined;
+  #tokenizer: Tokenizer | undefined;
   #slots: Slot[] = [];
+  #busy = 0;
   #waiters: (() => void)[] = [];
+  readonly #prompts = new WeakMap<EngineRequest, RenderedPrompt>();
   #models: EngineModel[] = [];
   #threads = 0;
 
@@ -103,17 +133,25 @@ export class LlamaEngine implements Engine {
       const contextSize = Math.min(this.options.contextSize ?? DEFAULT_CONTEXT, this.#model.trainContextSize);
       const batchSize = Math.min(this.options.batchSize ?? 512, contextSize);
       this.#threads = this.options.threads ?? (await this.#calibrateThreads(batchSize, log));
+      this.#tokenizer = cachingTokenizer(this.#model.tokenizer);
       this.#context = await this.#model.createContext({
         contextSize,
         batchSize,
         sequences: this.options.sequences ?? DEFAULT_SEQUENCES,
         threads: this.#threads,
+        batching: {
+          // node-llama-cpp waits for the next event-loop turn so that the decodes of several
+          // sequences go out as one batch; a lone generation has nothing to wait for.
+          dispatchSchedule: (dispatch) => (this.#busy > 1 ? setImmediate(dispatch) : dispatch()),
+        },
       });
       for (let i = 0; i < this.#context.totalSequences; i++) {
         const sequence = this.#context.getSequence();
+        const ahead = new AheadSequence(sequence, this.#tokenizer, this.options.decodeAhead ?? true);
         this.#slots.push({
           sequence,
-          chat: new LlamaChat({ contextSequence: sequence }),
+          ahead,
+          chat: new LlamaChat({ contextSequence: ahead.sequence }),
           busy: false,
           lastUsed: 0,
         });
@@ -198,12 +236,56 @@ export class LlamaEngine implements Engine {
 
   /** The prompt tokens a request renders to with the model's chat format. */
   promptTokens(request: EngineRequest): Token[] {
+    return this.#prompt(request).slice();
+  }
+
+  /** Rendered once per request object (it is validated, then streamed) unless its conversation changed. */
+  #prompt(request: EngineRequest): Token[] {
+    const known = this.#prompts.get(request);
+    if (
+      known &&
+      known.items === request.items &&
+      known.itemCount === request.items.length &&
+      known.tools === request.tools &&
+      known.toolChoice === request.toolChoice
+    )
+      return known.tokens;
     const functions = toChatFunctions(request.tools, request.toolChoice);
     const state = this.#chatWrapper!.generateContextState({
       chatHistory: toChatHistory(request.items),
       ...(functions ? { availableFunctions: functions } : {}),
     });
-    return state.contextText.tokenize(this.#model!.tokenizer);
+    const tokens = state.contextText.tokenize(this.#tokenizer!);
+    this.#prompts.set(request, {
+      items: request.items,
+      itemCount: request.items.length,
+      tools: request.tools,
+      toolChoice: request.toolChoice,
+      tokens,
+    });
+    return tokens;
+  }
+
+  /**
+   * Rejects a request whose prompt leaves no room in the context for output, with OpenAI's 400
+   * `context_length_exceeded`, before anything is streamed. The rendered prompt is kept for `stream`.
+   */
+  validateRequest(request: EngineRequest): void {
+    if (!this.#status.ready) return;
+    this.#checkFits(this.#prompt(request).length);
+  }
+
+  #checkFits(promptTokens: number): void {
+    const contextSize = this.#context!.contextSize;
+    // LlamaChat needs a free cell after the prompt; without one it would silently drop history.
+    if (promptTokens + 1 < contextSize) return;
+    throw SparkError.invalid(
+      `This model's maximum context length is ${contextSize} tokens, but the conversation is ` +
+        `${promptTokens} tokens (with its instructions, tool definitions and chat template), which ` +
+        `leaves no room for output. Shorten the input or compact the conversation.`,
+      null,
+      "context_length_exceeded",
+    );
   }
 
   async detokenize(tokens: readonly Token[]): Promise<string> {
@@ -224,6 +306,7 @@ export class LlamaEngine implements Engine {
       }
       if (best) {
         best.slot.busy = true;
+        this.#busy++;
         return best;
       }
       await new Promise<void>((resolve) => {
@@ -240,6 +323,7 @@ export class LlamaEngine implements Engine {
   /** Every waiter re-checks on release, so a waiter that left cannot swallow the wake-up. */
   #release(slot: Slot): void {
     slot.busy = false;
+    this.#busy--;
     slot.lastUsed = performance.now();
     for (const wake of this.#waiters.splice(0)) wake();
   }
@@ -247,25 +331,27 @@ export class LlamaEngine implements Engine {
   async *stream(request: EngineRequest, signal: AbortSignal): AsyncGenerator<EnginePart> {
     if (!this.#status.ready)
       throw SparkError.unavailable(`The llama engine is not ready: ${this.#status.detail}.`);
-    const prompt = this.promptTokens(request);
-    if (prompt.length >= this.#context!.contextSize) {
-      throw SparkError.invalid(
-        `The conversation is ${prompt.length} tokens, more than the model's context of ${this.#context!.contextSize}.`,
-        "input",
-        "context_length_exceeded",
-      );
-    }
+    const prompt = this.#prompt(request);
+    this.#checkFits(prompt.length);
+    const contextSize = this.#context!.contextSize;
     const acquired = await this.#acquire(prompt, signal);
     const slot = acquired.slot;
     // The last prompt token is always evaluated again to produce the first output.
     const reused = Math.min(acquired.reused, prompt.length - 1);
+    // Output stops where the context is full: past it node-llama-cpp would shift the context and
+    // go on generating without bound.
+    const room = contextSize - prompt.length;
+    const maxTokens = Math.min(request.maxOutputTokens ?? room, room);
     // Owned here so that a consumer that stops reading also stops decoding.
     const local = new AbortController();
     const onAbort = (): void => local.abort(signal.reason);
     signal.addEventListener("abort", onAbort, { once: true });
-    const queue = new AsyncQueue<EnginePart>();
+    const queue = new AsyncQueue<EnginePart>(mergeDeltas);
     let outputTokens = 0;
     let tokensAfterAbort = 0;
+    // Set when the context filled up before LlamaChat counted `maxTokens` (text it inserts itself,
+    // such as a function call's syntax, takes cells too): generation is stopped as `length`.
+    let contextFull = false;
     let textOpen = false;
     let textCount = 0;
     const calls = new Map<number, { id: string; custom: boolean; params: string }>();
@@ -275,18 +361,24 @@ export class LlamaEngine implements Engine {
     };
     const functions = toChatFunctions(request.tools, request.toolChoice);
     const customTools = new Set(request.tools.filter((t) => t.kind === "custom").map((t) => t.name));
+    slot.ahead.begin(maxTokens, local.signal);
 
     const generation = slot.chat
       .generateResponse(toChatHistory(request.items), {
         ...(functions ? { functions } : {}),
         signal: local.signal,
         stopOnAbortSignal: true,
-        ...(request.maxOutputTokens !== undefined ? { maxTokens: request.maxOutputTokens } : {}),
+        maxTokens,
+        repeatPenalty: false,
         temperature: request.temperature ?? 0,
         ...(request.topP !== undefined ? { topP: request.topP } : {}),
         onToken: (tokens) => {
           outputTokens += tokens.length;
           if (local.signal.aborted) tokensAfterAbort += tokens.length;
+          else if (slot.sequence.nextTokenIndex >= contextSize - 1 && outputTokens < maxTokens) {
+            contextFull = true;
+            local.abort("context_full");
+          }
         },
         onTextChunk: (text) => {
           if (!textOpen) {
@@ -325,10 +417,10 @@ export class LlamaEngine implements Engine {
         closeText();
         const stop = result.metadata.stopReason;
         const reason: FinishReason =
-          local.signal.aborted || stop === "abort"
-            ? "cancelled"
-            : stop === "maxTokens"
-              ? "length"
+          contextFull || stop === "maxTokens"
+            ? "length"
+            : local.signal.aborted || stop === "abort"
+              ? "cancelled"
               : stop === "functionCalls" || calls.size > 0
                 ? "tool_calls"
                 : "stop";
@@ -341,7 +433,15 @@ export class LlamaEngine implements Engine {
         queue.close();
       })
       .catch((error: unknown) => {
-        if (local.signal.aborted) {
+        if (contextFull) {
+          closeText();
+          queue.push({
+            type: "finish",
+            reason: "length",
+            usage: { inputTokens: prompt.length, cachedInputTokens: reused, outputTokens },
+          });
+          queue.close();
+        } else if (local.signal.aborted) {
           this.options.onCancel?.({ tokensAfterAbort });
           queue.push({
             type: "finish",
@@ -354,6 +454,9 @@ export class LlamaEngine implements Engine {
             SparkError.internal(`llama generation failed: ${(error as Error).message}`, "engine_error"),
           );
       })
+      // The slot is free once no token is being decoded ahead on its sequence.
+      .finally(() => slot.ahead.settle())
+      .catch(() => {})
       .finally(() => this.#release(slot));
     try {
       yield* queue.drain();
@@ -370,6 +473,15 @@ export class LlamaEngine implements Engine {
     await this.#model?.dispose();
     await this.#llama?.dispose();
   }
+}
+
+/** Consecutive deltas of one item, waiting together in the queue, go out as one. */
+function mergeDeltas(a: EnginePart, b: EnginePart): EnginePart | undefined {
+  if (a.type === "text-delta" && b.type === "text-delta" && a.id === b.id)
+    return { type: "text-delta", id: a.id, delta: a.delta + b.delta };
+  if (a.type === "tool-call-delta" && b.type === "tool-call-delta" && a.id === b.id)
+    return { type: "tool-call-delta", id: a.id, delta: a.delta + b.delta };
+  return undefined;
 }
 
 function commonPrefix(a: readonly Token[], b: readonly Token[]): number {
