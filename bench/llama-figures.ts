@@ -12,6 +12,12 @@ import type { StreamResult } from "./sse-client.js";
 import { ThreadedSseClient } from "./threaded-client.js";
 
 const DECODE_PROMPT = "Write a function in TypeScript that parses a CSV line into fields.";
+const WEATHER_TOOL = {
+  type: "function",
+  name: "get_weather",
+  description: "Current weather of a city",
+  parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
+};
 /** Longest a bare decode round may take before it is cut short. */
 const BARE_ROUND_CAP_MS = 1500;
 /**
@@ -106,7 +112,18 @@ async function decodeSpeed(
       const context = await model.createContext({ threads, contextSize: 4096 });
       bare.set(threads, { context, sequence: context.getSequence(), rates: [] });
     }
-    const bareRound = async (sequence: LlamaContextSequence): Promise<number> => {
+    /** Main-thread busy time per output token of each kind of round (event-loop utilization). */
+    const busy = { bare: [] as number[], server: [] as number[], engine: [] as number[] };
+    const busyPerToken = async <T>(
+      into: number[] | undefined,
+      round: () => Promise<{ rate: T; tokens: number }>,
+    ): Promise<T> => {
+      const start = performance.eventLoopUtilization();
+      const { rate, tokens } = await round();
+      into?.push((performance.eventLoopUtilization(start).active * 1000) / tokens);
+      return rate;
+    };
+    const bareRound = async (sequence: LlamaContextSequence): Promise<{ rate: number; tokens: number }> => {
       await sequence.clearHistory();
       let count = 0;
       let first = 0;
@@ -117,10 +134,10 @@ async function decodeSpeed(
         // A thread count that is far too slow (oversubscribed cores) is cut short, not waited for.
         if (count >= options.decodeTokens || (count >= 10 && last - first > BARE_ROUND_CAP_MS)) break;
       }
-      return (count - 1) / ((last - first) / 1000);
+      return { rate: (count - 1) / ((last - first) / 1000), tokens: count };
     };
     // The engine called in process, without HTTP: tells engine overhead from server overhead.
-    const engineRound = async (): Promise<number> => {
+    const engineRound = async (): Promise<{ rate: number; tokens: number }> => {
       const request: EngineRequest = {
         model: "spark",
         items: [{ type: "message", role: "user", text: DECODE_PROMPT }],
@@ -133,50 +150,84 @@ async function decodeSpeed(
       let first = 0;
       for await (const part of main.engine.stream(request, new AbortController().signal)) {
         if (part.type === "text-delta" && first === 0) first = performance.now();
-        if (part.type === "finish")
-          return (part.usage.outputTokens - 1) / ((performance.now() - first) / 1000);
+        if (part.type === "finish") {
+          const tokens = part.usage.outputTokens;
+          return { rate: (tokens - 1) / ((performance.now() - first) / 1000), tokens };
+        }
       }
       throw new Error("the engine ended without a finish part");
     };
     const outputTokens: number[] = [];
     const deltas: number[] = [];
-    const serverRound = async (): Promise<number> => {
+    /** `tools`: the request also defines a function tool, as coding agents' requests always do. */
+    const serverRound = async (tools = false): Promise<{ rate: number; tokens: number }> => {
       const result = await main.client.stream({
         model: "spark",
         input: DECODE_PROMPT,
         max_output_tokens: options.decodeTokens,
         temperature: 0,
         store: false,
+        ...(tools ? { tools: [WEATHER_TOOL] } : {}),
       });
       const { output } = usageOf(result);
       if (result.firstDeltaAt === undefined || output < 2) throw new Error("the model produced no text");
-      outputTokens.push(output);
-      deltas.push(result.deltas);
+      if (!tools) {
+        outputTokens.push(output);
+        deltas.push(result.deltas);
+      }
       // Intervals between tokens, like the bare loop: the first token is the start of the clock.
-      return (output - 1) / ((result.terminalAt! - result.firstDeltaAt) / 1000);
+      return { rate: (output - 1) / ((result.terminalAt! - result.firstDeltaAt) / 1000), tokens: output };
     };
 
-    // Warm-up, then interleaved rounds: every thread count, the server, the engine in process.
+    // Warm-up, then interleaved rounds: every thread count, the server (without and with a tool),
+    // the engine in process. Each round's order alternates, so that no variant always follows another.
     for (const { sequence } of bare.values()) await bareRound(sequence);
     await serverRound();
+    await serverRound(true);
     await engineRound();
     outputTokens.length = 0;
     deltas.length = 0;
     const served: number[] = [];
+    const servedWithTool: number[] = [];
     const direct: number[] = [];
+    const bestBare = bare.get(main.engine.threads);
+    /** Thread counts under half the best rate (oversubscribed cores) are measured in the first round only. */
+    const farTooSlow = (entry: { rates: number[] }): boolean =>
+      entry.rates.length > 0 &&
+      summarize(entry.rates).p50 < 0.5 * Math.max(...[...bare.values()].map((e) => summarize(e.rates).p50));
+    const variants: (() => Promise<void>)[] = [
+      async () => {
+        for (const entry of bare.values()) {
+          if (farTooSlow(entry)) continue;
+          entry.rates.push(
+            await busyPerToken(entry === bestBare ? busy.bare : undefined, () => bareRound(entry.sequence)),
+          );
+        }
+      },
+      async () => void served.push(await busyPerToken(busy.server, () => serverRound())),
+      async () => void servedWithTool.push(await busyPerToken(undefined, () => serverRound(true))),
+      async () => void direct.push(await busyPerToken(busy.engine, engineRound)),
+    ];
     for (let round = 0; round < options.decodeRounds; round++) {
-      for (const entry of bare.values()) entry.rates.push(await bareRound(entry.sequence));
-      served.push(await serverRound());
-      direct.push(await engineRound());
+      for (const variant of round % 2 === 0 ? variants : [...variants].reverse()) await variant();
     }
-
     const perThreads = [...bare].map(([threads, entry]) => ({ threads, ...summarize(entry.rates) }));
     const best = perThreads.reduce((a, b) => (b.p50 > a.p50 ? b : a));
     const server = summarize(served);
+    const serverWithTool = summarize(servedWithTool);
     const inProcess = summarize(direct);
     const ratio = server.p50 / best.p50;
+    // Each round's server rate over the same round's bare rate: slow drifts of the machine cancel.
+    const bestRates = bare.get(best.threads)!.rates;
+    const paired = summarize(served.map((rate, round) => rate / bestRates[round]!));
+    const busyP50 = {
+      bare: summarize(busy.bare).p50,
+      server: summarize(busy.server).p50,
+      engine: summarize(busy.engine).p50,
+    };
     log(
-      `  bare node-llama-cpp, ${options.decodeTokens} tokens, p50 of ${options.decodeRounds} round(s): ` +
+      `  bare node-llama-cpp, ${options.decodeTokens} tokens, p50 of ${options.decodeRounds} round(s) ` +
+        `(a thread count under half the best: of its first round): ` +
         perThreads.map((t) => `${t.threads} thread(s) ${fmt(t.p50)} tok/s`).join(", ") +
         `; best ${best.threads}`,
     );
@@ -192,6 +243,19 @@ async function decodeSpeed(
         `(${fmt((100 * inProcess.p50) / best.p50, 1)}% of bare); time added per token vs bare: ` +
         `engine ${fmt(perToken(inProcess.p50))} µs, server ${fmt(perToken(server.p50))} µs`,
     );
+    log(
+      `  server over bare, round by round: p50 ${fmt(100 * paired.p50, 1)}%, ` +
+        `range ${fmt(100 * paired.min, 1)}–${fmt(100 * paired.max, 1)}%`,
+    );
+    log(
+      `  server, the request defining one function tool: p50 ${fmt(serverWithTool.p50)} tok/s ` +
+        `(${fmt((100 * serverWithTool.p50) / best.p50, 1)}% of bare)`,
+    );
+    log(
+      `  main thread busy per token (p50): bare ${fmt(busyP50.bare)} µs, engine in process ` +
+        `${fmt(busyP50.engine)} µs, server ${fmt(busyP50.server)} µs (the server's work overlaps the ` +
+        `decode, which runs on llama.cpp's own thread)`,
+    );
     return {
       row: {
         figure: "3. llama decode speed",
@@ -206,6 +270,9 @@ async function decodeSpeed(
         engineThreads: main.engine.threads,
         server,
         engineInProcess: inProcess,
+        serverWithTool,
+        pairedRatio: paired,
+        mainThreadBusyMicrosecondsPerToken: busyP50,
         addedMicrosecondsPerToken: perToken(server.p50),
         bare: perThreads,
         bestThreads: best.threads,
@@ -340,8 +407,9 @@ async function prefixReuse(
     log(
       `  without (1 sequence, evicted by an unrelated request): p50 ${ms(fresh.p50)}, p90 ${ms(fresh.p90)}; ${tokens(without)}`,
     );
-    // Part of the floor under the cached case: each request renders and tokenizes the whole conversation
-    // to pick a sequence (engine.promptTokens), and node-llama-cpp's LlamaChat does it once more.
+    // Part of the floor under the cached case: each request renders the whole conversation to pick
+    // a sequence (engine.promptTokens), and node-llama-cpp's LlamaChat renders it once more; both
+    // tokenize through the engine's cache, so only the new turn's text is tokenized.
     const continued: ConversationItem[] = [
       ...history(main.engine, 0, size),
       { type: "message", role: "user", text: NEW_USER_MESSAGE },
@@ -360,7 +428,7 @@ async function prefixReuse(
       }),
     );
     log(
-      `  rendering and tokenizing the continued conversation once (engine.promptTokens): p50 ${ms(tokenizing.p50)}`,
+      `  rendering and tokenizing the continued conversation once (engine.promptTokens, tokenizer cache warm): p50 ${ms(tokenizing.p50)}`,
     );
     const medianCached = summarize(withReuse.map((r) => r.cached)).p50;
     const medianInput = summarize(withReuse.map((r) => r.input)).p50;

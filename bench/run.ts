@@ -40,8 +40,8 @@ const config = args.quick
   ? { ttftWarmup: 30, ttftIterations: 100, relayPieces: 100_000, relayRounds: 1 }
   : { ttftWarmup: 100, ttftIterations: 300, relayPieces: 200_000, relayRounds: 3 };
 const llamaConfig = args.quick
-  ? { decodeTokens: 200, decodeRounds: 2, reuseRounds: 2 }
-  : { decodeTokens: 200, decodeRounds: 7, reuseRounds: 7 };
+  ? { decodeTokens: 200, decodeRounds: 3, reuseRounds: 2 }
+  : { decodeTokens: 200, decodeRounds: 15, reuseRounds: 9 };
 const wsConfig = args.quick ? { loopRounds: 3, steerRounds: 5 } : { loopRounds: 10, steerRounds: 15 };
 const only = new Set((args.only ?? "1,2,3,4,5,6,7,8,9,10,11").split(",").map((s) => Number(s.trim())));
 
