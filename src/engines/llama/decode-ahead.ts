@@ -49,6 +49,9 @@ export class AheadSequence {
   #budget = 0;
   #signal: AbortSignal | undefined;
   #pending: AheadIterator | undefined;
+  /** Checkpointing models (recurrent, hybrid) cannot erase one cell; a token predictor decodes its own way. */
+  readonly #unsupported: boolean;
+  readonly #lastAheadCell: number;
 
   constructor(
     readonly target: LlamaContextSequence,
@@ -60,6 +63,11 @@ export class AheadSequence {
     const model = new Proxy(target.model, {
       get: (_model, property) => (property === "tokenizer" ? tokenizer : modelProperty(property)),
     });
+    // Fixed for a model and context, and read by LlamaChat for every token (each read scans the
+    // model's metadata).
+    const needsCheckpoints = target.needsCheckpoints;
+    this.#unsupported = needsCheckpoints || target.tokenPredictor != null;
+    this.#lastAheadCell = target.contextSize - 2;
     const sequenceProperty = binder(target);
     const methods = new Map<PropertyKey, unknown>();
     const evaluate = (tokens: Token[], options?: EvaluateOptions): AheadIterator =>
@@ -68,6 +76,7 @@ export class AheadSequence {
       get: (sequence, property) => {
         if (property === "model") return model;
         if (property === "evaluate") return evaluate;
+        if (property === "needsCheckpoints") return needsCheckpoints;
         if (!MUTATORS.has(property)) return sequenceProperty(property);
         let method = methods.get(property);
         if (!method) {
@@ -102,11 +111,10 @@ export class AheadSequence {
       this.enabled &&
       this.#budget > 0 &&
       !this.#signal?.aborted &&
+      !this.#unsupported &&
       !target.model.isEogToken(token) &&
       // The decode ahead adds one cell; LlamaChat would shift the context at `contextSize - 1`.
-      target.nextTokenIndex < target.contextSize - 2 &&
-      !target.needsCheckpoints &&
-      target.tokenPredictor == null &&
+      target.nextTokenIndex < this.#lastAheadCell &&
       !options.repeatPenalty &&
       !options.dryRepeatPenalty &&
       typeof options.tokenBias !== "function" &&
