@@ -157,6 +157,25 @@ describe("llama engine: output within the context", { skip: modelPath ? false : 
     await client.close();
   });
 
+  test("a conversation too long for the context can still be compacted", async () => {
+    const input: OpenAI.Responses.ResponseInputItem[] = [];
+    for (let i = 0; i < 6; i++) {
+      input.push({ role: "user", content: `Step ${i}: go on.` });
+      input.push({ role: "assistant", content: `Done with step ${i}. ${"More detail here. ".repeat(12)}` });
+    }
+    input.push({ role: "user", content: "Now finish." });
+    const tooLong = await openai.responses.create({ model: "spark", input, max_output_tokens: 4 }).then(
+      () => assert.fail("accepted"),
+      (error: unknown) => error,
+    );
+    assert.ok(tooLong instanceof OpenAI.APIError && tooLong.code === "context_length_exceeded");
+    // The model cannot read it to summarize it: the summary is extractive, and compaction succeeds.
+    const compacted = await openai.responses.compact({ model: "spark", input });
+    assert.equal(compacted.output.at(-1)?.type, "compaction");
+    const kept = compacted.output.slice(0, -1) as unknown as { content: { text: string }[] }[];
+    assert.equal(kept.at(-1)?.content[0]?.text, "Now finish.");
+  });
+
   test("at the edge: a prompt leaving 2 cells gets 2 tokens, one leaving 1 is a 400", async () => {
     /** An input whose rendered prompt is exactly `tokens` long (one "a" is one token here). */
     const inputOf = (tokens: number): string => {

@@ -138,6 +138,15 @@ async function modelSummary(
     maxOutputTokens: SUMMARY_MAX_TOKENS,
     temperature: 0,
   };
+  try {
+    engine.validateRequest?.(request);
+  } catch (error) {
+    // A conversation too long for the model to read whole gets the extractive summary instead:
+    // compaction is what such a conversation needs.
+    if (error instanceof SparkError && error.code === "context_length_exceeded")
+      return { summary: "", usage: { inputTokens: 0, cachedInputTokens: 0, outputTokens: 0 } };
+    throw error;
+  }
   let summary = "";
   for await (const part of engine.stream(request, signal)) {
     if (part.type === "text-delta") summary += part.delta;

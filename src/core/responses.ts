@@ -439,6 +439,8 @@ export class ResponsesService {
         input: body.input ?? [],
         instructions: body.instructions,
         previous_response_id: body.previous_response_id,
+        // A conversation too long for the model is what compaction is for: not rejected up front.
+        context_management: [{ type: "compaction" }],
       },
       principal ? { principal } : {},
     );
