@@ -14,8 +14,9 @@
  * - a grammar is in force (function-call names and parameters). When one comes into force while a
  *   token is in flight (a function call just began), that token was sampled without it: it is undone
  *   and sampled again under the grammar;
- * - a repeat penalty (its token list is `LlamaChat`'s running output), a token predictor, or a model
- *   that needs checkpoints (recurrent and hybrid models cannot erase one KV cell);
+ * - a repeat penalty (its token list is `LlamaChat`'s running output), a token bias given as a
+ *   function, a token predictor, or a model that needs checkpoints (recurrent and hybrid models
+ *   cannot erase one KV cell);
  * - at the end: after an end-of-generation token, when the generation's token budget is spent (the
  *   response's maximum or the room left in the context), when the request was aborted, or when one
  *   more token would not fit in the context. A stop that only text reveals (a stop string, the start
