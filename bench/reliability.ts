@@ -12,7 +12,7 @@
  *   3. faults: `kill -9` while stored responses are being written (every acknowledged response
  *      must be there after the restart), and a data directory on a full 1 MiB tmpfs (root only).
  *
- * Run: `npm run reliability` (about 2 minutes on 2 cores). `--quick` runs smaller floods.
+ * Run: `npm run reliability` (about 75 s on 2 cores). `--quick` runs smaller floods.
  */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
