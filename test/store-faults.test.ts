@@ -244,3 +244,49 @@ test("the store on a full disk: StoreWriteError, nothing lost, writes again once
   assert.deepEqual(again.get("resp_before_4", "key_alice"), sampleRecord("resp_before_4"));
   again.close();
 });
+
+test("a steered response whose store write fails hands its steer back (response.steer.failed, response_failed)", async (t) => {
+  const disk = smallDisk(t);
+  if (!disk) return;
+  const script = file(
+    "store-faults-steer.jsonl",
+    JSON.stringify({ output: [{ type: "message", text: "word ".repeat(3000) }] }) + "\n",
+  );
+  const server = await startServer([
+    "serve",
+    "--engine",
+    "script",
+    "--script",
+    script,
+    "--rate",
+    "300",
+    "--port",
+    "0",
+    "--data-dir",
+    disk,
+  ]);
+  try {
+    fill(disk);
+    const client = await WsClient.connect(server.url);
+    client.send({ type: "response.create", input: "write a lot" });
+    const created = await client.waitForType("response.created");
+    const id = (created.response as { id: string }).id;
+    await client.waitFor(
+      () => client.events.filter((e) => e.type === "response.output_text.delta").length >= 5,
+    );
+    const from = client.events.length;
+    client.send({ type: "response.steer", previous_response_id: id, input: "use tabs, not spaces" });
+    await client.waitForType("response.steer.accepted", from);
+    const failed = await client.waitForType("response.failed", from);
+    assertStoreFull(failed.response as ResponseShape & { error: unknown }, disk);
+    const handedBack = await client.waitForType("response.steer.failed", from);
+    assert.equal((handedBack.error as { code: string }).code, "response_failed");
+    assert.deepEqual(handedBack.steer, { previous_response_id: id, input: "use tabs, not spaces" });
+    // Nothing to continue from: no successor starts.
+    assert.equal(client.events.slice(from).filter((e) => e.type === "response.created").length, 0);
+    await client.close();
+    await assertHealthy(server.url);
+  } finally {
+    await stop(server);
+  }
+});

@@ -455,8 +455,22 @@ export class ResponsesSession {
   #afterSteeredTurn(job: Job): void {
     const response = job.prepared?.result?.response;
     const { lane, steers } = job;
-    if (!response) return;
     if (this.#closed) return;
+    if (!response) {
+      // The response failed (the engine, or its store write): there is nothing to continue from.
+      // Each accepted steer is handed back, so the client can send its words again.
+      const id = job.prepared?.response.id ?? "";
+      for (const steer of steers) {
+        this.#steerFailed(
+          id,
+          steer.input,
+          "response_failed",
+          `Response '${id}' failed before the steer could continue it; send it again as a new turn.`,
+          lane.id,
+        );
+      }
+      return;
+    }
     if (requiredInputOf(response.output).length > 0) {
       this.#pendingSteers.set(response.id, [...(this.#pendingSteers.get(response.id) ?? []), ...steers]);
       for (const steer of steers) this.#steerPending(steer, response, lane.id);
