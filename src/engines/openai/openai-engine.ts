@@ -5,6 +5,12 @@
  * errors); each wire API lives in its own module (`chat-wire.ts`, `responses-wire.ts`), and the
  * SSE parsing in `sse-lines.ts`.
  *
+ * Several upstreams (`upstreams`) are replicas of one model: `replica-pool.ts` routes each request
+ * (prefix affinity bounded by load), checks their health and ejects failing ones. A request that
+ * fails before anything was yielded (connect error, reset, timeout, 5xx, 429) is retried once on
+ * another replica, unseen by the client; a failure after that ends the stream with a SparkError,
+ * which the core turns into `response.failed`.
+ *
  * On abort the upstream request is destroyed at once (its connection closed) and the stream ends
  * with a `finish` part of reason "cancelled" carrying whatever usage was seen (usually zeros).
  *
@@ -12,12 +18,14 @@
  * linear work: an SSE line or event over 8 MiB ends the stream with `upstream_protocol_error`, an
  * error body is read up to 64 KiB and the model list up to 8 MiB, the rest cut with the connection.
  */
-import { Pool } from "undici";
 import type { Dispatcher } from "undici";
+import type { Registry } from "prom-client";
 import type { Engine, EngineModel, EnginePart, EngineRequest, EngineStatus } from "../../engine/types.js";
 import { SparkError } from "../../protocol/errors.js";
 import type { OpenAIErrorType } from "../../protocol/errors.js";
 import { chatWire } from "./chat-wire.js";
+import type { RouterOptions } from "./prefix-router.js";
+import { ReplicaPool, type HealthOptions, type Replica, type UpstreamTarget } from "./replica-pool.js";
 import { responsesWire } from "./responses-wire.js";
 import { formatBytes, SseParser, SseTooLargeError } from "./sse-lines.js";
 import { isRecord, protocolError } from "./wire-common.js";
@@ -25,9 +33,11 @@ import type { Json, UpstreamWire } from "./wire-common.js";
 
 export interface OpenAIEngineOptions {
   /** Base URL of the upstream API including its version prefix, e.g. `http://host:8000/v1`. */
-  baseUrl: string;
-  /** Sent as `Authorization: Bearer <apiKey>`; never included in any message. */
+  baseUrl?: string;
+  /** Sent as `Authorization: Bearer <apiKey>` to `baseUrl`, and to every upstream without its own key; never included in any message. */
   apiKey?: string;
+  /** Replicas of the upstream (instead of `baseUrl`), each with an optional weight and key. */
+  upstreams?: readonly UpstreamTarget[];
   /** Upstream wire API. Default "chat" (Chat Completions), the most widely implemented. */
   api?: "chat" | "responses";
   /**
@@ -35,10 +45,18 @@ export interface OpenAIEngineOptions {
    * `GET {baseUrl}/models` at start(), else "spark" is passed through unchanged.
    */
   model?: string;
-  /** Maximum number of pooled keep-alive connections to the upstream. Default: unlimited. */
+  /** Maximum number of pooled keep-alive connections per upstream. Default: unlimited. */
   connections?: number;
   /** Maximum wait in ms for the response headers and between two streamed body chunks. Default 300000. */
   timeoutMs?: number;
+  /** How requests are spread over the replicas (`prefix-router.ts`). */
+  routing?: RouterOptions;
+  /** Active checks and ejection of failing replicas (`replica-pool.ts`). */
+  health?: HealthOptions;
+  /** A Prometheus registry (the server's) for the per-replica metrics. */
+  registry?: Registry;
+  /** Where ejections and recoveries are reported. */
+  log?: (line: string) => void;
 }
 
 const ALIAS = "spark";
@@ -54,69 +72,77 @@ const MAX_JSON_BODY_BYTES = 8 * 1024 * 1024;
 const TIMEOUT_CODES = new Set(["UND_ERR_HEADERS_TIMEOUT", "UND_ERR_BODY_TIMEOUT"]);
 const CLOSED_CODES = new Set(["UND_ERR_DESTROYED", "UND_ERR_CLOSED"]);
 
+/** A failed attempt on one replica: the client's error, and what it says about the replica. */
+class AttemptError extends Error {
+  constructor(
+    readonly error: SparkError,
+    /** The replica is at fault (unreachable, reset, timed out, 5xx): counts toward its ejection. */
+    readonly replicaFault: boolean,
+    /** Another replica may well succeed (nothing was yielded yet). */
+    readonly retryable: boolean,
+  ) {
+    super(error.message);
+  }
+}
+
 export class OpenAIEngine implements Engine {
   readonly specificationVersion = "v1";
   readonly kind = "openai";
   readonly capabilities = { functionTools: true, customTools: true, prefixReuse: false, summaries: true };
 
-  readonly #pool: Pool;
+  readonly #replicas: ReplicaPool;
   readonly #wire: UpstreamWire;
-  readonly #apiKey: string | undefined;
   readonly #configuredModel: string | undefined;
   readonly #timeoutMs: number;
-  /** Path prefix and query of the base URL; request paths are appended to the prefix. */
-  readonly #basePath: string;
-  readonly #baseQuery: string;
-  /** The base URL without credentials or query, safe to show. */
-  readonly #displayUrl: string;
+  /** The upstreams, safe to show. */
+  readonly #displayUrls: string;
   #upstreamModels: EngineModel[] = [];
   #status: EngineStatus;
   #closed = false;
 
   constructor(options: OpenAIEngineOptions) {
-    let url: URL;
-    try {
-      url = new URL(options.baseUrl);
-    } catch {
+    const targets: UpstreamTarget[] = options.upstreams
+      ? options.upstreams.map((target) =>
+          target.apiKey === undefined && options.apiKey !== undefined
+            ? { ...target, apiKey: options.apiKey }
+            : target,
+        )
+      : [{ url: options.baseUrl ?? "", ...(options.apiKey !== undefined ? { apiKey: options.apiKey } : {}) }];
+    if (targets.length === 0) {
       throw new SparkError(
         500,
         "server_error",
         "invalid_upstream_url",
-        "The --upstream URL is not a valid URL.",
-      );
-    }
-    if (url.protocol !== "http:" && url.protocol !== "https:") {
-      throw new SparkError(
-        500,
-        "server_error",
-        "invalid_upstream_url",
-        `The --upstream URL must use http or https, not ${url.protocol}`,
+        "The openai engine needs an upstream.",
       );
     }
     this.#wire = (options.api ?? "chat") === "chat" ? chatWire : responsesWire;
-    this.#apiKey = options.apiKey;
     this.#configuredModel = options.model;
     this.#timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-    this.#basePath = url.pathname.replace(/\/+$/, "");
-    this.#baseQuery = url.search;
-    this.#displayUrl = `${url.protocol}//${url.host}${this.#basePath}`;
-    this.#status = { ready: false, detail: `discovering models at ${this.#displayUrl}` };
-    this.#pool = new Pool(url.origin, {
-      connections: options.connections ?? null,
-      headersTimeout: this.#timeoutMs,
-      bodyTimeout: this.#timeoutMs,
+    this.#replicas = new ReplicaPool(targets, {
+      timeoutMs: this.#timeoutMs,
+      ...(options.connections !== undefined ? { connections: options.connections } : {}),
+      ...(options.routing ? { routing: options.routing } : {}),
+      ...(options.health ? { health: options.health } : {}),
+      ...(options.registry ? { registry: options.registry } : {}),
+      ...(options.log ? { log: options.log } : {}),
     });
+    const urls = this.#replicas.replicas.map((replica) => replica.displayUrl);
+    this.#displayUrls =
+      urls.length === 1 ? `upstream ${urls[0]}` : `${urls.length} upstreams (${urls.join(", ")})`;
+    this.#status = { ready: false, detail: `discovering models at ${urls[0]}` };
   }
 
   async start(): Promise<void> {
     let detail: string;
     try {
       this.#upstreamModels = await this.#discoverModels();
-      detail = `upstream ${this.#displayUrl}: ${this.#upstreamModels.length} model(s) discovered`;
+      detail = `${this.#displayUrls}: ${this.#upstreamModels.length} model(s) discovered`;
     } catch (error) {
       const reason = error instanceof Error ? error.message : "unknown error";
-      detail = `upstream ${this.#displayUrl}: model discovery failed (${reason})`;
+      detail = `${this.#displayUrls}: model discovery failed (${reason})`;
     }
+    this.#replicas.startHealthChecks();
     this.#status = { ready: true, detail: `${detail}; "${ALIAS}" -> ${this.#defaultModel()}` };
   }
 
@@ -146,21 +172,46 @@ export class OpenAIEngine implements Engine {
   }
 
   async *stream(request: EngineRequest, signal: AbortSignal): AsyncGenerator<EnginePart> {
-    const wire = this.#wire;
-    const decoder = wire.decoder(request);
     if (signal.aborted) {
-      yield* decoder.cancel();
+      yield* this.#wire.decoder(request).cancel();
       return;
     }
-    const path = wire.path;
-    const payload = wire.requestBody(request);
+    const pool = this.#replicas;
+    const key = pool.router.key(request);
+    const body = JSON.stringify(this.#wire.requestBody(request));
+    let failed = -1;
+    for (;;) {
+      const replica = pool.acquire(key, failed);
+      try {
+        yield* this.#attempt(replica, request, body, signal);
+        return;
+      } catch (error) {
+        if (!(error instanceof AttemptError)) throw error;
+        if (error.replicaFault) pool.failed(replica);
+        if (!error.retryable || failed >= 0 || !pool.canRetry()) throw error.error;
+        failed = replica.index;
+      } finally {
+        pool.release(replica);
+      }
+    }
+  }
+
+  /** One request to one replica. Throws an AttemptError; nothing is yielded before the first part. */
+  async *#attempt(
+    replica: Replica,
+    request: EngineRequest,
+    payload: string,
+    signal: AbortSignal,
+  ): AsyncGenerator<EnginePart> {
+    const wire = this.#wire;
+    const decoder = wire.decoder(request);
     let response: Dispatcher.ResponseData;
     try {
-      response = await this.#pool.request({
+      response = await replica.pool.request({
         method: "POST",
-        path: this.#path(path),
-        headers: this.#headers("text/event-stream", true),
-        body: JSON.stringify(payload),
+        path: replica.path(wire.path),
+        headers: replica.headers("text/event-stream", true),
+        body: payload,
         signal,
       });
     } catch (error) {
@@ -168,27 +219,40 @@ export class OpenAIEngine implements Engine {
         yield* decoder.cancel();
         return;
       }
-      throw this.#transportError(error, false);
+      throw this.#attemptError(replica, error, false);
     }
     const body = response.body;
+    let started = false;
     try {
       if (response.statusCode < 200 || response.statusCode >= 300) {
-        throw await this.#httpError(response, `POST ${path}`);
+        const status = response.statusCode;
+        const error = await this.#httpError(replica, response, `POST ${wire.path}`);
+        throw new AttemptError(error, status >= 500, status >= 500 || status === 429);
       }
       // The body is read to its end before `finish` is yielded: a consumer that stops at `finish`
       // then leaves a complete response behind, and the connection is reused.
       const sse = new SseParser();
       for await (const chunk of body as AsyncIterable<Uint8Array>) {
-        for (const event of sse.push(chunk)) yield* decoder.event(event);
+        for (const event of sse.push(chunk)) {
+          const parts = decoder.event(event);
+          if (parts.length === 0) continue;
+          if (!started) {
+            started = true;
+            this.#replicas.succeeded(replica);
+          }
+          yield* parts;
+        }
       }
       for (const event of sse.end()) yield* decoder.event(event);
+      if (!started) this.#replicas.succeeded(replica);
       yield* decoder.end();
     } catch (error) {
       if (signal.aborted) {
         yield* decoder.cancel();
         return;
       }
-      throw this.#transportError(error, true);
+      if (error instanceof AttemptError) throw error;
+      throw this.#attemptError(replica, error, true, started);
     } finally {
       // No-op after a complete response; otherwise closes the upstream connection, so a consumer
       // that stops iterating never leaves the upstream generating.
@@ -199,7 +263,7 @@ export class OpenAIEngine implements Engine {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    await this.#pool.destroy();
+    await this.#replicas.close();
   }
 
   #defaultModel(): string {
@@ -210,21 +274,34 @@ export class OpenAIEngine implements Engine {
     return this.#upstreamModels.some((model) => model.id === id);
   }
 
+  /** The model list of the first replica that gives one; they serve the same models. */
   async #discoverModels(): Promise<EngineModel[]> {
+    let first: unknown;
+    for (const replica of this.#replicas.replicas) {
+      try {
+        return await this.#discoverModelsAt(replica);
+      } catch (error) {
+        first ??= error;
+      }
+    }
+    throw first;
+  }
+
+  async #discoverModelsAt(replica: Replica): Promise<EngineModel[]> {
     const timeout = Math.min(this.#timeoutMs, DISCOVERY_TIMEOUT_MS);
     let response: Dispatcher.ResponseData;
     try {
-      response = await this.#pool.request({
+      response = await replica.pool.request({
         method: "GET",
-        path: this.#path("/models"),
-        headers: this.#headers("application/json", false),
+        path: replica.path("/models"),
+        headers: replica.headers("application/json", false),
         headersTimeout: timeout,
         bodyTimeout: timeout,
       });
     } catch (error) {
-      throw this.#transportError(error, false);
+      throw this.#transportError(replica, error, false);
     }
-    if (response.statusCode !== 200) throw await this.#httpError(response, "GET /models");
+    if (response.statusCode !== 200) throw await this.#httpError(replica, response, "GET /models");
     let list: unknown;
     try {
       const body = await readAtMost(response.body, MAX_JSON_BODY_BYTES);
@@ -232,7 +309,7 @@ export class OpenAIEngine implements Engine {
         throw new Error(`the model list is larger than ${formatBytes(MAX_JSON_BODY_BYTES)}`);
       list = JSON.parse(body.text);
     } catch (error) {
-      throw this.#transportError(error, true);
+      throw this.#transportError(replica, error, true);
     }
     const data = isRecord(list) && Array.isArray(list.data) ? list.data : [];
     const models: EngineModel[] = [];
@@ -246,24 +323,13 @@ export class OpenAIEngine implements Engine {
     return models;
   }
 
-  #path(suffix: string): string {
-    return `${this.#basePath}${suffix}${this.#baseQuery}`;
-  }
-
-  #headers(accept: string, json: boolean): Record<string, string> {
-    const headers: Record<string, string> = { accept };
-    if (json) headers["content-type"] = "application/json";
-    if (this.#apiKey) headers.authorization = `Bearer ${this.#apiKey}`;
-    return headers;
-  }
-
   /** Upstream text shown to clients: bounded, and with the API key masked should the upstream echo it. */
-  #clean(text: string): string {
+  #clean(replica: Replica, text: string): string {
     const short = text.length > MAX_UPSTREAM_MESSAGE ? `${text.slice(0, MAX_UPSTREAM_MESSAGE)}...` : text;
-    return this.#apiKey ? short.split(this.#apiKey).join("***") : short;
+    return replica.apiKey ? short.split(replica.apiKey).join("***") : short;
   }
 
-  async #httpError(response: Dispatcher.ResponseData, what: string): Promise<SparkError> {
+  async #httpError(replica: Replica, response: Dispatcher.ResponseData, what: string): Promise<SparkError> {
     const status = response.statusCode;
     let text = "";
     try {
@@ -272,8 +338,8 @@ export class OpenAIEngine implements Engine {
       // The status alone still makes a useful error.
     }
     const upstream = parseUpstreamError(text);
-    const message = upstream?.message ? this.#clean(upstream.message) : undefined;
-    const where = `Upstream ${this.#displayUrl}`;
+    const message = upstream?.message ? this.#clean(replica, upstream.message) : undefined;
+    const where = `Upstream ${replica.displayUrl}`;
     if (status === 401 || status === 403) {
       return new SparkError(
         502,
@@ -303,8 +369,24 @@ export class OpenAIEngine implements Engine {
     );
   }
 
+  /**
+   * What a failure while talking to a replica means: SparkErrors (a malformed stream, an error the
+   * upstream streamed) are the response's own and pass through; connection failures, resets and
+   * timeouts are the replica's, and retryable while nothing was yielded.
+   */
+  #attemptError(replica: Replica, error: unknown, midStream: boolean, started = false): AttemptError {
+    if (error instanceof SparkError || error instanceof SseTooLargeError) {
+      return new AttemptError(this.#transportError(replica, error, midStream), false, false);
+    }
+    const code = errorCode(error);
+    if (code !== undefined && CLOSED_CODES.has(code)) {
+      return new AttemptError(this.#transportError(replica, error, midStream), false, false);
+    }
+    return new AttemptError(this.#transportError(replica, error, midStream), true, !started);
+  }
+
   /** Maps anything thrown while talking to the upstream; SparkErrors pass through. */
-  #transportError(error: unknown, midStream: boolean): SparkError {
+  #transportError(replica: Replica, error: unknown, midStream: boolean): SparkError {
     if (error instanceof SparkError) return error;
     if (error instanceof SseTooLargeError) return protocolError(error.message);
     const code = errorCode(error);
@@ -313,23 +395,23 @@ export class OpenAIEngine implements Engine {
         504,
         "server_error",
         "upstream_timeout",
-        `Upstream ${this.#displayUrl} did not respond within ${this.#timeoutMs} ms.`,
+        `Upstream ${replica.displayUrl} did not respond within ${this.#timeoutMs} ms.`,
       );
     }
     if (code !== undefined && CLOSED_CODES.has(code)) {
       return SparkError.unavailable("The openai engine is closed.", "engine_closed");
     }
-    const reason = code ?? (error instanceof Error ? this.#clean(error.message) : "unknown error");
+    const reason = code ?? (error instanceof Error ? this.#clean(replica, error.message) : "unknown error");
     if (midStream) {
       return new SparkError(
         502,
         "server_error",
         "upstream_error",
-        `The connection to upstream ${this.#displayUrl} failed mid-response (${reason}).`,
+        `The connection to upstream ${replica.displayUrl} failed mid-response (${reason}).`,
       );
     }
     return SparkError.unavailable(
-      `Cannot reach the upstream at ${this.#displayUrl} (${reason}). Check --upstream.`,
+      `Cannot reach the upstream at ${replica.displayUrl} (${reason}). Check --upstream.`,
       "upstream_unavailable",
     );
   }

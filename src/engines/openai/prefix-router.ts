@@ -1,0 +1,339 @@
+/**
+ * Which upstream replica serves a request: prefix affinity bounded by load, the idea of SGLang's
+ * cache-aware router. Pure bookkeeping (no I/O), so the benchmark's simulation runs this very code.
+ *
+ * Affinity key. The engine sees only an `EngineRequest`, so the key comes from the request itself:
+ * a hash chain over its leading items, `hashes[i]` standing for the model, the tools and items
+ * 0..i. A continued conversation (a `previous_response_id` chain, a WebSocket lane, a client that
+ * resends its history) repeats the items of its earlier turns, so its chain starts with the hashes
+ * of the turn before. Each item is fingerprinted from a bounded sample of its text (its length,
+ * head, tail and 32 characters spread between them), so a key costs O(items), not O(history); a
+ * rare collision only sends a request to a replica without its prefix, never anything wrong.
+ *
+ * The table remembers which replicas served each prefix hash (a bit per replica, at most
+ * `maxPrefixes` hashes, the oldest inserted forgotten first: the longest prefix of a live
+ * conversation is always among the newest). A request goes to the replica holding its longest
+ * prefix when that prefix covers at least `minMatch` of the request (in characters), unless that
+ * replica is much busier than the least-loaded one: more than `loadGap` more requests in flight
+ * *and* more than `loadRatio` times as many (SGLang's two balance thresholds, applied per request).
+ * Everything else goes to the least-loaded replica: fewest requests in flight per unit of weight,
+ * ties broken by the power of two choices (two tied replicas at random, the one holding fewer
+ * prefixes per unit of weight wins, so new conversations spread their cache use by weight).
+ */
+import type { ConversationItem, EngineRequest } from "../../engine/types.js";
+
+export type RoutingPolicy = "prefix-affinity" | "least-loaded" | "round-robin";
+
+export interface RouterOptions {
+  /** Default "prefix-affinity"; the others exist for comparison (the benchmark). */
+  policy?: RoutingPolicy;
+  /** Share of a request (in characters) a replica must hold for affinity. Default 0.5. */
+  minMatch?: number;
+  /** Affinity yields to the least-loaded replica past this many more requests in flight. Default 4. */
+  loadGap?: number;
+  /** ... and past this many times as many. Default 1.5. */
+  loadRatio?: number;
+  /** Prefix hashes remembered over all replicas. Default 65,536. */
+  maxPrefixes?: number;
+  /** Random numbers in [0, 1) for the tie-break; default Math.random. */
+  random?: () => number;
+}
+
+/** At most this many replicas per router: one bit each in the table. */
+export const MAX_REPLICAS = 32;
+
+/** A request's affinity key: chained hashes of its leading items and the characters each covers. */
+export interface PrefixKey {
+  readonly hashes: Float64Array;
+  readonly covered: Float64Array;
+  /** Characters of the whole request. */
+  readonly total: number;
+}
+
+/**
+ * Why a request did not go to a replica holding its prefix: none held enough of it (`cold`), the
+ * holder was much busier than the least-loaded replica (`load`), or the holder was ejected or had
+ * just failed this request (`down`).
+ */
+export type MissReason = "cold" | "load" | "down";
+
+export interface Route {
+  replica: number;
+  /** Whether the replica had served the request's prefix. */
+  hit: boolean;
+  miss?: MissReason;
+}
+
+const EMPTY_KEY: PrefixKey = { hashes: new Float64Array(0), covered: new Float64Array(0), total: 0 };
+
+export class PrefixRouter {
+  readonly policy: RoutingPolicy;
+  readonly #count: number;
+  readonly #weights: Float64Array;
+  readonly #inFlight: Int32Array;
+  readonly #healthy: Uint8Array;
+  /** Prefix hashes held per replica (table entries with its bit). */
+  readonly #held: Int32Array;
+  readonly #table = new Map<number, number>();
+  readonly #minMatch: number;
+  readonly #loadGap: number;
+  readonly #loadRatio: number;
+  readonly #maxPrefixes: number;
+  readonly #random: () => number;
+  readonly #ties: Int32Array;
+  #next = 0;
+
+  constructor(weights: readonly number[], options: RouterOptions = {}) {
+    if (weights.length < 1 || weights.length > MAX_REPLICAS) {
+      throw new RangeError(`a router takes 1 to ${MAX_REPLICAS} replicas, not ${weights.length}`);
+    }
+    this.#count = weights.length;
+    this.#weights = Float64Array.from(weights, (w) => (Number.isFinite(w) && w > 0 ? w : 1));
+    this.#inFlight = new Int32Array(this.#count);
+    this.#healthy = new Uint8Array(this.#count).fill(1);
+    this.#held = new Int32Array(this.#count);
+    this.#ties = new Int32Array(this.#count);
+    this.policy = options.policy ?? "prefix-affinity";
+    this.#minMatch = options.minMatch ?? 0.5;
+    this.#loadGap = options.loadGap ?? 4;
+    this.#loadRatio = options.loadRatio ?? 1.5;
+    this.#maxPrefixes = options.maxPrefixes ?? 65_536;
+    this.#random = options.random ?? Math.random;
+  }
+
+  get size(): number {
+    return this.#count;
+  }
+
+  /** The affinity key of a request; empty (and free) unless the policy uses it. */
+  key(request: EngineRequest): PrefixKey {
+    if (this.policy !== "prefix-affinity" || this.#count === 1) return EMPTY_KEY;
+    return prefixKey(request);
+  }
+
+  /**
+   * Picks a replica for a request and records its prefix there. `exclude` (a replica that just
+   * failed this request) is never picked while another replica exists. Ejected replicas are picked
+   * only when every other one is ejected too, so an outage that ends is found by requests as well.
+   */
+  pick(key: PrefixKey, exclude = -1): Route {
+    let eligible = 0;
+    for (let r = 0; r < this.#count; r++) if (this.#healthy[r] && r !== exclude) eligible |= 1 << r;
+    if (eligible === 0) {
+      for (let r = 0; r < this.#count; r++) if (r !== exclude) eligible |= 1 << r;
+      if (eligible === 0) eligible = 1 << exclude;
+    }
+    let route: Route;
+    if (this.policy === "round-robin") {
+      let r = this.#next;
+      while (!(eligible & (1 << (r % this.#count)))) r++;
+      this.#next = (r + 1) % this.#count;
+      route = { replica: r % this.#count, hit: false, miss: "cold" };
+    } else {
+      const least = this.#leastLoaded(eligible);
+      route =
+        this.policy === "prefix-affinity"
+          ? this.#affine(key, eligible, least)
+          : { replica: least, hit: false, miss: "cold" };
+    }
+    this.#record(key, route.replica);
+    return route;
+  }
+
+  /** A request started on `replica`. */
+  acquire(replica: number): void {
+    this.#inFlight[replica]!++;
+  }
+
+  /** A request on `replica` ended, however it ended. */
+  release(replica: number): void {
+    if (this.#inFlight[replica]! > 0) this.#inFlight[replica]!--;
+  }
+
+  inFlight(replica: number): number {
+    return this.#inFlight[replica] ?? 0;
+  }
+
+  healthy(replica: number): boolean {
+    return this.#healthy[replica] === 1;
+  }
+
+  /** Takes a replica out of routing (and forgets what it held: it may come back with an empty cache), or back in. */
+  setHealthy(replica: number, healthy: boolean): void {
+    if (this.healthy(replica) === healthy) return;
+    this.#healthy[replica] = healthy ? 1 : 0;
+    if (!healthy) this.#forget(replica);
+  }
+
+  /** Prefix hashes the table holds for `replica`. */
+  held(replica: number): number {
+    return this.#held[replica] ?? 0;
+  }
+
+  #load(replica: number): number {
+    return this.#inFlight[replica]! / this.#weights[replica]!;
+  }
+
+  /** The replica in `mask` with the fewest requests in flight per unit of weight; ties: power of two choices. */
+  #leastLoaded(mask: number): number {
+    let best = Infinity;
+    let ties = 0;
+    for (let r = 0; r < this.#count; r++) {
+      if (!(mask & (1 << r))) continue;
+      const load = this.#load(r);
+      if (load < best) {
+        best = load;
+        ties = 0;
+      }
+      if (load === best) this.#ties[ties++] = r;
+    }
+    if (ties === 1) return this.#ties[0]!;
+    const i = Math.floor(this.#random() * ties);
+    let j = Math.floor(this.#random() * (ties - 1));
+    if (j >= i) j++;
+    const a = this.#ties[i]!;
+    const b = this.#ties[j]!;
+    return this.#held[a]! / this.#weights[a]! <= this.#held[b]! / this.#weights[b]! ? a : b;
+  }
+
+  #affine(key: PrefixKey, eligible: number, least: number): Route {
+    const { hashes, covered, total } = key;
+    let holders = 0;
+    let elsewhere = false;
+    let at = -1;
+    for (let i = hashes.length - 1; i >= 0; i--) {
+      const mask = this.#table.get(hashes[i]!);
+      if (mask === undefined) continue;
+      if (mask & eligible) {
+        holders = mask & eligible;
+        at = i;
+        break;
+      }
+      if (covered[i]! >= this.#minMatch * total) elsewhere = true;
+    }
+    if (at < 0 || covered[at]! < this.#minMatch * total) {
+      return { replica: least, hit: false, miss: elsewhere ? "down" : "cold" };
+    }
+    const preferred = holders & (1 << least) ? least : this.#leastLoaded(holders);
+    const load = this.#load(preferred);
+    const floor = this.#load(least);
+    if (load - floor > this.#loadGap && load > this.#loadRatio * floor) {
+      return { replica: least, hit: false, miss: "load" };
+    }
+    return { replica: preferred, hit: true };
+  }
+
+  #record(key: PrefixKey, replica: number): void {
+    const { hashes } = key;
+    if (hashes.length === 0) return;
+    const bit = 1 << replica;
+    const table = this.#table;
+    for (let i = 0; i < hashes.length; i++) {
+      const hash = hashes[i]!;
+      const mask = table.get(hash);
+      if (mask === undefined) {
+        table.set(hash, bit);
+        this.#held[replica]!++;
+      } else if (!(mask & bit)) {
+        table.set(hash, mask | bit);
+        this.#held[replica]!++;
+      }
+    }
+    while (table.size > this.#maxPrefixes) {
+      const oldest = table.entries().next().value;
+      if (!oldest) break;
+      table.delete(oldest[0]);
+      this.#unhold(oldest[1]);
+    }
+  }
+
+  #unhold(mask: number): void {
+    for (let r = 0; r < this.#count; r++) if (mask & (1 << r)) this.#held[r]!--;
+  }
+
+  #forget(replica: number): void {
+    const bit = 1 << replica;
+    for (const [hash, mask] of this.#table) {
+      if (!(mask & bit)) continue;
+      if (mask === bit) this.#table.delete(hash);
+      else this.#table.set(hash, mask & ~bit);
+    }
+    this.#held[replica] = 0;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The key: two 32-bit multiplicative hashes per step, joined into one exact 53-bit number.
+
+/** Characters of an item taken whole; longer ones are sampled. */
+const WHOLE = 128;
+const EDGE = 48;
+const SPREAD = 32;
+/** What an item costs besides its text (role, separators), in characters. */
+const ITEM_OVERHEAD = 16;
+
+let lo = 0;
+let hi = 0;
+
+function mixCode(code: number): void {
+  lo = Math.imul(lo ^ code, 0x01000193);
+  hi = Math.imul(hi ^ code, 0x5bd1e995);
+  hi ^= hi >>> 15;
+}
+
+function mixText(text: string): void {
+  const n = text.length;
+  mixCode(n);
+  if (n <= WHOLE) {
+    for (let i = 0; i < n; i++) mixCode(text.charCodeAt(i));
+    return;
+  }
+  for (let i = 0; i < EDGE; i++) mixCode(text.charCodeAt(i));
+  const step = Math.floor((n - 2 * EDGE) / SPREAD);
+  for (let i = 0, at = EDGE; i < SPREAD; i++, at += step) mixCode(text.charCodeAt(at));
+  for (let i = n - EDGE; i < n; i++) mixCode(text.charCodeAt(i));
+}
+
+/** Mixes one item in; returns the characters it stands for. */
+function mixItem(item: ConversationItem): number {
+  switch (item.type) {
+    case "message":
+      mixCode(1);
+      mixText(item.role);
+      mixText(item.text);
+      return item.text.length + ITEM_OVERHEAD;
+    case "tool_call":
+      mixCode(2);
+      mixText(item.callId);
+      mixText(item.name);
+      mixText(item.input);
+      return item.input.length + item.name.length + ITEM_OVERHEAD;
+    case "tool_result":
+      mixCode(3);
+      mixText(item.callId);
+      mixText(item.output);
+      return item.output.length + ITEM_OVERHEAD;
+  }
+}
+
+/** The affinity key of a request (see the file's comment). */
+export function prefixKey(request: EngineRequest): PrefixKey {
+  const items = request.items;
+  lo = 0x811c9dc5;
+  hi = 0x2545f491;
+  mixText(request.model);
+  for (const tool of request.tools) {
+    mixText(tool.kind);
+    mixText(tool.name);
+    mixCode(tool.description?.length ?? 0);
+  }
+  const hashes = new Float64Array(items.length);
+  const covered = new Float64Array(items.length);
+  let total = 0;
+  for (let i = 0; i < items.length; i++) {
+    total += mixItem(items[i]!);
+    hashes[i] = (lo >>> 0) * 2_097_152 + (hi >>> 11);
+    covered[i] = total;
+  }
+  return { hashes, covered, total };
+}
