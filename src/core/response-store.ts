@@ -1,10 +1,13 @@
 /**
  * Where finished responses live so `previous_response_id` can continue a chain and
  * `GET /v1/responses/{id}` can find them. The seam is this interface; `MemoryResponseStore` is the
- * bounded in-memory implementation (tests, `--no-store-dir`), `src/store/sqlite-store.ts` the
- * durable one.
+ * bounded in-memory implementation (tests, `--store memory`), `src/store/sqlite-store.ts` the
+ * durable embedded one, `src/store/postgres-store.ts` the one many instances share.
  *
  * Contract:
+ * - Every method may answer synchronously or with a promise (`Awaitable`): the memory and SQLite
+ *   stores answer at once (no promise, no extra tick on the hot path), Postgres over the network.
+ *   Callers always `await`.
  * - Every record belongs to one owner (the API key's id, or `anonymous` without keys). `get`, `item`
  *   and `delete` with another owner behave exactly as if the id did not exist: one key can never see,
  *   continue, reference or delete another key's responses.
@@ -15,7 +18,8 @@
  *   has seen survives a crash of the server.
  * - Records are immutable once written; `put` with an existing id replaces the record.
  * - A `put` or `delete` that cannot write throws `StoreWriteError` and changes nothing: what the store
- *   held before stays intact, and a later write succeeds once the cause (a full disk) is gone.
+ *   held before stays intact, and a later write succeeds once the cause (a full disk, a database
+ *   that went away) is gone. A read that cannot reach the store throws `StoreUnavailableError`.
  * - Whatever a store keeps in memory is bounded in bytes as well as in count, so large inputs cannot
  *   grow the heap without limit.
  */
@@ -53,34 +57,57 @@ export interface StoredResponse {
 export type StoredItem = InputItemRecord;
 
 /**
- * A store could not write: the disk (or quota) is full, or the file system failed. The message is a
- * short reason (e.g. `SQLITE_FULL: database or disk is full`), without paths.
+ * A store could not write: the disk (or quota) is full, the file system failed, or the database is
+ * unreachable. The message is a short reason (e.g. `SQLITE_FULL: database or disk is full`), without
+ * paths, addresses or credentials.
  */
 export class StoreWriteError extends Error {
   override readonly name = "StoreWriteError";
+  /** True when the database could not be reached (a retry may succeed once it is back). */
+  readonly unavailable: boolean;
   constructor(
     message: string,
     /** True when the write failed for lack of space. */
     readonly full: boolean,
-    options?: ErrorOptions,
+    options?: ErrorOptions & { unavailable?: boolean },
   ) {
     super(message, options);
     this.name = "StoreWriteError";
+    this.unavailable = options?.unavailable ?? false;
   }
 }
 
+/**
+ * A store could not be read: its database is unreachable (down, restarting, connection lost). The
+ * message is a short reason without addresses or credentials; the caller may retry.
+ */
+export class StoreUnavailableError extends Error {
+  override readonly name = "StoreUnavailableError";
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "StoreUnavailableError";
+  }
+}
+
+/** A value, or a promise of it. */
+export type Awaitable<T> = T | Promise<T>;
+
 export interface ResponseStore {
-  get(id: string, owner: string): StoredResponse | undefined;
+  get(id: string, owner: string): Awaitable<StoredResponse | undefined>;
+  /** Whether `owner` has a stored response `id` (without reading it). */
+  has(id: string, owner: string): Awaitable<boolean>;
+  /** The conversation a successor of `owner`'s response `id` continues (see `chainConversation`). */
+  chain(id: string, owner: string): Awaitable<ChainConversation>;
   /**
    * The item with id `itemId` among the output and input items of `owner`'s stored responses (for
    * `item_reference`). When several responses hold an item with that id (a client resent an output
    * item with its id), the first stored wins.
    */
-  item(itemId: string, owner: string): StoredItem | undefined;
-  put(record: StoredResponse): void;
-  delete(id: string, owner: string): boolean;
-  /** Releases files and handles; the store is unusable afterwards. */
-  close(): void;
+  item(itemId: string, owner: string): Awaitable<StoredItem | undefined>;
+  put(record: StoredResponse): Awaitable<void>;
+  delete(id: string, owner: string): Awaitable<boolean>;
+  /** Releases files, handles and connections; the store is unusable afterwards. */
+  close(): Awaitable<void>;
 }
 
 /** The item `itemId` of `record`: one of its output items, else one of its input items. */
@@ -104,13 +131,18 @@ export type ChainConversation =
   | { found: false; missing?: string };
 
 /**
- * The whole conversation of `owner`'s stored response `id`: the `items` of every response of its
- * chain, walked back through `previous_response_id` (iteratively: chains can be long) to a
- * standalone record, oldest first, without system messages (instructions are not inherited). A
+ * The whole conversation of `owner`'s stored response `id` in a store that reads synchronously: the
+ * `items` of every response of its chain, walked back through `previous_response_id` (iteratively:
+ * chains can be long) to a standalone record, oldest first, without system messages (instructions
+ * are not inherited). A
  * chain one of whose earlier responses was deleted cannot be continued: the deleted turn is gone,
  * and a conversation with a hole in it is not what the client asked to continue.
  */
-export function chainConversation(store: ResponseStore, id: string, owner: string): ChainConversation {
+export function chainConversation(
+  store: { get(id: string, owner: string): StoredResponse | undefined },
+  id: string,
+  owner: string,
+): ChainConversation {
   let record = store.get(id, owner);
   if (record === undefined) return { found: false };
   const turns: (readonly ConversationItem[])[] = [];
@@ -166,6 +198,14 @@ export class MemoryResponseStore implements ResponseStore {
   get(id: string, owner: string): StoredResponse | undefined {
     const record = this.#records.get(id)?.record;
     return record?.owner === owner ? record : undefined;
+  }
+
+  has(id: string, owner: string): boolean {
+    return this.get(id, owner) !== undefined;
+  }
+
+  chain(id: string, owner: string): ChainConversation {
+    return chainConversation(this, id, owner);
   }
 
   item(itemId: string, owner: string): StoredItem | undefined {

@@ -23,7 +23,7 @@ import {
   encodeCompaction,
   restoreCompaction,
 } from "./compaction.js";
-import type { Admission, Ticket } from "./admission.js";
+import type { Admission, RateLimitSnapshot, Ticket } from "./admission.js";
 import { conversationBytes } from "./byte-budget.js";
 import { abortReasonOf, observeGeneration } from "./generation.js";
 import { newId } from "./ids.js";
@@ -31,8 +31,9 @@ import { anonymousPrincipal, type Principal } from "./keys.js";
 import type { Metrics } from "./metrics.js";
 import { applySampling, type ModelRegistry, type ResolvedModel } from "./model-registry.js";
 import {
-  chainConversation,
+  StoreUnavailableError,
   StoreWriteError,
+  type Awaitable,
   type InputItemRecord,
   type ResponseStore,
   type StoredItem,
@@ -50,6 +51,8 @@ export interface PreparedResponse {
   model: ResolvedModel;
   /** The engine slot (or queue place) and rate-limit charge of this response; absent for `generate: false`. */
   ticket?: Ticket;
+  /** The key's per-minute limits for the tier right after this request was counted. */
+  rateLimits: RateLimitSnapshot;
   /** The response as first announced (status `in_progress`); the stream fills in the rest. */
   response: ResponseObject;
   request: EngineRequest;
@@ -115,18 +118,21 @@ export class ResponsesService {
 
   /**
    * Validates a create body, resolves its history and model, and admits it (rate limits, queue).
-   * Throws a `SparkError` (400, 404, 429, 503) before anything has been sent to the client.
+   * Rejects with a `SparkError` (400, 404, 429, 503) before anything has been sent to the client.
+   * The store is read (awaited) only for `previous_response_id` and `item_reference`; admission
+   * comes after the last read, so a request that fails earlier costs no rate limit.
    */
-  prepare(raw: unknown, context: PrepareContext = {}): PreparedResponse {
+  async prepare(raw: unknown, context: PrepareContext = {}): Promise<PreparedResponse> {
     const acceptedAt = performance.now();
     const body = validateBody(responseCreateSchema, raw);
     const principal = context.principal ?? anonymousPrincipal;
     // The input as stored and listed is the resolved one: what the model saw.
-    if (Array.isArray(body.input)) body.input = this.resolveReferences(body.input, principal, context);
+    if (Array.isArray(body.input) && body.input.some((item) => referencedId(item) !== undefined))
+      body.input = await this.resolveReferences(body.input, principal, context);
 
     let history: readonly ConversationItem[] = [];
     if (body.previous_response_id) {
-      history = this.history(body.previous_response_id, principal, context);
+      history = await this.history(body.previous_response_id, principal, context);
     }
     let standalone = !body.previous_response_id;
     let input = body.input;
@@ -203,32 +209,32 @@ export class ResponsesService {
       metadata,
       user: body.user ?? null,
     };
+    // Last, so a request that fails validation costs no rate limit. `generate: false` runs no
+    // engine (it only records input to chain from), so it takes no slot, but it is still a request
+    // and its input still costs tokens (estimated: nothing counts them), or it would be a way
+    // around the limits that stores megabytes per call.
+    let ticket: Ticket | undefined;
+    let rateLimits: RateLimitSnapshot;
+    if (body.generate !== false) {
+      ticket = this.admission.admit(principal, model.entry.tier, model.entry.engine, model.entry.capacity);
+      rateLimits = ticket.rateLimits;
+    } else {
+      const newItems = items.length - history.length;
+      const estimatedTokens = Math.ceil(conversationBytes(items.slice(-newItems)) / 8);
+      rateLimits = this.admission.charge(principal, model.entry.tier, estimatedTokens);
+    }
     const prepared: PreparedResponse = {
       body,
       principal,
       model,
+      rateLimits,
       response,
       request,
       stream: body.stream === true,
       acceptedAt,
       turn: { items, own: items.length - inherited, standalone },
     };
-    // Last, so a request that fails validation costs no rate limit. `generate: false` runs no
-    // engine (it only records input to chain from), so it takes no slot, but it is still a request
-    // and its input still costs tokens (estimated: nothing counts them), or it would be a way
-    // around the limits that stores megabytes per call.
-    if (body.generate !== false) {
-      prepared.ticket = this.admission.admit(
-        principal,
-        model.entry.tier,
-        model.entry.engine,
-        model.entry.capacity,
-      );
-    } else {
-      const newItems = items.length - history.length;
-      const estimatedTokens = Math.ceil(conversationBytes(items.slice(-newItems)) / 8);
-      this.admission.charge(principal, model.entry.tier, estimatedTokens);
-    }
+    if (ticket) prepared.ticket = ticket;
     return prepared;
   }
 
@@ -236,10 +242,14 @@ export class ResponsesService {
    * The conversation `previous_response_id` continues, without system messages: the transport's
    * own (a WebSocket lane's latest), else the stored chain's.
    */
-  private history(id: string, principal: Principal, context: PrepareContext): readonly ConversationItem[] {
+  private async history(
+    id: string,
+    principal: Principal,
+    context: PrepareContext,
+  ): Promise<readonly ConversationItem[]> {
     const held = context.history?.(id);
     if (held) return held.filter((item) => !(item.type === "message" && item.role === "system"));
-    const stored = chainConversation(this.store, id, principal.id);
+    const stored = await this.read(() => this.store.chain(id, principal.id));
     if (stored.found) return stored.conversation;
     const reason =
       stored.missing !== undefined
@@ -259,14 +269,20 @@ export class ResponsesService {
    * the transport holds, else an output or input item of one of the principal's stored responses.
    * An id that names nothing (or another key's item) is a 400 naming the input item.
    */
-  private resolveReferences(input: InputItem[], principal: Principal, context: PrepareContext): InputItem[] {
+  private async resolveReferences(
+    input: InputItem[],
+    principal: Principal,
+    context: PrepareContext,
+  ): Promise<InputItem[]> {
     let resolved: InputItem[] | undefined;
     // An id repeated many times in one input is looked up once.
     const seen = new Map<string, StoredItem | undefined>();
     for (const [index, item] of input.entries()) {
       const id = referencedId(item);
       if (id === undefined) continue;
-      const found = seen.has(id) ? seen.get(id) : (context.item?.(id) ?? this.store.item(id, principal.id));
+      const found = seen.has(id)
+        ? seen.get(id)
+        : (context.item?.(id) ?? (await this.read(() => this.store.item(id, principal.id))));
       seen.set(id, found);
       if (found === undefined) {
         throw SparkError.invalid(
@@ -312,7 +328,7 @@ export class ResponsesService {
         await ticket.wait(signal);
       } catch {
         // The client left (or the server is stopping) while waiting: nothing was generated.
-        yield this.settle(prepared, builder.finish("cancelled", empty, abortReasonOf(signal)));
+        yield await this.settle(prepared, builder.finish("cancelled", empty, abortReasonOf(signal)));
         return;
       }
       prepared.response.status = "in_progress";
@@ -320,7 +336,7 @@ export class ResponsesService {
       yield builder.event("response.created", { response: builder.snapshot() });
     }
     if (prepared.body.generate === false) {
-      yield this.settle(prepared, builder.finish("stop", empty, undefined));
+      yield await this.settle(prepared, builder.finish("stop", empty, undefined));
       return;
     }
     yield builder.event("response.in_progress", { response: builder.snapshot() });
@@ -359,7 +375,7 @@ export class ResponsesService {
       return;
     }
     const abortReason = reason === "cancelled" ? abortReasonOf(signal) : undefined;
-    yield this.settle(prepared, builder.finish(reason, usage, abortReason));
+    yield await this.settle(prepared, builder.finish(reason, usage, abortReason));
   }
 
   /**
@@ -368,7 +384,7 @@ export class ResponsesService {
    * its outcome: a response that could not be stored ends with `response.failed`
    * (`store_write_failed`) instead, has no result, and cannot be continued.
    */
-  private settle(prepared: PreparedResponse, terminal: ResponseEvent): ResponseEvent {
+  private async settle(prepared: PreparedResponse, terminal: ResponseEvent): Promise<ResponseEvent> {
     const response = terminal.response as ResponseObject;
     const result: ResponseResult = {
       response,
@@ -376,7 +392,7 @@ export class ResponsesService {
     };
     if (response.store) {
       try {
-        this.store.put(this.storedTurn(prepared, result));
+        await this.store.put(await this.storedTurn(prepared, result));
       } catch (error) {
         const failure = storeWriteFailure(error);
         prepared.failure = failure;
@@ -395,14 +411,14 @@ export class ResponsesService {
    * conversation when nothing stored precedes it (a chain's start, a compaction, a predecessor kept
    * only in a connection's memory or gone since) or when it compacted its context while running.
    */
-  private storedTurn(prepared: PreparedResponse, result: ResponseResult): StoredResponse {
+  private async storedTurn(prepared: PreparedResponse, result: ResponseResult): Promise<StoredResponse> {
     const { turn, principal } = prepared;
     const previous = result.response.previous_response_id;
     const standalone =
       turn.standalone ||
       prepared.request.items !== turn.items ||
       previous === null ||
-      this.store.get(previous, principal.id) === undefined;
+      !(await this.store.has(previous, principal.id));
     const own = standalone
       ? result.conversation.filter((item) => !(item.type === "message" && item.role === "system"))
       : result.conversation.slice(turn.items.length - turn.own);
@@ -431,7 +447,7 @@ export class ResponsesService {
    * `POST /v1/responses/compact`, first half: validates the body and admits it (a 400 or 429 is
    * thrown here, before anything is sent), so the transport can answer with its rate limits.
    */
-  prepareCompaction(raw: unknown, principal?: Principal): PreparedResponse {
+  async prepareCompaction(raw: unknown, principal?: Principal): Promise<PreparedResponse> {
     const body = validateBody(compactRequestSchema, raw);
     return this.prepare(
       {
@@ -496,13 +512,13 @@ export class ResponsesService {
   }
 
   /** A stored response of `principal`; another key's id is not found, exactly like an unknown one. */
-  get(id: string, principal: Principal = anonymousPrincipal): ResponseObject {
-    return this.record(id, principal).response;
+  async get(id: string, principal: Principal = anonymousPrincipal): Promise<ResponseObject> {
+    return (await this.record(id, principal)).response;
   }
 
   /** `GET /v1/responses/{id}/input_items`: a page of the response's own input items. */
-  inputItems(id: string, principal: Principal, page: InputItemsPage): InputItemList {
-    const items = this.record(id, principal).inputItems;
+  async inputItems(id: string, principal: Principal, page: InputItemsPage): Promise<InputItemList> {
+    const items = (await this.record(id, principal)).inputItems;
     const ordered = page.order === "asc" ? items : [...items].reverse();
     let start = 0;
     if (page.after !== undefined) {
@@ -520,13 +536,13 @@ export class ResponsesService {
     };
   }
 
-  delete(
+  async delete(
     id: string,
     principal: Principal = anonymousPrincipal,
-  ): { id: string; object: "response"; deleted: true } {
+  ): Promise<{ id: string; object: "response"; deleted: true }> {
     let deleted: boolean;
     try {
-      deleted = this.store.delete(id, principal.id);
+      deleted = await this.store.delete(id, principal.id);
     } catch (error) {
       throw storeWriteFailure(error, "deleted");
     }
@@ -536,20 +552,52 @@ export class ResponsesService {
     return { id, object: "response", deleted: true };
   }
 
-  private record(id: string, principal: Principal): StoredResponse {
-    const record = this.store.get(id, principal.id);
+  private async record(id: string, principal: Principal): Promise<StoredResponse> {
+    const record = await this.read(() => this.store.get(id, principal.id));
     if (!record)
       throw SparkError.notFound(`Response with id '${shown(id)}' not found.`, "response_not_found");
     return record;
   }
+
+  /** A store read; a store that cannot be reached is the client's 503 (retry shortly). */
+  private async read<T>(read: () => Awaitable<T>): Promise<T> {
+    try {
+      return await read();
+    } catch (error) {
+      if (!(error instanceof StoreUnavailableError)) throw error;
+      throw new SparkError(
+        503,
+        "service_unavailable_error",
+        "store_unavailable",
+        `The response store cannot be reached (${error.message}); retry shortly.`,
+        null,
+        { "retry-after": "1" },
+      );
+    }
+  }
 }
 
 /**
- * The client's error for a response whose store write failed: 507 when the disk is full, else 500.
- * A store's own reason (`SQLITE_FULL: database or disk is full`) is shown; anything else is an
- * internal error, reported as such.
+ * The client's error for a response whose store write failed: 507 when the disk is full, 503 when
+ * the database cannot be reached (retry shortly), else 500. A store's own reason
+ * (`SQLITE_FULL: database or disk is full`) is shown; anything else is an internal error, reported
+ * as such.
  */
 function storeWriteFailure(error: unknown, what: "stored" | "deleted" = "stored"): SparkError {
+  if (
+    error instanceof StoreUnavailableError ||
+    (error instanceof StoreWriteError && error.unavailable && !error.full)
+  ) {
+    return new SparkError(
+      503,
+      "service_unavailable_error",
+      "store_write_failed",
+      `The response could not be ${what}: the response store cannot be reached (${error.message}). ` +
+        `Retry shortly.`,
+      null,
+      { "retry-after": "1" },
+    );
+  }
   if (!(error instanceof StoreWriteError)) {
     return SparkError.internal(SparkError.from(error).message, "store_write_failed");
   }

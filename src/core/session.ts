@@ -304,7 +304,7 @@ export class ResponsesSession {
   async #run(job: Job): Promise<void> {
     const { lane } = job;
     try {
-      job.prepared = this.service.prepare(job.body, {
+      job.prepared = await this.service.prepare(job.body, {
         history: (id) => this.#laneHistory(id),
         historyMiss: (id) => this.#missReason(id),
         item: (id) => this.#laneItem(id),

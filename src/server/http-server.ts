@@ -283,7 +283,7 @@ export class SparkServer {
     for (const socket of this.#sockets) socket.destroy();
     await closed;
     await Promise.all(this.models.engines().map((engine) => engine.close()));
-    this.#store.close();
+    await this.#store.close();
   }
 
   /**
@@ -359,13 +359,10 @@ export class SparkServer {
   }
 
   async #createResponse({ request, response, signal, principal }: RequestContext): Promise<void> {
-    const prepared = this.#responses.prepare(await readJsonBody(request, this.#maxBodyBytes), { principal });
+    const body = await readJsonBody(request, this.#maxBodyBytes);
+    const prepared = await this.#responses.prepare(body, { principal });
     setRouteHeaders(response, prepared.model);
-    // `generate: false` holds no ticket; it was charged just now, in this same synchronous step.
-    setRateLimitHeaders(
-      response,
-      prepared.ticket?.rateLimits ?? this.admission.snapshot(principal, prepared.model.entry.tier),
-    );
+    setRateLimitHeaders(response, prepared.rateLimits);
     if (!prepared.stream) {
       sendJson(response, 200, await this.#responses.complete(prepared, signal));
       return;
@@ -388,7 +385,7 @@ export class SparkServer {
 
   async #compactResponse({ request, response, signal, principal }: RequestContext): Promise<void> {
     const body = await readJsonBody(request, this.#maxBodyBytes);
-    const prepared = this.#responses.prepareCompaction(body, principal);
+    const prepared = await this.#responses.prepareCompaction(body, principal);
     if (prepared.ticket) setRateLimitHeaders(response, prepared.ticket.rateLimits);
     sendJson(response, 200, await this.#responses.compact(prepared, signal));
   }
@@ -416,7 +413,7 @@ export class SparkServer {
   }
 
   async #getResponse({ response, params, principal }: RequestContext): Promise<void> {
-    sendJson(response, 200, this.#responses.get(params[0]!, principal));
+    sendJson(response, 200, await this.#responses.get(params[0]!, principal));
   }
 
   async #inputItems({ response, params, principal, query }: RequestContext): Promise<void> {
@@ -429,11 +426,11 @@ export class SparkServer {
     const after = query.get("after") ?? undefined;
     const page: InputItemsPage = { limit, order };
     if (after !== undefined) page.after = after;
-    sendJson(response, 200, this.#responses.inputItems(params[0]!, principal, page));
+    sendJson(response, 200, await this.#responses.inputItems(params[0]!, principal, page));
   }
 
   async #deleteResponse({ response, params, principal }: RequestContext): Promise<void> {
-    sendJson(response, 200, this.#responses.delete(params[0]!, principal));
+    sendJson(response, 200, await this.#responses.delete(params[0]!, principal));
   }
 
   async #listModels({ response }: RequestContext): Promise<void> {

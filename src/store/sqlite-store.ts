@@ -1,6 +1,7 @@
 /**
  * The durable `ResponseStore`: one SQLite database, `<dataDir>/responses.sqlite`, through
- * better-sqlite3 (synchronous, so `put` has finished writing when it returns).
+ * better-sqlite3 (synchronous: every method answers without a promise, and `put` has finished
+ * writing when it returns).
  *
  * Contract (see `src/core/response-store.ts`):
  * - Durability: `put` commits one transaction before it returns. The database runs in WAL mode with
@@ -34,10 +35,12 @@ import { closeSync, mkdirSync, openSync } from "node:fs";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import {
+  chainConversation,
   itemIdsOf,
   itemOf,
   RECORD_OVERHEAD_BYTES,
   StoreWriteError,
+  type ChainConversation,
   type InputItemRecord,
   type ResponseStore,
   type StoredItem,
@@ -120,6 +123,7 @@ export class SqliteResponseStore implements ResponseStore {
   readonly #db: Database.Database;
   readonly #select: Database.Statement<[string, string], Row>;
   readonly #selectItem: Database.Statement<[string, string], { response_id: string }>;
+  readonly #exists: Database.Statement<[string, string], { found: number }>;
   /** Writes a row and its item ids in one transaction. */
   readonly #write: (record: StoredResponse, columns: readonly [string, string, string]) => void;
   /** Deletes a row and its item ids in one transaction; true when there was one. */
@@ -139,6 +143,9 @@ export class SqliteResponseStore implements ResponseStore {
     this.#cacheBytes = options.cacheBytes ?? DEFAULT_CACHE_BYTES;
     this.#select = db.prepare<[string, string], Row>(
       "SELECT owner, response, input_items, items, standalone FROM responses WHERE id = ? AND owner = ?",
+    );
+    this.#exists = db.prepare<[string, string], { found: number }>(
+      "SELECT 1 AS found FROM responses WHERE id = ? AND owner = ?",
     );
     this.#selectItem = db.prepare<[string, string], { response_id: string }>(
       "SELECT response_id FROM item_ids WHERE owner = ? AND id = ?",
@@ -233,6 +240,14 @@ export class SqliteResponseStore implements ResponseStore {
       row.owner.length + row.response.length + row.input_items.length + row.items.length,
     );
     return record;
+  }
+
+  has(id: string, owner: string): boolean {
+    return this.#cache.get(id)?.record.owner === owner || this.#exists.get(id, owner) !== undefined;
+  }
+
+  chain(id: string, owner: string): ChainConversation {
+    return chainConversation(this, id, owner);
   }
 
   item(itemId: string, owner: string): StoredItem | undefined {
