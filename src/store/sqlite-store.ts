@@ -48,6 +48,7 @@ import {
 } from "../core/response-store.js";
 import type { ConversationItem } from "../engine/types.js";
 import type { ResponseObject } from "../protocol/responses.js";
+import { StoreOpenError } from "./open-error.js";
 
 /** The schema version this code writes, kept in `PRAGMA user_version`. */
 export const SCHEMA_VERSION = 2;
@@ -56,20 +57,8 @@ export const DATABASE_FILE = "responses.sqlite";
 export const DEFAULT_CACHE_BYTES = 64 * 1024 * 1024;
 const BUSY_TIMEOUT_MS = 5000;
 
-/** The data directory or database cannot be used; the message says which path and what to do. */
-export class StoreOpenError extends Error {
-  override readonly name = "StoreOpenError";
-  constructor(
-    message: string,
-    readonly path: string,
-    options?: ErrorOptions,
-  ) {
-    super(message, options);
-    this.name = "StoreOpenError";
-  }
-}
-
 export { defaultDataDir } from "./data-dir.js";
+export { StoreOpenError };
 
 export interface SqliteStoreOptions {
   /** Bound of the cache of parsed records in bytes (estimated); 0 disables the cache. */
