@@ -118,7 +118,13 @@ export const serveSettingsSchema = z.strictObject({
   maxOutputTokens: z.coerce.number().int().positive().optional(),
   allowUnauthenticated: z.boolean(),
   queueLength: z.coerce.number().int().min(0).max(1_000_000),
-  store: z.enum(["sqlite", "memory"]),
+  /** `sqlite` (embedded, the default), `memory`, or a `postgres://` URL that several instances share. */
+  store: z
+    .string()
+    .refine(
+      (value) => value === "sqlite" || value === "memory" || /^postgres(ql)?:\/\/./i.test(value),
+      "must be sqlite, memory or a postgres://USER:PASSWORD@HOST:PORT/DATABASE URL",
+    ),
   dataDir: z.string().min(1).optional(),
   maxBodyBytes: z.coerce.number().int().min(1024),
   websocket: z.boolean(),

@@ -67,11 +67,9 @@ export function buildProgram(): Command {
       `responses that may wait per engine before 429 queue_full (default 256) ${env("queueLength")}`,
       integer,
     )
-    .addOption(
-      new Option("--store <kind>", `where store:true responses go ${env("store")}`).choices([
-        "sqlite",
-        "memory",
-      ]),
+    .option(
+      "--store <kind>",
+      `where store:true responses go: sqlite (default), memory, or postgres://USER:PASSWORD@HOST/DB to share them between instances ${env("store")}`,
     )
     .option(
       "--data-dir <dir>",

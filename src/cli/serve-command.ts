@@ -3,7 +3,8 @@ import { KeyRing } from "../core/keys.js";
 import { Metrics } from "../core/metrics.js";
 import { MemoryResponseStore, type ResponseStore } from "../core/response-store.js";
 import { SparkServer } from "../server/http-server.js";
-import { defaultDataDir, SqliteResponseStore, StoreOpenError } from "../store/sqlite-store.js";
+import { StoreOpenError } from "../store/open-error.js";
+import { defaultDataDir, SqliteResponseStore } from "../store/sqlite-store.js";
 import { ConfigError, loadKeyFile, resolveSettings, type ResolvedSettings } from "./config.js";
 import { createModels } from "./create-engine.js";
 
@@ -45,14 +46,26 @@ function loadKeys(settings: ResolvedSettings): KeyRing {
   );
 }
 
-function openStore(settings: ResolvedSettings): ResponseStore {
+/** `--store`: memory, a Postgres database several instances share (its driver loaded only then), or SQLite. */
+async function openStore(settings: ResolvedSettings): Promise<ResponseStore> {
   if (settings.store === "memory") return new MemoryResponseStore();
   try {
+    if (/^postgres(ql)?:\/\//i.test(settings.store)) {
+      const { PostgresResponseStore } = await import("../store/postgres-store.js");
+      return await PostgresResponseStore.open(settings.store);
+    }
     return SqliteResponseStore.open(settings.dataDir ?? defaultDataDir());
   } catch (error) {
     if (error instanceof StoreOpenError) throw new ConfigError(error.message);
     throw error;
   }
+}
+
+function storeDescription(settings: ResolvedSettings, store: ResponseStore): string {
+  if (settings.store === "memory") return "responses stored in memory only (--store memory)";
+  if ("url" in store && typeof store.url === "string")
+    return `responses stored in PostgreSQL at ${store.url}, shared with every instance that uses it`;
+  return `responses stored in ${settings.dataDir ?? defaultDataDir()}`;
 }
 
 export async function serve(flags: Record<string, unknown>): Promise<void> {
@@ -65,7 +78,7 @@ export async function serve(flags: Record<string, unknown>): Promise<void> {
     );
   }
   const models = await createModels(settings, log);
-  const store = openStore(settings);
+  const store = await openStore(settings);
   const server = new SparkServer({
     // Process metrics too (heap, RSS, event-loop lag): what an operator watches for the bounds.
     metrics: new Metrics({ processMetrics: true }),
@@ -136,11 +149,7 @@ export async function serve(flags: Record<string, unknown>): Promise<void> {
       : `no API keys configured: anyone who can reach ${settings.host} can use this server` +
           (isLoopback(settings.host) ? " (loopback only; add keys with `spark keys create`)" : ""),
   );
-  log(
-    settings.store === "memory"
-      ? "responses stored in memory only (--store memory)"
-      : `responses stored in ${settings.dataDir ?? defaultDataDir()}`,
-  );
+  log(storeDescription(settings, store));
 
   // The server answers 503 while the engines load, so clients see progress instead of a refused port.
   const started = performance.now();
