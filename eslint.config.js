@@ -26,7 +26,7 @@ export default tseslint.config(
               message: "The core and the seams must not import engines, transports or the CLI.",
             },
             {
-              group: ["node-llama-cpp", "undici", "node:http", "ws", "better-sqlite3"],
+              group: ["node-llama-cpp", "undici", "node:http", "ws", "better-sqlite3", "pg"],
               message: "Keep concrete runtimes out of the core.",
             },
           ],
