@@ -34,6 +34,28 @@ export const limitsSchema = z.strictObject({
 
 const environmentName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be an environment variable name");
 
+/** One replica of an upstream: its URL, or `{url, weight?, apiKeyEnv?}`. */
+const upstreamEntry = z.preprocess(
+  (value) => (typeof value === "string" ? { url: value } : value),
+  z.strictObject(
+    {
+      url: z.url({ protocol: /^https?$/, error: "must be an http or https URL" }),
+      /** Share of new conversations and of the load, relative to the other replicas. */
+      weight: z.number().positive().max(1000).optional(),
+      /** Environment variable holding this replica's key (default: `upstreamApiKeyEnv`). */
+      apiKeyEnv: environmentName.optional(),
+    },
+    {
+      error: (issue) =>
+        issue.code === "invalid_type" ? "must be a URL or {url, weight?, apiKeyEnv?}" : undefined,
+    },
+  ),
+);
+export type UpstreamEntry = z.infer<typeof upstreamEntry>;
+
+/** Most replicas one model may name (the router keeps a bit per replica). */
+const MAX_UPSTREAMS = 32;
+
 /** Settings of one engine: the flat `serve` settings, or one entry of `models`. */
 const engineSettings = {
   model: z.string().min(1).optional(),
@@ -41,6 +63,16 @@ const engineSettings = {
   contextSize: z.coerce.number().int().min(256).optional(),
   sequences: z.coerce.number().int().min(1).max(64).optional(),
   upstream: z.url().optional(),
+  /** Replicas of the upstream, instead of `upstream`. */
+  upstreams: z
+    .array(upstreamEntry)
+    .min(1, "must list at least one upstream")
+    .max(MAX_UPSTREAMS, `at most ${MAX_UPSTREAMS} upstreams`)
+    .refine(
+      (list) => new Set(list.map((entry) => entry.url.replace(/\/+$/, ""))).size === list.length,
+      "lists the same URL twice",
+    )
+    .optional(),
   upstreamApiKeyEnv: environmentName.optional(),
   upstreamModel: z.string().min(1).optional(),
   /** Seconds to wait for the upstream's response headers, and between two chunks of its body. */
@@ -142,7 +174,7 @@ export const serveSettingsSchema = z.strictObject({
 export type ServeSettings = z.infer<typeof serveSettingsSchema>;
 
 /** Settings only a config file can hold (structured values). */
-const FILE_ONLY: readonly string[] = ["models", "keys", "limits", "client"];
+const FILE_ONLY: readonly string[] = ["models", "keys", "limits", "client", "upstreams"];
 
 const BOOLEAN_SETTINGS: readonly string[] = ["download", "websocket", "allowUnauthenticated"];
 
@@ -153,7 +185,25 @@ function fromEnv(env: NodeJS.ProcessEnv): Record<string, unknown> {
     if (value === undefined || value === "") continue;
     values[key] = BOOLEAN_SETTINGS.includes(key) ? !/^(0|false|no|off)$/i.test(value) : value;
   }
+  // SPARK_UPSTREAM may list several replicas, comma-separated.
+  if (typeof values.upstream === "string" && values.upstream.includes(",")) {
+    values.upstream = values.upstream.split(",").map((url) => url.trim());
+  }
   return values;
+}
+
+/**
+ * `upstream` and `upstreams` are one setting: a source that gives either replaces both. Several
+ * `--upstream` flags (or a comma-separated SPARK_UPSTREAM) become `upstreams`; one stays `upstream`.
+ */
+function upstreamsOf(name: string, values: Record<string, unknown>): Record<string, unknown> {
+  const { upstream, upstreams } = values;
+  if (upstream !== undefined && upstreams !== undefined) {
+    throw new ConfigError(`${name}: set either upstream or upstreams, not both`);
+  }
+  if (!Array.isArray(upstream)) return values;
+  const { upstream: _list, ...rest } = values;
+  return upstream.length === 1 ? { ...rest, upstream: upstream[0] } : { ...rest, upstreams: upstream };
 }
 
 /** Reads a JSON object from `file`; `what` names the file in errors ("config file", "key file"). */
@@ -235,7 +285,12 @@ export function resolveSettings(
   ];
   const merged: Record<string, unknown> = {};
   const origin: Record<string, string> = {};
-  for (const [name, values] of sources) {
+  for (const [name, given] of sources) {
+    const values = upstreamsOf(name, given);
+    if (values.upstream !== undefined || values.upstreams !== undefined) {
+      delete merged.upstream;
+      delete merged.upstreams;
+    }
     for (const [key, value] of Object.entries(values)) {
       if (value === undefined || key === "config") continue;
       merged[key] = value;
@@ -246,6 +301,13 @@ export function resolveSettings(
   if (!parsed.success) {
     const issue = firstIssue(parsed.error);
     const key = String(issue.path[0] ?? "");
+    if (key === "upstreams" && origin[key] !== undefined && !origin[key].startsWith("config")) {
+      const where =
+        origin[key] === "environment" ? `environment variable ${ENV_NAMES.upstream}` : origin[key];
+      throw new ConfigError(
+        `invalid upstream (--upstream) from ${where}: ${issuePath(issue.path)}: ${issue.message}`,
+      );
+    }
     if (FILE_ONLY.includes(key) || issue.path.length > 1) {
       throw new ConfigError(`${origin[key] ?? "config"}: ${issuePath(issue.path)}: ${issue.message}`);
     }

@@ -3,6 +3,7 @@
  * model aliases clients use. Nothing else in Spark imports a concrete engine.
  */
 import { defaultTierOf, ModelRegistry, type ModelEntry, type Tier } from "../core/model-registry.js";
+import type { Registry as PromRegistry } from "prom-client";
 import type { Engine } from "../engine/types.js";
 import { ConfigError, type ModelEntrySettings, type ResolvedSettings } from "./config.js";
 
@@ -23,12 +24,14 @@ function defaultCapacity(settings: EngineSettings): number {
 export async function createModels(
   settings: ResolvedSettings,
   log: (line: string) => void,
+  /** The server's Prometheus registry, for engines with metrics of their own (upstream replicas). */
+  metrics?: PromRegistry,
 ): Promise<ModelRegistry> {
   // `maxOutputTokens` is every model's default unless its own `defaults` say otherwise.
   const outputDefault =
     settings.maxOutputTokens !== undefined ? { maxOutputTokens: settings.maxOutputTokens } : {};
   if (!settings.models) {
-    const engine = await createEngine(settings, log, "");
+    const engine = await createEngine(settings, log, "", metrics);
     const registry = ModelRegistry.single(engine, defaultCapacity(settings));
     if (settings.maxOutputTokens === undefined) return registry;
     // The two tiers with the default; the built-in aliases follow them again.
@@ -52,7 +55,7 @@ export async function createModels(
     const identity = JSON.stringify(Object.entries(merged).sort());
     let engine = engines.get(identity);
     if (!engine) {
-      engine = await createEngine(merged, log, `${source}: models.${alias}: `);
+      engine = await createEngine(merged, log, `${source}: models.${alias}: `, metrics);
       engines.set(identity, engine);
     }
     entries.push({
@@ -82,6 +85,7 @@ export async function createEngine(
   settings: EngineSettings,
   log: (line: string) => void,
   where: string,
+  metrics?: PromRegistry,
 ): Promise<Engine> {
   switch (settings.engine) {
     // Each engine's module loads only when it is used: node-llama-cpp alone takes longer to import
@@ -97,24 +101,35 @@ export async function createEngine(
       return new ScriptEngine(settings.rate !== undefined ? { lines, rate: settings.rate } : { lines });
     }
     case "openai": {
-      if (!settings.upstream) {
+      if (!settings.upstream && !settings.upstreams) {
         throw new ConfigError(
           `${where}the openai engine needs an upstream: --upstream URL (e.g. http://127.0.0.1:8000/v1)`,
         );
       }
-      let apiKey: string | undefined;
-      if (settings.upstreamApiKeyEnv) {
-        apiKey = process.env[settings.upstreamApiKeyEnv];
-        if (!apiKey)
-          throw new ConfigError(
-            `${where}upstreamApiKeyEnv names ${settings.upstreamApiKeyEnv}, which is not set`,
-          );
+      if (settings.upstream && settings.upstreams) {
+        throw new ConfigError(`${where}set either upstream or upstreams, not both`);
       }
+      const keyFrom = (name: string, setting: string): string => {
+        const value = process.env[name];
+        if (!value) throw new ConfigError(`${where}${setting} names ${name}, which is not set`);
+        return value;
+      };
+      let apiKey: string | undefined;
+      if (settings.upstreamApiKeyEnv) apiKey = keyFrom(settings.upstreamApiKeyEnv, "upstreamApiKeyEnv");
+      const upstreams = (settings.upstreams ?? [{ url: settings.upstream! }]).map((entry, i) => {
+        const key = entry.apiKeyEnv ? keyFrom(entry.apiKeyEnv, `upstreams[${i}].apiKeyEnv`) : apiKey;
+        return {
+          url: entry.url,
+          ...(entry.weight !== undefined ? { weight: entry.weight } : {}),
+          ...(key ? { apiKey: key } : {}),
+        };
+      });
       const { OpenAIEngine } = await import("../engines/openai/openai-engine.js");
       return new OpenAIEngine({
-        baseUrl: settings.upstream,
+        upstreams,
         api: settings.upstreamApi ?? "chat",
-        ...(apiKey ? { apiKey } : {}),
+        log,
+        ...(metrics ? { registry: metrics } : {}),
         ...(settings.upstreamModel ? { model: settings.upstreamModel } : {}),
         ...(settings.upstreamTimeout !== undefined ? { timeoutMs: settings.upstreamTimeout * 1000 } : {}),
       });

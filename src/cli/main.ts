@@ -95,7 +95,11 @@ export function buildProgram(): Command {
     .addOption(
       new Option("--gpu <mode>", `llama: use a GPU when available ${env("gpu")}`).choices(["auto", "off"]),
     )
-    .option("--upstream <url>", `openai: upstream base URL, e.g. http://127.0.0.1:8000/v1 ${env("upstream")}`)
+    .option(
+      "--upstream <url>",
+      `openai: upstream base URL, e.g. http://127.0.0.1:8000/v1; repeat it for replicas of one model ${env("upstream")}, comma-separated`,
+      collect,
+    )
     .option(
       "--upstream-api-key-env <name>",
       `openai: env variable holding the upstream API key ${env("upstreamApiKeyEnv")}`,
@@ -172,6 +176,7 @@ Examples:
   spark serve                                   # embedded llama.cpp with the default model
   spark serve --model ./qwen2.5-coder-1.5b.gguf --port 0
   spark serve --engine openai --upstream http://127.0.0.1:8000/v1 --upstream-api-key-env VLLM_KEY
+  spark serve --engine openai --upstream http://gpu1:8000/v1 --upstream http://gpu2:8000/v1
   spark serve --engine script --script demo.jsonl --rate 1000
   spark serve --host 0.0.0.0 --key-file keys.json  # shared server: keys required`,
     )

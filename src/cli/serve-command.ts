@@ -77,11 +77,12 @@ export async function serve(flags: Record<string, unknown>): Promise<void> {
         `(spark keys create --name NAME, then --key-file) or --allow-unauthenticated`,
     );
   }
-  const models = await createModels(settings, log);
+  // Process metrics too (heap, RSS, event-loop lag): what an operator watches for the bounds.
+  const metrics = new Metrics({ processMetrics: true });
+  const models = await createModels(settings, log, metrics.registry);
   const store = await openStore(settings);
   const server = new SparkServer({
-    // Process metrics too (heap, RSS, event-loop lag): what an operator watches for the bounds.
-    metrics: new Metrics({ processMetrics: true }),
+    metrics,
     models,
     keys,
     store,

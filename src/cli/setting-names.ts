@@ -27,7 +27,7 @@ export const DEFAULT_SETTINGS = {
 
 /** Environment variable for each setting. */
 export const ENV_NAMES: Record<
-  Exclude<keyof ServeSettings, "models" | "keys" | "limits" | "client">,
+  Exclude<keyof ServeSettings, "models" | "keys" | "limits" | "client" | "upstreams">,
   string
 > = {
   host: "SPARK_HOST",

@@ -12,13 +12,18 @@
  *
  * The table remembers which replicas served each prefix hash (a bit per replica, at most
  * `maxPrefixes` hashes, the oldest inserted forgotten first: the longest prefix of a live
- * conversation is always among the newest). A request goes to the replica holding its longest
- * prefix when that prefix covers at least `minMatch` of the request (in characters), unless that
- * replica is much busier than the least-loaded one: more than `loadGap` more requests in flight
- * *and* more than `loadRatio` times as many (SGLang's two balance thresholds, applied per request).
- * Everything else goes to the least-loaded replica: fewest requests in flight per unit of weight,
- * ties broken by the power of two choices (two tied replicas at random, the one holding fewer
- * prefixes per unit of weight wins, so new conversations spread their cache use by weight).
+ * conversation is always among the newest), and whether the prefix was ever continued.
+ *
+ * A request whose longest known prefix is where an earlier request ended (never continued since)
+ * continues that request: it goes to a replica that served it, unless that replica is much busier
+ * than the least-loaded one: more than `loadGap` more requests in flight *and* more than
+ * `loadRatio` times as many (SGLang's two balance thresholds, applied per request). A longest
+ * prefix that other requests already continued differently is a shared one (instructions and tools
+ * common to many conversations): following it would pile every new conversation onto the first
+ * replica that saw the instructions, so such a request is routed as a new conversation. Those go to
+ * the least-loaded replica: fewest requests in flight per unit of weight, ties broken by the power
+ * of two choices (two tied replicas at random, the one holding fewer prefixes per unit of weight
+ * wins, so new conversations spread their cache use by weight).
  */
 import type { ConversationItem, EngineRequest } from "../../engine/types.js";
 
@@ -27,8 +32,6 @@ export type RoutingPolicy = "prefix-affinity" | "least-loaded" | "round-robin";
 export interface RouterOptions {
   /** Default "prefix-affinity"; the others exist for comparison (the benchmark). */
   policy?: RoutingPolicy;
-  /** Share of a request (in characters) a replica must hold for affinity. Default 0.5. */
-  minMatch?: number;
   /** Affinity yields to the least-loaded replica past this many more requests in flight. Default 4. */
   loadGap?: number;
   /** ... and past this many times as many. Default 1.5. */
@@ -42,20 +45,17 @@ export interface RouterOptions {
 /** At most this many replicas per router: one bit each in the table. */
 export const MAX_REPLICAS = 32;
 
-/** A request's affinity key: chained hashes of its leading items and the characters each covers. */
+/** A request's affinity key: chained hashes of its leading items. */
 export interface PrefixKey {
   readonly hashes: Float64Array;
-  readonly covered: Float64Array;
-  /** Characters of the whole request. */
-  readonly total: number;
 }
 
 /**
- * Why a request did not go to a replica holding its prefix: none held enough of it (`cold`), the
- * holder was much busier than the least-loaded replica (`load`), or the holder was ejected or had
- * just failed this request (`down`).
+ * Why a request did not go to a replica that served its prefix: it continues nothing known
+ * (`cold`), only a prefix that other requests share (`shared`), the holder was much busier than the
+ * least-loaded replica (`load`), or it was ejected or had just failed this request (`down`).
  */
-export type MissReason = "cold" | "load" | "down";
+export type MissReason = "cold" | "shared" | "load" | "down";
 
 export interface Route {
   replica: number;
@@ -64,7 +64,10 @@ export interface Route {
   miss?: MissReason;
 }
 
-const EMPTY_KEY: PrefixKey = { hashes: new Float64Array(0), covered: new Float64Array(0), total: 0 };
+const EMPTY_KEY: PrefixKey = { hashes: new Float64Array(0) };
+
+/** Table values: the replicas' bits in the low 32 bits, and this flag once the prefix was continued. */
+const CONTINUED = 2 ** 32;
 
 export class PrefixRouter {
   readonly policy: RoutingPolicy;
@@ -75,7 +78,6 @@ export class PrefixRouter {
   /** Prefix hashes held per replica (table entries with its bit). */
   readonly #held: Int32Array;
   readonly #table = new Map<number, number>();
-  readonly #minMatch: number;
   readonly #loadGap: number;
   readonly #loadRatio: number;
   readonly #maxPrefixes: number;
@@ -94,7 +96,6 @@ export class PrefixRouter {
     this.#held = new Int32Array(this.#count);
     this.#ties = new Int32Array(this.#count);
     this.policy = options.policy ?? "prefix-affinity";
-    this.#minMatch = options.minMatch ?? 0.5;
     this.#loadGap = options.loadGap ?? 4;
     this.#loadRatio = options.loadRatio ?? 1.5;
     this.#maxPrefixes = options.maxPrefixes ?? 65_536;
@@ -197,30 +198,28 @@ export class PrefixRouter {
   }
 
   #affine(key: PrefixKey, eligible: number, least: number): Route {
-    const { hashes, covered, total } = key;
-    let holders = 0;
+    const { hashes } = key;
     let elsewhere = false;
-    let at = -1;
     for (let i = hashes.length - 1; i >= 0; i--) {
-      const mask = this.#table.get(hashes[i]!);
-      if (mask === undefined) continue;
-      if (mask & eligible) {
-        holders = mask & eligible;
-        at = i;
-        break;
+      const value = this.#table.get(hashes[i]!);
+      if (value === undefined) continue;
+      const continued = value >= CONTINUED;
+      const holders = (value % CONTINUED) & eligible;
+      if (holders === 0) {
+        // Served only by replicas out of routing: a shorter prefix may still be held elsewhere.
+        if (!continued) elsewhere = true;
+        continue;
       }
-      if (covered[i]! >= this.#minMatch * total) elsewhere = true;
+      if (continued) return { replica: least, hit: false, miss: elsewhere ? "down" : "shared" };
+      const preferred = holders & (1 << least) ? least : this.#leastLoaded(holders);
+      const load = this.#load(preferred);
+      const floor = this.#load(least);
+      if (load - floor > this.#loadGap && load > this.#loadRatio * floor) {
+        return { replica: least, hit: false, miss: "load" };
+      }
+      return { replica: preferred, hit: true };
     }
-    if (at < 0 || covered[at]! < this.#minMatch * total) {
-      return { replica: least, hit: false, miss: elsewhere ? "down" : "cold" };
-    }
-    const preferred = holders & (1 << least) ? least : this.#leastLoaded(holders);
-    const load = this.#load(preferred);
-    const floor = this.#load(least);
-    if (load - floor > this.#loadGap && load > this.#loadRatio * floor) {
-      return { replica: least, hit: false, miss: "load" };
-    }
-    return { replica: preferred, hit: true };
+    return { replica: least, hit: false, miss: elsewhere ? "down" : "cold" };
   }
 
   #record(key: PrefixKey, replica: number): void {
@@ -228,22 +227,27 @@ export class PrefixRouter {
     if (hashes.length === 0) return;
     const bit = 1 << replica;
     const table = this.#table;
+    let parent: number | undefined;
     for (let i = 0; i < hashes.length; i++) {
       const hash = hashes[i]!;
-      const mask = table.get(hash);
-      if (mask === undefined) {
-        table.set(hash, bit);
+      const value = table.get(hash);
+      if (value === undefined) {
+        table.set(hash, bit >>> 0);
         this.#held[replica]!++;
-      } else if (!(mask & bit)) {
-        table.set(hash, mask | bit);
+        // The prefix before this one now has a continuation.
+        const before = parent === undefined ? undefined : table.get(parent);
+        if (before !== undefined && before < CONTINUED) table.set(parent!, before + CONTINUED);
+      } else if (!((value % CONTINUED) & bit)) {
+        table.set(hash, value + (bit >>> 0));
         this.#held[replica]!++;
       }
+      parent = hash;
     }
     while (table.size > this.#maxPrefixes) {
       const oldest = table.entries().next().value;
       if (!oldest) break;
       table.delete(oldest[0]);
-      this.#unhold(oldest[1]);
+      this.#unhold(oldest[1] % CONTINUED);
     }
   }
 
@@ -252,11 +256,12 @@ export class PrefixRouter {
   }
 
   #forget(replica: number): void {
-    const bit = 1 << replica;
-    for (const [hash, mask] of this.#table) {
+    const bit = (1 << replica) >>> 0;
+    for (const [hash, value] of this.#table) {
+      const mask = value % CONTINUED;
       if (!(mask & bit)) continue;
       if (mask === bit) this.#table.delete(hash);
-      else this.#table.set(hash, mask & ~bit);
+      else this.#table.set(hash, value - bit);
     }
     this.#held[replica] = 0;
   }
@@ -269,8 +274,6 @@ export class PrefixRouter {
 const WHOLE = 128;
 const EDGE = 48;
 const SPREAD = 32;
-/** What an item costs besides its text (role, separators), in characters. */
-const ITEM_OVERHEAD = 16;
 
 let lo = 0;
 let hi = 0;
@@ -294,25 +297,25 @@ function mixText(text: string): void {
   for (let i = n - EDGE; i < n; i++) mixCode(text.charCodeAt(i));
 }
 
-/** Mixes one item in; returns the characters it stands for. */
-function mixItem(item: ConversationItem): number {
+/** Mixes one item in. */
+function mixItem(item: ConversationItem): void {
   switch (item.type) {
     case "message":
       mixCode(1);
       mixText(item.role);
       mixText(item.text);
-      return item.text.length + ITEM_OVERHEAD;
+      return;
     case "tool_call":
       mixCode(2);
       mixText(item.callId);
       mixText(item.name);
       mixText(item.input);
-      return item.input.length + item.name.length + ITEM_OVERHEAD;
+      return;
     case "tool_result":
       mixCode(3);
       mixText(item.callId);
       mixText(item.output);
-      return item.output.length + ITEM_OVERHEAD;
+      return;
   }
 }
 
@@ -328,12 +331,9 @@ export function prefixKey(request: EngineRequest): PrefixKey {
     mixCode(tool.description?.length ?? 0);
   }
   const hashes = new Float64Array(items.length);
-  const covered = new Float64Array(items.length);
-  let total = 0;
   for (let i = 0; i < items.length; i++) {
-    total += mixItem(items[i]!);
+    mixItem(items[i]!);
     hashes[i] = (lo >>> 0) * 2_097_152 + (hi >>> 11);
-    covered[i] = total;
   }
-  return { hashes, covered, total };
+  return { hashes };
 }
