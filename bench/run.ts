@@ -11,7 +11,9 @@
  *   8. what keys, `model: "auto"` routing, rate limits and queue bookkeeping add per request;
  *   9. 1,000 concurrent WebSocket sessions: p99 inter-token time, memory per session, errors;
  *  10. the `spark` TUI: launch to ready prompt, vs a bare Node prompt;
- *  11. the `spark` TUI: Enter on a steer to `response.steer` on the wire, vs a minimal client.
+ *  11. the `spark` TUI: Enter on a steer to `response.steer` on the wire, vs a minimal client;
+ *  12. upstream replicas: routing policies on a simulated fleet with prefix KV caches, failover when
+ *      a replica dies (real engine, real sockets), and the routing decision's cost.
  *
  * Options: `--quick` (fewer iterations), `--json` (also write bench/results.json),
  * `--only 1,3` (run some figures only). Every server is in process on 127.0.0.1, port 0.
@@ -21,6 +23,7 @@ import { availableParallelism, cpus, loadavg, platform, arch, totalmem } from "n
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { llamaFigures } from "./llama-figures.js";
+import { replicaFigures } from "./replica-figures.js";
 import { table, type FigureResult, type FigureRow } from "./report.js";
 import { addedLatency, relayThroughput } from "./script-figures.js";
 import { sessionScale } from "./scale-figures.js";
@@ -43,7 +46,7 @@ const llamaConfig = args.quick
   ? { decodeTokens: 200, decodeRounds: 3, reuseRounds: 2 }
   : { decodeTokens: 200, decodeRounds: 15, reuseRounds: 9 };
 const wsConfig = args.quick ? { loopRounds: 3, steerRounds: 5 } : { loopRounds: 10, steerRounds: 15 };
-const only = new Set((args.only ?? "1,2,3,4,5,6,7,8,9,10,11").split(",").map((s) => Number(s.trim())));
+const only = new Set((args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12").split(",").map((s) => Number(s.trim())));
 
 const log = (line: string): void => console.log(line);
 
@@ -157,6 +160,15 @@ if (only.has(11)) {
     `\n11. spark TUI: Enter on a steer to response.steer at a WebSocket relay (${tuiRounds} steers after 2 warm-up)`,
   );
   results.tuiSteer = await steerKeystrokeFigure({ rounds: tuiRounds }, log);
+}
+
+if (only.has(12)) {
+  log(
+    `\n12. Upstream replicas: round-robin, least-loaded and prefix affinity on a simulated fleet (virtual time); failover; routing cost`,
+  );
+  for (const [index, figure] of (await replicaFigures({ quick: args.quick }, log)).entries()) {
+    results[`replicas${index}`] = figure;
+  }
 }
 
 const seconds = (performance.now() - started) / 1000;

@@ -503,8 +503,8 @@ test("router: the longest prefix wins over a shared one; a busy holder yields pa
     }
   }
   const home = homes.get("a")!;
-  for (let i = 0; i < 4; i++) router.acquire(home);
-  assert.equal(router.pick(prefixKey(turn("a", 4))).replica, home, "4 more in flight: within the bound");
+  for (let i = 0; i < 8; i++) router.acquire(home);
+  assert.equal(router.pick(prefixKey(turn("a", 4))).replica, home, "8 more in flight: within the bound");
   router.acquire(home);
   const moved = router.pick(prefixKey(turn("a", 4)));
   assert.notEqual(moved.replica, home);

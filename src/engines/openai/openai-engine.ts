@@ -177,8 +177,9 @@ export class OpenAIEngine implements Engine {
       return;
     }
     const pool = this.#replicas;
-    const key = pool.router.key(request);
     const body = JSON.stringify(this.#wire.requestBody(request));
+    // After the body: serializing it has just read every item, which the key reads again.
+    const key = pool.router.key(request);
     let failed = -1;
     for (;;) {
       const replica = pool.acquire(key, failed);

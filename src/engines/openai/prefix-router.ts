@@ -32,7 +32,10 @@ export type RoutingPolicy = "prefix-affinity" | "least-loaded" | "round-robin";
 export interface RouterOptions {
   /** Default "prefix-affinity"; the others exist for comparison (the benchmark). */
   policy?: RoutingPolicy;
-  /** Affinity yields to the least-loaded replica past this many more requests in flight. Default 4. */
+  /**
+   * Affinity yields to the least-loaded replica past this many more requests in flight. Default 8:
+   * GPU servers batch many requests, and moving a long conversation costs its whole prefill.
+   */
   loadGap?: number;
   /** ... and past this many times as many. Default 1.5. */
   loadRatio?: number;
@@ -84,6 +87,8 @@ export class PrefixRouter {
   readonly #random: () => number;
   readonly #ties: Int32Array;
   #next = 0;
+  /** The index of the longest prefix the last affine pick matched. */
+  #matched = -1;
 
   constructor(weights: readonly number[], options: RouterOptions = {}) {
     if (weights.length < 1 || weights.length > MAX_REPLICAS) {
@@ -96,7 +101,7 @@ export class PrefixRouter {
     this.#held = new Int32Array(this.#count);
     this.#ties = new Int32Array(this.#count);
     this.policy = options.policy ?? "prefix-affinity";
-    this.#loadGap = options.loadGap ?? 4;
+    this.#loadGap = options.loadGap ?? 8;
     this.#loadRatio = options.loadRatio ?? 1.5;
     this.#maxPrefixes = options.maxPrefixes ?? 65_536;
     this.#random = options.random ?? Math.random;
@@ -137,7 +142,8 @@ export class PrefixRouter {
           ? this.#affine(key, eligible, least)
           : { replica: least, hit: false, miss: "cold" };
     }
-    this.#record(key, route.replica);
+    // A continuation's replica already holds the prefix it matched: only the new items are recorded.
+    this.#record(key, route.replica, route.hit ? this.#matched + 1 : 0);
     return route;
   }
 
@@ -217,18 +223,19 @@ export class PrefixRouter {
       if (load - floor > this.#loadGap && load > this.#loadRatio * floor) {
         return { replica: least, hit: false, miss: "load" };
       }
+      this.#matched = i;
       return { replica: preferred, hit: true };
     }
     return { replica: least, hit: false, miss: elsewhere ? "down" : "cold" };
   }
 
-  #record(key: PrefixKey, replica: number): void {
+  #record(key: PrefixKey, replica: number, from: number): void {
     const { hashes } = key;
     if (hashes.length === 0) return;
     const bit = 1 << replica;
     const table = this.#table;
-    let parent: number | undefined;
-    for (let i = 0; i < hashes.length; i++) {
+    let parent: number | undefined = from > 0 ? hashes[from - 1] : undefined;
+    for (let i = from; i < hashes.length; i++) {
       const hash = hashes[i]!;
       const value = table.get(hash);
       if (value === undefined) {
@@ -268,71 +275,56 @@ export class PrefixRouter {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The key: two 32-bit multiplicative hashes per step, joined into one exact 53-bit number.
+// The key: a 32-bit FNV-1a hash of each item's sample, chained item by item into two 32-bit lanes,
+// joined into one exact 53-bit number.
 
-/** Characters of an item taken whole; longer ones are sampled. */
-const WHOLE = 128;
-const EDGE = 48;
-const SPREAD = 32;
+/** Characters of an item's text taken whole; longer texts are sampled. */
+const WHOLE = 64;
+const EDGE = 16;
+const SPREAD = 16;
+const FNV_PRIME = 0x01000193;
 
-let lo = 0;
-let hi = 0;
-
-function mixCode(code: number): void {
-  lo = Math.imul(lo ^ code, 0x01000193);
-  hi = Math.imul(hi ^ code, 0x5bd1e995);
-  hi ^= hi >>> 15;
-}
-
-function mixText(text: string): void {
+function hashText(seed: number, text: string): number {
   const n = text.length;
-  mixCode(n);
+  let h = Math.imul(seed ^ n, FNV_PRIME);
   if (n <= WHOLE) {
-    for (let i = 0; i < n; i++) mixCode(text.charCodeAt(i));
-    return;
+    for (let i = 0; i < n; i++) h = Math.imul(h ^ text.charCodeAt(i), FNV_PRIME);
+    return h;
   }
-  for (let i = 0; i < EDGE; i++) mixCode(text.charCodeAt(i));
+  for (let i = 0; i < EDGE; i++) h = Math.imul(h ^ text.charCodeAt(i), FNV_PRIME);
   const step = Math.floor((n - 2 * EDGE) / SPREAD);
-  for (let i = 0, at = EDGE; i < SPREAD; i++, at += step) mixCode(text.charCodeAt(at));
-  for (let i = n - EDGE; i < n; i++) mixCode(text.charCodeAt(i));
+  for (let i = 0, at = EDGE; i < SPREAD; i++, at += step) h = Math.imul(h ^ text.charCodeAt(at), FNV_PRIME);
+  for (let i = n - EDGE; i < n; i++) h = Math.imul(h ^ text.charCodeAt(i), FNV_PRIME);
+  return h;
 }
 
-/** Mixes one item in. */
-function mixItem(item: ConversationItem): void {
+function hashItem(item: ConversationItem): number {
   switch (item.type) {
     case "message":
-      mixCode(1);
-      mixText(item.role);
-      mixText(item.text);
-      return;
+      return hashText(hashText(1, item.role), item.text);
     case "tool_call":
-      mixCode(2);
-      mixText(item.callId);
-      mixText(item.name);
-      mixText(item.input);
-      return;
+      return hashText(hashText(hashText(2, item.callId), item.name), item.input);
     case "tool_result":
-      mixCode(3);
-      mixText(item.callId);
-      mixText(item.output);
-      return;
+      return hashText(hashText(3, item.callId), item.output);
   }
 }
 
 /** The affinity key of a request (see the file's comment). */
 export function prefixKey(request: EngineRequest): PrefixKey {
   const items = request.items;
-  lo = 0x811c9dc5;
-  hi = 0x2545f491;
-  mixText(request.model);
+  let seed = hashText(0x811c9dc5, request.model);
   for (const tool of request.tools) {
-    mixText(tool.kind);
-    mixText(tool.name);
-    mixCode(tool.description?.length ?? 0);
+    seed = hashText(hashText(seed, tool.kind), tool.name);
+    seed = Math.imul(seed ^ (tool.description?.length ?? 0), FNV_PRIME);
   }
+  let lo = seed;
+  let hi = Math.imul(seed ^ 0x2545f491, 0x5bd1e995);
   const hashes = new Float64Array(items.length);
   for (let i = 0; i < items.length; i++) {
-    mixItem(items[i]!);
+    const h = hashItem(items[i]!);
+    lo = Math.imul(lo ^ h, FNV_PRIME);
+    hi = Math.imul(hi ^ h ^ (lo >>> 13), 0x5bd1e995);
+    hi ^= hi >>> 15;
     hashes[i] = (lo >>> 0) * 2_097_152 + (hi >>> 11);
   }
   return { hashes };
