@@ -187,14 +187,22 @@ test(
   async () => {
     const upstreams = await replicas(3);
     const { server } = await sparkServer(upstreams);
+    // Long instructions shared by every conversation, sent on every turn, as Codex does: they must
+    // neither pull all conversations onto one replica nor break a conversation's affinity.
+    const instructions = "You are a coding agent in a sandbox. Be brief. ".repeat(200);
     const ws = await WsClient.connect(server.url);
     const conversations = 6;
     const lastIds: string[] = [];
     for (let c = 0; c < conversations; c++) {
-      const first = terminalOf(await ws.turn({ model: "spark", input: `conv${c} hello` }));
+      const first = terminalOf(await ws.turn({ model: "spark", instructions, input: `conv${c} hello` }));
       assert.equal(first.type, "response.completed");
       const second = terminalOf(
-        await ws.turn({ model: "spark", previous_response_id: first.response.id, input: `conv${c} more` }),
+        await ws.turn({
+          model: "spark",
+          instructions,
+          previous_response_id: first.response.id,
+          input: `conv${c} more`,
+        }),
       );
       assert.equal(second.type, "response.completed");
       lastIds.push(second.response.id);
@@ -202,6 +210,7 @@ test(
     // Third turns over HTTP, continuing the WebSocket chains from the store, in another order.
     for (let c = conversations - 1; c >= 0; c--) {
       const { status, json } = await post(server, {
+        instructions,
         previous_response_id: lastIds[c],
         input: `conv${c} and over HTTP`,
       });
