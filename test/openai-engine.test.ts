@@ -864,7 +864,9 @@ async function firehose(
     ok = await write(piece);
     if (ok) state.written += piece.length;
   }
-  if (!closed) {
+  // A write that failed (the client cut the connection) may call back before `close` is emitted:
+  // the body ended only if every byte was written.
+  if (!closed && ok) {
     res.end();
     state.ended = true;
   }
