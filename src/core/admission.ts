@@ -300,12 +300,6 @@ export class Admission {
     return rateLimits;
   }
 
-  /** The key's per-minute limits for `tier` as they stand now (nothing is counted). */
-  snapshot(principal: Principal, tier: Tier): RateLimitSnapshot {
-    const now = performance.now();
-    return snapshotOf(this.#usageOf(principal, tier, now), principal.limits[tier], now);
-  }
-
   /** The key's usage of `tier`, moved to `now`. */
   #usageOf(principal: Principal, tier: Tier, now: number): Usage {
     const usageKey = `${principal.id}\u0000${tier}`;

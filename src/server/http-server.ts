@@ -386,7 +386,7 @@ export class SparkServer {
   async #compactResponse({ request, response, signal, principal }: RequestContext): Promise<void> {
     const body = await readJsonBody(request, this.#maxBodyBytes);
     const prepared = await this.#responses.prepareCompaction(body, principal);
-    if (prepared.ticket) setRateLimitHeaders(response, prepared.ticket.rateLimits);
+    setRateLimitHeaders(response, prepared.rateLimits);
     sendJson(response, 200, await this.#responses.compact(prepared, signal));
   }
 
