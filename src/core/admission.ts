@@ -21,7 +21,7 @@
  *   arriving (at most K+1 grants per `deep` grant, and fewer than `maxQueue` keys per round).
  * - The numbers behind OpenAI's `x-ratelimit-*` headers (limit, remaining, time until the window
  *   is empty) are taken at admit time for each per-minute limit that applies to the key and tier:
- *   on the ticket, from `charge`, from `snapshot`, and in the headers of every 429.
+ *   on the ticket, from `charge`, and in the headers of every 429.
  * - Every ticket is released exactly once; releasing a queued ticket (a client that left) takes it
  *   out of the queue. Releasing a running ticket hands its slot to the next waiter at once.
  */
