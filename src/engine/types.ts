@@ -44,6 +44,26 @@ export interface EngineRequest {
   topP?: number;
   /** Expected output text (Predicted Outputs); engines may use it to speed decoding. */
   prediction?: string;
+  /**
+   * Speculative decoding switches for this request. Absent fields mean the engine's defaults.
+   * Speculation never changes the output: identical at temperature 0, same distribution when sampling.
+   */
+  speculation?: { inputLookup?: boolean };
+}
+
+/**
+ * What speculative decoding did for one response, as the engine verified it (not estimated).
+ * `drafted` = `accepted` + `rejected` tokens proposed by every drafter (prediction, input lookup,
+ * draft model); `steps` = verification batches run. `prediction*` count the Predicted Outputs
+ * drafter alone (OpenAI's `accepted_prediction_tokens` / `rejected_prediction_tokens`).
+ */
+export interface SpeculationUsage {
+  drafted: number;
+  accepted: number;
+  rejected: number;
+  steps: number;
+  predictionAccepted: number;
+  predictionRejected: number;
 }
 
 export interface Usage {
@@ -51,6 +71,8 @@ export interface Usage {
   /** Input tokens served from a cache (KV prefix reuse) instead of being evaluated. */
   cachedInputTokens: number;
   outputTokens: number;
+  /** Present when the engine speculated (and measured it); otherwise the core may estimate. */
+  speculation?: SpeculationUsage;
 }
 
 export type FinishReason = "stop" | "length" | "tool_calls" | "cancelled";
