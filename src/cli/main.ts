@@ -3,6 +3,7 @@ import { Command, InvalidArgumentError, Option } from "commander";
 import { ConfigError, DEFAULT_SETTINGS, ENV_NAMES } from "./setting-names.js";
 import { addClientOptions, clientFlags } from "./client-options.js";
 import { keysCommand } from "./keys-command.js";
+import { lspCommand } from "./lsp-command.js";
 
 const log = (line: string): void => {
   process.stderr.write(`spark: ${line}\n`);
@@ -190,6 +191,7 @@ Examples:
       await serve(flags);
     });
   program.addCommand(keysCommand(DEFAULT_KEY_FILE));
+  program.addCommand(lspCommand());
 
   // The interactive UI is the default command: `spark` or `spark "first message"`.
   addClientOptions(program)
