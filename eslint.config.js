@@ -51,8 +51,8 @@ export default tseslint.config(
     },
   },
   {
-    // The client (agent and TUI) talks to a server only over the wire, like any other client.
-    files: ["src/agent/**", "src/tui/**"],
+    // The clients (agent, TUI, language server) talk to a server only over the wire, like any other client.
+    files: ["src/agent/**", "src/tui/**", "src/lsp/**"],
     rules: {
       "no-restricted-imports": [
         "error",
