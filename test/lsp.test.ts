@@ -256,8 +256,7 @@ describe("spark lsp against a Spark server", { skip: completionsMissing }, () =>
       );
       assert.doesNotMatch(p.params.text as string, /```/);
     }
-    assert.equal(progress.at(-1)!.params.text, REWRITE);
-    // The document itself is unchanged: the client applies the edit.
+    assert.equal(progress.at(-1)!.params.text, REWRITE, "the last progress is the final text");
     const request = proxy.requests.filter((r) => r.path === "/v1/chat/completions").at(-1)!;
     assert.equal(request.body.model, "spark");
     assert.equal(request.body.stream, true);
@@ -520,6 +519,8 @@ describe("spark lsp internals", () => {
     assert.equal(postProcess(");", ");\n"), undefined, "only repeats the suffix");
     assert.equal(postProcess("a, b);", ");\n"), "a, b");
     assert.equal(postProcess("a, b\nmore", ")\n"), "a, b", "mid-line: one line");
+    assert.equal(postProcess('world")', '");\n'), "world", "closing characters that start the suffix");
+    assert.equal(postProcess("x + y", "y + 1\n"), "x + y", "letters are not a closing overlap");
     assert.equal(postProcess("x = 1;\n  return x;\n}\nfunction other() {", "\n}\n"), "x = 1;\n  return x;");
     assert.equal(postProcess("x = 1;\ny = 2;", "\n\n}\n"), "x = 1;\ny = 2;");
   });

@@ -56,10 +56,24 @@ export function midLine(suffix: string): boolean {
 }
 
 /**
+ * Where `line` starts writing the closing characters (brackets, quotes, punctuation: no letters or
+ * digits) that begin `suffixLine`, as in `world")` before `");`; -1 when it does not.
+ */
+function closingOverlap(line: string, suffixLine: string): number {
+  for (let i = 0; i < line.length; i++) {
+    const tail = line.slice(i);
+    if (/[\p{L}\p{N}_]/u.test(tail)) continue;
+    if (tail.trim() !== "" && suffixLine.startsWith(tail.trim())) return i;
+  }
+  return -1;
+}
+
+/**
  * The completion to show, or undefined for none:
  * - whitespace only, or only what already follows the cursor (a repeat of the suffix): none;
- * - when it writes the rest of the cursor's line again (the suffix's first line), it is cut before
- *   the repeat (the line then reads once, with the suffix the editor already has);
+ * - when it writes the rest of the cursor's line again (the suffix's first line, or the closing
+ *   brackets and quotes it starts with), it is cut before the repeat (the line then reads once,
+ *   with the suffix the editor already has);
  * - when the cursor ends its line and the completion reaches the suffix's next non-blank line,
  *   it is cut before that line.
  */
@@ -74,7 +88,8 @@ export function postProcess(completion: string, suffix: string): string | undefi
     const lineEnd = text.indexOf("\n");
     const line = lineEnd < 0 ? text : text.slice(0, lineEnd);
     const at = line.indexOf(firstLine);
-    if (at >= 0) text = text.slice(0, at);
+    const closing = at >= 0 ? at : closingOverlap(line, firstLine);
+    if (closing >= 0) text = text.slice(0, closing);
     else if (lineEnd >= 0) text = text.slice(0, lineEnd);
   } else {
     const nextLine = suffix

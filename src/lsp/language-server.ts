@@ -406,6 +406,15 @@ export class SparkLanguageServer {
       cancel.dispose();
     }
     const endAt = performance.now();
+    const newText = finalRewrite(answer, selection);
+    // The last progress is always the final text, so a client can show it as it stands.
+    if (newText !== stripFence(answer) || answer === "") {
+      void this.connection.sendNotification("spark/quickEditProgress", {
+        uri: textDocument.uri,
+        range: selected,
+        text: newText,
+      });
+    }
     this.shownError = undefined;
     this.lastTtftMs = firstAt === undefined ? null : Math.round((firstAt - startedAt) * 10) / 10;
     this.tokensPerSecond = rate(usageTokens ?? tokens, firstAt, endAt);
@@ -413,7 +422,7 @@ export class SparkLanguageServer {
     return {
       uri: textDocument.uri,
       range: selected,
-      newText: finalRewrite(answer, selection),
+      newText,
       ttftMs: this.lastTtftMs,
       tokensPerSecond: this.tokensPerSecond,
     };
