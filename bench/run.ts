@@ -13,7 +13,9 @@
  *  10. the `spark` TUI: launch to ready prompt, vs a bare Node prompt;
  *  11. the `spark` TUI: Enter on a steer to `response.steer` on the wire, vs a minimal client;
  *  12. upstream replicas: routing policies on a simulated fleet with prefix KV caches, failover when
- *      a replica dies (real engine, real sockets), and the routing decision's cost.
+ *      a replica dies (real engine, real sockets), and the routing decision's cost;
+ *  13. `spark lsp`: keystroke (didChange + inlineCompletion) to ghost text through the language
+ *      server, vs the same completion straight from the server (script engine, debounce 0).
  *
  * Options: `--quick` (fewer iterations), `--json` (also write bench/results.json),
  * `--only 1,3` (run some figures only). Every server is in process on 127.0.0.1, port 0.
@@ -23,6 +25,7 @@ import { availableParallelism, cpus, loadavg, platform, arch, totalmem } from "n
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { llamaFigures } from "./llama-figures.js";
+import { lspFigures } from "./lsp-figures.js";
 import { replicaFigures } from "./replica-figures.js";
 import { table, type FigureResult, type FigureRow } from "./report.js";
 import { addedLatency, relayThroughput } from "./script-figures.js";
@@ -46,7 +49,7 @@ const llamaConfig = args.quick
   ? { decodeTokens: 200, decodeRounds: 3, reuseRounds: 2 }
   : { decodeTokens: 200, decodeRounds: 15, reuseRounds: 9 };
 const wsConfig = args.quick ? { loopRounds: 3, steerRounds: 5 } : { loopRounds: 10, steerRounds: 15 };
-const only = new Set((args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12").split(",").map((s) => Number(s.trim())));
+const only = new Set((args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13").split(",").map((s) => Number(s.trim())));
 
 const log = (line: string): void => console.log(line);
 
@@ -169,6 +172,14 @@ if (only.has(12)) {
   for (const [index, figure] of (await replicaFigures({ quick: args.quick }, log)).entries()) {
     results[`replicas${index}`] = figure;
   }
+}
+
+if (only.has(13)) {
+  const lspConfig = args.quick ? { warmup: 20, iterations: 100 } : { warmup: 50, iterations: 300 };
+  log(
+    `\n13. spark lsp: keystroke to ghost text vs the same completion straight from the server (script engine, debounce 0; ${lspConfig.iterations} after ${lspConfig.warmup} warm-up, interleaved)`,
+  );
+  results.lspKeystroke = await lspFigures(lspConfig, log);
 }
 
 const seconds = (performance.now() - started) / 1000;
