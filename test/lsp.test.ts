@@ -492,7 +492,88 @@ describe("spark lsp errors from the server", () => {
   });
 });
 
+describe("spark lsp quick edit cancellation, with a slow engine", () => {
+  test("$/cancelRequest during a quick edit aborts the HTTP request and the server stops the engine", async () => {
+    const server = await startServer([
+      "serve",
+      "--engine",
+      "script",
+      "--script",
+      file("lsp-slow-chat.jsonl", JSON.stringify(SCRIPT[0])),
+      "--port",
+      "0",
+      "--rate",
+      "5",
+    ]);
+    const proxy = await recordingProxy(server.url);
+    const lsp = spawnLsp(["--server", proxy.url]);
+    try {
+      await initialize(lsp);
+      await open(lsp, "cancel.ts", "function add(a, b) {}\n");
+      const source = new CancellationTokenSource();
+      const from = lsp.notifications.length;
+      const pending = lsp.connection.sendRequest(
+        "workspace/executeCommand",
+        {
+          command: "spark.quickEdit",
+          arguments: [
+            {
+              textDocument: { uri: uriOf("cancel.ts") },
+              range: { start: { line: 0, character: 0 }, end: { line: 1, character: 0 } },
+              instruction: "types",
+            },
+          ],
+        },
+        source.token,
+      );
+      await lsp.nextNotification("spark/quickEditProgress", from);
+      source.cancel();
+      const error = await rejection(pending);
+      assert.equal(error.code, REQUEST_CANCELLED);
+      const request = await proxy.until(() => proxy.requests.find((r) => r.aborted));
+      assert.equal(request.path, "/v1/chat/completions");
+      await metricReaches(server.url, "spark_cancellations_total", 1);
+    } finally {
+      await lsp.close();
+      await proxy.close();
+      await stop(server);
+    }
+  });
+});
+
 describe("spark lsp lifetime", () => {
+  test("live settings: a new server is notified; a bad value is shown, not applied", async () => {
+    const lsp = spawnLsp(["--server", "http://127.0.0.1:1"]);
+    try {
+      await initialize(lsp, { initializationOptions: { tier: "deep", debounceMs: 10 } });
+      assert.equal(
+        (await command(lsp, "spark.status")).tier,
+        "deep",
+        "initializationOptions override the flags",
+      );
+      let from = lsp.notifications.length;
+      await lsp.connection.sendNotification("workspace/didChangeConfiguration", {
+        settings: { spark: { server: "http://127.0.0.1:2" } },
+      });
+      const status = await lsp.nextNotification("spark/status", from);
+      assert.deepEqual(status.params, {
+        tier: "deep",
+        server: "http://127.0.0.1:2",
+        lastTtftMs: null,
+        tokensPerSecond: null,
+      });
+      from = lsp.notifications.length;
+      await lsp.connection.sendNotification("workspace/didChangeConfiguration", {
+        settings: { spark: { tier: "fast" } },
+      });
+      const shown = await lsp.nextNotification("window/showMessage", from);
+      assert.match(shown.params.message as string, /settings\.spark\.tier/);
+      assert.equal((await command(lsp, "spark.status")).tier, "deep");
+    } finally {
+      await lsp.close();
+    }
+  });
+
   test("shutdown + exit ends it with 0; a closed pipe ends it too", async () => {
     const lsp = spawnLsp([]);
     await initialize(lsp);
