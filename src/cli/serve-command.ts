@@ -141,7 +141,7 @@ export async function serve(flags: Record<string, unknown>): Promise<void> {
       .entries()
       .map((e) => `${e.alias} (${e.tier}, ${e.engine.kind}, ${e.capacity} at once)`)
       .join(", ")} and auto; ` +
-      `POST ${url}/v1/responses, ${url}/v1/chat/completions; GET /v1/models, /healthz, /metrics; ` +
+      `POST ${url}/v1/responses, ${url}/v1/chat/completions, ${url}/v1/completions; GET /v1/models, /healthz, /metrics; ` +
       (settings.websocket ? `WebSocket ${url.replace(/^http/, "ws")}/v1/responses` : "WebSocket mode off"),
   );
   log(

@@ -49,6 +49,19 @@ export interface EngineRequest {
    * Speculation never changes the output: identical at temperature 0, same distribution when sampling.
    */
   speculation?: { inputLookup?: boolean };
+  /**
+   * Fill in the middle (`POST /v1/completions`): when present, `items` is empty and the engine
+   * writes the text between `prefix` and `suffix`, with `extra` (chunks of other files) as context
+   * before the prefix, in the model's own FIM layout. Engines without FIM throw a 400
+   * `fim_unsupported` `SparkError`.
+   */
+  fim?: FimInput;
+}
+
+export interface FimInput {
+  prefix: string;
+  suffix: string;
+  extra: readonly { filename: string; text: string }[];
 }
 
 /**
@@ -93,6 +106,8 @@ export interface EngineCapabilities {
   prefixReuse: boolean;
   /** A real model behind it can write a useful summary of a conversation (used by compaction). */
   summaries: boolean;
+  /** Serves fill-in-the-middle requests (`EngineRequest.fim`), at least for some of its models. */
+  fim?: boolean;
 }
 
 export interface EngineModel {

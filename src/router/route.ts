@@ -81,6 +81,8 @@ export interface RouteInput {
   /** Predicted Outputs text, when the client sent one (a strong sign of an inline edit). */
   prediction?: string;
   maxOutputTokens?: number;
+  /** A fill-in-the-middle request (`POST /v1/completions`): always an inline completion. */
+  fim?: boolean;
 }
 
 export interface RouteDecision {
@@ -465,6 +467,9 @@ function instructionText(items: readonly ConversationItem[], nearTask: readonly 
 /** Chooses the tier for a `model: "auto"` request. Deterministic; bounded work on any input. */
 export function routeRequest(input: RouteInput): RouteDecision {
   const { items } = input;
+  if (input.fim === true) {
+    return decide("spark", "inline_completion", "Inline completion: a fill-in-the-middle request.");
+  }
 
   // Walk back from the end: count the current task's tool results, find its user message(s).
   let toolResults = 0;

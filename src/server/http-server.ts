@@ -12,6 +12,7 @@ import {
   type RateLimitSnapshot,
 } from "../core/admission.js";
 import { ChatCompletionsService } from "../core/chat-completions.js";
+import { CompletionsService } from "../core/completions.js";
 import { AbortReason } from "../core/generation.js";
 import { anonymousPrincipal, KeyRing, type Principal } from "../core/keys.js";
 import { Metrics } from "../core/metrics.js";
@@ -98,6 +99,7 @@ export class SparkServer {
   readonly #server: Server;
   readonly #responses: ResponsesService;
   readonly #chat: ChatCompletionsService;
+  readonly #completions: CompletionsService;
   readonly #routes: Route[];
   readonly #maxBodyBytes: number;
   readonly #shutdown = new AbortController();
@@ -127,6 +129,7 @@ export class SparkServer {
       defaultModel,
     });
     this.#chat = new ChatCompletionsService(this.models, this.metrics, this.admission, defaultModel);
+    this.#completions = new CompletionsService(this.models, this.metrics, this.admission, defaultModel);
     if (options.websocket !== false) {
       const websocketOptions = typeof options.websocket === "object" ? options.websocket : {};
       this.#websocket = new ResponsesWebSocket(this.#responses, this.metrics, {
@@ -170,6 +173,12 @@ export class SparkServer {
         pattern: /^\/v1\/chat\/completions$/,
         name: "/v1/chat/completions",
         handler: (c) => this.#chatCompletion(c),
+      },
+      {
+        method: "POST",
+        pattern: /^\/v1\/completions$/,
+        name: "/v1/completions",
+        handler: (c) => this.#completion(c),
       },
       { method: "GET", pattern: /^\/v1\/models$/, name: "/v1/models", handler: (c) => this.#listModels(c) },
       {
@@ -398,18 +407,18 @@ export class SparkServer {
       sendJson(response, 200, await this.#chat.complete(prepared, signal));
       return;
     }
-    const sse = new SseWriter(response);
-    sse.open();
-    try {
-      for await (const chunk of this.#chat.chunks(prepared, signal)) {
-        const pending = sse.send(JSON.stringify(chunk));
-        if (pending) await pending;
-      }
-    } catch (error) {
-      sse.send(JSON.stringify(SparkError.from(error).toBody()));
+    await sendChunkStream(response, this.#chat.chunks(prepared, signal));
+  }
+
+  async #completion({ request, response, signal, principal }: RequestContext): Promise<void> {
+    const prepared = this.#completions.prepare(await readJsonBody(request, this.#maxBodyBytes), principal);
+    setRouteHeaders(response, prepared.resolved);
+    setRateLimitHeaders(response, prepared.ticket.rateLimits);
+    if (!prepared.stream) {
+      sendJson(response, 200, await this.#completions.complete(prepared, signal));
+      return;
     }
-    sse.send("[DONE]");
-    sse.end();
+    await sendChunkStream(response, this.#completions.chunks(prepared, signal));
   }
 
   async #getResponse({ response, params, principal }: RequestContext): Promise<void> {
@@ -603,4 +612,23 @@ function tooManyConnections(limit: number): SparkError {
     null,
     { "retry-after": "1" },
   );
+}
+
+/**
+ * The streaming shape shared by Chat Completions and Completions: one `data:` line per chunk, an
+ * error object if the stream fails once started, then `data: [DONE]`.
+ */
+async function sendChunkStream(response: ServerResponse, chunks: AsyncIterable<unknown>): Promise<void> {
+  const sse = new SseWriter(response);
+  sse.open();
+  try {
+    for await (const chunk of chunks) {
+      const pending = sse.send(JSON.stringify(chunk));
+      if (pending) await pending;
+    }
+  } catch (error) {
+    sse.send(JSON.stringify(SparkError.from(error).toBody()));
+  }
+  sse.send("[DONE]");
+  sse.end();
 }

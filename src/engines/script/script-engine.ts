@@ -4,10 +4,15 @@
  * full history (each maximal run of assistant messages and tool calls is one turn). Past the end,
  * the last line repeats. Text and tool input stream in small token-like pieces at `rate` tokens/s
  * (unlimited when absent).
+ *
+ * Completion lines (`{"completion": TEXT, "after"?: STR}`) answer fill-in-the-middle requests
+ * instead: the first line whose `after` the request's prefix ends with, else the first line without
+ * `after`. Conversations skip completion lines and completions skip output lines.
  */
 import { readFile } from "node:fs/promises";
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import { z } from "zod";
+import { SparkError } from "../../protocol/errors.js";
 import type {
   ConversationItem,
   Engine,
@@ -23,8 +28,12 @@ const scriptItem = z.discriminatedUnion("type", [
   z.strictObject({ type: z.literal("function_call"), name: z.string().min(1), arguments: z.string() }),
   z.strictObject({ type: z.literal("custom_tool_call"), name: z.string().min(1), input: z.string() }),
 ]);
-const scriptLine = z.strictObject({ output: z.array(scriptItem) });
+const outputLine = z.strictObject({ output: z.array(scriptItem) });
+const completionLine = z.strictObject({ completion: z.string(), after: z.string().min(1).optional() });
+const scriptLine = z.union([outputLine, completionLine]);
 export type ScriptLine = z.infer<typeof scriptLine>;
+export type ScriptOutputLine = z.infer<typeof outputLine>;
+export type ScriptCompletionLine = z.infer<typeof completionLine>;
 
 /** Parses a script; errors name the file, the line and what is wrong. */
 export function parseScript(text: string, source = "script"): ScriptLine[] {
@@ -40,7 +49,7 @@ export function parseScript(text: string, source = "script"): ScriptLine[] {
     }
     const parsed = scriptLine.safeParse(json);
     if (!parsed.success) throw new Error(`${where}: ${z.prettifyError(parsed.error).replace(/\n/g, "; ")}`);
-    for (const item of parsed.data.output) {
+    for (const item of "output" in parsed.data ? parsed.data.output : []) {
       if (item.type === "function_call") {
         try {
           JSON.parse(item.arguments);
@@ -100,15 +109,23 @@ export interface ScriptEngineOptions {
 export class ScriptEngine implements Engine {
   readonly specificationVersion = "v1";
   readonly kind = "script";
-  readonly capabilities = { functionTools: true, customTools: true, prefixReuse: false, summaries: false };
-  readonly #lines: readonly ScriptLine[];
+  readonly capabilities = {
+    functionTools: true,
+    customTools: true,
+    prefixReuse: false,
+    summaries: false,
+    fim: true,
+  };
+  readonly #lines: readonly ScriptOutputLine[];
+  readonly #completions: readonly ScriptCompletionLine[];
   readonly #interval: number;
   readonly #models: readonly EngineModel[];
   #callCounter = 0;
 
   constructor(options: ScriptEngineOptions) {
     if (options.lines.length === 0) throw new Error("the script engine needs at least one response");
-    this.#lines = options.lines;
+    this.#lines = options.lines.filter((line) => "output" in line);
+    this.#completions = options.lines.filter((line) => "completion" in line);
     this.#interval = options.rate && options.rate > 0 ? 1000 / options.rate : 0;
     this.#models = (options.models ?? ["spark", "script"]).map((id) => ({ id, ownedBy: "spark-script" }));
   }
@@ -131,12 +148,47 @@ export class ScriptEngine implements Engine {
     return splitPieces(text).length;
   }
 
-  lineFor(items: readonly ConversationItem[]): ScriptLine {
+  lineFor(items: readonly ConversationItem[]): ScriptOutputLine {
     const turn = countModelTurns(items);
-    return this.#lines[Math.min(turn, this.#lines.length - 1)]!;
+    const line = this.#lines[Math.min(turn, this.#lines.length - 1)];
+    if (!line) {
+      throw new SparkError(
+        400,
+        "invalid_request_error",
+        "script_has_no_output",
+        'The script has only completion lines: add an {"output": [...]} line to answer conversations.',
+      );
+    }
+    return line;
+  }
+
+  /** The completion line answering a fill-in-the-middle request with this prefix. */
+  completionFor(prefix: string): ScriptCompletionLine {
+    const line =
+      this.#completions.find((c) => c.after !== undefined && prefix.endsWith(c.after)) ??
+      this.#completions.find((c) => c.after === undefined);
+    if (!line) {
+      throw new SparkError(
+        400,
+        "invalid_request_error",
+        "fim_unsupported",
+        'The script has no completion line for this prefix: add {"completion": "TEXT"} (with an optional "after").',
+        "prompt",
+      );
+    }
+    return line;
+  }
+
+  validateRequest(request: EngineRequest): void {
+    if (request.fim) this.completionFor(request.fim.prefix);
+    else this.lineFor(request.items);
   }
 
   async *stream(request: EngineRequest, signal: AbortSignal): AsyncGenerator<EnginePart> {
+    if (request.fim) {
+      yield* this.#complete(request, request.fim.prefix, signal);
+      return;
+    }
     const line = this.lineFor(request.items);
     let inputTokens = 0;
     for (const item of request.items) {
@@ -187,6 +239,33 @@ export class ScriptEngine implements Engine {
     yield finish(
       reason === "length" ? "length" : line.output.some((i) => i.type !== "message") ? "tool_calls" : "stop",
     );
+  }
+
+  async *#complete(request: EngineRequest, prefix: string, signal: AbortSignal): AsyncGenerator<EnginePart> {
+    const line = this.completionFor(prefix);
+    const fim = request.fim!;
+    let inputTokens = splitPieces(fim.prefix).length + splitPieces(fim.suffix).length;
+    for (const chunk of fim.extra) inputTokens += splitPieces(chunk.text).length;
+    const limit = request.maxOutputTokens ?? Infinity;
+    const pacer = new Pacer(this.#interval, signal);
+    let outputTokens = 0;
+    const finish = (reason: FinishReason): EnginePart => ({
+      type: "finish",
+      reason,
+      usage: { inputTokens, cachedInputTokens: 0, outputTokens },
+    });
+    yield { type: "text-start", id: "completion" };
+    for (const piece of splitPieces(line.completion)) {
+      if (outputTokens >= limit) {
+        yield { type: "text-end", id: "completion" };
+        return yield finish("length");
+      }
+      if (!(await pacer.next())) return yield finish("cancelled");
+      outputTokens++;
+      yield { type: "text-delta", id: "completion", delta: piece };
+    }
+    yield { type: "text-end", id: "completion" };
+    yield finish(signal.aborted ? "cancelled" : "stop");
   }
 
   async close(): Promise<void> {}
