@@ -46,6 +46,7 @@ import { SparkError } from "../../protocol/errors.js";
 import { AsyncQueue } from "./async-queue.js";
 import { toChatFunctions, toChatHistory } from "./chat-history.js";
 import { AheadSequence } from "./decode-ahead.js";
+import { decodeFim, fimPrompt, fimTokensOf, fimUnsupported, type FimTokens } from "./fim.js";
 import { cachingTokenizer } from "./token-cache.js";
 
 export interface LlamaEngineOptions {
@@ -95,7 +96,14 @@ const DEFAULT_SEQUENCES = 4;
 export class LlamaEngine implements Engine {
   readonly specificationVersion = "v1";
   readonly kind = "llama";
-  readonly capabilities = { functionTools: true, customTools: true, prefixReuse: true, summaries: true };
+  /** `fim`: when the loaded model has FIM tokens; others refuse FIM requests in `validateRequest`. */
+  readonly capabilities = {
+    functionTools: true,
+    customTools: true,
+    prefixReuse: true,
+    summaries: true,
+    fim: true,
+  };
   #status: EngineStatus = { ready: false, detail: "not started" };
   #llama: Llama | undefined;
   #model: LlamaModel | undefined;
@@ -108,6 +116,9 @@ export class LlamaEngine implements Engine {
   readonly #prompts = new WeakMap<EngineRequest, RenderedPrompt>();
   #models: EngineModel[] = [];
   #threads = 0;
+  #fim: FimTokens | undefined;
+  #modelName = "";
+  readonly #fimPrompts = new WeakMap<EngineRequest, Token[]>();
 
   constructor(private readonly options: LlamaEngineOptions) {}
 
@@ -134,6 +145,8 @@ export class LlamaEngine implements Engine {
       const batchSize = Math.min(this.options.batchSize ?? 512, contextSize);
       this.#threads = this.options.threads ?? (await this.#calibrateThreads(batchSize, log));
       this.#tokenizer = cachingTokenizer(this.#model.tokenizer);
+      this.#fim = fimTokensOf(this.#model);
+      this.#modelName = basename(path);
       this.#context = await this.#model.createContext({
         contextSize,
         batchSize,
@@ -236,7 +249,7 @@ export class LlamaEngine implements Engine {
 
   /** The prompt tokens a request renders to with the model's chat format. */
   promptTokens(request: EngineRequest): Token[] {
-    return this.#prompt(request).slice();
+    return (request.fim ? this.#fimPrompt(request) : this.#prompt(request)).slice();
   }
 
   /** Rendered once per request object (it is validated, then streamed) unless its conversation changed. */
@@ -272,6 +285,10 @@ export class LlamaEngine implements Engine {
    */
   validateRequest(request: EngineRequest): void {
     if (!this.#status.ready) return;
+    if (request.fim) {
+      this.#fimPrompt(request);
+      return;
+    }
     this.#checkFits(this.#prompt(request).length);
   }
 
@@ -286,6 +303,44 @@ export class LlamaEngine implements Engine {
       null,
       "context_length_exceeded",
     );
+  }
+
+  /** A FIM request's prompt, clipped to leave room for its output; built once per request object. */
+  #fimPrompt(request: EngineRequest): Token[] {
+    const known = this.#fimPrompts.get(request);
+    if (known) return known;
+    if (!this.#fim) throw fimUnsupported(this.#modelName);
+    const contextSize = this.#context!.contextSize;
+    const output = Math.min(request.maxOutputTokens ?? 256, Math.floor(contextSize / 2));
+    const model = this.#model!;
+    const tokens = fimPrompt(
+      request.fim!,
+      this.#fim,
+      (text) => this.#tokenizer!(text, false),
+      { promptTokens: contextSize - output - 1 },
+      model.tokens.shouldPrependBosToken && model.tokens.bos != null ? model.tokens.bos : undefined,
+    );
+    this.#fimPrompts.set(request, tokens);
+    return tokens;
+  }
+
+  async *#streamFim(request: EngineRequest, signal: AbortSignal): AsyncGenerator<EnginePart> {
+    const prompt = this.#fimPrompt(request);
+    const { slot } = await this.#acquire(prompt, signal);
+    try {
+      yield* decodeFim({
+        model: this.#model!,
+        sequence: slot.sequence,
+        prompt,
+        maxTokens: Math.min(request.maxOutputTokens ?? 256, this.#context!.contextSize - prompt.length - 1),
+        temperature: request.temperature ?? 0,
+        topP: request.topP,
+        signal,
+        ...(this.options.onCancel ? { onCancel: this.options.onCancel } : {}),
+      });
+    } finally {
+      this.#release(slot);
+    }
   }
 
   async detokenize(tokens: readonly Token[]): Promise<string> {
@@ -331,6 +386,10 @@ export class LlamaEngine implements Engine {
   async *stream(request: EngineRequest, signal: AbortSignal): AsyncGenerator<EnginePart> {
     if (!this.#status.ready)
       throw SparkError.unavailable(`The llama engine is not ready: ${this.#status.detail}.`);
+    if (request.fim) {
+      yield* this.#streamFim(request, signal);
+      return;
+    }
     const prompt = this.#prompt(request);
     this.#checkFits(prompt.length);
     const contextSize = this.#context!.contextSize;

@@ -1,0 +1,180 @@
+/**
+ * Fill in the middle with the real llama engine: the tiny test model has no FIM tokens (refused
+ * clearly), and a copy of it given FIM token ids (test/helpers/gguf-metadata.ts) checks the prompt
+ * layout, KV reuse across keystrokes and cancellation.
+ */
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import OpenAI from "openai";
+import type { EngineRequest } from "../src/engine/types.js";
+import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
+import { SparkServer } from "../src/server/http-server.js";
+import { FIM_FIXTURE_TOKENS, fimTestModelPath, MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
+
+const modelPath = testModelPath();
+const skip = modelPath ? false : MODEL_SKIP_MESSAGE;
+
+function fimRequest(
+  prefix: string,
+  suffix: string,
+  extra: EngineRequest["fim"] extends infer F ? (F extends { extra: infer E } ? E : never) : never = [],
+): EngineRequest {
+  return {
+    model: "spark",
+    items: [],
+    tools: [],
+    toolChoice: "none",
+    parallelToolCalls: false,
+    temperature: 0,
+    maxOutputTokens: 24,
+    fim: { prefix, suffix, extra },
+  };
+}
+
+describe("FIM with a model that has no FIM tokens", { skip }, () => {
+  let server: SparkServer;
+  let openai: OpenAI;
+  before(async () => {
+    const engine = new LlamaEngine({
+      modelPath: async () => modelPath!,
+      gpu: false,
+      threads: 1,
+      sequences: 1,
+    });
+    await engine.start();
+    server = new SparkServer({ engine, port: 0 });
+    await server.listen();
+    openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
+  });
+  after(() => server?.close());
+
+  test("is refused with 400 fim_unsupported, naming what the model lacks", async () => {
+    await assert.rejects(
+      openai.completions.create({
+        model: "spark",
+        prompt: "def add(a, b):\n    ",
+        suffix: "\n",
+        max_tokens: 8,
+      }),
+      (error: InstanceType<typeof OpenAI.APIError>) => {
+        assert.equal(error.status, 400);
+        assert.equal(error.code, "fim_unsupported");
+        assert.match(error.message, /fim_pre_token_id/);
+        return true;
+      },
+    );
+  });
+});
+
+describe("FIM with FIM tokens (the tiny model's copy)", { skip }, () => {
+  let directory: string;
+  let engine: LlamaEngine;
+  let server: SparkServer;
+  let openai: OpenAI;
+  const cancels: number[] = [];
+
+  before(async () => {
+    directory = mkdtempSync(join(tmpdir(), "spark-fim-"));
+    const path = (await fimTestModelPath(directory))!;
+    engine = new LlamaEngine({
+      modelPath: async () => path,
+      gpu: false,
+      threads: 1,
+      sequences: 2,
+      onCancel: ({ tokensAfterAbort }) => cancels.push(tokensAfterAbort),
+    });
+    await engine.start();
+    server = new SparkServer({ engine, port: 0 });
+    await server.listen();
+    openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
+  });
+  after(async () => {
+    await server?.close();
+    rmSync(directory, { recursive: true, force: true });
+  });
+
+  test("lays out other files, then prefix, suffix and middle with the model's own tokens", async () => {
+    const extra = [{ filename: "util.ts", text: "export const one = 1;" }];
+    const tokens = engine.promptTokens(fimRequest("const two = ", ";\nexport default two;\n", extra));
+    const { prefix, suffix, middle, fileSeparator } = FIM_FIXTURE_TOKENS;
+    const at = (token: number): number => tokens.indexOf(token as never);
+    // BOS, the file separator, the other file, then PRE prefix SUF suffix MID at the end.
+    assert.equal(tokens[1], fileSeparator);
+    assert.ok(at(fileSeparator) < at(prefix) && at(prefix) < at(suffix) && at(suffix) < at(middle));
+    assert.equal(tokens.at(-1), middle);
+    const text = async (from: number, to: number): Promise<string> =>
+      engine.detokenize(tokens.slice(from, to) as never);
+    assert.match(await text(2, at(prefix)), /util\.ts\nexport const one = 1;/);
+    assert.equal((await text(at(prefix) + 1, at(suffix))).trim(), "const two =");
+    assert.match(await text(at(suffix) + 1, at(middle)), /export default two;/);
+  });
+
+  test("the next keystroke evaluates only what changed (KV reuse reported as cached tokens)", async () => {
+    const file = Array.from({ length: 60 }, (_, i) => `function f${i}(x) { return x * ${i}; }`).join("\n");
+    const prompt = `${file}\nfunction g(y) {\n  return y`;
+    const first = await openai.completions.create({
+      model: "spark",
+      prompt,
+      suffix: "\n}\n",
+      max_tokens: 8,
+      temperature: 0,
+    });
+    const next = await openai.completions.create({
+      model: "spark",
+      prompt: `${prompt} `,
+      suffix: "\n}\n",
+      max_tokens: 8,
+      temperature: 0,
+    });
+    const total = first.usage!.prompt_tokens;
+    const cached = next.usage!.prompt_tokens_details?.cached_tokens ?? 0;
+    assert.ok(total > 500, `the file is ${total} tokens`);
+    // Everything before the cursor's last token stays cached; the suffix is evaluated again.
+    assert.ok(cached >= total - 16, `cached ${cached} of ${next.usage!.prompt_tokens}`);
+    assert.equal(first.choices[0]!.finish_reason, "length");
+  });
+
+  test("output equals a cold engine's at temperature 0 (reuse changes nothing)", async () => {
+    const request = fimRequest("let total = 0;\nfor (const x of xs) {\n  total", "\n}\n");
+    const collect = async (target: LlamaEngine): Promise<string> => {
+      let text = "";
+      for await (const part of target.stream(request, new AbortController().signal))
+        if (part.type === "text-delta") text += part.delta;
+      return text;
+    };
+    const warm = await collect(engine);
+    const again = await collect(engine);
+    assert.equal(again, warm);
+    assert.ok(warm.length > 0);
+  });
+
+  test("a cancelled completion stops within one token", async () => {
+    const prompt = "const a = ";
+    // The random model writes 200 tokens here without meeting an end-of-generation token.
+    const whole = await openai.completions.create({
+      model: "spark",
+      prompt,
+      max_tokens: 200,
+      temperature: 0,
+    });
+    assert.equal(whole.choices[0]!.finish_reason, "length");
+    const controller = new AbortController();
+    const stream = await openai.completions.create(
+      { model: "spark", prompt, max_tokens: 200, temperature: 0, stream: true },
+      { signal: controller.signal },
+    );
+    let chunks = 0;
+    try {
+      for await (const _chunk of stream) if (++chunks === 1) controller.abort();
+    } catch {
+      // The SDK reports the abort as an error.
+    }
+    // The server sees the socket close and cancels; wait for the engine to report it.
+    for (let i = 0; i < 100 && cancels.length === 0; i++) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(cancels.length, 1);
+    assert.ok(cancels[0]! <= 1, `decoded ${cancels[0]} tokens after the abort`);
+  });
+});
