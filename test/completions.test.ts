@@ -77,6 +77,7 @@ describe("POST /v1/completions", () => {
   test("streams text deltas, then the finish reason, usage on request, and [DONE]", async () => {
     const { openai } = await start();
     const stream = await openai.completions.create({
+      model: "spark",
       prompt: "const x = ",
       stream: true,
       stream_options: { include_usage: true },
@@ -100,7 +101,12 @@ describe("POST /v1/completions", () => {
 
   test("stop sequences cut the text before the stop (held back while streaming), for every choice of n", async () => {
     const { openai } = await start();
-    const whole = await openai.completions.create({ prompt: "x = ", stop: ["\n", "never"], n: 2 });
+    const whole = await openai.completions.create({
+      model: "spark",
+      prompt: "x = ",
+      stop: ["\n", "never"],
+      n: 2,
+    });
     assert.deepEqual(
       whole.choices.map((c) => [c.index, c.text, c.finish_reason]),
       [
@@ -108,7 +114,12 @@ describe("POST /v1/completions", () => {
         [1, "42; // the answer", "stop"],
       ],
     );
-    const stream = await openai.completions.create({ prompt: "x = ", stop: "answer", stream: true });
+    const stream = await openai.completions.create({
+      model: "spark",
+      prompt: "x = ",
+      stop: "answer",
+      stream: true,
+    });
     let text = "";
     for await (const chunk of stream) text += chunk.choices[0]?.text ?? "";
     assert.equal(text, "42; // the ");
@@ -116,7 +127,7 @@ describe("POST /v1/completions", () => {
 
   test("max_tokens ends with length", async () => {
     const { openai } = await start();
-    const completion = await openai.completions.create({ prompt: "x = ", max_tokens: 2 });
+    const completion = await openai.completions.create({ model: "spark", prompt: "x = ", max_tokens: 2 });
     assert.equal(completion.choices[0]!.finish_reason, "length");
     assert.equal(completion.usage!.completion_tokens, 2);
   });
@@ -168,7 +179,7 @@ describe("POST /v1/completions", () => {
     servers.push(server);
     const openai = new OpenAI({ baseURL: `${await server.listen()}/v1`, apiKey: "unused", maxRetries: 0 });
     await assert.rejects(
-      openai.completions.create({ prompt: "x" }),
+      openai.completions.create({ model: "spark", prompt: "x" }),
       (error: InstanceType<typeof OpenAI.APIError>) => {
         assert.equal(error.status, 400);
         assert.equal(error.code, "fim_unsupported");
@@ -181,16 +192,16 @@ describe("POST /v1/completions", () => {
     const alice = generateKey();
     const { url } = await start(undefined, { keys: new KeyRing([{ id: "alice", hash: alice.hash }], {}) });
     const anonymous = new OpenAI({ baseURL: `${url}/v1`, apiKey: "wrong", maxRetries: 0 });
-    await assert.rejects(anonymous.completions.create({ prompt: "x" }), { status: 401 });
+    await assert.rejects(anonymous.completions.create({ model: "spark", prompt: "x" }), { status: 401 });
     const keyed = new OpenAI({ baseURL: `${url}/v1`, apiKey: alice.key, maxRetries: 0 });
-    assert.equal((await keyed.completions.create({ prompt: "x = " })).choices.length, 1);
+    assert.equal((await keyed.completions.create({ model: "spark", prompt: "x = " })).choices.length, 1);
   });
 
   test("a client that goes away cancels the generation", async () => {
     const { openai, server } = await start(50);
     const controller = new AbortController();
     const stream = await openai.completions.create(
-      { prompt: "x = ", stream: true },
+      { model: "spark", prompt: "x = ", stream: true },
       { signal: controller.signal },
     );
     try {
