@@ -22,7 +22,6 @@ import {
   StreamMessageReader,
   StreamMessageWriter,
 } from "vscode-languageserver-protocol/node";
-import { parseScript } from "../src/engines/script/script-engine.js";
 import { ms, summarize, type FigureResult, type Log, type Summary } from "./report.js";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -71,16 +70,6 @@ export async function lspFigures(
   options: { warmup: number; iterations: number },
   log: Log,
 ): Promise<FigureResult> {
-  try {
-    parseScript(JSON.stringify({ completion: COMPLETION }), "probe");
-  } catch {
-    const why = "the script engine has no completion lines (POST /v1/completions is not in this build)";
-    log(`  skipped: ${why}`);
-    return {
-      row: { figure: FIGURE, spark: "skipped", reference: why, comparison: "", goal: GOAL, met: undefined },
-      data: { skipped: why },
-    };
-  }
   const dir = mkdtempSync(join(tmpdir(), "spark-bench-lsp-"));
   const script = join(dir, "script.jsonl");
   writeFileSync(script, JSON.stringify({ completion: COMPLETION }) + "\n");

@@ -11,7 +11,6 @@ import { pathToFileURL } from "node:url";
 import { after, before, describe, test } from "node:test";
 import { CancellationTokenSource, ResponseError } from "vscode-languageserver-protocol/node";
 import { hashKey } from "../src/core/keys.js";
-import { parseScript } from "../src/engines/script/script-engine.js";
 import { CompletionCache } from "../src/lsp/completion-cache.js";
 import { EditRing } from "../src/lsp/edit-ring.js";
 import { clipPrefix, clipSuffix, postProcess } from "../src/lsp/fim-context.js";
@@ -40,16 +39,6 @@ const SCRIPT = [
   { completion: "42;", after: "answer = " },
   { completion: "// more" },
 ];
-
-/** Until the server's `/v1/completions` and the script engine's completion lines land (issue 12). */
-const completionsMissing = (() => {
-  try {
-    parseScript(JSON.stringify({ completion: "x" }), "probe");
-    return false;
-  } catch {
-    return "the script engine has no completion lines yet (POST /v1/completions is not in this build)";
-  }
-})();
 
 const workspace = freshDir("lsp-ws-");
 const uriOf = (name: string): string => pathToFileURL(join(workspace, name)).href;
@@ -133,7 +122,7 @@ async function rejection(promise: Promise<unknown>): Promise<ResponseError<Recor
 const completionsTo = (proxy: RecordingProxy): ProxiedRequest[] =>
   proxy.requests.filter((r) => r.path === "/v1/completions");
 
-describe("spark lsp against a Spark server", { skip: completionsMissing }, () => {
+describe("spark lsp against a Spark server", () => {
   const scriptFile = file("lsp-script.jsonl", SCRIPT.map((line) => JSON.stringify(line)).join("\n"));
   let server: Cli & { url: string };
   let proxy: RecordingProxy;
@@ -316,7 +305,7 @@ describe("spark lsp against a Spark server", { skip: completionsMissing }, () =>
   });
 });
 
-describe("spark lsp cancellation, with a slow engine", { skip: completionsMissing }, () => {
+describe("spark lsp cancellation, with a slow engine", () => {
   const scriptFile = file("lsp-slow.jsonl", SCRIPT.map((line) => JSON.stringify(line)).join("\n"));
   let server: Cli & { url: string };
   let proxy: RecordingProxy;
