@@ -469,6 +469,9 @@ describe("spark lsp errors from the server", () => {
     const flags = await runToExit(["lsp", "--debounce", "soon"]);
     assert.equal(flags.code, 2);
     assert.match(flags.stderr, /--debounce soon/);
+    const tier = await runToExit(["lsp", "--tier", "fast"]);
+    assert.equal(tier.code, 2);
+    assert.match(tier.stderr, /Allowed choices are spark, deep/);
     const lsp = spawnLsp([]);
     try {
       const error = await rejection(initialize(lsp, { initializationOptions: { tier: "fast" } }));

@@ -7,6 +7,9 @@ export function lspCommand(): Command {
       .description(
         "language server over stdio for editors: inline completions, quick edit and the tier toggle from a Spark server",
       )
+      .showHelpAfterError()
+      // Usage errors exit 2 like the rest of spark (an added command does not inherit this).
+      .exitOverride((error) => process.exit(error.exitCode === 0 ? 0 : 2))
       .option("--stdio", "talk LSP over stdin/stdout (the only transport; accepted for editors that pass it)")
       .option("--server <url>", "Spark server (env SPARK_SERVER; default http://127.0.0.1:8484)")
       .option(
