@@ -4,10 +4,14 @@
  * bad input, and cancellation when the client goes away.
  */
 import assert from "node:assert/strict";
+import { once } from "node:events";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
 import { after, describe, test } from "node:test";
 import OpenAI from "openai";
 import type { EngineRequest } from "../src/engine/types.js";
 import { generateKey, KeyRing } from "../src/core/keys.js";
+import { OpenAIEngine } from "../src/engines/openai/openai-engine.js";
 import { parseScript, ScriptEngine } from "../src/engines/script/script-engine.js";
 import { SparkServer, type SparkServerOptions } from "../src/server/http-server.js";
 
@@ -215,5 +219,60 @@ describe("POST /v1/completions", () => {
     };
     for (let i = 0; i < 100 && (await cancelled()) === 0; i++) await new Promise((r) => setTimeout(r, 20));
     assert.equal(await cancelled(), 1);
+  });
+});
+
+describe("POST /v1/completions through the openai engine", () => {
+  test("forwards prefix, suffix and other files to the upstream's /completions and relays its stream", async () => {
+    const seen: { url: string; body: Record<string, unknown> }[] = [];
+    const upstream = http.createServer((req, res) => {
+      let body = "";
+      req.on("data", (chunk: Buffer) => (body += chunk.toString("utf8")));
+      req.on("end", () => {
+        if (req.url === "/v1/models") {
+          res.writeHead(200, { "content-type": "application/json" });
+          res.end(JSON.stringify({ object: "list", data: [{ id: "coder", object: "model" }] }));
+          return;
+        }
+        seen.push({ url: req.url ?? "", body: JSON.parse(body) as Record<string, unknown> });
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        const event = (data: unknown): string => `data: ${JSON.stringify(data)}\n\n`;
+        res.end(
+          event({ choices: [{ index: 0, text: "return ", finish_reason: null }] }) +
+            event({ choices: [{ index: 0, text: "a + b;", finish_reason: "stop" }] }) +
+            event({ choices: [], usage: { prompt_tokens: 12, completion_tokens: 3 } }) +
+            "data: [DONE]\n\n",
+        );
+      });
+    });
+    upstream.listen(0, "127.0.0.1");
+    await once(upstream, "listening");
+    const { port } = upstream.address() as AddressInfo;
+    const engine = new OpenAIEngine({ baseUrl: `http://127.0.0.1:${port}/v1` });
+    await engine.start();
+    const server = new SparkServer({ engine, port: 0 });
+    servers.push(server);
+    const openai = new OpenAI({ baseURL: `${await server.listen()}/v1`, apiKey: "unused", maxRetries: 0 });
+    try {
+      const completion = await openai.completions.create({
+        model: "spark",
+        prompt: "function add(a, b) {\n  ",
+        suffix: "\n}\n",
+        max_tokens: 16,
+        // @ts-expect-error: input_extra is Spark's (llama.cpp's) extension
+        input_extra: [{ filename: "util.ts", text: "export const one = 1;" }],
+      });
+      assert.equal(completion.choices[0]!.text, "return a + b;");
+      assert.equal(completion.usage!.prompt_tokens, 12);
+      assert.equal(seen.length, 1);
+      assert.equal(seen[0]!.url, "/v1/completions");
+      assert.equal(seen[0]!.body.prompt, "// file: util.ts\nexport const one = 1;\nfunction add(a, b) {\n  ");
+      assert.equal(seen[0]!.body.suffix, "\n}\n");
+      assert.equal(seen[0]!.body.max_tokens, 16);
+      assert.equal(seen[0]!.body.stream, true);
+    } finally {
+      upstream.closeAllConnections();
+      upstream.close();
+    }
   });
 });

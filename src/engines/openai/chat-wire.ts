@@ -213,7 +213,7 @@ class ChatDecoder implements StreamDecoder {
   }
 }
 
-function chatUsage(usage: Json): Usage {
+export function chatUsage(usage: Json): Usage {
   const details = isRecord(usage.prompt_tokens_details) ? usage.prompt_tokens_details : {};
   return {
     inputTokens: count(usage.prompt_tokens),

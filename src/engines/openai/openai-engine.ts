@@ -24,6 +24,7 @@ import type { Engine, EngineModel, EnginePart, EngineRequest, EngineStatus } fro
 import { SparkError } from "../../protocol/errors.js";
 import type { OpenAIErrorType } from "../../protocol/errors.js";
 import { chatWire } from "./chat-wire.js";
+import { completionsWire } from "./completions-wire.js";
 import type { RouterOptions } from "./prefix-router.js";
 import { ReplicaPool, type HealthOptions, type Replica, type UpstreamTarget } from "./replica-pool.js";
 import { responsesWire } from "./responses-wire.js";
@@ -88,7 +89,14 @@ class AttemptError extends Error {
 export class OpenAIEngine implements Engine {
   readonly specificationVersion = "v1";
   readonly kind = "openai";
-  readonly capabilities = { functionTools: true, customTools: true, prefixReuse: false, summaries: true };
+  /** `fim`: forwarded to the upstream's `/completions` (see completions-wire.ts). */
+  readonly capabilities = {
+    functionTools: true,
+    customTools: true,
+    prefixReuse: false,
+    summaries: true,
+    fim: true,
+  };
 
   readonly #replicas: ReplicaPool;
   readonly #wire: UpstreamWire;
@@ -172,19 +180,20 @@ export class OpenAIEngine implements Engine {
   }
 
   async *stream(request: EngineRequest, signal: AbortSignal): AsyncGenerator<EnginePart> {
+    const wire = request.fim ? completionsWire : this.#wire;
     if (signal.aborted) {
-      yield* this.#wire.decoder(request).cancel();
+      yield* wire.decoder(request).cancel();
       return;
     }
     const pool = this.#replicas;
-    const body = JSON.stringify(this.#wire.requestBody(request));
+    const body = JSON.stringify(wire.requestBody(request));
     // After the body: serializing it has just read every item, which the key reads again.
     const key = pool.router.key(request);
     let failed = -1;
     for (;;) {
       const replica = pool.acquire(key, failed);
       try {
-        yield* this.#attempt(replica, request, body, signal);
+        yield* this.#attempt(replica, wire, request, body, signal);
         return;
       } catch (error) {
         if (!(error instanceof AttemptError)) throw error;
@@ -200,11 +209,11 @@ export class OpenAIEngine implements Engine {
   /** One request to one replica. Throws an AttemptError; nothing is yielded before the first part. */
   async *#attempt(
     replica: Replica,
+    wire: UpstreamWire,
     request: EngineRequest,
     payload: string,
     signal: AbortSignal,
   ): AsyncGenerator<EnginePart> {
-    const wire = this.#wire;
     const decoder = wire.decoder(request);
     let response: Dispatcher.ResponseData;
     try {
