@@ -16,6 +16,10 @@
  *      a replica dies (real engine, real sockets), and the routing decision's cost;
  *  13. `spark lsp`: keystroke (didChange + inlineCompletion) to ghost text through the language
  *      server, vs the same completion straight from the server (script engine, debounce 0).
+ *  14. fill in the middle with the tiny model (FIM token ids added): TTFT after one more typed
+ *      character with KV reuse vs cold, on a ~2,000-token file;
+ *  15. typing 10 characters 30 ms apart, each aborting the previous completion: generations run to
+ *      completion and tokens decoded after an abort.
  *
  * Options: `--quick` (fewer iterations), `--json` (also write bench/results.json),
  * `--only 1,3` (run some figures only). Every server is in process on 127.0.0.1, port 0.
@@ -25,6 +29,7 @@ import { availableParallelism, cpus, loadavg, platform, arch, totalmem } from "n
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { llamaFigures } from "./llama-figures.js";
+import { fimFigures } from "./fim-figures.js";
 import { lspFigures } from "./lsp-figures.js";
 import { replicaFigures } from "./replica-figures.js";
 import { table, type FigureResult, type FigureRow } from "./report.js";
@@ -49,7 +54,9 @@ const llamaConfig = args.quick
   ? { decodeTokens: 200, decodeRounds: 3, reuseRounds: 2 }
   : { decodeTokens: 200, decodeRounds: 15, reuseRounds: 9 };
 const wsConfig = args.quick ? { loopRounds: 3, steerRounds: 5 } : { loopRounds: 10, steerRounds: 15 };
-const only = new Set((args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13").split(",").map((s) => Number(s.trim())));
+const only = new Set(
+  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15").split(",").map((s) => Number(s.trim())),
+);
 
 const log = (line: string): void => console.log(line);
 
@@ -180,6 +187,21 @@ if (only.has(13)) {
     `\n13. spark lsp: keystroke to ghost text vs the same completion straight from the server (script engine, debounce 0; ${lspConfig.iterations} after ${lspConfig.warmup} warm-up, interleaved)`,
   );
   results.lspKeystroke = await lspFigures(lspConfig, log);
+}
+
+if (only.has(14) || only.has(15)) {
+  const model = modelPath();
+  if (!model.found) {
+    const why = `model not found at ${model.path} (set SPARK_TEST_MODEL)`;
+    log(`\n14–15. FIM figures skipped: ${why}`);
+    if (only.has(14)) results.fimReuse = skipped("14. FIM TTFT after one more character", why, "≥ 10× lower");
+    if (only.has(15)) results.fimTyping = skipped("15. Typing 10 chars 30 ms apart", why, "≤ 1 completes");
+  } else {
+    log(`\n14–15. Fill in the middle, llama engine (tiny model with FIM token ids), through the server:`);
+    const [reuse, typing] = await fimFigures({ rounds: args.quick ? 5 : 15 }, log);
+    if (only.has(14)) results.fimReuse = reuse!;
+    if (only.has(15)) results.fimTyping = typing!;
+  }
 }
 
 const seconds = (performance.now() - started) / 1000;
