@@ -6,7 +6,15 @@ import tseslint from "typescript-eslint";
 const outerLayers = ["**/engines/**", "**/server/**", "**/cli/**", "**/store/**"];
 
 export default tseslint.config(
-  { ignores: ["dist/**", "node_modules/**", "bin/**"] },
+  {
+    ignores: [
+      "dist/**",
+      "node_modules/**",
+      "bin/**",
+      "editors/vscode/node_modules/**",
+      "editors/vscode/dist/**",
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
