@@ -226,7 +226,12 @@ export class ChatCompletionsService {
     let accepted = 0;
     let rejected = 0;
     const prediction = prepared.request.prediction;
-    if (prediction) {
+    if (usage.speculation) {
+      // What the engine verified while drafting from the prediction.
+      accepted = usage.speculation.predictionAccepted;
+      rejected = usage.speculation.predictionRejected;
+    } else if (prediction) {
+      // No engine figures: estimated from the output (src/core/prediction.ts).
       const predicted = await prepared.resolved.entry.engine.countTokens(prediction);
       accepted = Math.round(predicted * predictionOverlap(prediction, text));
       rejected = predicted - accepted;

@@ -15,7 +15,12 @@ import {
   type ResponseObject,
   type ResponseUsage,
 } from "../protocol/responses.js";
-import { itemsFromResponsesInput, toolChoiceFrom, toolsFromResponses } from "./conversation.js";
+import {
+  itemsFromResponsesInput,
+  predictionText,
+  toolChoiceFrom,
+  toolsFromResponses,
+} from "./conversation.js";
 import {
   compactConversation,
   conversationText,
@@ -155,9 +160,11 @@ export class ResponsesService {
     items.push(...itemsFromResponsesInput(input, undefined));
 
     const tools = toolsFromResponses(body.tools);
+    const prediction = predictionText(body.prediction);
     const model = this.models.resolve(body.model ?? this.defaultModel, () => ({
       items,
       tools,
+      ...(prediction !== undefined ? { prediction } : {}),
       ...(body.max_output_tokens != null ? { maxOutputTokens: body.max_output_tokens } : {}),
     }));
     const request: EngineRequest = {
@@ -167,6 +174,7 @@ export class ResponsesService {
       toolChoice: toolChoiceFrom(body.tool_choice),
       parallelToolCalls: body.parallel_tool_calls ?? true,
     };
+    if (prediction !== undefined) request.prediction = prediction;
     applySampling(request, model.entry.defaults, {
       maxOutputTokens: body.max_output_tokens,
       temperature: body.temperature,

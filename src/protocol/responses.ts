@@ -126,6 +126,19 @@ export const responseCreateSchema = z.looseObject({
   service_tier: z.string().nullish(),
   /** `false` prepares a chainable response without generating (Codex's connection prewarm). */
   generate: z.boolean().nullish(),
+  /**
+   * Spark extension: Predicted Outputs as on Chat Completions (`{type: "content", content}`), the
+   * text the output is expected to mostly repeat (a file being rewritten); engines may draft from it.
+   */
+  prediction: z
+    .looseObject({
+      type: z.literal("content"),
+      content: z.union([
+        z.string(),
+        z.array(z.looseObject({ type: z.string(), text: z.string().optional() })),
+      ]),
+    })
+    .nullish(),
   background: z.boolean().nullish(),
   /** WebSocket lane; validated by the WebSocket session, ignored over HTTP. */
   stream_id: z.string().nullish(),
