@@ -302,3 +302,5 @@ try {
   for (const child of children) child.kill("SIGTERM");
   rmSync(work, { recursive: true, force: true });
 }
+// The recording proxy's kept-alive connections would hold the process open.
+process.exit(process.exitCode ?? 0);
