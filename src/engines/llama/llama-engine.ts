@@ -46,6 +46,8 @@ import { SparkError } from "../../protocol/errors.js";
 import { AsyncQueue } from "./async-queue.js";
 import { toChatFunctions, toChatHistory } from "./chat-history.js";
 import { AheadSequence } from "./decode-ahead.js";
+import { PredictionDrafter } from "./prediction-drafter.js";
+import { decodeSpeculative } from "./speculative-decode.js";
 import { decodeFim, fimPrompt, fimTokensOf, fimUnsupported, type FimTokens } from "./fim.js";
 import { cachingTokenizer } from "./token-cache.js";
 
@@ -68,6 +70,11 @@ export interface LlamaEngineOptions {
   gpu?: "auto" | false;
   /** Start-up progress lines (what was loaded, which threads were picked). */
   log?: (line: string) => void;
+  /**
+   * Predicted Outputs (default true): a request with a prediction and no tools decodes
+   * speculatively, drafting from the prediction (`speculative-decode.ts`).
+   */
+  predictedOutputs?: boolean;
   /** Called when a request is cancelled, with how many tokens were still decoded after the abort. */
   onCancel?: (info: { tokensAfterAbort: number }) => void;
 }
@@ -343,6 +350,34 @@ export class LlamaEngine implements Engine {
     }
   }
 
+  /** A request with a prediction: speculative decoding on the sequence sharing the longest prefix. */
+  async *#streamPredicted(
+    request: EngineRequest,
+    prompt: Token[],
+    signal: AbortSignal,
+  ): AsyncGenerator<EnginePart> {
+    const model = this.#model!;
+    // Without the tokenizer's dummy leading space: the prediction continues the prompt, as output does.
+    const drafter = new PredictionDrafter(model.tokenize(request.prediction!, false, "trimLeadingSpace"));
+    const { slot } = await this.#acquire(prompt, signal);
+    try {
+      const room = this.#context!.contextSize - prompt.length;
+      yield* decodeSpeculative({
+        model,
+        sequence: slot.sequence,
+        prompt,
+        drafter,
+        maxTokens: Math.min(request.maxOutputTokens ?? room, room),
+        temperature: request.temperature ?? 0,
+        topP: request.topP,
+        signal,
+        ...(this.options.onCancel ? { onCancel: this.options.onCancel } : {}),
+      });
+    } finally {
+      this.#release(slot);
+    }
+  }
+
   async detokenize(tokens: readonly Token[]): Promise<string> {
     return this.#model!.detokenize(tokens);
   }
@@ -392,6 +427,10 @@ export class LlamaEngine implements Engine {
     }
     const prompt = this.#prompt(request);
     this.#checkFits(prompt.length);
+    if (request.prediction && request.tools.length === 0 && this.options.predictedOutputs !== false) {
+      yield* this.#streamPredicted(request, prompt, signal);
+      return;
+    }
     const contextSize = this.#context!.contextSize;
     const acquired = await this.#acquire(prompt, signal);
     const slot = acquired.slot;

@@ -1,0 +1,114 @@
+/**
+ * Predicted Outputs in the llama engine (real node-llama-cpp, the tiny test model): the output with a
+ * prediction (matching, partly matching, unrelated, empty) is the plain output token for token at
+ * temperature 0; the counts are what the engine verified; a cancel during speculation stops it.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import type { EngineRequest, Usage } from "../src/engine/types.js";
+import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
+import { MAX_DRAFT_TOKENS } from "../src/engines/llama/prediction-drafter.js";
+import { MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
+
+const modelPath = testModelPath();
+
+function request(text: string, prediction?: string): EngineRequest {
+  return {
+    model: "spark",
+    items: [{ type: "message", role: "user", text }],
+    tools: [],
+    toolChoice: "auto",
+    parallelToolCalls: true,
+    temperature: 0,
+    maxOutputTokens: 120,
+    ...(prediction !== undefined ? { prediction } : {}),
+  };
+}
+
+describe("Predicted Outputs in the llama engine", { skip: modelPath ? false : MODEL_SKIP_MESSAGE }, () => {
+  let engine: LlamaEngine;
+  const cancels: number[] = [];
+
+  before(async () => {
+    engine = new LlamaEngine({
+      modelPath: async () => modelPath!,
+      gpu: false,
+      threads: 1,
+      sequences: 1,
+      onCancel: ({ tokensAfterAbort }) => cancels.push(tokensAfterAbort),
+    });
+    await engine.start();
+  });
+  after(() => engine?.close());
+
+  async function run(
+    req: EngineRequest,
+    signal = new AbortController().signal,
+  ): Promise<{ text: string; usage: Usage; reason: string }> {
+    let text = "";
+    let usage: Usage | undefined;
+    let reason = "";
+    for await (const part of engine.stream(req, signal)) {
+      if (part.type === "text-delta") text += part.delta;
+      if (part.type === "finish") {
+        usage = part.usage;
+        reason = part.reason;
+      }
+    }
+    return { text, usage: usage!, reason };
+  }
+
+  for (const prompt of ["Write a sorting function in C.", "Explain recursion with an example in Python."]) {
+    test(`identical output with any prediction at temperature 0: ${prompt}`, async () => {
+      const plain = await run(request(prompt));
+      assert.ok(plain.text.length > 20, "the model writes something");
+      assert.equal(plain.usage.speculation, undefined, "no prediction, no speculation");
+      const words = plain.text.split(" ");
+      const partly = words.map((word, i) => (i % 7 === 3 ? "CHANGED" : word)).join(" ");
+      const predictions = {
+        matching: plain.text,
+        partly,
+        unrelated: "The quick brown fox jumps over the lazy dog. ".repeat(10),
+        empty: "",
+      };
+      for (const [name, prediction] of Object.entries(predictions)) {
+        const speculated = await run(request(prompt, prediction));
+        assert.equal(speculated.text, plain.text, `${name} prediction changed the output`);
+        assert.equal(speculated.usage.outputTokens, plain.usage.outputTokens, name);
+        const counts = speculated.usage.speculation;
+        if (name === "matching") {
+          assert.ok(counts, "a matching prediction speculates");
+          // Everything drafted from a prediction of the very output is accepted.
+          assert.ok(counts.accepted >= plain.usage.outputTokens / 2, `accepted ${counts.accepted}`);
+          assert.equal(counts.drafted, counts.accepted + counts.rejected);
+          assert.equal(counts.predictionAccepted, counts.accepted);
+          assert.ok(counts.steps < plain.usage.outputTokens / 2, `${counts.steps} verification steps`);
+        }
+        if (name === "partly") {
+          assert.ok(counts, "a partly matching prediction speculates");
+          // It re-aligns after each changed word: more is accepted than a prefix alone would give.
+          assert.ok(counts.accepted > 0 && counts.rejected > 0, JSON.stringify(counts));
+          assert.equal(counts.drafted, counts.accepted + counts.rejected);
+        }
+        if (name === "empty") assert.equal(counts, undefined);
+      }
+    });
+  }
+
+  test("a cancel during speculation stops the generation within one verification batch", async () => {
+    const plain = await run(request("Write a sorting function in C."));
+    const controller = new AbortController();
+    let deltas = 0;
+    let reason = "";
+    for await (const part of engine.stream(
+      request("Write a sorting function in C.", plain.text),
+      controller.signal,
+    )) {
+      if (part.type === "text-delta" && ++deltas === 2) controller.abort();
+      if (part.type === "finish") reason = part.reason;
+    }
+    assert.equal(reason, "cancelled");
+    assert.equal(cancels.length, 1);
+    assert.ok(cancels[0]! <= MAX_DRAFT_TOKENS + 1, `${cancels[0]} tokens after the abort`);
+  });
+});
