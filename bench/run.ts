@@ -19,7 +19,11 @@
  *  14. fill in the middle with the tiny model (FIM token ids added): TTFT after one more typed
  *      character with KV reuse vs cold, on a ~2,000-token file;
  *  15. typing 10 characters 30 ms apart, each aborting the previous completion: generations run to
- *      completion and tokens decoded after an abort.
+ *      completion and tokens decoded after an abort;
+ *  16. Predicted Outputs (speculative decoding) in the llama engine: decode speed with the model's own
+ *      output as the prediction, k = 0, 10, 50% of it altered, vs without; 17. an unrelated
+ *      prediction; 20. a K-token verification batch vs K single steps (18 and 19, input lookup and
+ *      a draft model, are not built yet).
  *
  * Options: `--quick` (fewer iterations), `--json` (also write bench/results.json),
  * `--only 1,3` (run some figures only). Every server is in process on 127.0.0.1, port 0.
@@ -30,6 +34,7 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { llamaFigures } from "./llama-figures.js";
 import { fimFigures } from "./fim-figures.js";
+import { speculationFigures } from "./speculation-figures.js";
 import { lspFigures } from "./lsp-figures.js";
 import { replicaFigures } from "./replica-figures.js";
 import { table, type FigureResult, type FigureRow } from "./report.js";
@@ -55,7 +60,7 @@ const llamaConfig = args.quick
   : { decodeTokens: 200, decodeRounds: 15, reuseRounds: 9 };
 const wsConfig = args.quick ? { loopRounds: 3, steerRounds: 5 } : { loopRounds: 10, steerRounds: 15 };
 const only = new Set(
-  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15").split(",").map((s) => Number(s.trim())),
+  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,20").split(",").map((s) => Number(s.trim())),
 );
 
 const log = (line: string): void => console.log(line);
@@ -201,6 +206,22 @@ if (only.has(14) || only.has(15)) {
     const [reuse, typing] = await fimFigures({ rounds: args.quick ? 5 : 15 }, log);
     if (only.has(14)) results.fimReuse = reuse!;
     if (only.has(15)) results.fimTyping = typing!;
+  }
+}
+
+if (only.has(16) || only.has(17) || only.has(20)) {
+  const model = modelPath();
+  if (!model.found) {
+    const why = `model not found at ${model.path} (set SPARK_TEST_MODEL)`;
+    log(`\n16–20. Speculation figures skipped: ${why}`);
+    results.speculation = skipped("16. Predicted Outputs", why, "≥ 5× at k = 0");
+  } else {
+    log(`\n16, 17, 20. Predicted Outputs in the llama engine (tiny model, temperature 0):`);
+    const figures = await speculationFigures(model.path, { rounds: args.quick ? 3 : 7, tokens: 400 }, log);
+    for (const figure of figures) {
+      const number = Number.parseInt(figure.row.figure, 10);
+      if (only.has(number)) results[figure.row.figure] = figure;
+    }
   }
 }
 
