@@ -6,7 +6,9 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { EngineRequest, Usage } from "../src/engine/types.js";
+import OpenAI from "openai";
 import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
+import { SparkServer } from "../src/server/http-server.js";
 import { MAX_DRAFT_TOKENS } from "../src/engines/llama/prediction-drafter.js";
 import { MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
 
@@ -110,5 +112,48 @@ describe("Predicted Outputs in the llama engine", { skip: modelPath ? false : MO
     assert.equal(reason, "cancelled");
     assert.equal(cancels.length, 1);
     assert.ok(cancels[0]! <= MAX_DRAFT_TOKENS + 1, `${cancels[0]} tokens after the abort`);
+  });
+  test("the verified counts reach the wire (Chat Completions, Responses) and /metrics", async () => {
+    const plain = await run(request("Write a sorting function in C."));
+    const server = new SparkServer({ engine, port: 0 });
+    const openai = new OpenAI({ baseURL: `${await server.listen()}/v1`, apiKey: "unused", maxRetries: 0 });
+    try {
+      const chat = await openai.chat.completions.create({
+        model: "spark",
+        messages: [{ role: "user", content: "Write a sorting function in C." }],
+        temperature: 0,
+        max_tokens: 120,
+        prediction: { type: "content", content: plain.text },
+      });
+      assert.equal(chat.choices[0]!.message.content, plain.text);
+      const details = chat.usage!.completion_tokens_details!;
+      const direct = await run(request("Write a sorting function in C.", plain.text));
+      assert.equal(details.accepted_prediction_tokens, direct.usage.speculation!.accepted);
+      assert.equal(details.rejected_prediction_tokens, direct.usage.speculation!.rejected);
+      const response = await openai.responses.create({
+        model: "spark",
+        input: "Write a sorting function in C.",
+        temperature: 0,
+        max_output_tokens: 120,
+        // @ts-expect-error: prediction on Responses is Spark's extension
+        prediction: { type: "content", content: plain.text },
+      });
+      const usage = response.usage as unknown as {
+        output_tokens_details: { accepted_prediction_tokens: number };
+        speculation: { accepted: number; steps: number };
+      };
+      assert.equal(
+        usage.output_tokens_details.accepted_prediction_tokens,
+        direct.usage.speculation!.accepted,
+      );
+      assert.equal(usage.speculation.steps, direct.usage.speculation!.steps);
+      const metrics = await server.metrics.registry.metrics();
+      const accepted = Number(
+        /^spark_speculative_tokens_total\{result="accepted"\} (\d+)/m.exec(metrics)?.[1],
+      );
+      assert.equal(accepted, 2 * direct.usage.speculation!.accepted);
+    } finally {
+      await server.close();
+    }
   });
 });

@@ -44,6 +44,12 @@ export async function* observeGeneration(
         metrics.inputTokens.inc(part.usage.inputTokens);
         metrics.cachedInputTokens.inc(part.usage.cachedInputTokens);
         metrics.outputTokens.inc(part.usage.outputTokens);
+        const speculation = part.usage.speculation;
+        if (speculation) {
+          metrics.speculativeTokens.inc({ result: "accepted" }, speculation.accepted);
+          metrics.speculativeTokens.inc({ result: "rejected" }, speculation.rejected);
+          metrics.speculativeSteps.inc(speculation.steps);
+        }
         if (part.reason === "cancelled") metrics.cancellations.inc();
       }
       yield part;

@@ -41,6 +41,17 @@ export class Metrics {
     help: "Output tokens generated.",
     registers: [this.registry],
   });
+  readonly speculativeTokens = new Counter({
+    name: "spark_speculative_tokens_total",
+    help: "Drafted tokens verified by speculative decoding, by result (accepted or rejected).",
+    labelNames: ["result"] as const,
+    registers: [this.registry],
+  });
+  readonly speculativeSteps = new Counter({
+    name: "spark_speculative_steps_total",
+    help: "Verification batches run by speculative decoding.",
+    registers: [this.registry],
+  });
   readonly cancellations = new Counter({
     name: "spark_cancellations_total",
     help: "Responses stopped because the client left or the server shut down.",

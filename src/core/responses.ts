@@ -717,7 +717,25 @@ function usageOf(usage: Usage): ResponseUsage {
     input_tokens: usage.inputTokens,
     input_tokens_details: { cached_tokens: usage.cachedInputTokens },
     output_tokens: usage.outputTokens,
-    output_tokens_details: { reasoning_tokens: 0 },
+    output_tokens_details: {
+      reasoning_tokens: 0,
+      ...(usage.speculation
+        ? {
+            accepted_prediction_tokens: usage.speculation.predictionAccepted,
+            rejected_prediction_tokens: usage.speculation.predictionRejected,
+          }
+        : {}),
+    },
+    ...(usage.speculation
+      ? {
+          speculation: {
+            drafted: usage.speculation.drafted,
+            accepted: usage.speculation.accepted,
+            rejected: usage.speculation.rejected,
+            steps: usage.speculation.steps,
+          },
+        }
+      : {}),
     total_tokens: usage.inputTokens + usage.outputTokens,
   };
 }

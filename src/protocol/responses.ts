@@ -227,8 +227,15 @@ export interface ResponseUsage {
   input_tokens: number;
   input_tokens_details: { cached_tokens: number };
   output_tokens: number;
-  output_tokens_details: { reasoning_tokens: number };
+  output_tokens_details: {
+    reasoning_tokens: number;
+    /** Spark extension, with a prediction the engine verified: as on Chat Completions. */
+    accepted_prediction_tokens?: number;
+    rejected_prediction_tokens?: number;
+  };
   total_tokens: number;
+  /** Spark extension: what speculative decoding did, when the engine speculated. */
+  speculation?: { drafted: number; accepted: number; rejected: number; steps: number };
 }
 
 export interface ResponseObject {
