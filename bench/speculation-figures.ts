@@ -6,6 +6,8 @@
  *
  * 16. Decode speed with the prediction vs without, same request, k = 0, 10, 50 (temperature 0; the
  *     outputs are checked identical); tokens accepted per verification step.
+ * 18. Input lookup on a request whose answer repeats itself (the random model's output is a short
+ *     cycle, which prompt-lookup finds in its own output), vs plain.
  * 17. An unrelated prediction (English prose; another prompt's output would share the random model's
  *     repeating pieces): speed vs plain.
  * 20. What verification costs on this model: a K-token batch (a token sampled at every position) vs
@@ -23,8 +25,14 @@ interface SpeculationConfig {
   tokens: number;
 }
 
-function request(prompt: string, maxOutputTokens: number, prediction?: string): EngineRequest {
+function request(
+  prompt: string,
+  maxOutputTokens: number,
+  prediction?: string,
+  inputLookup = false,
+): EngineRequest {
   return {
+    ...(inputLookup ? { speculation: { inputLookup: true } } : {}),
     model: "spark",
     items: [{ type: "message", role: "user", text: prompt }],
     tools: [],
@@ -90,8 +98,9 @@ export async function speculationFigures(
     log(
       `  prompt: ${JSON.stringify(prompt)}, ${plain.usage.outputTokens} output tokens, ${engine.threads} thread(s)`,
     );
-    const variants: [string, string | undefined][] = [
+    const variants: [string, string | undefined, boolean?][] = [
       ["plain", undefined],
+      ["lookup", undefined, true],
       ["k = 0", plain.text],
       ["k = 10", alter(plain.text, 10)],
       ["k = 50", alter(plain.text, 50)],
@@ -100,8 +109,8 @@ export async function speculationFigures(
     const rates = new Map<string, number[]>(variants.map(([name]) => [name, []]));
     const usages = new Map<string, Usage>();
     for (let round = 0; round < config.rounds; round++) {
-      for (const [name, prediction] of round % 2 === 0 ? variants : [...variants].reverse()) {
-        const result = await run(engine, request(prompt, config.tokens, prediction));
+      for (const [name, prediction, lookup] of round % 2 === 0 ? variants : [...variants].reverse()) {
+        const result = await run(engine, request(prompt, config.tokens, prediction, lookup));
         if (result.text !== plain.text) throw new Error(`${name}: the output changed with a prediction`);
         rates.get(name)!.push(result.rate);
         usages.set(name, result.usage);
@@ -178,6 +187,7 @@ export async function speculationFigures(
       data: { rates: rates.get(name), plain: rates.get("plain"), usage: usages.get(name) },
     });
     return [
+      figure("lookup", "18. Input lookup (the answer repeats itself)", "≥ 2×", 2),
       figure("k = 0", "16a. Predicted Outputs, k = 0", "≥ 5×", 5),
       figure("k = 10", "16b. Predicted Outputs, k = 10", "≥ 3×", 3),
       figure("k = 50", "16c. Predicted Outputs, k = 50", "report", 0),

@@ -85,3 +85,18 @@ test("model auto sends a request with a prediction to spark as an inline edit", 
   assert.equal(result.status, 200);
   assert.equal(result.route, "inline_completion");
 });
+
+test("speculation.input_lookup reaches the engine; a bad value is a 400", async () => {
+  assert.equal((await post({ model: "spark", input: "x", speculation: { input_lookup: true } })).status, 200);
+  assert.deepEqual(engine.seen.at(-1)!.speculation, { inputLookup: true });
+  await openai.chat.completions.create({
+    model: "spark",
+    messages: [{ role: "user", content: "x" }],
+    // @ts-expect-error: speculation is Spark's extension
+    speculation: { input_lookup: false },
+  });
+  assert.deepEqual(engine.seen.at(-1)!.speculation, { inputLookup: false });
+  const bad = await post({ model: "spark", input: "x", speculation: { input_lookup: "yes" } });
+  assert.equal(bad.status, 400);
+  assert.equal((bad.json.error as { param: string }).param, "speculation.input_lookup");
+});

@@ -97,6 +97,32 @@ describe("Predicted Outputs in the llama engine", { skip: modelPath ? false : MO
     });
   }
 
+  test("input lookup drafts from the conversation's own text and changes nothing at temperature 0", async () => {
+    const plain = await run(request("Write a sorting function in C."));
+    const looked = await run({
+      ...request("Write a sorting function in C."),
+      speculation: { inputLookup: true },
+    });
+    assert.equal(looked.text, plain.text);
+    const counts = looked.usage.speculation!;
+    // The random model's output repeats itself, which is what input lookup finds.
+    assert.ok(counts.accepted > 0, JSON.stringify(counts));
+    assert.equal(counts.predictionAccepted, 0, "no prediction, so nothing is counted as one");
+    assert.equal(counts.drafted, counts.accepted + counts.rejected);
+    const both = await run({
+      ...request("Write a sorting function in C.", plain.text.slice(0, plain.text.length / 2)),
+      speculation: { inputLookup: true },
+    });
+    assert.equal(both.text, plain.text);
+    assert.ok(both.usage.speculation!.predictionAccepted > 0);
+    assert.ok(both.usage.speculation!.accepted > both.usage.speculation!.predictionAccepted);
+    const off = await run({
+      ...request("Write a sorting function in C."),
+      speculation: { inputLookup: false },
+    });
+    assert.equal(off.usage.speculation, undefined);
+  });
+
   test("a cancel during speculation stops the generation within one verification batch", async () => {
     const plain = await run(request("Write a sorting function in C."));
     const controller = new AbortController();

@@ -159,6 +159,7 @@ export async function createEngine(
         ...(settings.threads !== undefined ? { threads: settings.threads } : {}),
         ...(settings.contextSize !== undefined ? { contextSize: settings.contextSize } : {}),
         ...(settings.sequences !== undefined ? { sequences: settings.sequences } : {}),
+        ...(settings.inputLookup !== undefined ? { inputLookup: settings.inputLookup === "on" } : {}),
       });
     }
   }

@@ -96,6 +96,12 @@ export function buildProgram(): Command {
     .addOption(
       new Option("--gpu <mode>", `llama: use a GPU when available ${env("gpu")}`).choices(["auto", "off"]),
     )
+    .addOption(
+      new Option(
+        "--input-lookup <mode>",
+        `llama: draft from the conversation's own text (prompt-lookup decoding) for requests without tools; off by default: it pays only where a verification batch costs about one decode step (GPUs, large models) ${env("inputLookup")}`,
+      ).choices(["on", "off"]),
+    )
     .option(
       "--upstream <url>",
       `openai: upstream base URL, e.g. http://127.0.0.1:8000/v1; repeat it for replicas of one model ${env("upstream")}, comma-separated`,

@@ -38,6 +38,7 @@ export const ENV_NAMES: Record<
   threads: "SPARK_THREADS",
   contextSize: "SPARK_CONTEXT_SIZE",
   sequences: "SPARK_SEQUENCES",
+  inputLookup: "SPARK_INPUT_LOOKUP",
   gpu: "SPARK_GPU",
   upstream: "SPARK_UPSTREAM",
   upstreamApiKeyEnv: "SPARK_UPSTREAM_API_KEY_ENV",

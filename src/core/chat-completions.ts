@@ -83,6 +83,8 @@ export class ChatCompletionsService {
     // A prompt that cannot fit the model is a plain 400 here, not an error chunk mid-stream.
     resolved.entry.engine.validateRequest?.(request);
     if (prediction !== undefined) request.prediction = prediction;
+    if (body.speculation?.input_lookup != null)
+      request.speculation = { inputLookup: body.speculation.input_lookup };
     const { entry } = resolved;
     return {
       body,

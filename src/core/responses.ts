@@ -175,6 +175,8 @@ export class ResponsesService {
       parallelToolCalls: body.parallel_tool_calls ?? true,
     };
     if (prediction !== undefined) request.prediction = prediction;
+    if (body.speculation?.input_lookup != null)
+      request.speculation = { inputLookup: body.speculation.input_lookup };
     applySampling(request, model.entry.defaults, {
       maxOutputTokens: body.max_output_tokens,
       temperature: body.temperature,

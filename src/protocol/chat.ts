@@ -57,5 +57,7 @@ export const chatCompletionSchema = z.looseObject({
     .nullish(),
   user: z.string().nullish(),
   metadata: z.record(z.string(), z.string()).nullish(),
+  /** Spark extension: speculative decoding switches for this request (absent: the engine's defaults). */
+  speculation: z.looseObject({ input_lookup: z.boolean().nullish() }).nullish(),
 });
 export type ChatCompletionBody = z.infer<typeof chatCompletionSchema>;

@@ -140,6 +140,8 @@ export const responseCreateSchema = z.looseObject({
     })
     .nullish(),
   background: z.boolean().nullish(),
+  /** Spark extension: speculative decoding switches for this request (absent: the engine's defaults). */
+  speculation: z.looseObject({ input_lookup: z.boolean().nullish() }).nullish(),
   /** WebSocket lane; validated by the WebSocket session, ignored over HTTP. */
   stream_id: z.string().nullish(),
   context_management: z

@@ -46,7 +46,7 @@ import { SparkError } from "../../protocol/errors.js";
 import { AsyncQueue } from "./async-queue.js";
 import { toChatFunctions, toChatHistory } from "./chat-history.js";
 import { AheadSequence } from "./decode-ahead.js";
-import { PredictionDrafter } from "./prediction-drafter.js";
+import { CombinedDrafter, InputLookupDrafter, PredictionDrafter } from "./prediction-drafter.js";
 import { decodeSpeculative } from "./speculative-decode.js";
 import { decodeFim, fimPrompt, fimTokensOf, fimUnsupported, type FimTokens } from "./fim.js";
 import { cachingTokenizer } from "./token-cache.js";
@@ -75,6 +75,12 @@ export interface LlamaEngineOptions {
    * speculatively, drafting from the prediction (`speculative-decode.ts`).
    */
   predictedOutputs?: boolean;
+  /**
+   * Input lookup (prompt-lookup decoding) for requests without tools, unless the request says
+   * otherwise (`speculation.inputLookup`). Default false: on CPU with small models a verification
+   * batch costs several decode steps, so it does not pay (figure 18 in BENCHMARKS.md).
+   */
+  inputLookup?: boolean;
   /** Called when a request is cancelled, with how many tokens were still decoded after the abort. */
   onCancel?: (info: { tokensAfterAbort: number }) => void;
 }
@@ -350,7 +356,7 @@ export class LlamaEngine implements Engine {
     }
   }
 
-  /** A request with a prediction: speculative decoding on the sequence sharing the longest prefix. */
+  /** A request with a prediction or input lookup: speculative decoding on the sequence sharing the longest prefix. */
   async *#streamPredicted(
     request: EngineRequest,
     prompt: Token[],
@@ -358,7 +364,15 @@ export class LlamaEngine implements Engine {
   ): AsyncGenerator<EnginePart> {
     const model = this.#model!;
     // Without the tokenizer's dummy leading space: the prediction continues the prompt, as output does.
-    const drafter = new PredictionDrafter(model.tokenize(request.prediction!, false, "trimLeadingSpace"));
+    const prediction =
+      request.prediction && this.options.predictedOutputs !== false
+        ? new PredictionDrafter(model.tokenize(request.prediction, false, "trimLeadingSpace"))
+        : undefined;
+    const lookup =
+      (request.speculation?.inputLookup ?? this.options.inputLookup ?? false)
+        ? new InputLookupDrafter(prompt)
+        : undefined;
+    const drafter = new CombinedDrafter(prediction, lookup);
     const { slot } = await this.#acquire(prompt, signal);
     try {
       const room = this.#context!.contextSize - prompt.length;
@@ -427,7 +441,9 @@ export class LlamaEngine implements Engine {
     }
     const prompt = this.#prompt(request);
     this.#checkFits(prompt.length);
-    if (request.prediction && request.tools.length === 0 && this.options.predictedOutputs !== false) {
+    const lookup = request.speculation?.inputLookup ?? this.options.inputLookup ?? false;
+    const predicted = !!request.prediction && this.options.predictedOutputs !== false;
+    if ((predicted || lookup) && request.tools.length === 0) {
       yield* this.#streamPredicted(request, prompt, signal);
       return;
     }

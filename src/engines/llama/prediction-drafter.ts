@@ -60,3 +60,65 @@ export class PredictionDrafter {
     return -1;
   }
 }
+
+/**
+ * Prompt-lookup decoding ("input lookup"): drafts what followed the latest earlier occurrence of the
+ * last few tokens of the conversation (prompt and output so far). It pays where the answer repeats
+ * its input (an edited file, quoted code) or itself.
+ */
+export class InputLookupDrafter {
+  readonly #history: Token[];
+  /** The latest index where each 3-token key ends (the index after its last token). */
+  readonly #ends = new Map<string, number>();
+
+  constructor(prompt: readonly Token[]) {
+    this.#history = [];
+    for (const token of prompt) this.push(token);
+  }
+
+  push(token: Token): void {
+    // Index the key that ended before this token, so a lookup never finds the tail itself.
+    const history = this.#history;
+    if (history.length >= ALIGN_TOKENS) this.#ends.set(key(history, history.length), history.length);
+    history.push(token);
+  }
+
+  draft(limit = MAX_DRAFT_TOKENS): Token[] {
+    const history = this.#history;
+    if (history.length < ALIGN_TOKENS || limit <= 0) return [];
+    const end = this.#ends.get(key(history, history.length));
+    if (end === undefined) return [];
+    return history.slice(end, Math.min(end + limit, history.length));
+  }
+}
+
+function key(tokens: readonly Token[], end: number): string {
+  return `${tokens[end - 3]},${tokens[end - 2]},${tokens[end - 1]}`;
+}
+
+/** Drafts from the prediction first, and from input lookup where the prediction has nothing. */
+export class CombinedDrafter {
+  /** Where the last draft came from. */
+  source: "prediction" | "lookup" | undefined;
+
+  constructor(
+    private readonly prediction: PredictionDrafter | undefined,
+    private readonly lookup: InputLookupDrafter | undefined,
+  ) {}
+
+  draft(limit = MAX_DRAFT_TOKENS): Token[] {
+    const predicted = this.prediction?.draft(limit) ?? [];
+    if (predicted.length > 0) {
+      this.source = "prediction";
+      return predicted;
+    }
+    const looked = this.lookup?.draft(limit) ?? [];
+    this.source = looked.length > 0 ? "lookup" : undefined;
+    return looked;
+  }
+
+  push(token: Token): void {
+    this.prediction?.push(token);
+    this.lookup?.push(token);
+  }
+}

@@ -1,5 +1,6 @@
 /**
- * Speculative decoding for requests with a prediction (Predicted Outputs), a generation loop of
+ * Speculative decoding for requests with a prediction (Predicted Outputs) or with input lookup on
+ * (drafts from the conversation's own n-grams; see prediction-drafter.ts), a generation loop of
  * our own on `sequence.controlledEvaluate`: each step evaluates the pending token plus a draft of
  * up to 16 predicted tokens in one batch (adaptive: fewer after a rejection), sampling the model's own next token at every position
  * with the request's sampler. The sampled token after the pending one is always kept; each further
@@ -14,13 +15,13 @@
  */
 import type { ControlledEvaluateInputItem, LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
 import type { EnginePart, FinishReason, SpeculationUsage } from "../../engine/types.js";
-import { MAX_DRAFT_TOKENS, type PredictionDrafter } from "./prediction-drafter.js";
+import { MAX_DRAFT_TOKENS, type CombinedDrafter } from "./prediction-drafter.js";
 
 export interface SpeculativeDecodeOptions {
   model: LlamaModel;
   sequence: LlamaContextSequence;
   prompt: readonly Token[];
-  drafter: PredictionDrafter;
+  drafter: CombinedDrafter;
   maxTokens: number;
   temperature: number;
   topP: number | undefined;
@@ -96,6 +97,10 @@ export async function* decodeSpeculative(options: SpeculativeDecodeOptions): Asy
       counts.drafted += draft.length;
       counts.accepted += matched;
       counts.rejected += draft.length - matched;
+      if (drafter.source === "prediction") {
+        counts.predictionAccepted += matched;
+        counts.predictionRejected += draft.length - matched;
+      }
       // Drop the drafted tokens past the first disagreement from the KV cache.
       const rejected = draft.length - matched;
       if (rejected > 0) {
@@ -131,8 +136,6 @@ export async function* decodeSpeculative(options: SpeculativeDecodeOptions): Asy
     // The last verified token is not in the KV cache yet: it is evaluated first in the next step.
     pending = [verified.at(-1)!];
   }
-  counts.predictionAccepted = counts.accepted;
-  counts.predictionRejected = counts.rejected;
   yield { type: "text-end", id };
   yield {
     type: "finish",
