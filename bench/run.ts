@@ -22,8 +22,8 @@
  *      completion and tokens decoded after an abort;
  *  16. Predicted Outputs (speculative decoding) in the llama engine: decode speed with the model's own
  *      output as the prediction, k = 0, 10, 50% of it altered, vs without; 17. an unrelated
- *      prediction; 18. input lookup; 20. a K-token verification batch vs K single steps (19, a
- *      draft model, is not built yet).
+ *      prediction; 18. input lookup; 19. a draft model (the tiny model for itself); 20. a K-token
+ *      verification batch vs K single steps.
  *
  * Options: `--quick` (fewer iterations), `--json` (also write bench/results.json),
  * `--only 1,3` (run some figures only). Every server is in process on 127.0.0.1, port 0.
@@ -60,7 +60,7 @@ const llamaConfig = args.quick
   : { decodeTokens: 200, decodeRounds: 15, reuseRounds: 9 };
 const wsConfig = args.quick ? { loopRounds: 3, steerRounds: 5 } : { loopRounds: 10, steerRounds: 15 };
 const only = new Set(
-  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,20").split(",").map((s) => Number(s.trim())),
+  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20").split(",").map((s) => Number(s.trim())),
 );
 
 const log = (line: string): void => console.log(line);
@@ -209,14 +209,14 @@ if (only.has(14) || only.has(15)) {
   }
 }
 
-if (only.has(16) || only.has(17) || only.has(18) || only.has(20)) {
+if ([16, 17, 18, 19, 20].some((n) => only.has(n))) {
   const model = modelPath();
   if (!model.found) {
     const why = `model not found at ${model.path} (set SPARK_TEST_MODEL)`;
     log(`\n16–20. Speculation figures skipped: ${why}`);
     results.speculation = skipped("16. Predicted Outputs", why, "≥ 5× at k = 0");
   } else {
-    log(`\n16–18, 20. Speculative decoding in the llama engine (tiny model, temperature 0):`);
+    log(`\n16–20. Speculative decoding in the llama engine (tiny model, temperature 0):`);
     const figures = await speculationFigures(model.path, { rounds: args.quick ? 3 : 7, tokens: 400 }, log);
     for (const figure of figures) {
       const number = Number.parseInt(figure.row.figure, 10);

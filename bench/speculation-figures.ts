@@ -8,6 +8,8 @@
  *     outputs are checked identical); tokens accepted per verification step.
  * 18. Input lookup on a request whose answer repeats itself (the random model's output is a short
  *     cycle, which prompt-lookup finds in its own output), vs plain.
+ * 19. A draft model: the tiny model drafting for itself (every draft right: the mechanism's upper
+ *     bound), speed vs plain and acceptance rate.
  * 17. An unrelated prediction (English prose; another prompt's output would share the random model's
  *     repeating pieces): speed vs plain.
  * 20. What verification costs on this model: a K-token batch (a token sampled at every position) vs
@@ -132,6 +134,35 @@ export async function speculationFigures(
     }
     for (const row of rows) log(row);
 
+    // 19. The tiny model drafting for itself (the upper bound of the mechanism: every draft right).
+    const drafting = new LlamaEngine({
+      modelPath: async () => modelPath,
+      draftModelPath: modelPath,
+      gpu: false,
+      sequences: 1,
+      threads: engine.threads,
+    });
+    await drafting.start();
+    const draftRates: number[] = [];
+    let draftUsage: Usage | undefined;
+    try {
+      for (let round = 0; round < config.rounds; round++) {
+        const result = await run(drafting, request(prompt, config.tokens));
+        if (result.text !== plain.text) throw new Error("draft model: the output changed");
+        draftRates.push(result.rate);
+        draftUsage = result.usage;
+      }
+    } finally {
+      await drafting.close();
+    }
+    const draftRatio = median(draftRates) / base;
+    const draftCounts = draftUsage?.speculation;
+    const acceptance = draftCounts ? draftCounts.accepted / Math.max(1, draftCounts.drafted) : 0;
+    log(
+      `  draft model (itself): ${fmt(median(draftRates))} tok/s  ${fmt(draftRatio, 2)}×  acceptance ${fmt(acceptance * 100, 1)}%, ` +
+        `${draftCounts ? fmt(draftCounts.accepted / draftCounts.steps, 1) : "0"} accepted/step`,
+    );
+
     // 20. A K-token verification batch vs K single steps, on a context of its own.
     const llama = await getLlama({ gpu: false, build: "never" });
     const model = await llama.loadModel({ modelPath });
@@ -188,6 +219,17 @@ export async function speculationFigures(
     });
     return [
       figure("lookup", "18. Input lookup (the answer repeats itself)", "≥ 2×", 2),
+      {
+        row: {
+          figure: "19. Draft model (tiny model for itself)",
+          spark: `${fmt(median(draftRates))} tok/s`,
+          reference: `plain ${fmt(base)} tok/s`,
+          comparison: `${fmt(draftRatio, 2)}×; acceptance ${fmt(acceptance * 100, 1)}%`,
+          goal: "report",
+          met: undefined,
+        },
+        data: { rates: draftRates, usage: draftUsage },
+      },
       figure("k = 0", "16a. Predicted Outputs, k = 0", "≥ 5×", 5),
       figure("k = 10", "16b. Predicted Outputs, k = 10", "≥ 3×", 3),
       figure("k = 50", "16c. Predicted Outputs, k = 50", "report", 0),

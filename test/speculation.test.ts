@@ -183,3 +183,56 @@ describe("Predicted Outputs in the llama engine", { skip: modelPath ? false : MO
     }
   });
 });
+
+describe(
+  "a draft model (the tiny model drafting for itself)",
+  { skip: modelPath ? false : MODEL_SKIP_MESSAGE },
+  () => {
+    let plainEngine: LlamaEngine;
+    let drafted: LlamaEngine;
+    before(async () => {
+      plainEngine = new LlamaEngine({
+        modelPath: async () => modelPath!,
+        gpu: false,
+        threads: 1,
+        sequences: 1,
+      });
+      drafted = new LlamaEngine({
+        modelPath: async () => modelPath!,
+        draftModelPath: modelPath!,
+        gpu: false,
+        threads: 1,
+        sequences: 1,
+      });
+      await plainEngine.start();
+      await drafted.start();
+    });
+    after(async () => {
+      await plainEngine?.close();
+      await drafted?.close();
+    });
+
+    test("drafts every token right and changes nothing at temperature 0", async () => {
+      const collect = async (engine: LlamaEngine): Promise<{ text: string; usage: Usage }> => {
+        let text = "";
+        let usage: Usage | undefined;
+        for await (const part of engine.stream(
+          request("Write a sorting function in C."),
+          new AbortController().signal,
+        )) {
+          if (part.type === "text-delta") text += part.delta;
+          if (part.type === "finish") usage = part.usage;
+        }
+        return { text, usage: usage! };
+      };
+      const plain = await collect(plainEngine);
+      const speculated = await collect(drafted);
+      assert.equal(speculated.text, plain.text);
+      const counts = speculated.usage.speculation!;
+      // The same model drafting greedily for itself is never wrong.
+      assert.equal(counts.rejected, 0, JSON.stringify(counts));
+      assert.ok(counts.accepted > plain.usage.outputTokens / 2, JSON.stringify(counts));
+      assert.equal(counts.predictionAccepted, 0);
+    });
+  },
+);

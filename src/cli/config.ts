@@ -62,6 +62,8 @@ const engineSettings = {
   threads: z.coerce.number().int().min(1).max(512).optional(),
   contextSize: z.coerce.number().int().min(256).optional(),
   sequences: z.coerce.number().int().min(1).max(64).optional(),
+  /** llama: a small model of the same vocabulary that drafts tokens for this one. */
+  draftModel: z.string().min(1).optional(),
   /** llama: input lookup (prompt-lookup decoding) for requests that do not set it. */
   inputLookup: z.enum(["on", "off"]).optional(),
   upstream: z.url().optional(),

@@ -160,6 +160,7 @@ export async function createEngine(
         ...(settings.contextSize !== undefined ? { contextSize: settings.contextSize } : {}),
         ...(settings.sequences !== undefined ? { sequences: settings.sequences } : {}),
         ...(settings.inputLookup !== undefined ? { inputLookup: settings.inputLookup === "on" } : {}),
+        ...(settings.draftModel !== undefined ? { draftModelPath: settings.draftModel } : {}),
       });
     }
   }

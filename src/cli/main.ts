@@ -96,6 +96,10 @@ export function buildProgram(): Command {
     .addOption(
       new Option("--gpu <mode>", `llama: use a GPU when available ${env("gpu")}`).choices(["auto", "off"]),
     )
+    .option(
+      "--draft-model <path>",
+      `llama: a small GGUF model of the same vocabulary that drafts tokens for the model (speculative decoding) ${env("draftModel")}`,
+    )
     .addOption(
       new Option(
         "--input-lookup <mode>",

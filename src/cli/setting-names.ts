@@ -39,6 +39,7 @@ export const ENV_NAMES: Record<
   contextSize: "SPARK_CONTEXT_SIZE",
   sequences: "SPARK_SEQUENCES",
   inputLookup: "SPARK_INPUT_LOOKUP",
+  draftModel: "SPARK_DRAFT_MODEL",
   gpu: "SPARK_GPU",
   upstream: "SPARK_UPSTREAM",
   upstreamApiKeyEnv: "SPARK_UPSTREAM_API_KEY_ENV",

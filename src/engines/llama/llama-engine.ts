@@ -46,6 +46,7 @@ import { SparkError } from "../../protocol/errors.js";
 import { AsyncQueue } from "./async-queue.js";
 import { toChatFunctions, toChatHistory } from "./chat-history.js";
 import { AheadSequence } from "./decode-ahead.js";
+import { DraftModel } from "./draft-model.js";
 import { CombinedDrafter, InputLookupDrafter, PredictionDrafter } from "./prediction-drafter.js";
 import { decodeSpeculative } from "./speculative-decode.js";
 import { decodeFim, fimPrompt, fimTokensOf, fimUnsupported, type FimTokens } from "./fim.js";
@@ -81,6 +82,11 @@ export interface LlamaEngineOptions {
    * batch costs several decode steps, so it does not pay (figure 18 in BENCHMARKS.md).
    */
   inputLookup?: boolean;
+  /**
+   * A small model of the same vocabulary that drafts for this one (requests without tools, where
+   * neither the prediction nor input lookup has a draft); refused at start when the vocabularies differ.
+   */
+  draftModelPath?: string;
   /** Called when a request is cancelled, with how many tokens were still decoded after the abort. */
   onCancel?: (info: { tokensAfterAbort: number }) => void;
 }
@@ -130,6 +136,7 @@ export class LlamaEngine implements Engine {
   #models: EngineModel[] = [];
   #threads = 0;
   #fim: FimTokens | undefined;
+  #draftModel: DraftModel | undefined;
   #modelName = "";
   readonly #fimPrompts = new WeakMap<EngineRequest, Token[]>();
 
@@ -183,6 +190,12 @@ export class LlamaEngine implements Engine {
         });
       }
       this.#chatWrapper = this.#slots[0]!.chat.chatWrapper;
+      if (this.options.draftModelPath) {
+        this.#status = { ready: false, detail: `loading draft model ${this.options.draftModelPath}` };
+        const draft = await this.#llama.loadModel({ modelPath: this.options.draftModelPath });
+        this.#draftModel = await DraftModel.load(draft, this.#model, contextSize, this.#threads);
+        log(`llama: draft model ${basename(this.options.draftModelPath)} (one generation at a time)`);
+      }
       const aliases = this.options.aliases ?? ["spark", basename(path).replace(/\.gguf$/i, "")];
       this.#models = aliases.map((id) => ({
         id,
@@ -372,8 +385,8 @@ export class LlamaEngine implements Engine {
       (request.speculation?.inputLookup ?? this.options.inputLookup ?? false)
         ? new InputLookupDrafter(prompt)
         : undefined;
-    const drafter = new CombinedDrafter(prediction, lookup);
     const { slot } = await this.#acquire(prompt, signal);
+    const drafter = new CombinedDrafter(prediction, lookup, this.#draftModel?.take(prompt));
     try {
       const room = this.#context!.contextSize - prompt.length;
       yield* decodeSpeculative({
@@ -388,6 +401,7 @@ export class LlamaEngine implements Engine {
         ...(this.options.onCancel ? { onCancel: this.options.onCancel } : {}),
       });
     } finally {
+      drafter.release();
       this.#release(slot);
     }
   }
@@ -443,7 +457,7 @@ export class LlamaEngine implements Engine {
     this.#checkFits(prompt.length);
     const lookup = request.speculation?.inputLookup ?? this.options.inputLookup ?? false;
     const predicted = !!request.prediction && this.options.predictedOutputs !== false;
-    if ((predicted || lookup) && request.tools.length === 0) {
+    if ((predicted || lookup || this.#draftModel) && request.tools.length === 0) {
       yield* this.#streamPredicted(request, prompt, signal);
       return;
     }
@@ -583,6 +597,7 @@ export class LlamaEngine implements Engine {
 
   async close(): Promise<void> {
     this.#status = { ready: false, detail: "closed" };
+    await this.#draftModel?.dispose();
     await this.#context?.dispose();
     await this.#model?.dispose();
     await this.#llama?.dispose();

@@ -96,29 +96,51 @@ function key(tokens: readonly Token[], end: number): string {
   return `${tokens[end - 3]},${tokens[end - 2]},${tokens[end - 1]}`;
 }
 
-/** Drafts from the prediction first, and from input lookup where the prediction has nothing. */
+/** A drafter that runs a model (the draft model): asynchronous. */
+export interface ModelDrafter {
+  draft(limit: number): Promise<Token[]>;
+  push(token: Token): void;
+  release(): void;
+}
+
+/**
+ * Drafts from the prediction first, then from input lookup, then from the draft model, each only
+ * where the one before has nothing.
+ */
 export class CombinedDrafter {
   /** Where the last draft came from. */
-  source: "prediction" | "lookup" | undefined;
+  source: "prediction" | "lookup" | "model" | undefined;
 
   constructor(
     private readonly prediction: PredictionDrafter | undefined,
     private readonly lookup: InputLookupDrafter | undefined,
+    private readonly model?: ModelDrafter,
   ) {}
 
-  draft(limit = MAX_DRAFT_TOKENS): Token[] {
+  async draft(limit = MAX_DRAFT_TOKENS): Promise<Token[]> {
     const predicted = this.prediction?.draft(limit) ?? [];
     if (predicted.length > 0) {
       this.source = "prediction";
       return predicted;
     }
     const looked = this.lookup?.draft(limit) ?? [];
-    this.source = looked.length > 0 ? "lookup" : undefined;
-    return looked;
+    if (looked.length > 0) {
+      this.source = "lookup";
+      return looked;
+    }
+    const modelled = (await this.model?.draft(limit)) ?? [];
+    this.source = modelled.length > 0 ? "model" : undefined;
+    return modelled;
   }
 
   push(token: Token): void {
     this.prediction?.push(token);
     this.lookup?.push(token);
+    this.model?.push(token);
+  }
+
+  /** Gives the draft model back for other generations. */
+  release(): void {
+    this.model?.release();
   }
 }

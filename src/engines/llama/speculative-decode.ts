@@ -74,7 +74,7 @@ export async function* decodeSpeculative(options: SpeculativeDecodeOptions): Asy
       options.maxTokens - output.length - 1,
       contextSize - sequence.nextTokenIndex - pending.length - 1,
     );
-    const draft = drafter.draft(Math.min(draftLimit, room));
+    const draft = await drafter.draft(Math.min(draftLimit, room));
     const input: ControlledEvaluateInputItem[] = pending.map((token, i) =>
       i === pending.length - 1 ? [token, sampling] : token,
     );
