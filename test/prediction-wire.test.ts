@@ -4,9 +4,13 @@
  * request with a prediction to spark.
  */
 import assert from "node:assert/strict";
+import { once } from "node:events";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
 import { after, test } from "node:test";
 import OpenAI from "openai";
 import type { EnginePart, EngineRequest } from "../src/engine/types.js";
+import { OpenAIEngine } from "../src/engines/openai/openai-engine.js";
 import { parseScript, ScriptEngine } from "../src/engines/script/script-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
 
@@ -99,4 +103,60 @@ test("speculation.input_lookup reaches the engine; a bad value is a 400", async 
   const bad = await post({ model: "spark", input: "x", speculation: { input_lookup: "yes" } });
   assert.equal(bad.status, 400);
   assert.equal((bad.json.error as { param: string }).param, "speculation.input_lookup");
+});
+
+test("the openai engine forwards the prediction upstream and reports the upstream's prediction counts", async () => {
+  const bodies: Record<string, unknown>[] = [];
+  const upstream = http.createServer((req, res) => {
+    let body = "";
+    req.on("data", (chunk: Buffer) => (body += chunk.toString("utf8")));
+    req.on("end", () => {
+      if (req.url === "/v1/models") {
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(JSON.stringify({ object: "list", data: [{ id: "coder", object: "model" }] }));
+        return;
+      }
+      bodies.push(JSON.parse(body) as Record<string, unknown>);
+      const event = (data: unknown): string => `data: ${JSON.stringify(data)}\n\n`;
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.end(
+        event({
+          choices: [
+            { index: 0, delta: { role: "assistant", content: "const a = 2;" }, finish_reason: "stop" },
+          ],
+        }) +
+          event({
+            choices: [],
+            usage: {
+              prompt_tokens: 9,
+              completion_tokens: 6,
+              completion_tokens_details: { accepted_prediction_tokens: 4, rejected_prediction_tokens: 1 },
+            },
+          }) +
+          "data: [DONE]\n\n",
+      );
+    });
+  });
+  upstream.listen(0, "127.0.0.1");
+  await once(upstream, "listening");
+  const upstreamEngine = new OpenAIEngine({
+    baseUrl: `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/v1`,
+  });
+  await upstreamEngine.start();
+  const relay = new SparkServer({ engine: upstreamEngine, port: 0 });
+  const client = new OpenAI({ baseURL: `${await relay.listen()}/v1`, apiKey: "unused", maxRetries: 0 });
+  try {
+    const chat = await client.chat.completions.create({
+      model: "spark",
+      messages: [{ role: "user", content: "Change a to 2" }],
+      prediction: { type: "content", content: "const a = 1;" },
+    });
+    assert.deepEqual(bodies[0]!.prediction, { type: "content", content: "const a = 1;" });
+    assert.equal(chat.usage!.completion_tokens_details!.accepted_prediction_tokens, 4);
+    assert.equal(chat.usage!.completion_tokens_details!.rejected_prediction_tokens, 1);
+  } finally {
+    await relay.close();
+    upstream.closeAllConnections();
+    upstream.close();
+  }
 });

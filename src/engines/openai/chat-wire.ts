@@ -48,6 +48,8 @@ function chatRequestBody(request: EngineRequest): Json {
     stream_options: { include_usage: true },
     ...samplingFields(request, "max_tokens"),
   };
+  // Predicted Outputs: OpenAI and vLLM take it; an upstream that does not ignores or rejects it.
+  if (request.prediction) body.prediction = { type: "content", content: request.prediction };
   // Tool fields are omitted without tools: some servers reject tool_choice or parallel_tool_calls alone.
   if (request.tools.length > 0) {
     body.tools = request.tools.map((tool) => ({
@@ -215,10 +217,26 @@ class ChatDecoder implements StreamDecoder {
 
 export function chatUsage(usage: Json): Usage {
   const details = isRecord(usage.prompt_tokens_details) ? usage.prompt_tokens_details : {};
+  const completion = isRecord(usage.completion_tokens_details) ? usage.completion_tokens_details : {};
+  const accepted = count(completion.accepted_prediction_tokens);
+  const rejected = count(completion.rejected_prediction_tokens);
   return {
     inputTokens: count(usage.prompt_tokens),
     cachedInputTokens: count(details.cached_tokens),
     outputTokens: count(usage.completion_tokens),
+    // The upstream's own Predicted Outputs counts (its verification steps are not reported).
+    ...(accepted + rejected > 0
+      ? {
+          speculation: {
+            drafted: accepted + rejected,
+            accepted,
+            rejected,
+            steps: 0,
+            predictionAccepted: accepted,
+            predictionRejected: rejected,
+          },
+        }
+      : {}),
   };
 }
 
