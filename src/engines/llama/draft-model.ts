@@ -6,6 +6,7 @@
  * step evaluates only the tokens accepted since (KV reuse, as on the main model).
  */
 import type { LlamaContext, LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
+import { commonPrefix } from "./speculative-decode.js";
 
 export class DraftModel {
   #busy = false;
@@ -68,10 +69,7 @@ export class DraftModelDrafter {
     const sequence = this.sequence;
     const history = this.#history;
     if (history.length >= sequence.contextSize - limit - 1) return [];
-    let common = 0;
-    const cached = sequence.contextTokens;
-    while (common < cached.length && common < history.length && cached[common] === history[common]) common++;
-    common = Math.min(common, history.length - 1);
+    const common = Math.min(commonPrefix(sequence.contextTokens, history), history.length - 1);
     if (sequence.nextTokenIndex > common) {
       await sequence.eraseContextTokenRanges([{ start: common, end: sequence.nextTokenIndex }]);
     }

@@ -16,6 +16,7 @@
 import type { LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
 import type { EnginePart, FimInput, FinishReason } from "../../engine/types.js";
 import { SparkError } from "../../protocol/errors.js";
+import { commonPrefix } from "./speculative-decode.js";
 
 export interface FimTokens {
   prefix: Token;
@@ -193,11 +194,4 @@ export async function* decodeFim(options: FimDecodeOptions): AsyncGenerator<Engi
     reason,
     usage: { inputTokens: prompt.length, cachedInputTokens: reused, outputTokens: output.length },
   };
-}
-
-function commonPrefix(a: readonly Token[], b: readonly Token[]): number {
-  const length = Math.min(a.length, b.length);
-  let i = 0;
-  while (i < length && a[i] === b[i]) i++;
-  return i;
 }

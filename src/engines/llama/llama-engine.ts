@@ -48,7 +48,7 @@ import { toChatFunctions, toChatHistory } from "./chat-history.js";
 import { AheadSequence } from "./decode-ahead.js";
 import { DraftModel } from "./draft-model.js";
 import { CombinedDrafter, InputLookupDrafter, PredictionDrafter } from "./prediction-drafter.js";
-import { decodeSpeculative } from "./speculative-decode.js";
+import { commonPrefix, decodeSpeculative } from "./speculative-decode.js";
 import { decodeFim, fimPrompt, fimTokensOf, fimUnsupported, type FimTokens } from "./fim.js";
 import { cachingTokenizer } from "./token-cache.js";
 
@@ -611,13 +611,6 @@ function mergeDeltas(a: EnginePart, b: EnginePart): EnginePart | undefined {
   if (a.type === "tool-call-delta" && b.type === "tool-call-delta" && a.id === b.id)
     return { type: "tool-call-delta", id: a.id, delta: a.delta + b.delta };
   return undefined;
-}
-
-function commonPrefix(a: readonly Token[], b: readonly Token[]): number {
-  const length = Math.min(a.length, b.length);
-  let i = 0;
-  while (i < length && a[i] === b[i]) i++;
-  return i;
 }
 
 function customInput(params: string): string {

@@ -149,6 +149,7 @@ export async function* decodeSpeculative(options: SpeculativeDecodeOptions): Asy
   };
 }
 
+/** Length of the longest common prefix of two token lists (what a sequence's KV cache can keep). */
 export function commonPrefix(a: readonly Token[], b: readonly Token[]): number {
   const length = Math.min(a.length, b.length);
   let i = 0;
