@@ -11,6 +11,7 @@ import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
 import { MAX_DRAFT_TOKENS } from "../src/engines/llama/prediction-drafter.js";
 import { MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
+import { TERMINAL_TYPES, terminalOf, WsClient } from "./helpers/ws-client.js";
 
 const modelPath = testModelPath();
 
@@ -29,6 +30,8 @@ function request(text: string, prediction?: string): EngineRequest {
 
 describe("Predicted Outputs in the llama engine", { skip: modelPath ? false : MODEL_SKIP_MESSAGE }, () => {
   let engine: LlamaEngine;
+  /** In front of `engine` (closing a server closes its engines: once, at the end). */
+  let server: SparkServer;
   const cancels: number[] = [];
 
   before(async () => {
@@ -40,8 +43,10 @@ describe("Predicted Outputs in the llama engine", { skip: modelPath ? false : MO
       onCancel: ({ tokensAfterAbort }) => cancels.push(tokensAfterAbort),
     });
     await engine.start();
+    server = new SparkServer({ engine, port: 0 });
+    await server.listen();
   });
-  after(() => engine?.close());
+  after(() => server?.close());
 
   async function run(
     req: EngineRequest,
@@ -139,11 +144,55 @@ describe("Predicted Outputs in the llama engine", { skip: modelPath ? false : MO
     assert.equal(cancels.length, 1);
     assert.ok(cancels[0]! <= MAX_DRAFT_TOKENS + 1, `${cancels[0]} tokens after the abort`);
   });
+  test("steering a response that speculates: it ends as steered and its successor speculates too", async () => {
+    const plain = await run(request("Write a sorting function in C."));
+    const client = await WsClient.connect(server.url);
+    try {
+      client.send({
+        type: "response.create",
+        input: "Write a sorting function in C.",
+        max_output_tokens: 300,
+        temperature: 0,
+        store: false,
+        prediction: { type: "content", content: plain.text },
+      });
+      const created = await client.waitForType("response.created");
+      const steeredId = (created.response as { id: string }).id;
+      await client.waitFor(
+        () => client.events.filter((e) => e.type === "response.output_text.delta").length >= 3,
+      );
+      client.send({ type: "response.steer", previous_response_id: steeredId, input: "Shorter, please." });
+      const successorCreated = await client.waitFor(
+        (e) => e.type === "response.created" && (e.response as { id: string }).id !== steeredId,
+      );
+      const successorId = (successorCreated.response as { id: string }).id;
+      const steered = terminalOf(client.responseEvents(steeredId));
+      assert.deepEqual(steered.response.incomplete_details, { reason: "steered" });
+      await client.waitFor(
+        (e) =>
+          e.type !== "response.created" &&
+          TERMINAL_TYPES.has(e.type) &&
+          (e.response as { id: string }).id === successorId,
+      );
+      const successor = terminalOf(client.responseEvents(successorId)).response;
+      const usage = successor.usage as unknown as { speculation?: { steps: number } };
+      assert.ok(usage.speculation && usage.speculation.steps > 0, "the successor inherits the prediction");
+    } finally {
+      await client.close();
+    }
+  });
+
   test("the verified counts reach the wire (Chat Completions, Responses) and /metrics", async () => {
     const plain = await run(request("Write a sorting function in C."));
-    const server = new SparkServer({ engine, port: 0 });
-    const openai = new OpenAI({ baseURL: `${await server.listen()}/v1`, apiKey: "unused", maxRetries: 0 });
-    try {
+    const openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
+    const acceptedSoFar = async (): Promise<number> =>
+      Number(
+        /^spark_speculative_tokens_total\{result="accepted"\} (\d+)/m.exec(
+          await server.metrics.registry.metrics(),
+        )?.[1] ?? 0,
+      );
+    const before = await acceptedSoFar();
+    {
       const chat = await openai.chat.completions.create({
         model: "spark",
         messages: [{ role: "user", content: "Write a sorting function in C." }],
@@ -173,13 +222,8 @@ describe("Predicted Outputs in the llama engine", { skip: modelPath ? false : MO
         direct.usage.speculation!.accepted,
       );
       assert.equal(usage.speculation.steps, direct.usage.speculation!.steps);
-      const metrics = await server.metrics.registry.metrics();
-      const accepted = Number(
-        /^spark_speculative_tokens_total\{result="accepted"\} (\d+)/m.exec(metrics)?.[1],
-      );
-      assert.equal(accepted, 2 * direct.usage.speculation!.accepted);
-    } finally {
-      await server.close();
+      // Counted for the chat and the Responses request (the direct run bypassed the server).
+      assert.equal((await acceptedSoFar()) - before, 2 * direct.usage.speculation!.accepted);
     }
   });
 });
