@@ -13,6 +13,8 @@ export default tseslint.config(
       "bin/**",
       "editors/vscode/node_modules/**",
       "editors/vscode/dist/**",
+      "web/node_modules/**",
+      "web/dist/**",
     ],
   },
   js.configs.recommended,
@@ -81,5 +83,55 @@ export default tseslint.config(
         },
       ],
     },
+  },
+  {
+    // The app server is a client of the Spark server like the TUI: it reaches it only over the wire.
+    // It shares the server's origin policy (the same checks guard both).
+    files: ["src/app/**"],
+    rules: {
+      "no-restricted-imports": [
+        "error",
+        {
+          patterns: [
+            {
+              group: [
+                "**/core/**",
+                "**/engines/**",
+                "**/engine/**",
+                "**/store/**",
+                "**/router/**",
+                "**/cli/**",
+              ],
+              message: "The app reaches the server only through the Responses API (src/agent).",
+            },
+            {
+              regex: "/server/(?!origin-policy\\.js$)",
+              message: "Of the server, the app uses only its origin policy.",
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    // The front end runs in the browser: of the repository's code it shares only the app's protocol types.
+    files: ["web/src/**"],
+    rules: {
+      "no-restricted-imports": [
+        "error",
+        {
+          patterns: [
+            {
+              regex: "^(\\.\\./)+src/(?!app/protocol\\.js$)",
+              message: "The browser talks to the app server over /app/ws (src/app/protocol.ts) only.",
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    files: ["web/build.mjs"],
+    languageOptions: { globals: { URL: "readonly", console: "readonly" } },
   },
 );

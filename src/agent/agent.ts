@@ -17,7 +17,7 @@
  */
 import { httpBaseUrl, type ResponsesSocket, type ServerEvent } from "./responses-socket.js";
 import { ToolRunner, type ThreadItem, type ToolCall, type ToolContext } from "./tools.js";
-import { TOOL_DEFINITIONS } from "./tools.js";
+import { toolDefinitions } from "./tools.js";
 
 /** A Responses input item (messages, tool calls and their outputs, compaction items). */
 export type InputItem = Record<string, unknown> & { type: string };
@@ -497,7 +497,7 @@ export class Agent {
       model: this.#model,
       instructions: this.options.instructions,
       input: previous === undefined ? [...this.#transcript, ...input] : input,
-      tools: TOOL_DEFINITIONS,
+      tools: toolDefinitions(this.options.tools),
       parallel_tool_calls: false,
       store: false,
       ...options.extra,

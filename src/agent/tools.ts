@@ -11,33 +11,8 @@ import { commandEnvironment } from "./secrets.js";
 import { formatCommandOutput, runCommand } from "./shell.js";
 import { ToolError, type Workspace } from "./workspace.js";
 
-/** A thread item as `spark exec --json` prints it (the shapes follow `codex exec --json`). */
-export type ThreadItem =
-  | { id: string; type: "agent_message"; text: string }
-  | {
-      id: string;
-      type: "command_execution";
-      command: string;
-      aggregated_output: string;
-      exit_code: number | null;
-      status: "in_progress" | "completed" | "failed" | "declined";
-    }
-  | {
-      id: string;
-      type: "file_change";
-      changes: { path: string; kind: "add" | "update" | "delete" }[];
-      status: "in_progress" | "completed" | "failed" | "declined";
-      error?: string;
-    }
-  | {
-      id: string;
-      type: "tool_call";
-      tool: string;
-      arguments: string;
-      status: "in_progress" | "completed" | "failed";
-      result?: string;
-    }
-  | { id: string; type: "error"; message: string };
+export type { ThreadItem } from "./thread-item.js";
+import type { ThreadItem } from "./thread-item.js";
 
 /** A tool call from a response's output. */
 export interface ToolCall {
@@ -49,6 +24,8 @@ export interface ToolCall {
 }
 
 export type ApprovalAnswer = "yes" | "no" | "always";
+/** An answer, or a refusal with the user's reason (which the model sees). */
+export type ApprovalReply = ApprovalAnswer | { answer: "no"; reason: string };
 
 export interface ApprovalRequest {
   kind: "command" | "patch";
@@ -62,11 +39,16 @@ export interface ToolContext {
   sandbox: Sandbox;
   approval: ApprovalMode;
   /** Present in the interactive UI; without it, requests that need approval are refused. */
-  ask?: (request: ApprovalRequest) => Promise<ApprovalAnswer>;
+  ask?: (request: ApprovalRequest) => Promise<ApprovalReply>;
   commandTimeoutMs?: number;
   maxOutputBytes?: number;
   /** Secret environment variables (names or `*` globs) commands may see anyway (`--allow-env`). */
   allowEnv?: readonly string[];
+  /**
+   * Hands a task to a background agent (the app's deep tasks); present, it adds the `delegate`
+   * tool. Resolves with what the model is told (the task started, or why not).
+   */
+  delegate?: (task: string) => Promise<string>;
 }
 
 export interface ToolRun {
@@ -157,6 +139,26 @@ export const TOOL_DEFINITIONS: readonly Record<string, unknown>[] = [
   },
 ];
 
+const DELEGATE_DEFINITION: Record<string, unknown> = {
+  type: "function",
+  name: "delegate",
+  description:
+    "Hands a self-contained task to a thorough background agent (the deep tier) on the same workspace, " +
+    "and returns at once; the user is notified when it finishes and reviews its changes. Use it for slow, " +
+    "thorough work (a refactor across files, a full test run and fix) while you keep helping in the foreground.",
+  parameters: {
+    type: "object",
+    properties: { task: { type: "string", description: "What the background agent should do, in full." } },
+    required: ["task"],
+    additionalProperties: false,
+  },
+};
+
+/** The tool definitions for a context: the standard ones, plus `delegate` where it can run. */
+export function toolDefinitions(context: ToolContext): readonly Record<string, unknown>[] {
+  return context.delegate ? [...TOOL_DEFINITIONS, DELEGATE_DEFINITION] : TOOL_DEFINITIONS;
+}
+
 /** Runs tool calls. Holds the approvals the user gave with "always" for the rest of the session. */
 export class ToolRunner {
   /** Keys of the requests the user answered "always": `command:LINE`, `patch`, `patch:protected:PATHS`. */
@@ -219,6 +221,8 @@ export class ToolRunner {
           found.matches.map((m) => `${m.path}:${m.line}: ${m.text}`).join("\n") +
           (found.truncated ? "\n[more matches not shown]" : "");
         if (found.matches.length === 0) text = "no matches";
+      } else if (call.name === "delegate" && this.context.delegate) {
+        text = await this.context.delegate(stringArg(args, "task"));
       } else {
         throw new ToolError(
           "invalid_argument",
@@ -251,9 +255,10 @@ export class ToolRunner {
     if (decision.action === "refuse") return decision.reason;
     if (this.#always.has(key)) return undefined;
     if (!this.context.ask) return `${decision.reason}; no one can approve it in this mode`;
-    const answer = await this.context.ask(request);
-    if (answer === "always") this.#always.add(key);
-    return answer === "no" ? "the user declined to run this" : undefined;
+    const reply = await this.context.ask(request);
+    if (typeof reply === "object") return `the user declined to run this: ${reply.reason}`;
+    if (reply === "always") this.#always.add(key);
+    return reply === "no" ? "the user declined to run this" : undefined;
   }
 
   async #shell(

@@ -110,7 +110,7 @@ export function resolveClient(flags: ClientFlags, interactive: boolean): Resolve
 }
 
 /** Starts `spark serve` inside this process on a free loopback port; resolves once its engines are ready. */
-async function startInProcessServer(
+export async function startInProcessServer(
   settings: ResolvedSettings,
   progress: (line: string) => void,
 ): Promise<{ url: string; close(): Promise<void> }> {
@@ -140,7 +140,7 @@ async function startInProcessServer(
 }
 
 /** The context window of `model` from the server's `/v1/models` (`context_window`), if it says. */
-async function fetchContextWindow(
+export async function fetchContextWindow(
   serverUrl: string,
   apiKey: string | undefined,
   model: string,

@@ -255,6 +255,37 @@ Examples:
 
   addClientOptions(
     program
+      .command("app")
+      .description(
+        "the web app: tasks on a workspace, steered live in the browser, deep tasks in the background",
+      )
+      .argument("[dir]", "the workspace (default: the current directory)")
+      .option("--host <host>", "address the app listens on (loopback unless a key is set)", "127.0.0.1")
+      .option("--port <port>", "port for the app; 0 picks a free one", integer, 8485)
+      .option("--quiet", "print only the line with the app's URL"),
+  )
+    .addHelpText(
+      "after",
+      `
+The agent runs in this process on the workspace; the browser holds one WebSocket to it. Without
+SPARK_API_KEY the app listens on loopback only; with it, browsers sign in with that key.
+
+Examples:
+  spark app                                  # this directory, in-process model server
+  spark app ~/src/project --server http://gpu-box:8484
+  spark app --engine script --script demo.jsonl --rate 1000 --port 0`,
+    )
+    .action(async (dir: string | undefined, options: Record<string, unknown>, command: Command) => {
+      const { runApp } = await import("./app-command.js");
+      process.exitCode = await runApp(dir, clientFlags(options, command), {
+        host: options.host as string,
+        port: options.port as number,
+        quiet: options.quiet === true,
+      });
+    });
+
+  addClientOptions(
+    program
       .command("resume")
       .description("continue a saved session in the interactive UI (the newest without an id)")
       .argument("[session]", "session id, or the start of one")

@@ -1,0 +1,359 @@
+/**
+ * The app's HTTP server: serves the front end (web/dist, built at install) and the one WebSocket
+ * (`/app/ws`) a browser holds for a workspace's tasks.
+ *
+ * The app runs commands on the user's machine, so it guards itself like a shell would be guarded:
+ * - Without an access key it listens on loopback only. With one, a browser signs in once
+ *   (`POST /app/login`, the key in the body, never in a URL) and gets an HttpOnly, SameSite=Strict
+ *   session cookie; the key is never logged.
+ * - Every request and WebSocket upgrade passes the server's origin policy: a foreign `Origin` is
+ *   refused (cross-site requests, cross-site WebSocket hijacking) and so is a `Host` that does not
+ *   name this machine (DNS rebinding).
+ * - Pages are served with a Content-Security-Policy that allows only the app's own script, so
+ *   model output that slips past the sanitizer still runs nothing.
+ */
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { readFileSync, readdirSync, statSync } from "node:fs";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo, Socket } from "node:net";
+import { extname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { gzipSync } from "node:zlib";
+import { WebSocketServer, type WebSocket } from "ws";
+import { z } from "zod";
+import { OriginPolicy } from "../server/origin-policy.js";
+import type { ClientMessage, ServerMessage } from "./protocol.js";
+import { TaskManager, type ManagerContext } from "./task-manager.js";
+
+/** The built front end: `web/dist` beside `src/` and `dist/`. */
+export const WEB_DIST = fileURLToPath(new URL("../../web/dist/", import.meta.url));
+
+export interface AppServerOptions extends Omit<ManagerContext, "broadcast"> {
+  host: string;
+  port: number;
+  /** When set, browsers must sign in with it. */
+  accessKey?: string;
+  /** Models offered in the picker. */
+  models?: string[];
+  /** Where the built front end is (default web/dist). */
+  webDir?: string;
+}
+
+const COOKIE = "spark_app";
+const MAX_FRAME_BYTES = 1024 * 1024;
+const LOOPBACK = new Set(["127.0.0.1", "::1", "localhost"]);
+
+const text = z.string().max(200_000);
+const taskId = z.string().min(1).max(200);
+const clientMessage: z.ZodType<ClientMessage> = z.discriminatedUnion("type", [
+  z.strictObject({ type: z.literal("hello") }),
+  z.strictObject({
+    type: z.literal("task.create"),
+    model: z.string().min(1).max(200),
+    text: text.optional(),
+    background: z.boolean().optional(),
+    title: z.string().max(200).optional(),
+  }),
+  z.strictObject({ type: z.literal("task.open"), task: taskId }),
+  z.strictObject({ type: z.literal("task.rename"), task: taskId, title: z.string().max(200) }),
+  z.strictObject({ type: z.literal("task.delete"), task: taskId }),
+  z.strictObject({ type: z.literal("send"), task: taskId, text: text.min(1), sentAt: z.number().optional() }),
+  z.strictObject({ type: z.literal("queue"), task: taskId, text: text.min(1) }),
+  z.strictObject({ type: z.literal("stop"), task: taskId }),
+  z.strictObject({ type: z.literal("model"), task: taskId, model: z.string().min(1).max(200) }),
+  z.strictObject({ type: z.literal("compact"), task: taskId }),
+  z.strictObject({ type: z.literal("new_context"), task: taskId }),
+  z.strictObject({
+    type: z.literal("approval"),
+    task: taskId,
+    entry: z.string().max(200),
+    answer: z.enum(["yes", "always", "no"]),
+    reason: z.string().max(2000).optional(),
+  }),
+  z.strictObject({
+    type: z.literal("variants"),
+    task: taskId,
+    count: z.number().int().min(2).max(4),
+    text: text.min(1),
+  }),
+  z.strictObject({
+    type: z.literal("choose"),
+    task: taskId,
+    entry: z.string().max(200),
+    index: z.number().int().min(0).max(3),
+  }),
+  z.strictObject({ type: z.literal("review"), task: taskId }),
+  z.strictObject({ type: z.literal("revert"), task: taskId, path: z.string().min(1).max(4096).optional() }),
+  z.strictObject({ type: z.literal("keep"), task: taskId }),
+]) as z.ZodType<ClientMessage>;
+
+interface StaticFile {
+  body: Buffer;
+  gzip: Buffer;
+  type: string;
+}
+
+const TYPES: Record<string, string> = {
+  ".html": "text/html; charset=utf-8",
+  ".js": "text/javascript; charset=utf-8",
+  ".css": "text/css; charset=utf-8",
+  ".svg": "image/svg+xml",
+  ".png": "image/png",
+  ".map": "application/json",
+};
+
+const CSP =
+  "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
+  "font-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+export class AppServer {
+  readonly tasks: TaskManager;
+  readonly #server: Server;
+  readonly #wss = new WebSocketServer({ noServer: true, maxPayload: MAX_FRAME_BYTES });
+  readonly #clients = new Set<WebSocket>();
+  readonly #policy: OriginPolicy;
+  readonly #files = new Map<string, StaticFile>();
+  readonly #sessions = new Set<string>();
+  readonly #keyHash: Buffer | undefined;
+  #url = "";
+
+  constructor(private readonly options: AppServerOptions) {
+    if (!options.accessKey && !LOOPBACK.has(options.host)) {
+      throw new Error(
+        `the app runs commands on this machine: without an access key it listens on loopback only, not ${options.host}. ` +
+          "Set SPARK_API_KEY (the key browsers sign in with) to listen elsewhere.",
+      );
+    }
+    this.#keyHash = options.accessKey ? sha256(options.accessKey) : undefined;
+    this.#policy = new OriginPolicy({ keysRequired: options.accessKey !== undefined });
+    this.#loadStatic(options.webDir ?? WEB_DIST);
+    this.tasks = new TaskManager({ ...options, broadcast: (message) => this.#broadcast(message) });
+    this.#server = createServer((request, response) => {
+      this.#handle(request, response).catch((error: unknown) => {
+        if (!response.headersSent)
+          sendJson(response, 500, errorBody("internal_error", (error as Error).message));
+        else response.destroy();
+      });
+    });
+    this.#server.on("upgrade", (request: IncomingMessage, socket: Socket, head: Buffer) =>
+      this.#upgrade(request, socket, head),
+    );
+  }
+
+  get url(): string {
+    return this.#url;
+  }
+
+  async listen(): Promise<string> {
+    await new Promise<void>((resolve, reject) => {
+      this.#server.once("error", reject);
+      this.#server.listen(this.options.port, this.options.host, () => resolve());
+    });
+    const address = this.#server.address() as AddressInfo;
+    this.#policy.listeningOn(address.address);
+    const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
+    this.#url = `http://${host}:${address.port}/`;
+    return this.#url;
+  }
+
+  async close(): Promise<void> {
+    for (const client of this.#clients) client.terminate();
+    this.tasks.close();
+    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
+    this.#server.closeAllConnections();
+  }
+
+  #loadStatic(dir: string): void {
+    let names: string[];
+    try {
+      names = readdirSync(dir);
+    } catch {
+      throw new Error(
+        `the app's front end is not built (${dir} is missing): run \`npm install\` (or \`npm run build:web\`) in the Spark checkout`,
+      );
+    }
+    for (const name of names) {
+      const path = join(dir, name);
+      if (!statSync(path).isFile()) continue;
+      const body = readFileSync(path);
+      this.#files.set(`/${name}`, {
+        body,
+        gzip: gzipSync(body),
+        type: TYPES[extname(name)] ?? "application/octet-stream",
+      });
+    }
+    if (!this.#files.has("/index.html")) throw new Error(`${dir} has no index.html: rebuild the front end`);
+  }
+
+  async #handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
+    const refusal = this.#policy.check(request.headers.host, request.headers.origin);
+    if (refusal) {
+      sendJson(response, refusal.status, errorBody(refusal.code ?? "forbidden", refusal.message));
+      return;
+    }
+    const url = new URL(request.url ?? "/", "http://app");
+    if (url.pathname === "/app/login" && request.method === "POST") {
+      await this.#login(request, response);
+      return;
+    }
+    if (url.pathname === "/app/session" && request.method === "GET") {
+      sendJson(response, 200, {
+        authenticated: this.#authenticated(request),
+        required: this.#keyHash !== undefined,
+      });
+      return;
+    }
+    if (request.method !== "GET" && request.method !== "HEAD") {
+      sendJson(response, 405, errorBody("method_not_allowed", `${request.method} is not allowed here`));
+      return;
+    }
+    const file = this.#files.get(url.pathname === "/" ? "/index.html" : url.pathname);
+    if (!file) {
+      sendJson(response, 404, errorBody("not_found", `no such page: ${url.pathname.slice(0, 200)}`));
+      return;
+    }
+    const gzip = /\bgzip\b/.test(String(request.headers["accept-encoding"] ?? ""));
+    const body = gzip ? file.gzip : file.body;
+    response.writeHead(200, {
+      "content-type": file.type,
+      "content-length": body.length,
+      "cache-control": "no-cache",
+      "x-content-type-options": "nosniff",
+      "referrer-policy": "no-referrer",
+      "content-security-policy": CSP,
+      ...(gzip ? { "content-encoding": "gzip", vary: "accept-encoding" } : {}),
+    });
+    response.end(request.method === "HEAD" ? undefined : body);
+  }
+
+  async #login(request: IncomingMessage, response: ServerResponse): Promise<void> {
+    if (!this.#keyHash) {
+      sendJson(response, 200, { authenticated: true });
+      return;
+    }
+    let body = "";
+    for await (const chunk of request) {
+      body += String(chunk);
+      if (body.length > 10_000) {
+        sendJson(response, 413, errorBody("body_too_large", "the sign-in body is too large"));
+        return;
+      }
+    }
+    let key: unknown;
+    try {
+      key = (JSON.parse(body) as { key?: unknown }).key;
+    } catch {
+      sendJson(response, 400, errorBody("invalid_json", 'expected a JSON body {"key": "…"}'));
+      return;
+    }
+    if (typeof key !== "string" || !timingSafeEqual(sha256(key), this.#keyHash)) {
+      sendJson(
+        response,
+        401,
+        errorBody("invalid_api_key", "that key is not the one this app was started with"),
+      );
+      return;
+    }
+    const token = randomBytes(32).toString("base64url");
+    this.#sessions.add(token);
+    response.setHeader("set-cookie", `${COOKIE}=${token}; HttpOnly; SameSite=Strict; Path=/`);
+    sendJson(response, 200, { authenticated: true });
+  }
+
+  #authenticated(request: IncomingMessage): boolean {
+    if (!this.#keyHash) return true;
+    const cookies = String(request.headers.cookie ?? "").split(/;\s*/);
+    return cookies.some(
+      (cookie) => cookie.startsWith(`${COOKIE}=`) && this.#sessions.has(cookie.slice(COOKIE.length + 1)),
+    );
+  }
+
+  #upgrade(request: IncomingMessage, socket: Socket, head: Buffer): void {
+    const refuse = (status: number, code: string, message: string): void => {
+      const body = JSON.stringify(errorBody(code, message));
+      socket.end(
+        `HTTP/1.1 ${status} ${status === 401 ? "Unauthorized" : status === 404 ? "Not Found" : "Forbidden"}\r\n` +
+          `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+      );
+    };
+    const url = new URL(request.url ?? "/", "http://app");
+    if (url.pathname !== "/app/ws") return refuse(404, "not_found", "the app's socket is /app/ws");
+    const refusal = this.#policy.check(request.headers.host, request.headers.origin);
+    if (refusal) return refuse(refusal.status, refusal.code ?? "forbidden", refusal.message);
+    // Browsers always send Origin on WebSocket upgrades: one without it is not a page of this app.
+    if (request.headers.origin === undefined)
+      return refuse(403, "origin_required", "the app's socket is for its own pages");
+    if (!this.#authenticated(request))
+      return refuse(401, "unauthenticated", "sign in with the app's key first");
+    this.#wss.handleUpgrade(request, socket, head, (ws) => this.#connected(ws));
+  }
+
+  #connected(ws: WebSocket): void {
+    this.#clients.add(ws);
+    ws.on("close", () => this.#clients.delete(ws));
+    ws.on("error", () => this.#clients.delete(ws));
+    const reply = (message: ServerMessage): void => {
+      if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(message));
+    };
+    reply({
+      type: "hello",
+      workspace: this.options.workspace.root,
+      models: this.options.models ?? ["spark", "deep", "auto"],
+      tasks: this.tasks.summaries(),
+      version: "1",
+    });
+    ws.on("message", (data, isBinary) => {
+      if (isBinary) return reply({ type: "error", code: "invalid_frame", message: "frames are JSON text" });
+      let json: unknown;
+      try {
+        json = JSON.parse(String(data));
+      } catch {
+        return reply({ type: "error", code: "invalid_json", message: "the frame is not valid JSON" });
+      }
+      const parsed = clientMessage.safeParse(json);
+      if (!parsed.success) {
+        return reply({
+          type: "error",
+          code: "invalid_message",
+          message: `not an app message: ${z.prettifyError(parsed.error).replace(/\n/g, "; ").slice(0, 500)}`,
+        });
+      }
+      this.tasks.handle(parsed.data, reply).catch((error: unknown) => {
+        reply({
+          type: "error",
+          code: "task_error",
+          message: (error as Error).message,
+          ...("task" in parsed.data ? { task: parsed.data.task } : {}),
+        });
+      });
+    });
+  }
+
+  #broadcast(message: ServerMessage): void {
+    const data = JSON.stringify(message);
+    for (const client of this.#clients) if (client.readyState === client.OPEN) client.send(data);
+  }
+}
+
+function sha256(value: string): Buffer {
+  return createHash("sha256").update(value).digest();
+}
+
+function errorBody(
+  code: string,
+  message: string,
+): { error: { message: string; type: string; code: string } } {
+  return {
+    error: { message, type: code === "internal_error" ? "server_error" : "invalid_request_error", code },
+  };
+}
+
+function sendJson(response: ServerResponse, status: number, body: unknown): void {
+  const data = JSON.stringify(body);
+  response.writeHead(status, {
+    "content-type": "application/json",
+    "content-length": Buffer.byteLength(data),
+    "x-content-type-options": "nosniff",
+  });
+  response.end(data);
+}

@@ -1,0 +1,583 @@
+/**
+ * One task of the app: an agent session on the workspace (the same `Agent` as the terminal client,
+ * with its own connection to the Spark server), the transcript as the browser renders it, the
+ * task's record of changed files, and the approvals waiting for an answer.
+ *
+ * Saved in `DATA_DIR/app/tasks/`: `ID.json` (the summary, the change record, the session id) is
+ * rewritten on every change; `ID.log.jsonl` gets one line per finished transcript entry (a later
+ * line with the same id replaces the earlier one). The agent's own transcript is a saved session
+ * (`DATA_DIR/sessions/`), so a task continues after a restart where it stopped.
+ */
+import { appendFileSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { Agent, messageText, type AgentEvent, type InputItem } from "../agent/agent.js";
+import type { ApprovalMode } from "../agent/approval.js";
+import { ResponsesSocket } from "../agent/responses-socket.js";
+import type { Sandbox } from "../agent/sandbox.js";
+import { SessionFile } from "../agent/session-file.js";
+import type { ApprovalReply, ApprovalRequest, ThreadItem } from "../agent/tools.js";
+import type { Workspace } from "../agent/workspace.js";
+import { ChangeRecord, type FileChange } from "./change-record.js";
+import type { LogEntry, ServerMessage, TaskState, TaskStatus, TaskSummary } from "./protocol.js";
+
+/** What every task of one app shares: the server, the workspace and the agent's settings. */
+export interface TaskContext {
+  serverUrl: string;
+  apiKey?: string;
+  workspace: Workspace;
+  sandbox: Sandbox;
+  approval: ApprovalMode;
+  allowEnv: readonly string[];
+  dataDir: string;
+  instructions: string;
+  autoCompact: number;
+  /** The context window of a model, from the server's `/v1/models`. */
+  contextWindow(model: string): Promise<number>;
+  /** Sends a message to every connected browser. */
+  broadcast(message: ServerMessage): void;
+  /** Starts a background deep task (the `delegate` tool and the button). */
+  delegate(parent: Task, text: string): Promise<TaskSummary>;
+  /** The task's summary changed (state, title, files): the task list is sent again. */
+  changed(task: Task): void;
+}
+
+interface SavedTask {
+  summary: TaskSummary;
+  workspace: string;
+  sessionId: string;
+  record: Record<string, FileChange>;
+}
+
+export class Task {
+  readonly entries: LogEntry[] = [];
+  readonly status: TaskStatus;
+  readonly record: ChangeRecord;
+  #agent: Agent | undefined;
+  #connecting: Promise<Agent> | undefined;
+  #session: SessionFile;
+  #entryCounter = 0;
+  /** The assistant message streaming now on the main lane. */
+  #streaming: Extract<LogEntry, { kind: "assistant" }> | undefined;
+  readonly #approvals = new Map<string, (reply: ApprovalReply) => void>();
+  #variantsEntry: Extract<LogEntry, { kind: "variants" }> | undefined;
+  /** `choose()` starts a turn whose user message is already shown. */
+  #quietTurn = false;
+  #closed = false;
+  /** Distinguishes this process's agent items from those saved by an earlier one. */
+  readonly #generation = `a${Date.now().toString(36)}`;
+
+  private constructor(
+    readonly summary: TaskSummary,
+    session: SessionFile,
+    private readonly context: TaskContext,
+    record: Record<string, FileChange>,
+    private readonly transcript: InputItem[],
+  ) {
+    this.#session = session;
+    this.record = new ChangeRecord(context.workspace, record);
+    this.status = { contextTokens: 0, contextWindow: 8192, queued: [] };
+  }
+
+  static directory(dataDir: string): string {
+    return join(dataDir, "app", "tasks");
+  }
+
+  static create(
+    context: TaskContext,
+    options: { model: string; title: string; background: boolean; parent?: string },
+  ): Task {
+    const now = new Date().toISOString();
+    const session = SessionFile.create(context.dataDir, {
+      cwd: context.workspace.root,
+      model: options.model,
+    });
+    const summary: TaskSummary = {
+      id: session.meta.id,
+      title: options.title,
+      model: options.model,
+      state: "idle",
+      background: options.background,
+      changedFiles: [],
+      createdAt: now,
+      updatedAt: now,
+      ...(options.parent ? { parent: options.parent } : {}),
+    };
+    const task = new Task(summary, session, context, {}, []);
+    task.#save();
+    return task;
+  }
+
+  /** Loads a saved task; undefined when its files are unreadable or belong to another workspace. */
+  static load(context: TaskContext, id: string): Task | undefined {
+    const dir = Task.directory(context.dataDir);
+    let saved: SavedTask;
+    try {
+      saved = JSON.parse(readFileSync(join(dir, `${id}.json`), "utf8")) as SavedTask;
+    } catch {
+      return undefined;
+    }
+    if (saved.workspace !== context.workspace.root) return undefined;
+    let opened: { file: SessionFile; transcript: InputItem[] };
+    try {
+      opened = SessionFile.open(context.dataDir, saved.sessionId);
+    } catch {
+      return undefined;
+    }
+    // A task that was running when the app stopped is no longer running.
+    const state: TaskState =
+      saved.summary.state === "running" || saved.summary.state === "approval"
+        ? "interrupted"
+        : saved.summary.state;
+    const task = new Task({ ...saved.summary, state }, opened.file, context, saved.record, opened.transcript);
+    const byId = new Map<string, LogEntry>();
+    const order: string[] = [];
+    try {
+      for (const line of readFileSync(join(dir, `${id}.log.jsonl`), "utf8").split("\n")) {
+        if (line.trim() === "") continue;
+        try {
+          const entry = JSON.parse(line) as LogEntry;
+          if (!byId.has(entry.id)) order.push(entry.id);
+          byId.set(entry.id, entry);
+        } catch {
+          // a torn last line
+        }
+      }
+    } catch {
+      // no entries yet
+    }
+    for (const entryId of order) {
+      const entry = byId.get(entryId)!;
+      if (entry.kind === "assistant") entry.streaming = false;
+      if (entry.kind === "approval" && entry.answer === undefined) entry.answer = "no";
+      task.entries.push(entry);
+    }
+    task.#entryCounter = order.length;
+    task.status.contextTokens = 0;
+    return task;
+  }
+
+  get id(): string {
+    return this.summary.id;
+  }
+
+  get busy(): boolean {
+    return this.#agent?.busy ?? false;
+  }
+
+  /** The agent, connecting on first use. */
+  agent(): Promise<Agent> {
+    if (this.#agent) return Promise.resolve(this.#agent);
+    this.#connecting ??= this.#connect().finally(() => (this.#connecting = undefined));
+    return this.#connecting;
+  }
+
+  async #connect(): Promise<Agent> {
+    const { serverUrl, apiKey } = this.context;
+    const connect = (): Promise<ResponsesSocket> =>
+      ResponsesSocket.connect(serverUrl, apiKey === undefined ? {} : { apiKey });
+    const [socket, contextWindow] = await Promise.all([
+      connect(),
+      this.context.contextWindow(this.summary.model),
+    ]);
+    const agent = new Agent({
+      socket,
+      reconnect: connect,
+      serverUrl,
+      ...(apiKey === undefined ? {} : { apiKey }),
+      tools: {
+        workspace: this.context.workspace,
+        sandbox: this.context.sandbox,
+        approval: this.context.approval,
+        allowEnv: this.context.allowEnv,
+        ask: (request) => this.#ask(request),
+        // Background tasks do not delegate further.
+        ...(this.summary.background ? {} : { delegate: async (text: string) => this.#delegate(text) }),
+      },
+      model: this.summary.model,
+      instructions: this.context.instructions,
+      contextWindow,
+      autoCompact: this.context.autoCompact,
+      transcript: this.transcript,
+    });
+    this.status.contextWindow = contextWindow;
+    agent.on((event) => this.#onAgentEvent(event));
+    if (this.#closed) agent.close();
+    this.#agent = agent;
+    return agent;
+  }
+
+  /** Enter: starts a turn, or steers the one running. */
+  async send(text: string, sentAt?: number): Promise<void> {
+    const agent = await this.agent();
+    if (agent.busy) {
+      this.#add({ kind: "user", id: this.#nextId(), text, steer: true });
+      agent.steer(text);
+      // The steer is on the wire (or waiting for the response id, which follows at once).
+      this.context.broadcast({
+        type: "steer.sent",
+        task: this.id,
+        at: performance.timeOrigin + performance.now(),
+        ...(sentAt === undefined ? {} : { sentAt }),
+      });
+      return;
+    }
+    if (this.summary.title === "" || this.summary.title === "New task") this.rename(titleOf(text));
+    void agent.submit(text);
+  }
+
+  async queue(text: string): Promise<void> {
+    const agent = await this.agent();
+    agent.queue(text);
+    this.status.queued = [...agent.queuedMessages];
+    this.#sendStatus();
+  }
+
+  stop(): void {
+    for (const [entryId, resolve] of this.#approvals) {
+      this.#answerEntry(entryId, "no", "stopped");
+      resolve({ answer: "no", reason: "the user stopped the task" });
+    }
+    this.#approvals.clear();
+    this.#agent?.interrupt();
+  }
+
+  async setModel(model: string): Promise<void> {
+    this.summary.model = model;
+    this.#agent?.setModel(model);
+    this.status.contextWindow = await this.context.contextWindow(model);
+    this.#touch();
+    this.#sendStatus();
+  }
+
+  rename(title: string): void {
+    this.summary.title = title.trim().slice(0, 120) || "Untitled task";
+    this.#touch();
+  }
+
+  async compact(): Promise<void> {
+    const agent = await this.agent();
+    try {
+      await agent.compact();
+    } catch (error) {
+      this.#notice("error", (error as Error).message);
+    }
+  }
+
+  async newContext(): Promise<void> {
+    const agent = await this.agent();
+    if (agent.busy) {
+      this.#notice("error", "a turn is running: stop it first");
+      return;
+    }
+    agent.reset();
+    this.status.contextTokens = 0;
+    this.#notice("info", "new context: the model no longer sees the conversation above");
+    this.#sendStatus();
+  }
+
+  answer(entryId: string, answer: "yes" | "always" | "no", reason?: string): void {
+    const resolve = this.#approvals.get(entryId);
+    if (!resolve) return;
+    this.#approvals.delete(entryId);
+    this.#answerEntry(entryId, answer, reason);
+    resolve(answer === "no" && reason ? { answer: "no", reason } : answer);
+    if (this.#approvals.size === 0 && this.summary.state === "approval") this.#setState("running");
+  }
+
+  async variants(count: number, text: string): Promise<void> {
+    const agent = await this.agent();
+    if (agent.busy) {
+      this.#notice("error", "a turn is running: wait for it or stop it first");
+      return;
+    }
+    const entry: Extract<LogEntry, { kind: "variants" }> = {
+      kind: "variants",
+      id: this.#nextId(),
+      prompt: text,
+      texts: Array.from({ length: count }, () => ""),
+      done: false,
+    };
+    this.#variantsEntry = entry;
+    this.#add(entry, false);
+    this.#setState("running");
+    const results = await agent.variants(count, text, (index, delta) => {
+      entry.texts[index] = (entry.texts[index] ?? "") + delta;
+      this.context.broadcast({ type: "variant.delta", task: this.id, entry: entry.id, index, delta });
+    });
+    results.forEach((result, index) => {
+      if (result instanceof Error) entry.texts[index] = `(failed: ${result.message})`;
+      else entry.texts[index] = result.output.map((item) => messageText(item)).join("");
+    });
+    entry.done = true;
+    this.#add(entry);
+    this.#setState("done");
+  }
+
+  async choose(entryId: string, index: number): Promise<void> {
+    const entry = this.entries.find((e) => e.id === entryId);
+    if (entry?.kind !== "variants" || entry !== this.#variantsEntry || !entry.done) {
+      this.#notice("error", "those variants can no longer be chosen");
+      return;
+    }
+    const agent = await this.agent();
+    entry.chosen = index;
+    this.#add(entry);
+    this.#variantsEntry = undefined;
+    this.#add({ kind: "user", id: this.#nextId(), text: entry.prompt });
+    this.#add({ kind: "assistant", id: this.#nextId(), text: entry.texts[index] ?? "", streaming: false });
+    this.#quietTurn = true;
+    void agent.choose(index);
+  }
+
+  async revert(path?: string): Promise<string[]> {
+    const restored = await this.record.revert(path);
+    this.summary.changedFiles = this.record.paths;
+    this.#touch();
+    if (restored.length > 0) this.#notice("info", `reverted ${restored.join(", ")}`);
+    return restored;
+  }
+
+  keep(): void {
+    this.record.keep();
+    this.summary.changedFiles = [];
+    this.#touch();
+    this.#notice("info", "changes kept");
+  }
+
+  close(): void {
+    this.#closed = true;
+    this.stop();
+    this.#agent?.close();
+  }
+
+  delete(): void {
+    this.close();
+    const dir = Task.directory(this.context.dataDir);
+    rmSync(join(dir, `${this.id}.json`), { force: true });
+    rmSync(join(dir, `${this.id}.log.jsonl`), { force: true });
+    rmSync(this.#session.path, { force: true });
+  }
+
+  async #delegate(text: string): Promise<string> {
+    const child = await this.context.delegate(this, text);
+    this.#notice("info", `handed to a background deep task: ${child.title}`);
+    return `Started background task ${child.id} on the deep tier. It runs on its own; the user is notified when it finishes and reviews its changes. Do not wait for it.`;
+  }
+
+  #ask(request: ApprovalRequest): Promise<ApprovalReply> {
+    const id = this.#nextId();
+    this.#add({ kind: "approval", id, request: { ...request } });
+    this.#setState("approval");
+    return new Promise((resolve) => this.#approvals.set(id, resolve));
+  }
+
+  #answerEntry(entryId: string, answer: "yes" | "always" | "no", reason?: string): void {
+    const entry = this.entries.find((e) => e.id === entryId);
+    if (entry?.kind !== "approval") return;
+    entry.answer = answer;
+    if (reason) entry.denyReason = reason;
+    this.#add(entry);
+  }
+
+  #onAgentEvent(event: AgentEvent): void {
+    switch (event.type) {
+      case "transcript.changed":
+        if (event.reset) this.#session.reset(event.items);
+        else this.#session.append(event.added);
+        return;
+      case "turn.started":
+        if (!this.#quietTurn && event.input !== "")
+          this.#add({ kind: "user", id: this.#nextId(), text: event.input });
+        this.#quietTurn = false;
+        this.status.queued = [...(this.#agent?.queuedMessages ?? [])];
+        this.#setState("running");
+        this.#sendStatus();
+        return;
+      case "response.started":
+        if (event.lane !== "") return;
+        this.status.lastModel = event.model;
+        if (event.route) this.status.route = event.route;
+        else delete this.status.route;
+        this.#sendStatus();
+        return;
+      case "first_token":
+        if (event.lane !== "") return;
+        this.status.ttftMs = event.ms;
+        this.#sendStatus();
+        return;
+      case "text.delta": {
+        if (event.lane !== "" || !this.#streaming) return;
+        this.#streaming.text += event.delta;
+        this.context.broadcast({
+          type: "delta",
+          task: this.id,
+          entry: this.#streaming.id,
+          delta: event.delta,
+        });
+        return;
+      }
+      case "item.started":
+        this.#itemStarted(event.item);
+        return;
+      case "item.completed":
+        void this.#itemCompleted(event.item);
+        return;
+      case "response.done":
+        if (event.lane !== "") return;
+        if (event.ttftMs !== undefined) this.status.ttftMs = event.ttftMs;
+        if (event.tokensPerSecond !== undefined) this.status.tokensPerSecond = event.tokensPerSecond;
+        this.status.contextTokens = event.contextTokens;
+        this.#sendStatus();
+        return;
+      case "steer":
+        if (event.status === "failed")
+          this.#notice("info", `steer arrived after the answer ended: sent as the next message`);
+        return;
+      case "compacted":
+        this.#notice("info", `context compacted (${event.trigger}): ${event.items} items remain`);
+        this.status.contextTokens = this.#agent?.contextTokens ?? 0;
+        this.#sendStatus();
+        return;
+      case "turn.completed":
+      case "turn.interrupted":
+      case "turn.failed": {
+        this.#finishStreaming();
+        if (event.type === "turn.failed") this.#notice("error", event.error.message);
+        if (event.type === "turn.interrupted") this.#notice("info", "stopped");
+        const state: TaskState =
+          event.type === "turn.completed" ? "done" : event.type === "turn.failed" ? "failed" : "interrupted";
+        this.status.queued = [...(this.#agent?.queuedMessages ?? [])];
+        this.#sendStatus();
+        this.#setState(state);
+        if (this.summary.background && !this.busy) {
+          const last = [...this.entries].reverse().find((e) => e.kind === "assistant");
+          this.context.broadcast({
+            type: "notify",
+            task: this.id,
+            title: this.summary.title,
+            state,
+            text:
+              (last?.kind === "assistant" ? last.text.slice(0, 400) : "") +
+              (this.summary.changedFiles.length > 0
+                ? `\nChanged: ${this.summary.changedFiles.join(", ")}`
+                : ""),
+          });
+        }
+        return;
+      }
+      default:
+        return;
+    }
+  }
+
+  #itemStarted(item: ThreadItem): void {
+    if (item.type === "agent_message") {
+      this.#finishStreaming();
+      const entry: Extract<LogEntry, { kind: "assistant" }> = {
+        kind: "assistant",
+        id: this.#itemKey(item.id),
+        text: "",
+        streaming: true,
+        ...(this.status.lastModel ? { model: this.status.lastModel } : {}),
+      };
+      this.#streaming = entry;
+      this.#add(entry, false);
+      return;
+    }
+    // The patch is applied as soon as this listener returns: the snapshot is taken synchronously.
+    if (item.type === "file_change") this.record.before(item.changes.map((c) => c.path));
+    this.#add({ kind: "item", id: this.#itemKey(item.id), item }, false);
+  }
+
+  async #itemCompleted(item: ThreadItem): Promise<void> {
+    if (item.type === "agent_message") {
+      const entry = this.#streaming?.id === this.#itemKey(item.id) ? this.#streaming : undefined;
+      if (entry) {
+        entry.text = item.text;
+        entry.streaming = false;
+        this.#streaming = undefined;
+        this.#add(entry);
+      }
+      return;
+    }
+    if (item.type === "file_change") {
+      const paths = item.changes.map((c) => c.path);
+      await this.record.after(paths);
+      this.summary.changedFiles = this.record.paths;
+      this.#add({ kind: "item", id: this.#itemKey(item.id), item, diffs: this.record.diffsOf(paths) });
+      this.#touch();
+      return;
+    }
+    this.#add({ kind: "item", id: this.#itemKey(item.id), item });
+  }
+
+  /** Entry id of an agent item: the agent numbers its items from 0 again after a restart. */
+  #itemKey(itemId: string): string {
+    return `${this.#generation}-${itemId}`;
+  }
+
+  #finishStreaming(): void {
+    if (!this.#streaming) return;
+    this.#streaming.streaming = false;
+    this.#add(this.#streaming);
+    this.#streaming = undefined;
+  }
+
+  #notice(level: "info" | "error", text: string): void {
+    this.#add({ kind: "notice", id: this.#nextId(), level, text });
+  }
+
+  /** Adds or replaces an entry, tells the browsers, and saves it unless it is still changing. */
+  #add(entry: LogEntry, save = true): void {
+    const at = this.entries.findIndex((e) => e.id === entry.id);
+    if (at >= 0) this.entries[at] = entry;
+    else this.entries.push(entry);
+    this.context.broadcast({ type: "entry", task: this.id, entry });
+    if (save) {
+      appendFileSync(
+        join(Task.directory(this.context.dataDir), `${this.id}.log.jsonl`),
+        `${JSON.stringify(entry)}\n`,
+        {
+          mode: 0o600,
+        },
+      );
+    }
+  }
+
+  #sendStatus(): void {
+    this.context.broadcast({ type: "status", task: this.id, status: this.status });
+  }
+
+  #setState(state: TaskState): void {
+    if (this.summary.state === state) return;
+    this.summary.state = state;
+    this.#touch();
+  }
+
+  #touch(): void {
+    this.summary.updatedAt = new Date().toISOString();
+    this.#save();
+    this.context.changed(this);
+  }
+
+  #save(): void {
+    const saved: SavedTask = {
+      summary: this.summary,
+      workspace: this.context.workspace.root,
+      sessionId: this.#session.meta.id,
+      record: this.record.toJSON(),
+    };
+    writeFileSync(join(Task.directory(this.context.dataDir), `${this.id}.json`), JSON.stringify(saved), {
+      mode: 0o600,
+    });
+  }
+
+  #nextId(): string {
+    return `e${this.#entryCounter++}`;
+  }
+}
+
+function titleOf(text: string): string {
+  const line = text.trim().split("\n")[0] ?? "";
+  return line.length > 60 ? `${line.slice(0, 57)}…` : line || "New task";
+}

@@ -1,0 +1,95 @@
+/**
+ * `spark app [DIR]`: the web app for the workspace DIR. Starts a Spark server in this process (or
+ * uses `--server URL`), then the app's own server on loopback, and prints the app's URL.
+ */
+import { detectSandbox } from "../agent/sandbox.js";
+import { Workspace } from "../agent/workspace.js";
+import {
+  DEFAULT_INSTRUCTIONS,
+  fetchContextWindow,
+  resolveClient,
+  startInProcessServer,
+  type ClientFlags,
+} from "./agent-runtime.js";
+import { ConfigError } from "./config.js";
+
+export interface AppFlags {
+  host: string;
+  port: number;
+  /** Print nothing but the URL line (tests, scripts). */
+  quiet?: boolean;
+}
+
+export async function runApp(dir: string | undefined, flags: ClientFlags, app: AppFlags): Promise<number> {
+  const log = (line: string): void => {
+    if (!app.quiet) process.stderr.write(`spark app: ${line}\n`);
+  };
+  // The app has someone to ask: approvals are shown in the browser.
+  const client = resolveClient(flags, true);
+  const root = dir ?? flags.cd ?? process.cwd();
+  let workspace: Workspace;
+  try {
+    workspace = await Workspace.open(root);
+  } catch (error) {
+    throw new ConfigError(`cannot use ${root} as the workspace: ${(error as Error).message}`);
+  }
+  const sandboxPromise = detectSandbox({
+    disabled: client.sandbox === "off",
+    network: client.network,
+    allowSecrets: client.sandboxAllowSecrets,
+    hide: [client.dataDir],
+  });
+  let serverUrl = client.server;
+  let closeServer: (() => Promise<void>) | undefined;
+  if (serverUrl === undefined) {
+    log("starting the model server…");
+    const server = await startInProcessServer(client.settings, log);
+    serverUrl = server.url;
+    closeServer = () => server.close();
+  }
+  const sandbox = await sandboxPromise;
+  const { AppServer } = await import("../app/app-server.js");
+  const windows = new Map<string, number>();
+  const url = serverUrl;
+  let appServer;
+  try {
+    appServer = new AppServer({
+      host: app.host,
+      port: app.port,
+      ...(client.apiKey === undefined ? {} : { accessKey: client.apiKey, apiKey: client.apiKey }),
+      serverUrl: url,
+      workspace,
+      sandbox,
+      approval: client.approval,
+      allowEnv: client.allowEnv,
+      dataDir: client.dataDir,
+      instructions: DEFAULT_INSTRUCTIONS.replace("in their terminal", "in a web app").replace(
+        "WORKSPACE",
+        workspace.root,
+      ),
+      autoCompact: client.autoCompact,
+      async contextWindow(model) {
+        const known = windows.get(model);
+        if (known !== undefined) return known;
+        const found = client.contextWindow ?? (await fetchContextWindow(url, client.apiKey, model)) ?? 8192;
+        windows.set(model, found);
+        return found;
+      },
+    });
+  } catch (error) {
+    await closeServer?.();
+    throw new ConfigError((error as Error).message);
+  }
+  const appUrl = await appServer.listen();
+  process.stdout.write(`spark app on ${appUrl} (workspace ${workspace.root})\n`);
+  if (sandbox.kind === "none") log(`commands run without a sandbox: ${sandbox.reason}`);
+  if (client.apiKey !== undefined) log("browsers sign in with the key in SPARK_API_KEY");
+  await new Promise<void>((resolve) => {
+    const stop = (): void => resolve();
+    process.once("SIGINT", stop);
+    process.once("SIGTERM", stop);
+  });
+  await appServer.close();
+  await closeServer?.();
+  return 0;
+}

@@ -1,0 +1,226 @@
+/** The transcript: one component per entry kind (messages, tool activity, approvals, variants). */
+import { useEffect, useRef, useState } from "preact/hooks";
+import type { ClientMessage, FileDiff, LogEntry } from "../../src/app/protocol.js";
+import { renderInto, StreamingMarkdown } from "./markdown.js";
+import { attachStream, benchProbe, detachStream } from "./store.js";
+
+type Send = (message: ClientMessage) => void;
+
+export function Entry(props: { entry: LogEntry; task: string; send: Send }): preact.JSX.Element | null {
+  const { entry } = props;
+  switch (entry.kind) {
+    case "user":
+      return (
+        <div class={`msg user${entry.steer ? " steer" : ""}`} data-entry={entry.id}>
+          {entry.steer ? <span class="badge">steer</span> : null}
+          <div class="text">{entry.text}</div>
+        </div>
+      );
+    case "assistant":
+      return <Assistant entry={entry} />;
+    case "item":
+      return <Item entry={entry} />;
+    case "approval":
+      return <Approval entry={entry} task={props.task} send={props.send} />;
+    case "notice":
+      return (
+        <div class={`notice ${entry.level}`} data-entry={entry.id}>
+          {entry.text}
+        </div>
+      );
+    case "variants":
+      return <Variants entry={entry} task={props.task} send={props.send} />;
+  }
+}
+
+function Assistant(props: { entry: Extract<LogEntry, { kind: "assistant" }> }): preact.JSX.Element {
+  const { entry } = props;
+  const ref = useRef<HTMLDivElement>(null);
+  const renderer = useRef<StreamingMarkdown | undefined>(undefined);
+  useEffect(() => {
+    const root = ref.current!;
+    if (!entry.streaming) {
+      renderInto(root, entry.text);
+      return;
+    }
+    const probe = benchProbe();
+    const markdown = new StreamingMarkdown(
+      root,
+      probe ? (received, paintedAt) => probe.lags.push(...received.map((r) => paintedAt - r)) : undefined,
+    );
+    renderer.current = markdown;
+    const buffered = attachStream(entry.id, markdown);
+    if (buffered !== "") markdown.append(buffered);
+    return () => detachStream(entry.id);
+    // Mounted once per entry: later changes arrive as deltas or as the finished entry below.
+  }, [entry.id]);
+  useEffect(() => {
+    if (!entry.streaming && renderer.current) {
+      renderer.current.finish(entry.text);
+      renderer.current = undefined;
+      detachStream(entry.id);
+    }
+  }, [entry.streaming, entry.text]);
+  return (
+    <div class="msg assistant" data-entry={entry.id} data-streaming={entry.streaming ? "true" : "false"}>
+      {entry.model ? <div class="model">{entry.model}</div> : null}
+      <div class="markdown" ref={ref} />
+    </div>
+  );
+}
+
+function Item(props: { entry: Extract<LogEntry, { kind: "item" }> }): preact.JSX.Element {
+  const { item } = props.entry;
+  switch (item.type) {
+    case "command_execution":
+      return (
+        <div class={`tool command ${item.status}`} data-entry={props.entry.id}>
+          <div class="tool-head">
+            <span class="prompt">$</span> <code>{item.command}</code>
+            <span class="status">
+              {item.status === "in_progress"
+                ? "running…"
+                : item.status === "declined"
+                  ? "declined"
+                  : `exit ${item.exit_code ?? "?"}`}
+            </span>
+          </div>
+          {item.aggregated_output ? <pre class="output">{item.aggregated_output}</pre> : null}
+        </div>
+      );
+    case "file_change":
+      return (
+        <div class={`tool patch ${item.status}`} data-entry={props.entry.id}>
+          <div class="tool-head">
+            ✎ {item.changes.map((c) => `${c.kind} ${c.path}`).join(", ")}
+            <span class="status">{item.status === "in_progress" ? "applying…" : item.status}</span>
+          </div>
+          {item.error ? <div class="error">{item.error}</div> : null}
+          {(props.entry.diffs ?? []).map((diff) => (
+            <Diff key={diff.path} diff={diff} />
+          ))}
+        </div>
+      );
+    case "tool_call":
+      return (
+        <details class={`tool call ${item.status}`} data-entry={props.entry.id}>
+          <summary>
+            {item.tool} <code>{item.arguments.slice(0, 120)}</code>
+            <span class="status">{item.status}</span>
+          </summary>
+          {item.result ? <pre class="output">{item.result}</pre> : null}
+        </details>
+      );
+    case "error":
+      return <div class="notice error">{item.message}</div>;
+    case "agent_message":
+      return <div class="msg assistant">{item.text}</div>;
+  }
+}
+
+export function Diff(props: { diff: FileDiff; onRevert?: () => void }): preact.JSX.Element {
+  const { diff } = props;
+  return (
+    <div class="diff" data-path={diff.path}>
+      <div class="diff-head">
+        <span class={`kind ${diff.kind}`}>{diff.kind}</span> <code>{diff.path}</code>
+        <span class="counts">
+          <span class="add">+{diff.added}</span> <span class="del">−{diff.removed}</span>
+        </span>
+        {props.onRevert ? (
+          <button class="small" onClick={props.onRevert}>
+            Revert file
+          </button>
+        ) : null}
+      </div>
+      <pre class="diff-body">
+        {diff.lines.map((line, i) => (
+          <div key={i} class={`line ${line.kind}`}>
+            {line.kind === "add" ? "+" : line.kind === "del" ? "-" : line.kind === "hunk" ? "" : " "}
+            {line.text}
+          </div>
+        ))}
+      </pre>
+    </div>
+  );
+}
+
+function Approval(props: {
+  entry: Extract<LogEntry, { kind: "approval" }>;
+  task: string;
+  send: Send;
+}): preact.JSX.Element {
+  const { entry } = props;
+  const [reason, setReason] = useState("");
+  const answer = (value: "yes" | "always" | "no"): void =>
+    props.send({
+      type: "approval",
+      task: props.task,
+      entry: entry.id,
+      answer: value,
+      ...(value === "no" && reason.trim() ? { reason: reason.trim() } : {}),
+    });
+  return (
+    <div class={`approval${entry.answer ? " answered" : ""}`} data-entry={entry.id}>
+      <div class="approval-head">
+        {entry.request.kind === "command" ? "Run this command?" : "Apply this patch?"}
+      </div>
+      <code class="summary">{entry.request.summary}</code>
+      {entry.request.reason ? <div class="reason">{entry.request.reason}</div> : null}
+      {entry.answer ? (
+        <div class="answer">
+          {entry.answer === "no"
+            ? `Denied${entry.denyReason ? `: ${entry.denyReason}` : ""}`
+            : entry.answer === "always"
+              ? "Approved for this session"
+              : "Approved once"}
+        </div>
+      ) : (
+        <div class="actions">
+          <button class="primary" onClick={() => answer("yes")}>
+            Approve once
+          </button>
+          <button onClick={() => answer("always")}>Approve always</button>
+          <input
+            class="deny-reason"
+            placeholder="reason (optional)"
+            value={reason}
+            onInput={(e) => setReason((e.target as HTMLInputElement).value)}
+          />
+          <button class="danger" onClick={() => answer("no")}>
+            Deny
+          </button>
+        </div>
+      )}
+    </div>
+  );
+}
+
+function Variants(props: {
+  entry: Extract<LogEntry, { kind: "variants" }>;
+  task: string;
+  send: Send;
+}): preact.JSX.Element {
+  const { entry } = props;
+  return (
+    <div class="variants" data-entry={entry.id}>
+      <div class="variants-head">
+        {entry.texts.length} variants of “{entry.prompt}”{entry.done ? "" : " (writing…)"}
+      </div>
+      <div class="variant-grid">
+        {entry.texts.map((text, index) => (
+          <div key={index} class={`variant${entry.chosen === index ? " chosen" : ""}`}>
+            <div class="variant-text">{text}</div>
+            {entry.done && entry.chosen === undefined ? (
+              <button
+                onClick={() => props.send({ type: "choose", task: props.task, entry: entry.id, index })}
+              >
+                Continue from this one
+              </button>
+            ) : null}
+          </div>
+        ))}
+      </div>
+    </div>
+  );
+}

@@ -1,0 +1,518 @@
+/**
+ * The Spark web app: a task list, the open task's transcript streamed live, a composer that steers
+ * while the model writes, the model picker with the ⚡ toggle, and the review of a task's changes.
+ */
+import { render } from "preact";
+import { useEffect, useRef, useState } from "preact/hooks";
+import type { ClientMessage, TaskStatus, TaskSummary } from "../../src/app/protocol.js";
+import { Connection } from "./connection.js";
+import { Diff, Entry } from "./entries.js";
+import { apply, getState, setState, useStore } from "./store.js";
+
+const connection = new Connection(
+  (message, receivedAt) => {
+    apply(message, receivedAt);
+    if (message.type === "hello") {
+      // Reopen the task in the address (a reload), else the newest.
+      const fromHash = new URLSearchParams(location.hash.slice(1)).get("task");
+      const target = message.tasks.find((t) => t.id === fromHash)?.id ?? message.tasks[0]?.id;
+      if (target) openTask(target);
+      performance.mark("spark-interactive");
+    }
+    if (message.type === "task.log" && awaitingCreate && message.entries.length === 0) {
+      awaitingCreate = false;
+      openTask(message.task);
+    }
+  },
+  (state) => setState({ connection: state }),
+);
+
+function send(message: ClientMessage): void {
+  if (!connection.send(message)) setState({ error: "not connected to the app server; reconnecting…" });
+}
+
+function openTask(id: string): void {
+  setState({ current: id, review: undefined });
+  history.replaceState(null, "", `#task=${encodeURIComponent(id)}`);
+  send({ type: "task.open", task: id });
+}
+
+/** A task this browser asked for: it opens once the server created it. */
+let awaitingCreate = false;
+
+function newTask(model: string): void {
+  awaitingCreate = true;
+  send({ type: "task.create", model });
+}
+
+const STATE_LABEL: Record<string, string> = {
+  idle: "new",
+  running: "running",
+  approval: "waiting for approval",
+  done: "done",
+  failed: "failed",
+  interrupted: "stopped",
+};
+
+function Sidebar(props: { tasks: TaskSummary[]; current: string | undefined }): preact.JSX.Element {
+  return (
+    <aside class="sidebar">
+      <div class="brand">⚡ Spark</div>
+      <button class="new-task primary" onClick={() => newTask(currentModel())}>
+        + New task
+      </button>
+      <ul class="task-list">
+        {props.tasks.map((task) => (
+          <li
+            key={task.id}
+            class={`task-item${task.id === props.current ? " current" : ""} ${task.state}`}
+            data-task={task.id}
+            onClick={() => openTask(task.id)}
+          >
+            <div class="task-title">
+              {task.background ? (
+                <span class="bg" title="background task">
+                  ◐{" "}
+                </span>
+              ) : null}
+              {task.title}
+            </div>
+            <div class="task-meta">
+              <span class={`tier ${task.model}`}>{task.model}</span>
+              <span class="state">{STATE_LABEL[task.state] ?? task.state}</span>
+              {task.changedFiles.length > 0 ? (
+                <span class="files">
+                  {task.changedFiles.length} file{task.changedFiles.length === 1 ? "" : "s"}
+                </span>
+              ) : null}
+            </div>
+          </li>
+        ))}
+      </ul>
+    </aside>
+  );
+}
+
+function currentModel(): string {
+  const s = getState();
+  return s.tasks.find((t) => t.id === s.current)?.model ?? "spark";
+}
+
+/** Ctrl+Shift+L (Cmd+Shift+L): spark ⇄ deep. */
+function toggleTier(task: TaskSummary): void {
+  send({ type: "model", task: task.id, model: task.model === "spark" ? "deep" : "spark" });
+  // The sidebar shows the new tier when the server confirms it.
+}
+
+function ModelPicker(props: {
+  task: TaskSummary;
+  models: string[];
+  status: TaskStatus | undefined;
+}): preact.JSX.Element {
+  const { task } = props;
+  return (
+    <div class="model-picker">
+      <button
+        class={`lightning${task.model === "spark" ? " on" : ""}`}
+        title="Fast tier on/off (Ctrl+Shift+L)"
+        onClick={() => toggleTier(task)}
+      >
+        ⚡
+      </button>
+      <select
+        class="model-select"
+        value={task.model}
+        onChange={(e) => send({ type: "model", task: task.id, model: (e.target as HTMLSelectElement).value })}
+      >
+        {props.models.map((m) => (
+          <option key={m} value={m}>
+            {m}
+          </option>
+        ))}
+      </select>
+      {task.model === "auto" && props.status?.route ? (
+        <span class="route" title="the tier the router chose, and why">
+          → {props.status.route}
+        </span>
+      ) : null}
+    </div>
+  );
+}
+
+function band(fraction: number): string {
+  return fraction < 0.3 ? "green" : fraction < 0.6 ? "cyan" : fraction < 0.8 ? "yellow" : "red";
+}
+
+function StatusBar(props: { status: TaskStatus | undefined; task: TaskSummary }): preact.JSX.Element {
+  const status = props.status;
+  const fraction = status && status.contextWindow > 0 ? status.contextTokens / status.contextWindow : 0;
+  return (
+    <div class="status-bar">
+      <span class="figure ttft">
+        TTFT {status?.ttftMs === undefined ? "–" : `${Math.round(status.ttftMs)} ms`}
+      </span>
+      <span class="figure tps">
+        {status?.tokensPerSecond === undefined ? "– tok/s" : `${Math.round(status.tokensPerSecond)} tok/s`}
+      </span>
+      <span class="figure model">{status?.lastModel ?? props.task.model}</span>
+      <span
+        class={`context ${band(fraction)}`}
+        title={`${status?.contextTokens ?? 0} of ${status?.contextWindow ?? 0} tokens`}
+      >
+        <span class="meter">
+          <span class="fill" style={{ width: `${Math.min(100, Math.round(fraction * 100))}%` }} />
+        </span>
+        context {Math.round(fraction * 100)}%
+      </span>
+      {status && status.queued.length > 0 ? <span class="figure">{status.queued.length} queued</span> : null}
+    </div>
+  );
+}
+
+function Composer(props: { task: TaskSummary }): preact.JSX.Element {
+  const [text, setText] = useState("");
+  const [variants, setVariants] = useState(1);
+  const ref = useRef<HTMLTextAreaElement>(null);
+  const running = props.task.state === "running" || props.task.state === "approval";
+  const submit = (sentAt?: number): void => {
+    const value = text.trim();
+    if (value === "") return;
+    setText("");
+    if (value === "/compact") return send({ type: "compact", task: props.task.id });
+    if (value === "/new") return send({ type: "new_context", task: props.task.id });
+    const variantsCommand = /^\/variants\s+(\d)\s+([\s\S]+)$/.exec(value);
+    if (variantsCommand) {
+      return send({
+        type: "variants",
+        task: props.task.id,
+        count: Number(variantsCommand[1]),
+        text: variantsCommand[2]!,
+      });
+    }
+    if (variants > 1 && !running)
+      return send({ type: "variants", task: props.task.id, count: variants, text: value });
+    send({ type: "send", task: props.task.id, text: value, ...(sentAt === undefined ? {} : { sentAt }) });
+  };
+  return (
+    <div class="composer">
+      <textarea
+        ref={ref}
+        class="input"
+        rows={3}
+        placeholder={
+          running
+            ? "Type to steer — Enter redirects the answer now"
+            : "Ask Spark… (Enter sends, Shift+Enter for a new line)"
+        }
+        value={text}
+        onInput={(e) => setText((e.target as HTMLTextAreaElement).value)}
+        onKeyDown={(e) => {
+          if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+            e.preventDefault();
+            submit(performance.timeOrigin + e.timeStamp);
+          } else if (e.key === "Escape" && running) {
+            send({ type: "stop", task: props.task.id });
+          }
+        }}
+      />
+      <div class="composer-actions">
+        {running ? (
+          <>
+            <button class="steer-button primary" onClick={() => submit()}>
+              Steer
+            </button>
+            <button
+              class="queue-button"
+              title="Send after this turn"
+              onClick={() => {
+                const value = text.trim();
+                if (value === "") return;
+                setText("");
+                send({ type: "queue", task: props.task.id, text: value });
+              }}
+            >
+              Queue
+            </button>
+            <button class="stop-button danger" onClick={() => send({ type: "stop", task: props.task.id })}>
+              Stop
+            </button>
+          </>
+        ) : (
+          <>
+            <button class="send-button primary" onClick={() => submit()}>
+              Send
+            </button>
+            <select
+              class="variants-select"
+              title="Answers at once (parallel lanes)"
+              value={String(variants)}
+              onChange={(e) => setVariants(Number((e.target as HTMLSelectElement).value))}
+            >
+              <option value="1">1 answer</option>
+              <option value="2">2 variants</option>
+              <option value="3">3 variants</option>
+              <option value="4">4 variants</option>
+            </select>
+          </>
+        )}
+        <button
+          class="background-button"
+          title="Hand this to the deep tier in the background; keep working here"
+          onClick={() => {
+            const value = text.trim();
+            if (value === "") return;
+            setText("");
+            send({ type: "task.create", model: "deep", text: value, background: true });
+          }}
+        >
+          ◐ Background (deep)
+        </button>
+        <button class="small" title="/compact" onClick={() => send({ type: "compact", task: props.task.id })}>
+          Compact
+        </button>
+        <button class="small" title="/new" onClick={() => send({ type: "new_context", task: props.task.id })}>
+          New context
+        </button>
+      </div>
+    </div>
+  );
+}
+
+function TaskHeader(props: {
+  task: TaskSummary;
+  models: string[];
+  status: TaskStatus | undefined;
+}): preact.JSX.Element {
+  const [renaming, setRenaming] = useState(false);
+  const [title, setTitle] = useState(props.task.title);
+  return (
+    <header class="task-header">
+      {renaming ? (
+        <form
+          class="rename"
+          onSubmit={(e) => {
+            e.preventDefault();
+            send({ type: "task.rename", task: props.task.id, title });
+            setRenaming(false);
+          }}
+        >
+          <input
+            class="rename-input"
+            value={title}
+            onInput={(e) => setTitle((e.target as HTMLInputElement).value)}
+          />
+          <button type="submit">Save</button>
+        </form>
+      ) : (
+        <h1
+          class="task-name"
+          title="Double-click to rename"
+          onDblClick={() => {
+            setTitle(props.task.title);
+            setRenaming(true);
+          }}
+        >
+          {props.task.title}
+        </h1>
+      )}
+      <ModelPicker task={props.task} models={props.models} status={props.status} />
+      <div class="header-actions">
+        <button class="review-button" onClick={() => send({ type: "review", task: props.task.id })}>
+          Review changes{props.task.changedFiles.length > 0 ? ` (${props.task.changedFiles.length})` : ""}
+        </button>
+        <button
+          class="rename-button small"
+          onClick={() => {
+            setTitle(props.task.title);
+            setRenaming(true);
+          }}
+        >
+          Rename
+        </button>
+        <button
+          class="delete-button small danger"
+          onClick={() => {
+            if (confirm(`Delete the task “${props.task.title}”? Its changes stay on disk.`))
+              send({ type: "task.delete", task: props.task.id });
+          }}
+        >
+          Delete
+        </button>
+      </div>
+    </header>
+  );
+}
+
+function Review(props: { task: string; files: ReturnType<typeof getState>["review"] }): preact.JSX.Element {
+  const files = props.files?.files ?? [];
+  return (
+    <div class="review">
+      <div class="review-head">
+        <strong>Changes of this task</strong> ({files.length} file{files.length === 1 ? "" : "s"})
+        {files.length > 0 ? (
+          <>
+            <button class="revert-all danger" onClick={() => send({ type: "revert", task: props.task })}>
+              Revert all
+            </button>
+            <button class="keep-all" onClick={() => send({ type: "keep", task: props.task })}>
+              Keep
+            </button>
+          </>
+        ) : null}
+        <button class="small" onClick={() => setState({ review: undefined })}>
+          Close
+        </button>
+      </div>
+      {files.length === 0 ? <div class="empty">No changes recorded.</div> : null}
+      {files.map((diff) => (
+        <Diff
+          key={diff.path}
+          diff={diff}
+          onRevert={() => send({ type: "revert", task: props.task, path: diff.path })}
+        />
+      ))}
+    </div>
+  );
+}
+
+function Transcript(props: { task: string }): preact.JSX.Element {
+  const state = useStore();
+  const entries = state.logs[props.task];
+  const ref = useRef<HTMLDivElement>(null);
+  // Follows the end while the user has not scrolled up.
+  useEffect(() => {
+    const element = ref.current;
+    if (!element) return;
+    const follow = (): void => {
+      if (element.scrollHeight - element.scrollTop - element.clientHeight < 120)
+        element.scrollTop = element.scrollHeight;
+    };
+    const observer = new MutationObserver(follow);
+    observer.observe(element, { childList: true, subtree: true, characterData: true });
+    return () => observer.disconnect();
+  }, [props.task]);
+  return (
+    <div class="transcript" ref={ref}>
+      {entries === undefined ? <div class="empty">Loading…</div> : null}
+      {entries?.length === 0 ? <div class="empty">Ask something to start this task.</div> : null}
+      {entries?.map((entry) => (
+        <Entry key={entry.id} entry={entry} task={props.task} send={send} />
+      ))}
+    </div>
+  );
+}
+
+function Login(): preact.JSX.Element {
+  const [key, setKey] = useState("");
+  const [error, setError] = useState("");
+  return (
+    <form
+      class="login"
+      onSubmit={(e) => {
+        e.preventDefault();
+        void fetch("/app/login", {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ key }),
+        }).then(async (response) => {
+          if (response.ok) {
+            setKey("");
+            connection.open();
+          } else {
+            const body = (await response.json().catch(() => ({}))) as { error?: { message?: string } };
+            setError(body.error?.message ?? `sign-in failed (HTTP ${response.status})`);
+          }
+        });
+      }}
+    >
+      <h1>⚡ Spark</h1>
+      <p>This app runs commands on its machine. Sign in with its API key.</p>
+      <input
+        type="password"
+        autocomplete="current-password"
+        value={key}
+        onInput={(e) => setKey((e.target as HTMLInputElement).value)}
+      />
+      <button class="primary" type="submit">
+        Sign in
+      </button>
+      {error ? <div class="error">{error}</div> : null}
+    </form>
+  );
+}
+
+function App(): preact.JSX.Element {
+  const state = useStore();
+  const task = state.tasks.find((t) => t.id === state.current);
+  useEffect(() => {
+    const onKey = (e: KeyboardEvent): void => {
+      if ((e.ctrlKey || e.metaKey) && e.shiftKey && e.key.toLowerCase() === "l") {
+        e.preventDefault();
+        const s = getState();
+        const current = s.tasks.find((t) => t.id === s.current);
+        if (current) toggleTier(current);
+      }
+    };
+    window.addEventListener("keydown", onKey);
+    return () => window.removeEventListener("keydown", onKey);
+  }, []);
+  if (state.connection === "unauthenticated") return <Login />;
+  return (
+    <div class="layout">
+      <Sidebar tasks={state.tasks} current={state.current} />
+      <main class="main">
+        {state.connection !== "open" ? <div class="banner">Connecting to the app server…</div> : null}
+        {state.error ? (
+          <div class="banner error" onClick={() => setState({ error: undefined })}>
+            {state.error}
+          </div>
+        ) : null}
+        {task ? (
+          <>
+            <TaskHeader key={task.id} task={task} models={state.models} status={state.statuses[task.id]} />
+            {state.review?.task === task.id ? <Review task={task.id} files={state.review} /> : null}
+            <Transcript task={task.id} />
+            <StatusBar status={state.statuses[task.id]} task={task} />
+            <Composer key={task.id} task={task} />
+          </>
+        ) : (
+          <div class="welcome">
+            <h1>⚡ Spark</h1>
+            <p class="workspace">{state.workspace}</p>
+            <button class="primary new-task-big" onClick={() => newTask("spark")}>
+              Start a task
+            </button>
+          </div>
+        )}
+      </main>
+      <div class="toasts">
+        {state.toasts.map((toast) => (
+          <div key={toast.id} class={`toast ${toast.state}`} data-task={toast.task}>
+            <strong>
+              Background task {toast.state === "done" ? "finished" : toast.state}: {toast.title}
+            </strong>
+            <div class="toast-text">{toast.text}</div>
+            <button
+              onClick={() => {
+                openTask(toast.task);
+                send({ type: "review", task: toast.task });
+                setState((s) => ({ toasts: s.toasts.filter((t) => t.id !== toast.id) }));
+              }}
+            >
+              Review
+            </button>
+            <button
+              class="small"
+              onClick={() => setState((s) => ({ toasts: s.toasts.filter((t) => t.id !== toast.id) }))}
+            >
+              Dismiss
+            </button>
+          </div>
+        ))}
+      </div>
+    </div>
+  );
+}
+
+render(<App />, document.getElementById("root")!);
+connection.open();

@@ -1,0 +1,176 @@
+/**
+ * The app's state in the browser, fed by the server's messages. Components subscribe with
+ * `useStore`. Text deltas bypass the state: they go straight to the streaming renderer of their
+ * entry (see `streams`), so a fast answer re-renders no component per token.
+ */
+import { useEffect, useState } from "preact/hooks";
+import type { FileDiff, LogEntry, ServerMessage, TaskStatus, TaskSummary } from "../../src/app/protocol.js";
+import type { ConnectionState } from "./connection.js";
+
+export interface Toast {
+  id: number;
+  task: string;
+  title: string;
+  text: string;
+  state: string;
+}
+
+export interface AppState {
+  connection: ConnectionState;
+  workspace: string;
+  models: string[];
+  tasks: TaskSummary[];
+  current: string | undefined;
+  logs: Record<string, LogEntry[]>;
+  statuses: Record<string, TaskStatus>;
+  review: { task: string; files: FileDiff[]; source: string } | undefined;
+  toasts: Toast[];
+  error: string | undefined;
+}
+
+let state: AppState = {
+  connection: "connecting",
+  workspace: "",
+  models: ["spark", "deep", "auto"],
+  tasks: [],
+  current: undefined,
+  logs: {},
+  statuses: {},
+  review: undefined,
+  toasts: [],
+  error: undefined,
+};
+const listeners = new Set<() => void>();
+
+export function getState(): AppState {
+  return state;
+}
+
+export function setState(patch: Partial<AppState> | ((s: AppState) => Partial<AppState>)): void {
+  state = { ...state, ...(typeof patch === "function" ? patch(state) : patch) };
+  for (const listener of listeners) listener();
+}
+
+export function useStore(): AppState {
+  const [, force] = useState(0);
+  useEffect(() => {
+    const listener = (): void => force((n) => n + 1);
+    listeners.add(listener);
+    return () => void listeners.delete(listener);
+  }, []);
+  return state;
+}
+
+/** Text received for a streaming entry, and the renderer showing it once mounted. */
+export interface StreamSink {
+  append(delta: string, receivedAt: number): void;
+}
+const streams = new Map<string, { text: string; sink: StreamSink | undefined }>();
+
+export function attachStream(entry: string, sink: StreamSink): string {
+  const stream = streams.get(entry) ?? { text: "", sink: undefined };
+  stream.sink = sink;
+  streams.set(entry, stream);
+  return stream.text;
+}
+
+export function detachStream(entry: string): void {
+  streams.delete(entry);
+}
+
+let toastCounter = 0;
+
+export function apply(message: ServerMessage, receivedAt: number): void {
+  switch (message.type) {
+    case "hello":
+      setState({ workspace: message.workspace, models: message.models, tasks: message.tasks });
+      return;
+    case "tasks":
+      setState((s) => ({
+        tasks: message.tasks,
+        current: s.current && message.tasks.some((t) => t.id === s.current) ? s.current : undefined,
+      }));
+      return;
+    case "task.log":
+      setState((s) => ({
+        logs: { ...s.logs, [message.task]: message.entries },
+        statuses: { ...s.statuses, [message.task]: message.status },
+      }));
+      return;
+    case "entry":
+      setState((s) => {
+        const log = s.logs[message.task];
+        if (!log) return {};
+        const at = log.findIndex((e) => e.id === message.entry.id);
+        const next = at >= 0 ? log.map((e, i) => (i === at ? message.entry : e)) : [...log, message.entry];
+        return { logs: { ...s.logs, [message.task]: next } };
+      });
+      return;
+    case "delta": {
+      const stream = streams.get(message.entry) ?? { text: "", sink: undefined };
+      streams.set(message.entry, stream);
+      stream.text += message.delta;
+      stream.sink?.append(message.delta, receivedAt);
+      return;
+    }
+    case "variant.delta":
+      setState((s) => {
+        const log = s.logs[message.task];
+        if (!log) return {};
+        return {
+          logs: {
+            ...s.logs,
+            [message.task]: log.map((e) =>
+              e.id === message.entry && e.kind === "variants"
+                ? { ...e, texts: e.texts.map((t, i) => (i === message.index ? t + message.delta : t)) }
+                : e,
+            ),
+          },
+        };
+      });
+      return;
+    case "status":
+      setState((s) => ({ statuses: { ...s.statuses, [message.task]: message.status } }));
+      return;
+    case "review":
+      setState({ review: { task: message.task, files: message.files, source: message.source } });
+      return;
+    case "notify": {
+      const toast: Toast = { id: ++toastCounter, ...message };
+      setState((s) => ({ toasts: [...s.toasts, toast] }));
+      if ("Notification" in window && Notification.permission === "granted") {
+        new Notification(`Spark: ${message.title}`, { body: message.text.slice(0, 200) });
+      }
+      return;
+    }
+    case "steer.sent":
+      benchProbe()?.steers.push({ sentAt: message.sentAt, at: message.at });
+      return;
+    case "error":
+      setState({ error: message.message });
+      return;
+  }
+}
+
+/** Figures the benchmark reads (only with `?bench` in the page's URL). */
+export interface BenchProbe {
+  lags: number[];
+  steers: { sentAt: number | undefined; at: number }[];
+  longtasks: number[];
+}
+
+export function benchProbe(): BenchProbe | undefined {
+  return (window as unknown as { __sparkBench?: BenchProbe }).__sparkBench;
+}
+
+if (new URLSearchParams(location.search).has("bench")) {
+  const probe: BenchProbe = { lags: [], steers: [], longtasks: [] };
+  (window as unknown as { __sparkBench?: BenchProbe }).__sparkBench = probe;
+  try {
+    new PerformanceObserver((list) => {
+      for (const entry of list.getEntries()) probe.longtasks.push(entry.duration);
+    }).observe({ type: "longtask", buffered: true });
+  } catch {
+    // longtask is not supported here
+  }
+}
