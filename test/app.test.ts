@@ -69,7 +69,7 @@ async function openApp(url: string): Promise<Page> {
 async function newTask(page: Page): Promise<void> {
   const before = await page.locator(".task-item").count();
   await page.locator(before === 0 ? ".new-task-big" : ".new-task").click();
-  await page.waitForFunction((n) => document.querySelectorAll(".task-item").length === n + 1, before);
+  await page.locator(".task-item").nth(before).waitFor();
   await page.locator("textarea.input").waitFor();
 }
 
@@ -79,6 +79,11 @@ async function sendText(page: Page, text: string): Promise<void> {
 }
 
 const currentState = (page: Page): Promise<string> => page.locator(".task-item.current .state").innerText();
+
+/** Waits until the open task's state in the sidebar reads `label`. */
+async function waitForState(page: Page, label: string): Promise<void> {
+  await page.locator(".task-item.current .state", { hasText: new RegExp(`^${label}$`) }).waitFor();
+}
 
 describe("spark app in a browser", { timeout: 180_000 }, () => {
   test("streams, steers, stops, toggles the tier, renders untrusted HTML inert, and survives a reload and a restart", async () => {
@@ -100,14 +105,12 @@ describe("spark app in a browser", { timeout: 180_000 }, () => {
     // Untrusted HTML ran nothing: no handler, no script element, and the page's own flag is unset.
     assert.equal(await page.locator(".transcript script").count(), 0);
     assert.equal(await page.locator(".transcript [onerror]").count(), 0);
-    assert.equal(await page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned), undefined);
+    assert.equal(await page.evaluate("typeof window.__pwned"), "undefined");
 
     // Enter while it writes steers it: the answer changes to the script's next line.
     await sendText(page, "Make it about <b>spark</b>");
     await page.locator(".msg.assistant .markdown", { hasText: "BRAVO" }).waitFor();
-    await page.waitForFunction(
-      () => document.querySelector(".task-item.current .state")?.textContent === "done",
-    );
+    await waitForState(page, "done");
     assert.equal(await page.locator(".msg.user.steer").count(), 1);
     // The user's HTML is shown as text.
     assert.equal(await page.locator(".msg.user.steer .text").innerText(), "Make it about <b>spark</b>");
@@ -121,9 +124,7 @@ describe("spark app in a browser", { timeout: 180_000 }, () => {
       .locator('.msg.assistant[data-streaming="true"] .markdown', { hasText: "Sentence 1 " })
       .waitFor();
     await page.locator(".stop-button").click();
-    await page.waitForFunction(
-      () => document.querySelector(".task-item.current .state")?.textContent === "stopped",
-    );
+    await waitForState(page, "stopped");
     const stopped = await page.locator(".msg.assistant").last().innerText();
     assert.ok(stopped.includes("ALPHA") && !stopped.includes("OMEGA"), "Stop ended the answer early");
     assert.equal(await page.locator('.msg.assistant[data-streaming="true"]').count(), 0);
@@ -135,9 +136,7 @@ describe("spark app in a browser", { timeout: 180_000 }, () => {
     assert.equal(await page.locator(".lightning.on").count(), 0);
     await sendText(page, "Continue");
     await page.locator(".msg.assistant .markdown", { hasText: "BRAVO" }).last().waitFor();
-    await page.waitForFunction(
-      () => document.querySelector(".task-item.current .state")?.textContent === "done",
-    );
+    await waitForState(page, "done");
     assert.equal(await page.locator(".msg.assistant .model").last().innerText(), "deep");
     assert.match(await page.locator(".status-bar .ttft").innerText(), /TTFT \d+ ms/);
     assert.match(await page.locator(".status-bar .context").innerText(), /context \d+%/);
