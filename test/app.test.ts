@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import type { Page } from "playwright-core";
 import WebSocket from "ws";
-import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./helpers/cli.js";
+import { file, firstLine, freshDir, spawnCli, startServer, stop, type Cli } from "./helpers/cli.js";
 import { launchBrowser } from "./helpers/browser.js";
 
 const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:(\d+)\/) \(workspace (.+)\)$/;
@@ -342,7 +342,7 @@ describe("spark app in a browser", { timeout: 180_000 }, () => {
     const page = await openApp(keyed.url);
     await page.locator(".login input").fill("wrong");
     await page.locator(".login button").click();
-    await page.locator(".login .error", { hasText: "not the one" }).waitFor();
+    await page.locator(".login .error", { hasText: "not one" }).waitFor();
     await page.locator(".login input").fill("sk-app-test-key");
     await page.locator(".login button").click();
     await page.locator(".new-task-big").waitFor();
@@ -350,6 +350,25 @@ describe("spark app in a browser", { timeout: 180_000 }, () => {
     await newTask(page);
     await sendText(page, "hello");
     await page.locator(".msg.assistant .markdown", { hasText: "ok" }).waitFor();
+    await page.close();
+  });
+});
+
+describe("spark serve --app", { timeout: 120_000 }, () => {
+  test("serves the app beside the API on one port", async () => {
+    const quick = script("serve-app.jsonl", [message("served beside the API")]);
+    const workspace = freshDir("ws-");
+    const server = await startServer(
+      ["serve", "--engine", "script", "--script", quick, "--port", "0", "--app", workspace],
+      { SPARK_DATA_DIR: freshDir("data-") },
+    );
+    running.push(server);
+    const models = await fetch(`${server.url}/v1/models`);
+    assert.equal(models.status, 200);
+    const page = await openApp(`${server.url}/`);
+    await newTask(page);
+    await sendText(page, "hello");
+    await page.locator(".msg.assistant .markdown", { hasText: "served beside the API" }).waitFor();
     await page.close();
   });
 });

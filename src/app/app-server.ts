@@ -28,11 +28,16 @@ import { TaskManager, type ManagerContext } from "./task-manager.js";
 /** The built front end: `web/dist` beside `src/` and `dist/`. */
 export const WEB_DIST = fileURLToPath(new URL("../../web/dist/", import.meta.url));
 
-export interface AppServerOptions extends Omit<ManagerContext, "broadcast"> {
+export interface AppServerOptions extends Omit<ManagerContext, "broadcast" | "apiKey"> {
   host: string;
   port: number;
-  /** When set, browsers must sign in with it. */
+  /** When set, browsers must sign in with it; the agents use it with the Spark server. */
   accessKey?: string;
+  /**
+   * Mounted beside the API (`spark serve --app`): browsers sign in with any key the server accepts
+   * (this checks one), and the agents use the key signed in with.
+   */
+  verifyKey?: (key: string) => boolean;
   /** Models offered in the picker. */
   models?: string[];
   /** Where the built front end is (default web/dist). */
@@ -108,48 +113,75 @@ const CSP =
 
 export class AppServer {
   readonly tasks: TaskManager;
-  readonly #server: Server;
+  #server: Server | undefined;
   readonly #wss = new WebSocketServer({ noServer: true, maxPayload: MAX_FRAME_BYTES });
   readonly #clients = new Set<WebSocket>();
   readonly #policy: OriginPolicy;
   readonly #files = new Map<string, StaticFile>();
   readonly #sessions = new Set<string>();
   readonly #keyHash: Buffer | undefined;
+  /** The key the agents present to the Spark server. */
+  #agentKey: string | undefined;
   #url = "";
 
   constructor(private readonly options: AppServerOptions) {
-    if (!options.accessKey && !LOOPBACK.has(options.host)) {
+    const keyed = options.accessKey !== undefined || options.verifyKey !== undefined;
+    if (!keyed && !LOOPBACK.has(options.host)) {
       throw new Error(
         `the app runs commands on this machine: without an access key it listens on loopback only, not ${options.host}. ` +
           "Set SPARK_API_KEY (the key browsers sign in with) to listen elsewhere.",
       );
     }
     this.#keyHash = options.accessKey ? sha256(options.accessKey) : undefined;
-    this.#policy = new OriginPolicy({ keysRequired: options.accessKey !== undefined });
+    this.#agentKey = options.accessKey;
+    this.#policy = new OriginPolicy({ keysRequired: keyed });
     this.#loadStatic(options.webDir ?? WEB_DIST);
-    this.tasks = new TaskManager({ ...options, broadcast: (message) => this.#broadcast(message) });
-    this.#server = createServer((request, response) => {
-      this.#handle(request, response).catch((error: unknown) => {
-        if (!response.headersSent)
-          sendJson(response, 500, errorBody("internal_error", (error as Error).message));
-        else response.destroy();
-      });
+    this.tasks = new TaskManager({
+      ...options,
+      apiKey: () => this.#agentKey,
+      broadcast: (message) => this.#broadcast(message),
     });
-    this.#server.on("upgrade", (request: IncomingMessage, socket: Socket, head: Buffer) =>
-      this.#upgrade(request, socket, head),
-    );
+  }
+
+  /** The paths the app serves (for a server it is mounted on). */
+  claims(path: string): boolean {
+    return path === "/" || path.startsWith("/app/") || this.#files.has(path);
+  }
+
+  request(request: IncomingMessage, response: ServerResponse): void {
+    this.#handle(request, response).catch((error: unknown) => {
+      if (!response.headersSent)
+        sendJson(response, 500, errorBody("internal_error", (error as Error).message));
+      else response.destroy();
+    });
+  }
+
+  upgrade(request: IncomingMessage, socket: Socket, head: Buffer): void {
+    socket.on("error", () => socket.destroy());
+    this.#upgrade(request, socket, head);
+  }
+
+  /** Adds the names the app is reachable by (see `OriginPolicy.listeningOn`). */
+  listeningOn(address: string): void {
+    this.#policy.listeningOn(address);
   }
 
   get url(): string {
     return this.#url;
   }
 
+  /** Listens on its own port (`spark app`); a mounted app is served by the server it is mounted on. */
   async listen(): Promise<string> {
+    const server = createServer((request, response) => this.request(request, response));
+    server.on("upgrade", (request: IncomingMessage, socket: Socket, head: Buffer) =>
+      this.upgrade(request, socket, head),
+    );
+    this.#server = server;
     await new Promise<void>((resolve, reject) => {
-      this.#server.once("error", reject);
-      this.#server.listen(this.options.port, this.options.host, () => resolve());
+      server.once("error", reject);
+      server.listen(this.options.port, this.options.host, () => resolve());
     });
-    const address = this.#server.address() as AddressInfo;
+    const address = server.address() as AddressInfo;
     this.#policy.listeningOn(address.address);
     const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
     this.#url = `http://${host}:${address.port}/`;
@@ -159,8 +191,10 @@ export class AppServer {
   async close(): Promise<void> {
     for (const client of this.#clients) client.terminate();
     this.tasks.close();
-    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
-    this.#server.closeAllConnections();
+    const server = this.#server;
+    if (!server) return;
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    server.closeAllConnections();
   }
 
   #loadStatic(dir: string): void {
@@ -227,7 +261,7 @@ export class AppServer {
   }
 
   async #login(request: IncomingMessage, response: ServerResponse): Promise<void> {
-    if (!this.#keyHash) {
+    if (!this.#keyHash && !this.options.verifyKey) {
       sendJson(response, 200, { authenticated: true });
       return;
     }
@@ -246,14 +280,18 @@ export class AppServer {
       sendJson(response, 400, errorBody("invalid_json", 'expected a JSON body {"key": "…"}'));
       return;
     }
-    if (typeof key !== "string" || !timingSafeEqual(sha256(key), this.#keyHash)) {
-      sendJson(
-        response,
-        401,
-        errorBody("invalid_api_key", "that key is not the one this app was started with"),
-      );
+    const keyHash = this.#keyHash;
+    const valid =
+      typeof key === "string" &&
+      (keyHash !== undefined
+        ? timingSafeEqual(sha256(key), keyHash)
+        : (this.options.verifyKey?.(key) ?? false));
+    if (!valid) {
+      sendJson(response, 401, errorBody("invalid_api_key", "that key is not one this app accepts"));
       return;
     }
+    // Mounted beside the API: the agents act with the key the user signed in with.
+    if (keyHash === undefined) this.#agentKey = key as string;
     const token = randomBytes(32).toString("base64url");
     this.#sessions.add(token);
     response.setHeader("set-cookie", `${COOKIE}=${token}; HttpOnly; SameSite=Strict; Path=/`);
@@ -261,7 +299,7 @@ export class AppServer {
   }
 
   #authenticated(request: IncomingMessage): boolean {
-    if (!this.#keyHash) return true;
+    if (!this.#keyHash && !this.options.verifyKey) return true;
     const cookies = String(request.headers.cookie ?? "").split(/;\s*/);
     return cookies.some(
       (cookie) => cookie.startsWith(`${COOKIE}=`) && this.#sessions.has(cookie.slice(COOKIE.length + 1)),

@@ -23,7 +23,8 @@ import type { LogEntry, ServerMessage, TaskState, TaskStatus, TaskSummary } from
 /** What every task of one app shares: the server, the workspace and the agent's settings. */
 export interface TaskContext {
   serverUrl: string;
-  apiKey?: string;
+  /** The key the agents present to the Spark server, if it needs one (read at each connect). */
+  apiKey(): string | undefined;
   workspace: Workspace;
   sandbox: Sandbox;
   approval: ApprovalMode;
@@ -172,7 +173,8 @@ export class Task {
   }
 
   async #connect(): Promise<Agent> {
-    const { serverUrl, apiKey } = this.context;
+    const { serverUrl } = this.context;
+    const apiKey = this.context.apiKey();
     const connect = (): Promise<ResponsesSocket> =>
       ResponsesSocket.connect(serverUrl, apiKey === undefined ? {} : { apiKey });
     const [socket, contextWindow] = await Promise.all([

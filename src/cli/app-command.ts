@@ -11,7 +11,11 @@ import {
   startInProcessServer,
   type ClientFlags,
 } from "./agent-runtime.js";
-import { ConfigError } from "./config.js";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Socket } from "node:net";
+import type { KeyRing } from "../core/keys.js";
+import { defaultDataDir } from "../store/data-dir.js";
+import { ConfigError, type ResolvedSettings } from "./config.js";
 
 export interface AppFlags {
   host: string;
@@ -56,7 +60,7 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
     appServer = new AppServer({
       host: app.host,
       port: app.port,
-      ...(client.apiKey === undefined ? {} : { accessKey: client.apiKey, apiKey: client.apiKey }),
+      ...(client.apiKey === undefined ? {} : { accessKey: client.apiKey }),
       serverUrl: url,
       workspace,
       sandbox,
@@ -92,4 +96,73 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
   await appServer.close();
   await closeServer?.();
   return 0;
+}
+
+/** The app as `spark serve --app DIR` mounts it beside the API. */
+export interface MountedApp {
+  claims(path: string): boolean;
+  request(request: IncomingMessage, response: ServerResponse): void;
+  upgrade(request: IncomingMessage, socket: Socket, head: Buffer): void;
+}
+
+/**
+ * The app for `spark serve --app DIR`: its agents use the server they are mounted on (over its own
+ * URL, like any client), with the default client settings (approvals on request, the sandbox when
+ * there is one). With keys, browsers sign in with any key the server accepts.
+ */
+export async function mountApp(
+  dir: string,
+  server: { serverUrl: string; settings: ResolvedSettings; keys: KeyRing },
+): Promise<MountedApp> {
+  let workspace: Workspace;
+  try {
+    workspace = await Workspace.open(dir);
+  } catch (error) {
+    throw new ConfigError(`--app ${dir}: cannot use it as the workspace: ${(error as Error).message}`);
+  }
+  const dataDir = server.settings.dataDir ?? defaultDataDir();
+  const sandbox = await detectSandbox({ network: false, hide: [dataDir] });
+  const { AppServer } = await import("../app/app-server.js");
+  const windows = new Map<string, number>();
+  let app;
+  try {
+    app = new AppServer({
+      host: server.settings.host,
+      port: 0,
+      ...(server.keys.required
+        ? {
+            verifyKey: (key: string) => {
+              try {
+                server.keys.authenticate(`Bearer ${key}`);
+                return true;
+              } catch {
+                return false;
+              }
+            },
+          }
+        : {}),
+      serverUrl: server.serverUrl,
+      workspace,
+      sandbox,
+      approval: "on-request",
+      allowEnv: [],
+      dataDir,
+      instructions: DEFAULT_INSTRUCTIONS.replace("in their terminal", "in a web app").replace(
+        "WORKSPACE",
+        workspace.root,
+      ),
+      autoCompact: 0.8,
+      async contextWindow(model) {
+        const known = windows.get(model);
+        if (known !== undefined) return known;
+        const found = (await fetchContextWindow(server.serverUrl, undefined, model)) ?? 8192;
+        windows.set(model, found);
+        return found;
+      },
+    });
+  } catch (error) {
+    throw new ConfigError(`--app: ${(error as Error).message}`);
+  }
+  app.listeningOn(server.settings.host);
+  return app;
 }

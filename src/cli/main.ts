@@ -60,6 +60,10 @@ export function buildProgram(): Command {
     )
     .option("--key-file <file>", `API keys (hashed) written by \`spark keys create\` ${env("keyFile")}`)
     .option(
+      "--app <dir>",
+      "also serve the web app for the workspace DIR on this port (see `spark app --help`)",
+    )
+    .option(
       "--allow-unauthenticated",
       `without keys, listen on a non-loopback --host anyway ${env("allowUnauthenticated")}`,
     )

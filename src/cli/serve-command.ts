@@ -7,6 +7,9 @@ import { StoreOpenError } from "../store/open-error.js";
 import { defaultDataDir, SqliteResponseStore } from "../store/sqlite-store.js";
 import { ConfigError, loadKeyFile, resolveSettings, type ResolvedSettings } from "./config.js";
 import { createModels } from "./create-engine.js";
+import { mountApp, type MountedApp } from "./app-command.js";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Socket } from "node:net";
 
 const MIB = 1024 * 1024;
 
@@ -68,7 +71,8 @@ function storeDescription(settings: ResolvedSettings, store: ResponseStore): str
   return `responses stored in ${settings.dataDir ?? defaultDataDir()}`;
 }
 
-export async function serve(flags: Record<string, unknown>): Promise<void> {
+export async function serve(allFlags: Record<string, unknown>): Promise<void> {
+  const { app: appDir, ...flags } = allFlags;
   const settings = resolveSettings(flags);
   const keys = loadKeys(settings);
   if (!keys.required && !isLoopback(settings.host) && !settings.allowUnauthenticated) {
@@ -81,7 +85,19 @@ export async function serve(flags: Record<string, unknown>): Promise<void> {
   const metrics = new Metrics({ processMetrics: true });
   const models = await createModels(settings, log, metrics.registry);
   const store = await openStore(settings);
+  // `--app DIR`: the web app beside the API, created once the server's URL is known.
+  let app: MountedApp | undefined;
+  const mount =
+    typeof appDir === "string"
+      ? {
+          claims: (path: string) => app?.claims(path) ?? false,
+          request: (request: IncomingMessage, response: ServerResponse) => app!.request(request, response),
+          upgrade: (request: IncomingMessage, socket: Socket, head: Buffer) =>
+            app!.upgrade(request, socket, head),
+        }
+      : undefined;
   const server = new SparkServer({
+    ...(mount ? { mount } : {}),
     metrics,
     models,
     keys,
@@ -135,6 +151,15 @@ export async function serve(flags: Record<string, unknown>): Promise<void> {
   );
   const url = await server.listen();
   process.stdout.write(`spark listening on ${url}\n`);
+  if (typeof appDir === "string") {
+    try {
+      app = await mountApp(appDir, { serverUrl: url, settings, keys });
+    } catch (error) {
+      await server.close();
+      throw error;
+    }
+    log(`web app for ${appDir} on ${url}/` + (keys.required ? " (browsers sign in with an API key)" : ""));
+  }
   const engines = models.engines();
   log(
     `models ${models

@@ -27,6 +27,14 @@ import { rawResponse } from "./raw-response.js";
 import { SseWriter } from "./sse.js";
 import { ResponsesWebSocket, type WebSocketOptions } from "./websocket.js";
 
+/** A surface served beside the API (see `SparkServerOptions.mount`). */
+export interface HttpMount {
+  /** Whether a path belongs to it (the API's own routes are never offered). */
+  claims(path: string): boolean;
+  request(request: IncomingMessage, response: ServerResponse): void;
+  upgrade(request: IncomingMessage, socket: Socket, head: Buffer): void;
+}
+
 export type SparkServerOptions = (
   | {
       /** One engine behind both tiers, `spark` and `deep`. */
@@ -51,6 +59,11 @@ export type SparkServerOptions = (
   admission?: AdmissionOptions;
   /** WebSocket mode on `/v1/responses` (on by default); `false` answers upgrades with 426. */
   websocket?: boolean | Omit<WebSocketOptions, "maxFrameBytes">;
+  /**
+   * Another surface served beside the API on the same port (the web app, `spark serve --app`):
+   * requests and upgrades whose path it claims go to it; it does its own checks.
+   */
+  mount?: HttpMount;
   /** Extra `Host` names and `Origin`s accepted (see `OriginPolicy`). */
   allowedHosts?: readonly string[];
   allowedOrigins?: readonly string[];
@@ -300,6 +313,14 @@ export class SparkServer {
    * is that request's 400 or 500, never the process's end.
    */
   #dispatch(request: IncomingMessage, response: ServerResponse): void {
+    const mount = this.options.mount;
+    if (mount && !(request.url ?? "/").startsWith("/v1/")) {
+      const path = (request.url ?? "/").split("?")[0] ?? "/";
+      if (mount.claims(path)) {
+        mount.request(request, response);
+        return;
+      }
+    }
     try {
       this.#route(request, response);
     } catch (error) {
@@ -477,6 +498,11 @@ export class SparkServer {
    * to fall back to HTTP at once (a 404 or 405 would look like a broken server).
    */
   #upgrade(request: IncomingMessage, socket: Socket, head: Buffer): void {
+    const mount = this.options.mount;
+    if (mount && mount.claims((request.url ?? "/").split("?")[0] ?? "/")) {
+      mount.upgrade(request, socket, head);
+      return;
+    }
     try {
       const refusal = this.#origins.check(request.headers.host, request.headers.origin);
       if (refusal) throw refusal;
