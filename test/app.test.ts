@@ -5,6 +5,7 @@
  * click always lands while the answer is still being written; no assertion depends on a timing.
  */
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
@@ -190,8 +191,17 @@ describe("spark app in a browser", { timeout: 180_000 }, () => {
       },
       message("All done."),
     ]);
+    // A git repository: the review shows the change as git sees it against HEAD.
     const workspace = freshDir("ws-");
     writeFileSync(join(workspace, "notes.txt"), "hello\nworld\n");
+    const git = (...args: string[]): void => {
+      execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.com", ...args], {
+        cwd: workspace,
+      });
+    };
+    git("init", "-q");
+    git("add", "notes.txt");
+    git("commit", "-qm", "notes");
     const app = await startApp({
       args: ["--engine", "script", "--script", edits, "--rate", "200", "--approval", "untrusted"],
       workspace,
@@ -231,6 +241,7 @@ describe("spark app in a browser", { timeout: 180_000 }, () => {
     await page.locator(".review-button").click();
     const reviewed = page.locator(".review .diff[data-path='notes.txt']");
     await reviewed.waitFor();
+    assert.match(await page.locator(".review-head").innerText(), /as git sees them against HEAD/);
     assert.equal(await reviewed.locator(".line.add").innerText(), "+spark");
     await reviewed.locator("button", { hasText: "Revert file" }).click();
     await page.locator(".review .empty", { hasText: "No changes recorded." }).waitFor();

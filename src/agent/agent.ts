@@ -48,6 +48,8 @@ export type AgentEvent =
       lane: string;
       /** The tier the server's router chose, for `model: "auto"`. */
       route?: string;
+      /** The router's reason for that tier (the rule that decided). */
+      routeRule?: string;
     }
   | { type: "response.queued"; lane: string }
   | { type: "first_token"; ms: number; lane: string }
@@ -585,12 +587,14 @@ export class Agent {
         if (!pending || !response) return;
         pending.responseId = response.id;
         const route = response.metadata?.spark_route;
+        const routeRule = response.metadata?.spark_route_rule;
         this.#emit({
           type: "response.started",
           responseId: response.id,
           model: response.model ?? this.#model,
           lane,
           ...(route ? { route } : {}),
+          ...(routeRule ? { routeRule } : {}),
         });
         if (pending.cancelRequested) this.#cancel(pending);
         for (const text of pending.steersAwaitingId.splice(0)) {

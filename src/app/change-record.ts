@@ -7,7 +7,9 @@
 import { readFileSync } from "node:fs";
 import { readFile, rm } from "node:fs/promises";
 import { isAbsolute, relative, resolve } from "node:path";
-import { structuredPatch } from "diff";
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { parsePatch, structuredPatch, type StructuredPatchHunk } from "diff";
 import { writeFileAtomic, type Workspace } from "../agent/workspace.js";
 import type { DiffLine, FileDiff } from "./protocol.js";
 
@@ -120,12 +122,56 @@ export class ChangeRecord {
   }
 }
 
+const run = promisify(execFile);
+
+/**
+ * The review of a task's changes. In a git repository each file the task changed is shown as git
+ * sees it against HEAD (what a commit would hold, the user's own uncommitted edits included);
+ * files git does not track, or where git shows nothing, come from the task's record.
+ */
+export async function reviewDiffs(
+  root: string,
+  record: ChangeRecord,
+): Promise<{ files: FileDiff[]; source: "git" | "record" }> {
+  const recorded = record.diffs();
+  if (recorded.length === 0 || !(await isGitWorkTree(root))) return { files: recorded, source: "record" };
+  const files: FileDiff[] = [];
+  for (const diff of recorded) {
+    let text = "";
+    try {
+      text = (await run("git", ["-C", root, "diff", "--no-color", "--no-ext-diff", "HEAD", "--", diff.path]))
+        .stdout;
+    } catch {
+      // not in HEAD (a new repository, an untracked file): the record's diff stands
+    }
+    const parsed = text.trim() === "" ? undefined : parsePatch(text)[0];
+    files.push(
+      parsed && parsed.hunks.length > 0 ? { ...toFileDiff(diff.path, diff.kind, parsed.hunks) } : diff,
+    );
+  }
+  return { files, source: "git" };
+}
+
+async function isGitWorkTree(root: string): Promise<boolean> {
+  try {
+    const { stdout } = await run("git", ["-C", root, "rev-parse", "--is-inside-work-tree"]);
+    return stdout.trim() === "true";
+  } catch {
+    return false;
+  }
+}
+
 export function fileDiff(path: string, change: FileChange): FileDiff {
   const patch = structuredPatch(path, path, change.before ?? "", change.after ?? "", "", "", { context: 3 });
+  const kind = change.before === null ? "add" : change.after === null ? "delete" : "update";
+  return toFileDiff(path, kind, patch.hunks);
+}
+
+function toFileDiff(path: string, kind: FileDiff["kind"], hunks: readonly StructuredPatchHunk[]): FileDiff {
   const lines: DiffLine[] = [];
   let added = 0;
   let removed = 0;
-  for (const hunk of patch.hunks) {
+  for (const hunk of hunks) {
     lines.push({
       kind: "hunk",
       text: `@@ -${hunk.oldStart},${hunk.oldLines} +${hunk.newStart},${hunk.newLines} @@`,
@@ -138,11 +184,5 @@ export function fileDiff(path: string, change: FileChange): FileDiff {
       lines.push({ kind, text: line.slice(1) });
     }
   }
-  return {
-    path,
-    kind: change.before === null ? "add" : change.after === null ? "delete" : "update",
-    lines,
-    added,
-    removed,
-  };
+  return { path, kind, lines, added, removed };
 }

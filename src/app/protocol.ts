@@ -73,6 +73,8 @@ export interface TaskStatus {
   /** The model that answered last, and the tier the router chose for `auto` with its reason. */
   lastModel?: string;
   route?: string;
+  /** Why the router chose it. */
+  routeRule?: string;
   queued: string[];
 }
 

@@ -135,15 +135,15 @@ export class TaskManager {
         await task.choose(message.entry, message.index);
         return;
       case "review":
-        reply({ type: "review", task: task.id, files: task.record.diffs(), source: "record" });
+        reply({ type: "review", task: task.id, ...(await task.review()) });
         return;
       case "revert":
         await task.revert(message.path);
-        reply({ type: "review", task: task.id, files: task.record.diffs(), source: "record" });
+        reply({ type: "review", task: task.id, ...(await task.review()) });
         return;
       case "keep":
         task.keep();
-        reply({ type: "review", task: task.id, files: task.record.diffs(), source: "record" });
+        reply({ type: "review", task: task.id, ...(await task.review()) });
         return;
     }
   }

@@ -17,7 +17,7 @@ import type { Sandbox } from "../agent/sandbox.js";
 import { SessionFile } from "../agent/session-file.js";
 import type { ApprovalReply, ApprovalRequest, ThreadItem } from "../agent/tools.js";
 import type { Workspace } from "../agent/workspace.js";
-import { ChangeRecord, type FileChange } from "./change-record.js";
+import { ChangeRecord, reviewDiffs, type FileChange } from "./change-record.js";
 import type { LogEntry, ServerMessage, TaskState, TaskStatus, TaskSummary } from "./protocol.js";
 
 /** What every task of one app shares: the server, the workspace and the agent's settings. */
@@ -331,6 +331,11 @@ export class Task {
     void agent.choose(index);
   }
 
+  /** The task's changes for review: as git sees them in a repository, else from its record. */
+  review(): ReturnType<typeof reviewDiffs> {
+    return reviewDiffs(this.context.workspace.root, this.record);
+  }
+
   async revert(path?: string): Promise<string[]> {
     const restored = await this.record.revert(path);
     this.summary.changedFiles = this.record.paths;
@@ -400,6 +405,8 @@ export class Task {
         this.status.lastModel = event.model;
         if (event.route) this.status.route = event.route;
         else delete this.status.route;
+        if (event.routeRule) this.status.routeRule = event.routeRule;
+        else delete this.status.routeRule;
         this.#sendStatus();
         return;
       case "first_token":

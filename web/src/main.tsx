@@ -133,6 +133,7 @@ function ModelPicker(props: {
       {task.model === "auto" && props.status?.route ? (
         <span class="route" title="the tier the router chose, and why">
           → {props.status.route}
+          {props.status.routeRule ? ` (${props.status.routeRule})` : ""}
         </span>
       ) : null}
     </div>
@@ -348,7 +349,8 @@ function Review(props: { task: string; files: ReturnType<typeof getState>["revie
   return (
     <div class="review">
       <div class="review-head">
-        <strong>Changes of this task</strong> ({files.length} file{files.length === 1 ? "" : "s"})
+        <strong>Changes of this task</strong> ({files.length} file{files.length === 1 ? "" : "s"}
+        {props.files?.source === "git" ? ", as git sees them against HEAD" : ""})
         {files.length > 0 ? (
           <>
             <button class="revert-all danger" onClick={() => send({ type: "revert", task: props.task })}>
