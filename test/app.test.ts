@@ -79,6 +79,12 @@ async function sendText(page: Page, text: string): Promise<void> {
   await page.locator("textarea.input").press("Enter");
 }
 
+/** With SPARK_APP_SCREENSHOTS=DIR, the tests save the main views there (docs/app/ holds a set). */
+async function screenshot(page: Page, name: string): Promise<void> {
+  const dir = process.env.SPARK_APP_SCREENSHOTS;
+  if (dir) await page.screenshot({ path: join(dir, `${name}.png`) });
+}
+
 const currentState = (page: Page): Promise<string> => page.locator(".task-item.current .state").innerText();
 
 /** Waits until the open task's state in the sidebar reads `label`. */
@@ -106,8 +112,10 @@ describe("spark app in a browser", { timeout: 180_000 }, () => {
     // Untrusted HTML ran nothing: no handler, no script element, and the page's own flag is unset.
     assert.equal(await page.locator(".transcript script").count(), 0);
     assert.equal(await page.locator(".transcript [onerror]").count(), 0);
+    assert.equal(await page.locator(".transcript .markdown img").count(), 0);
     assert.equal(await page.evaluate("typeof window.__pwned"), "undefined");
 
+    await screenshot(page, "streaming");
     // Enter while it writes steers it: the answer changes to the script's next line.
     await sendText(page, "Make it about <b>spark</b>");
     await page.locator(".msg.assistant .markdown", { hasText: "BRAVO" }).waitFor();
@@ -218,6 +226,7 @@ describe("spark app in a browser", { timeout: 180_000 }, () => {
       "hello\nworld\n",
       "nothing written before approval",
     );
+    await screenshot(page, "approval");
     await patchApproval.locator("button", { hasText: "Approve once" }).click();
 
     const patch = page.locator(".tool.patch.completed");
@@ -242,6 +251,7 @@ describe("spark app in a browser", { timeout: 180_000 }, () => {
     const reviewed = page.locator(".review .diff[data-path='notes.txt']");
     await reviewed.waitFor();
     assert.match(await page.locator(".review-head").innerText(), /as git sees them against HEAD/);
+    await screenshot(page, "review");
     assert.equal(await reviewed.locator(".line.add").innerText(), "+spark");
     await reviewed.locator("button", { hasText: "Revert file" }).click();
     await page.locator(".review .empty", { hasText: "No changes recorded." }).waitFor();
@@ -297,6 +307,7 @@ describe("spark app in a browser", { timeout: 180_000 }, () => {
     await page.locator(".toast", { hasText: "Run the whole test suite" }).waitFor();
     assert.equal(await page.locator('.msg.assistant[data-streaming="true"]').count(), 1);
     assert.equal(await page.locator(".task-item .bg").count(), 2);
+    await screenshot(page, "background");
     await page.close();
   });
 
@@ -361,6 +372,34 @@ describe("spark app in a browser", { timeout: 180_000 }, () => {
     await newTask(page);
     await sendText(page, "hello");
     await page.locator(".msg.assistant .markdown", { hasText: "ok" }).waitFor();
+    await page.close();
+  });
+});
+
+describe("variants in the app", { timeout: 120_000 }, () => {
+  test("N answers side by side, and the conversation continues from the chosen one", async () => {
+    const lines = script("variants.jsonl", [message("VARIANT answer."), message("AFTER choosing.")]);
+    const app = await startApp({ args: ["--engine", "script", "--script", lines, "--rate", "200"] });
+    const page = await openApp(app.url);
+    await newTask(page);
+    await page.locator(".variants-select").selectOption("3");
+    await sendText(page, "Name this function");
+    const variants = page.locator(".variants");
+    await variants.locator("button", { hasText: "Continue from this one" }).nth(2).waitFor();
+    assert.equal(await variants.locator(".variant").count(), 3);
+    assert.deepEqual(await variants.locator(".variant-text").allInnerTexts(), [
+      "VARIANT answer.",
+      "VARIANT answer.",
+      "VARIANT answer.",
+    ]);
+    await screenshot(page, "variants");
+    await variants.locator("button", { hasText: "Continue from this one" }).nth(1).click();
+    await page.locator(".variant.chosen").waitFor();
+    await waitForState(page, "done");
+    // The chosen answer joined the conversation: the next turn is the script's second line.
+    await page.locator(".variants-select").selectOption("1");
+    await sendText(page, "Go on");
+    await page.locator(".msg.assistant .markdown", { hasText: "AFTER choosing." }).waitFor();
     await page.close();
   });
 });

@@ -494,21 +494,23 @@ function App(): preact.JSX.Element {
               Background task {toast.state === "done" ? "finished" : toast.state}: {toast.title}
             </strong>
             <div class="toast-text">{toast.text}</div>
-            <button
-              onClick={() => {
-                openTask(toast.task);
-                send({ type: "review", task: toast.task });
-                setState((s) => ({ toasts: s.toasts.filter((t) => t.id !== toast.id) }));
-              }}
-            >
-              Review
-            </button>
-            <button
-              class="small"
-              onClick={() => setState((s) => ({ toasts: s.toasts.filter((t) => t.id !== toast.id) }))}
-            >
-              Dismiss
-            </button>
+            <div class="toast-actions">
+              <button
+                onClick={() => {
+                  openTask(toast.task);
+                  send({ type: "review", task: toast.task });
+                  setState((s) => ({ toasts: s.toasts.filter((t) => t.id !== toast.id) }));
+                }}
+              >
+                Review
+              </button>
+              <button
+                class="small"
+                onClick={() => setState((s) => ({ toasts: s.toasts.filter((t) => t.id !== toast.id) }))}
+              >
+                Dismiss
+              </button>
+            </div>
           </div>
         ))}
       </div>

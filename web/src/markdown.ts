@@ -46,10 +46,13 @@ DOMPurify.addHook("afterSanitizeAttributes", (node) => {
   }
 });
 
-/** Markdown → sanitized HTML. */
+/**
+ * Markdown → sanitized HTML. Images are dropped too: an answer has no business loading anything
+ * (and the page's policy would block other hosts anyway).
+ */
 export function renderMarkdown(text: string): string {
   const html = marked.parse(text) as string;
-  return DOMPurify.sanitize(html, { FORBID_TAGS: ["style", "form", "input", "button", "textarea"] });
+  return DOMPurify.sanitize(html, { FORBID_TAGS: ["style", "form", "input", "button", "textarea", "img"] });
 }
 
 /** Highlights the finished code blocks under `root`. */
