@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import type { Page } from "playwright-core";
@@ -400,6 +400,18 @@ describe("variants in the app", { timeout: 120_000 }, () => {
     await page.locator(".variants-select").selectOption("1");
     await sendText(page, "Go on");
     await page.locator(".msg.assistant .markdown", { hasText: "AFTER choosing." }).waitFor();
+
+    // Rename, then delete (the confirmation dialog is accepted): the list follows, and so does disk.
+    await page.locator(".rename-button").click();
+    await page.locator(".rename-input").fill("Naming things");
+    await page.locator(".rename-input").press("Enter");
+    await page.locator(".task-item.current .task-title", { hasText: "Naming things" }).waitFor();
+    await page.reload();
+    await page.locator(".task-item .task-title", { hasText: "Naming things" }).waitFor();
+    await page.locator(".delete-button").click();
+    await page.locator(".welcome").waitFor();
+    assert.equal(await page.locator(".task-item").count(), 0);
+    assert.deepEqual(readdirSync(join(app.dataDir, "app", "tasks")), []);
     await page.close();
   });
 });

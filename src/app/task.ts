@@ -64,6 +64,7 @@ export class Task {
   /** `choose()` starts a turn whose user message is already shown. */
   #quietTurn = false;
   #closed = false;
+  #saveFailed = false;
   /** Distinguishes this process's agent items from those saved by an earlier one. */
   readonly #generation = `a${Date.now().toString(36)}`;
 
@@ -429,7 +430,9 @@ export class Task {
         this.#itemStarted(event.item);
         return;
       case "item.completed":
-        void this.#itemCompleted(event.item);
+        this.#itemCompleted(event.item).catch((error: unknown) =>
+          this.#notice("error", `could not record ${event.item.type}: ${(error as Error).message}`),
+        );
         return;
       case "response.done":
         if (event.lane !== "") return;
@@ -542,14 +545,26 @@ export class Task {
     if (at >= 0) this.entries[at] = entry;
     else this.entries.push(entry);
     this.context.broadcast({ type: "entry", task: this.id, entry });
-    if (save) {
+    if (save) this.#saveEntry(entry);
+  }
+
+  /** A full disk or a removed data directory costs the saved copy, not the running task. */
+  #saveEntry(entry: LogEntry): void {
+    try {
       appendFileSync(
         join(Task.directory(this.context.dataDir), `${this.id}.log.jsonl`),
         `${JSON.stringify(entry)}\n`,
-        {
-          mode: 0o600,
-        },
+        { mode: 0o600 },
       );
+    } catch (error) {
+      if (this.#saveFailed) return;
+      this.#saveFailed = true;
+      this.context.broadcast({
+        type: "error",
+        task: this.id,
+        code: "save_failed",
+        message: `the task's transcript could not be saved (${(error as Error).message}); it goes on, but a restart will not show what follows`,
+      });
     }
   }
 
@@ -576,9 +591,18 @@ export class Task {
       sessionId: this.#session.meta.id,
       record: this.record.toJSON(),
     };
-    writeFileSync(join(Task.directory(this.context.dataDir), `${this.id}.json`), JSON.stringify(saved), {
-      mode: 0o600,
-    });
+    try {
+      writeFileSync(join(Task.directory(this.context.dataDir), `${this.id}.json`), JSON.stringify(saved), {
+        mode: 0o600,
+      });
+    } catch (error) {
+      this.context.broadcast({
+        type: "error",
+        task: this.id,
+        code: "save_failed",
+        message: `the task could not be saved: ${(error as Error).message}`,
+      });
+    }
   }
 
   #nextId(): string {

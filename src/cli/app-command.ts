@@ -84,6 +84,8 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
     await closeServer?.();
     throw new ConfigError((error as Error).message);
   }
+  // One task's bug must not end the others: an error that escapes is logged and the app goes on.
+  process.on("unhandledRejection", (reason: unknown) => log(`internal error: ${String(reason)}`));
   const appUrl = await appServer.listen();
   process.stdout.write(`spark app on ${appUrl} (workspace ${workspace.root})\n`);
   if (sandbox.kind === "none") log(`commands run without a sandbox: ${sandbox.reason}`);
