@@ -16,7 +16,14 @@
  * `previous_response_id`, and fall back to the full transcript when the server no longer has it.
  */
 import { httpBaseUrl, type ResponsesSocket, type ServerEvent } from "./responses-socket.js";
-import { ToolRunner, type ThreadItem, type ToolCall, type ToolContext } from "./tools.js";
+import {
+  ToolRunner,
+  type RewriteRequest,
+  type RewriteResult,
+  type ThreadItem,
+  type ToolCall,
+  type ToolContext,
+} from "./tools.js";
 import { toolDefinitions } from "./tools.js";
 
 /** A Responses input item (messages, tool calls and their outputs, compaction items). */
@@ -27,7 +34,12 @@ export interface ResponseObject {
   status: string;
   model?: string;
   output: InputItem[];
-  usage?: { input_tokens: number; output_tokens: number; input_tokens_details?: { cached_tokens?: number } };
+  usage?: {
+    input_tokens: number;
+    output_tokens: number;
+    input_tokens_details?: { cached_tokens?: number };
+    output_tokens_details?: { accepted_prediction_tokens?: number; rejected_prediction_tokens?: number };
+  };
   incomplete_details?: { reason?: string } | null;
   error?: { code?: string; message?: string } | null;
   metadata?: Record<string, string> | null;
@@ -110,7 +122,17 @@ export interface AgentOptions {
   transcript?: readonly InputItem[];
   /** Most tool round trips in one turn before it stops. */
   maxRounds?: number;
+  /**
+   * The model that rewrites files for `edit_file` (default `spark`, the fast tier); `false` leaves
+   * the tool out.
+   */
+  applyModel?: string | false;
 }
+
+const APPLY_INSTRUCTIONS =
+  "You apply an edit to a file. Output the complete new file and nothing else: no code fences, no " +
+  "commentary. Keep every line the edit does not change exactly as it is; where the edit elides code " +
+  "with a comment such as `// ... existing code ...`, keep the original code there.";
 
 interface PendingResponse {
   lane: string;
@@ -137,6 +159,8 @@ interface RequestOptions {
   record: boolean;
   /** Extra `response.create` fields (the variants' temperature). */
   extra?: Record<string, unknown>;
+  /** A request of its own (the file rewrites): only its input, no tools, no compaction. */
+  standalone?: boolean;
   /** Receives the text deltas instead of `text.delta` events. */
   onDelta?: (delta: string) => void;
 }
@@ -153,6 +177,7 @@ export class Agent {
   readonly #listeners = new Set<(event: AgentEvent) => void>();
   readonly #lanes = new Map<string, PendingResponse>();
   readonly #tools: ToolRunner;
+  readonly #toolContext: ToolContext;
   #itemCounter = 0;
   #busy = false;
   #interruptRequested = false;
@@ -168,7 +193,11 @@ export class Agent {
   constructor(private readonly options: AgentOptions) {
     this.#transcript = [...(options.transcript ?? [])];
     this.#model = options.model;
-    this.#tools = new ToolRunner(options.tools, () => this.#nextItemId());
+    this.#toolContext =
+      options.applyModel === false || options.tools.rewrite
+        ? options.tools
+        : { ...options.tools, rewrite: (request, signal) => this.#rewrite(request, signal) };
+    this.#tools = new ToolRunner(this.#toolContext, () => this.#nextItemId());
     this.#socket = options.socket;
     this.#attach(options.socket);
   }
@@ -499,14 +528,17 @@ export class Agent {
       model: this.#model,
       instructions: this.options.instructions,
       input: previous === undefined ? [...this.#transcript, ...input] : input,
-      tools: toolDefinitions(this.options.tools),
+      tools: toolDefinitions(this.#toolContext),
       parallel_tool_calls: false,
       store: false,
       ...options.extra,
     };
-    if (previous !== undefined) frame.previous_response_id = previous;
+    if (options.standalone) {
+      delete frame.tools;
+      delete frame.parallel_tool_calls;
+    } else if (previous !== undefined) frame.previous_response_id = previous;
     if (options.lane !== "") frame.stream_id = options.lane;
-    if (this.options.autoCompact > 0) {
+    if (this.options.autoCompact > 0 && !options.standalone) {
       frame.context_management = [
         {
           type: "compaction",
@@ -708,6 +740,62 @@ export class Agent {
       return;
     }
     pending.resolve(response);
+  }
+
+  /**
+   * `edit_file`: the fast tier rewrites the file on a lane of its own, with the original as the
+   * prediction (Predicted Outputs), so a model that verifies drafts copies the unchanged stretches
+   * at several tokens per step. Interrupting the turn cancels it.
+   */
+  async #rewrite(request: RewriteRequest, signal: AbortSignal): Promise<RewriteResult> {
+    const lane = "apply";
+    const prompt =
+      `The file ${request.path}:\n\n${request.original}\n\n` +
+      `The edit to apply:\n\n${request.instructions}\n\nOutput the complete new file.`;
+    const onAbort = (): void => {
+      const pending = this.#lanes.get(lane);
+      if (pending) this.#cancel(pending);
+    };
+    signal.addEventListener("abort", onAbort, { once: true });
+    try {
+      await this.#openSocket();
+      const response = await this.#send([userMessage(prompt)], undefined, {
+        lane,
+        record: false,
+        standalone: true,
+        onDelta: () => {},
+        extra: {
+          model: this.options.applyModel || "spark",
+          instructions: APPLY_INSTRUCTIONS,
+          temperature: 0,
+          prediction: { type: "content", content: request.original },
+        },
+      });
+      if (response.status === "failed") {
+        throw new AgentError(
+          `the rewrite failed: ${response.error?.message ?? "no reason given"}`,
+          response.error?.code,
+        );
+      }
+      const text = response.output.map((item) => messageText(item)).join("");
+      const details = response.usage?.output_tokens_details;
+      return {
+        text,
+        ...(response.status === "completed"
+          ? {}
+          : { incomplete: response.incomplete_details?.reason ?? response.status }),
+        ...(details?.accepted_prediction_tokens !== undefined
+          ? {
+              prediction: {
+                accepted: details.accepted_prediction_tokens,
+                rejected: details.rejected_prediction_tokens ?? 0,
+              },
+            }
+          : {}),
+      };
+    } finally {
+      signal.removeEventListener("abort", onAbort);
+    }
   }
 
   #recordResponse(input: readonly InputItem[], response: ResponseObject): void {

@@ -9,7 +9,9 @@ import { listFiles, readFile, searchFiles } from "./file-tools.js";
 import type { Sandbox } from "./sandbox.js";
 import { commandEnvironment } from "./secrets.js";
 import { formatCommandOutput, runCommand } from "./shell.js";
-import { ToolError, type Workspace } from "./workspace.js";
+import { readFile as readFileBytes } from "node:fs/promises";
+import { protectedPart } from "./protected-paths.js";
+import { ToolError, writeFileAtomic, type Workspace } from "./workspace.js";
 
 export type { ThreadItem } from "./thread-item.js";
 import type { ThreadItem } from "./thread-item.js";
@@ -34,6 +36,21 @@ export interface ApprovalRequest {
   reason: string;
 }
 
+/** A whole-file rewrite for the `edit_file` tool. */
+export interface RewriteRequest {
+  path: string;
+  original: string;
+  instructions: string;
+}
+
+export interface RewriteResult {
+  text: string;
+  /** Why the rewrite stopped short (`max_output_tokens`, `cancelled`…); the file is then kept. */
+  incomplete?: string;
+  /** What the server verified while drafting from the original (Predicted Outputs), if it says. */
+  prediction?: { accepted: number; rejected: number };
+}
+
 export interface ToolContext {
   workspace: Workspace;
   sandbox: Sandbox;
@@ -49,6 +66,11 @@ export interface ToolContext {
    * tool. Resolves with what the model is told (the task started, or why not).
    */
   delegate?: (task: string) => Promise<string>;
+  /**
+   * Rewrites a file with the fast tier, the original as the prediction (Predicted Outputs), for the
+   * `edit_file` tool; present, it adds that tool. The agent provides it.
+   */
+  rewrite?: (request: RewriteRequest, signal: AbortSignal) => Promise<RewriteResult>;
 }
 
 export interface ToolRun {
@@ -154,9 +176,39 @@ const DELEGATE_DEFINITION: Record<string, unknown> = {
   },
 };
 
-/** The tool definitions for a context: the standard ones, plus `delegate` where it can run. */
+const EDIT_FILE_DEFINITION: Record<string, unknown> = {
+  type: "function",
+  name: "edit_file",
+  description:
+    "Edits one existing file by describing the change: give the new code for the parts that change and " +
+    "mark unchanged stretches with a comment such as `// ... existing code ...`. A fast model rewrites the " +
+    "whole file from it, with the original as its prediction, so large edits and many scattered changes " +
+    "cost little. Prefer apply_patch for a small exact change; use edit_file when a patch would have to " +
+    "restate much of the file.",
+  parameters: {
+    type: "object",
+    properties: {
+      path: { type: "string", description: "The file, relative to the workspace." },
+      instructions: {
+        type: "string",
+        description: "The edit: the changed code in place, unchanged parts elided with comments.",
+      },
+    },
+    required: ["path", "instructions"],
+    additionalProperties: false,
+  },
+};
+
+/** Largest file `edit_file` rewrites (the whole file goes to the model and back). */
+const MAX_REWRITE_BYTES = 256 * 1024;
+
+/** The tool definitions for a context: the standard ones, plus `edit_file` and `delegate` where they can run. */
 export function toolDefinitions(context: ToolContext): readonly Record<string, unknown>[] {
-  return context.delegate ? [...TOOL_DEFINITIONS, DELEGATE_DEFINITION] : TOOL_DEFINITIONS;
+  const extra = [
+    ...(context.rewrite ? [EDIT_FILE_DEFINITION] : []),
+    ...(context.delegate ? [DELEGATE_DEFINITION] : []),
+  ];
+  return extra.length > 0 ? [...TOOL_DEFINITIONS, ...extra] : TOOL_DEFINITIONS;
 }
 
 /** Runs tool calls. Holds the approvals the user gave with "always" for the rest of the session. */
@@ -183,6 +235,8 @@ export class ToolRunner {
     try {
       if (call.name === "apply_patch") return await this.#patch(id, call, onStarted, reply);
       const args = parseArguments(call);
+      if (call.name === "edit_file" && this.context.rewrite)
+        return await this.#editFile(id, args, signal, onStarted, reply);
       if (call.name === "shell") return await this.#shell(id, args, signal, onStarted, reply);
       const item = (status: "in_progress" | "completed" | "failed", result?: string): ThreadItem => ({
         id,
@@ -226,7 +280,9 @@ export class ToolRunner {
       } else {
         throw new ToolError(
           "invalid_argument",
-          `unknown tool "${call.name}"; the tools are shell, apply_patch, read_file, list_files and search`,
+          `unknown tool "${call.name}"; the tools are shell, apply_patch, read_file, list_files and search` +
+            (this.context.rewrite ? ", edit_file" : "") +
+            (this.context.delegate ? ", delegate" : ""),
         );
       }
       return { completed: item("completed", summarize(text)), output: reply(text) };
@@ -346,6 +402,84 @@ export class ToolRunner {
     };
   }
 
+  async #editFile(
+    id: string,
+    args: Record<string, unknown>,
+    signal: AbortSignal,
+    onStarted: (item: ThreadItem) => void,
+    reply: (text: string) => Record<string, unknown>,
+  ): Promise<ToolRun> {
+    const path = stringArg(args, "path");
+    const instructions = stringArg(args, "instructions");
+    const changes = [{ path, kind: "update" as const }];
+    const item = (
+      status: "in_progress" | "completed" | "failed" | "declined",
+      error?: string,
+    ): ThreadItem => ({
+      id,
+      type: "file_change",
+      changes,
+      status,
+      ...(error === undefined ? {} : { error }),
+    });
+    const workspace = this.context.workspace;
+    const source = await workspace.resolve(path, "read");
+    const bytes = await readFileBytes(source);
+    if (bytes.length > MAX_REWRITE_BYTES) {
+      throw new ToolError(
+        "invalid_argument",
+        `${path} has ${bytes.length} bytes; edit_file rewrites files up to ${MAX_REWRITE_BYTES}: use apply_patch`,
+      );
+    }
+    if (bytes.includes(0)) throw new ToolError("invalid_argument", `${path} is binary; edit_file edits text`);
+    const original = bytes.toString("utf8");
+    const target = await workspace.resolve(path, "write");
+    const part = protectedPart(workspace.root, target);
+    const protectedPaths = part === undefined ? [] : [part];
+    const decision = decidePatch(this.context.approval, {
+      interactive: this.context.ask !== undefined,
+      protectedPaths,
+    });
+    const key = protectedPaths.length > 0 ? `patch:protected:${protectedPaths.join("\0")}` : "patch";
+    const declined = await this.#approve(
+      decision,
+      { kind: "patch", summary: `update ${path}`, reason: decision.action === "ask" ? decision.reason : "" },
+      key,
+    );
+    if (declined !== undefined) {
+      return { completed: item("declined", declined), output: reply(`Edit not applied: ${declined}`) };
+    }
+    const started = item("in_progress");
+    onStarted(started);
+    try {
+      const result = await this.context.rewrite!({ path, original, instructions }, signal);
+      const predicted = result.prediction
+        ? `; ${result.prediction.accepted} predicted tokens accepted, ${result.prediction.rejected} rejected`
+        : "";
+      if (signal.aborted) throw new ToolError("cancelled", "interrupted by the user; the file is unchanged");
+      if (result.incomplete !== undefined) {
+        throw new ToolError(
+          "incomplete",
+          `the rewrite did not finish (${result.incomplete}${predicted}); the file is unchanged`,
+        );
+      }
+      let text = stripFence(result.text);
+      if (original.endsWith("\n") && !text.endsWith("\n")) text += "\n";
+      if (text.trim() === "" && original.trim() !== "") {
+        throw new ToolError("invalid_argument", "the rewrite came back empty; the file is unchanged");
+      }
+      await writeFileAtomic(target, text);
+      return {
+        started,
+        completed: item("completed"),
+        output: reply(`Rewrote ${path} (${lineCount(original)} → ${lineCount(text)} lines${predicted}).`),
+      };
+    } catch (error) {
+      const message = errorText(error);
+      return { started, completed: item("failed", message), output: reply(message) };
+    }
+  }
+
   async #patch(
     id: string,
     call: ToolCall,
@@ -414,6 +548,16 @@ export class ToolRunner {
       return { started, completed: item("failed", touched, message), output: reply(message) };
     }
   }
+}
+
+/** A rewrite the model wrapped in a code fence, unwrapped. */
+function stripFence(text: string): string {
+  const match = /^\s*```[^\n]*\n([\s\S]*?)\n?```\s*$/.exec(text);
+  return match ? `${match[1]}\n` : text;
+}
+
+function lineCount(text: string): number {
+  return text === "" ? 0 : text.split("\n").length - (text.endsWith("\n") ? 1 : 0);
 }
 
 function parseArguments(call: ToolCall): Record<string, unknown> {
