@@ -11,7 +11,17 @@ import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import type { Page } from "playwright-core";
 import WebSocket from "ws";
-import { file, firstLine, freshDir, spawnCli, startServer, stop, type Cli } from "./helpers/cli.js";
+import { createServer, type AddressInfo } from "node:net";
+import {
+  file,
+  firstLine,
+  freshDir,
+  runToExit,
+  spawnCli,
+  startServer,
+  stop,
+  type Cli,
+} from "./helpers/cli.js";
 import { launchBrowser } from "./helpers/browser.js";
 
 const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:(\d+)\/) \(workspace (.+)\)$/;
@@ -413,6 +423,35 @@ describe("variants in the app", { timeout: 120_000 }, () => {
     assert.equal(await page.locator(".task-item").count(), 0);
     assert.deepEqual(readdirSync(join(app.dataDir, "app", "tasks")), []);
     await page.close();
+  });
+});
+
+describe("spark app usage errors", { timeout: 60_000 }, () => {
+  test("a port in use and a missing workspace exit 2 and say what to do", async () => {
+    const quick = script("usage.jsonl", [message("ok")]);
+    const busy = createServer();
+    await new Promise<void>((resolve) => busy.listen(0, "127.0.0.1", resolve));
+    const port = (busy.address() as AddressInfo).port;
+    try {
+      const inUse = await runToExit(
+        ["app", freshDir("ws-"), "--engine", "script", "--script", quick, "--port", String(port)],
+        { SPARK_DATA_DIR: freshDir("data-") },
+      );
+      assert.equal(inUse.code, 2);
+      assert.match(inUse.stderr, new RegExp(`port ${port} on 127\\.0\\.0\\.1 is in use .*--port 0`));
+    } finally {
+      busy.close();
+    }
+    const missing = await runToExit([
+      "app",
+      join(freshDir("ws-"), "nope"),
+      "--engine",
+      "script",
+      "--script",
+      quick,
+    ]);
+    assert.equal(missing.code, 2);
+    assert.match(missing.stderr, /cannot use .*nope as the workspace/);
   });
 });
 

@@ -86,7 +86,19 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
   }
   // One task's bug must not end the others: an error that escapes is logged and the app goes on.
   process.on("unhandledRejection", (reason: unknown) => log(`internal error: ${String(reason)}`));
-  const appUrl = await appServer.listen();
+  let appUrl: string;
+  try {
+    appUrl = await appServer.listen();
+  } catch (error) {
+    await closeServer?.();
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "EADDRINUSE") {
+      throw new ConfigError(
+        `port ${app.port} on ${app.host} is in use (another spark app?): pass --port 0 for a free one, or another port`,
+      );
+    }
+    throw new ConfigError(`the app cannot listen on ${app.host}:${app.port}: ${(error as Error).message}`);
+  }
   process.stdout.write(`spark app on ${appUrl} (workspace ${workspace.root})\n`);
   if (sandbox.kind === "none") log(`commands run without a sandbox: ${sandbox.reason}`);
   if (client.apiKey !== undefined) log("browsers sign in with the key in SPARK_API_KEY");
