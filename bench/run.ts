@@ -24,6 +24,9 @@
  *      output as the prediction, k = 0, 10, 50% of it altered, vs without; 17. an unrelated
  *      prediction; 18. input lookup; 19. a draft model (the tiny model for itself); 20. a K-token
  *      verification batch vs K single steps.
+ *  21. the web app (`spark app`) in headless chromium: cold first paint and interactive, and the
+ *      bundle's size; 22. a 20,000-token answer streamed at 1,000 tok/s: text on screen behind the
+ *      socket, long tasks; 23. Enter on a steer to `response.steer` on the wire.
  *
  * Options: `--quick` (fewer iterations), `--json` (also write bench/results.json),
  * `--only 1,3` (run some figures only). Every server is in process on 127.0.0.1, port 0.
@@ -32,6 +35,7 @@ import { existsSync, writeFileSync } from "node:fs";
 import { availableParallelism, cpus, loadavg, platform, arch, totalmem } from "node:os";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
+import { appFigures } from "./app-figures.js";
 import { llamaFigures } from "./llama-figures.js";
 import { fimFigures } from "./fim-figures.js";
 import { speculationFigures } from "./speculation-figures.js";
@@ -60,7 +64,9 @@ const llamaConfig = args.quick
   : { decodeTokens: 200, decodeRounds: 15, reuseRounds: 9 };
 const wsConfig = args.quick ? { loopRounds: 3, steerRounds: 5 } : { loopRounds: 10, steerRounds: 15 };
 const only = new Set(
-  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20").split(",").map((s) => Number(s.trim())),
+  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23")
+    .split(",")
+    .map((s) => Number(s.trim())),
 );
 
 const log = (line: string): void => console.log(line);
@@ -223,6 +229,15 @@ if ([16, 17, 18, 19, 20].some((n) => only.has(n))) {
       if (only.has(number)) results[figure.row.figure] = figure;
     }
   }
+}
+
+const appWanted = new Set([21, 22, 23].filter((n) => only.has(n)));
+if (appWanted.size > 0) {
+  const figures = await appFigures(
+    { loads: args.quick ? 5 : 15, steers: args.quick ? 5 : 10, figures: appWanted },
+    log,
+  );
+  for (const figure of figures) results[figure.row.figure] = figure;
 }
 
 const seconds = (performance.now() - started) / 1000;
