@@ -159,15 +159,29 @@ export async function fetchContextWindow(
   }
 }
 
-export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
-  const client = resolveClient(options.flags, options.interactive);
-  const root = options.flags.cd ?? process.cwd();
-  let workspace: Workspace;
+/** The workspace at `root`; a usage error naming it when it is not a directory. */
+export async function openWorkspace(root: string): Promise<Workspace> {
   try {
-    workspace = await Workspace.open(root);
+    return await Workspace.open(root);
   } catch (error) {
     throw new ConfigError(`cannot use ${root} as the workspace: ${(error as Error).message}`);
   }
+}
+
+/** The command sandbox the client's settings ask for. */
+export function clientSandbox(client: ResolvedClient): Promise<Sandbox> {
+  return detectSandbox({
+    disabled: client.sandbox === "off",
+    network: client.network,
+    allowSecrets: client.sandboxAllowSecrets,
+    // Sessions (whole conversations) and the server's store live here.
+    hide: [client.dataDir],
+  });
+}
+
+export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
+  const client = resolveClient(options.flags, options.interactive);
+  const workspace = await openWorkspace(options.flags.cd ?? process.cwd());
   let resumed: { file: SessionFile; transcript: InputItem[] } | undefined;
   if (options.resume !== undefined) {
     try {
@@ -176,13 +190,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
       throw new ConfigError((error as Error).message);
     }
   }
-  const sandboxPromise = detectSandbox({
-    disabled: client.sandbox === "off",
-    network: client.network,
-    allowSecrets: client.sandboxAllowSecrets,
-    // Sessions (whole conversations) and the server's store live here.
-    hide: [client.dataDir],
-  });
+  const sandboxPromise = clientSandbox(client);
 
   let serverUrl = client.server;
   let closeServer: (() => Promise<void>) | undefined;

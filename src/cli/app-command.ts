@@ -3,10 +3,11 @@
  * uses `--server URL`), then the app's own server on loopback, and prints the app's URL.
  */
 import { detectSandbox } from "../agent/sandbox.js";
-import { Workspace } from "../agent/workspace.js";
 import {
+  clientSandbox,
   DEFAULT_INSTRUCTIONS,
   fetchContextWindow,
+  openWorkspace,
   resolveClient,
   startInProcessServer,
   type ClientFlags,
@@ -30,19 +31,8 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
   };
   // The app has someone to ask: approvals are shown in the browser.
   const client = resolveClient(flags, true);
-  const root = dir ?? flags.cd ?? process.cwd();
-  let workspace: Workspace;
-  try {
-    workspace = await Workspace.open(root);
-  } catch (error) {
-    throw new ConfigError(`cannot use ${root} as the workspace: ${(error as Error).message}`);
-  }
-  const sandboxPromise = detectSandbox({
-    disabled: client.sandbox === "off",
-    network: client.network,
-    allowSecrets: client.sandboxAllowSecrets,
-    hide: [client.dataDir],
-  });
+  const workspace = await openWorkspace(dir ?? flags.cd ?? process.cwd());
+  const sandboxPromise = clientSandbox(client);
   let serverUrl = client.server;
   let closeServer: (() => Promise<void>) | undefined;
   if (serverUrl === undefined) {
@@ -53,7 +43,6 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
   }
   const sandbox = await sandboxPromise;
   const { AppServer } = await import("../app/app-server.js");
-  const windows = new Map<string, number>();
   const url = serverUrl;
   let appServer;
   try {
@@ -67,18 +56,9 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
       approval: client.approval,
       allowEnv: client.allowEnv,
       dataDir: client.dataDir,
-      instructions: DEFAULT_INSTRUCTIONS.replace("in their terminal", "in a web app").replace(
-        "WORKSPACE",
-        workspace.root,
-      ),
+      instructions: appInstructions(workspace.root),
       autoCompact: client.autoCompact,
-      async contextWindow(model) {
-        const known = windows.get(model);
-        if (known !== undefined) return known;
-        const found = client.contextWindow ?? (await fetchContextWindow(url, client.apiKey, model)) ?? 8192;
-        windows.set(model, found);
-        return found;
-      },
+      contextWindow: contextWindows(url, client.apiKey, client.contextWindow),
     });
   } catch (error) {
     await closeServer?.();
@@ -112,6 +92,26 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
   return 0;
 }
 
+function appInstructions(root: string): string {
+  return DEFAULT_INSTRUCTIONS.replace("in their terminal", "in a web app").replace("WORKSPACE", root);
+}
+
+/** Context windows by model from the server's `/v1/models`, asked once per model (`fixed` wins). */
+function contextWindows(
+  serverUrl: string,
+  apiKey: string | undefined,
+  fixed: number | undefined,
+): (model: string) => Promise<number> {
+  const known = new Map<string, number>();
+  return async (model) => {
+    const cached = known.get(model);
+    if (cached !== undefined) return cached;
+    const found = fixed ?? (await fetchContextWindow(serverUrl, apiKey, model)) ?? 8192;
+    known.set(model, found);
+    return found;
+  };
+}
+
 /** The app as `spark serve --app DIR` mounts it beside the API. */
 export interface MountedApp {
   claims(path: string): boolean;
@@ -128,16 +128,10 @@ export async function mountApp(
   dir: string,
   server: { serverUrl: string; settings: ResolvedSettings; keys: KeyRing },
 ): Promise<MountedApp> {
-  let workspace: Workspace;
-  try {
-    workspace = await Workspace.open(dir);
-  } catch (error) {
-    throw new ConfigError(`--app ${dir}: cannot use it as the workspace: ${(error as Error).message}`);
-  }
+  const workspace = await openWorkspace(dir);
   const dataDir = server.settings.dataDir ?? defaultDataDir();
   const sandbox = await detectSandbox({ network: false, hide: [dataDir] });
   const { AppServer } = await import("../app/app-server.js");
-  const windows = new Map<string, number>();
   let app;
   try {
     app = new AppServer({
@@ -161,18 +155,9 @@ export async function mountApp(
       approval: "on-request",
       allowEnv: [],
       dataDir,
-      instructions: DEFAULT_INSTRUCTIONS.replace("in their terminal", "in a web app").replace(
-        "WORKSPACE",
-        workspace.root,
-      ),
+      instructions: appInstructions(workspace.root),
       autoCompact: 0.8,
-      async contextWindow(model) {
-        const known = windows.get(model);
-        if (known !== undefined) return known;
-        const found = (await fetchContextWindow(server.serverUrl, undefined, model)) ?? 8192;
-        windows.set(model, found);
-        return found;
-      },
+      contextWindow: contextWindows(server.serverUrl, undefined, undefined),
     });
   } catch (error) {
     throw new ConfigError(`--app: ${(error as Error).message}`);
