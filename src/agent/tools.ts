@@ -317,6 +317,23 @@ export class ToolRunner {
     return reply === "no" ? "the user declined to run this" : undefined;
   }
 
+  /**
+   * The approval a file write needs (a patch, a rewrite), as the mode decides. "Always" for ordinary
+   * writes never covers protected paths; for those it covers the same ones.
+   */
+  #approveWrite(protectedPaths: string[], summary: string): Promise<string | undefined> {
+    const decision = decidePatch(this.context.approval, {
+      interactive: this.context.ask !== undefined,
+      protectedPaths,
+    });
+    const key = protectedPaths.length > 0 ? `patch:protected:${protectedPaths.sort().join("\0")}` : "patch";
+    return this.#approve(
+      decision,
+      { kind: "patch", summary, reason: decision.action === "ask" ? decision.reason : "" },
+      key,
+    );
+  }
+
   async #shell(
     id: string,
     args: Record<string, unknown>,
@@ -435,17 +452,7 @@ export class ToolRunner {
     const original = bytes.toString("utf8");
     const target = await workspace.resolve(path, "write");
     const part = protectedPart(workspace.root, target);
-    const protectedPaths = part === undefined ? [] : [part];
-    const decision = decidePatch(this.context.approval, {
-      interactive: this.context.ask !== undefined,
-      protectedPaths,
-    });
-    const key = protectedPaths.length > 0 ? `patch:protected:${protectedPaths.join("\0")}` : "patch";
-    const declined = await this.#approve(
-      decision,
-      { kind: "patch", summary: `update ${path}`, reason: decision.action === "ask" ? decision.reason : "" },
-      key,
-    );
+    const declined = await this.#approveWrite(part === undefined ? [] : [part], `update ${path}`);
     if (declined !== undefined) {
       return { completed: item("declined", declined), output: reply(`Edit not applied: ${declined}`) };
     }
@@ -508,20 +515,9 @@ export class ToolRunner {
       ...(error === undefined ? {} : { error }),
     });
     const protectedPaths = await protectedWrites(this.context.workspace, text);
-    const decision = decidePatch(this.context.approval, {
-      interactive: this.context.ask !== undefined,
+    const declined = await this.#approveWrite(
       protectedPaths,
-    });
-    // "Always" for ordinary patches never covers protected paths; for those it covers the same ones.
-    const key = protectedPaths.length > 0 ? `patch:protected:${protectedPaths.sort().join("\0")}` : "patch";
-    const declined = await this.#approve(
-      decision,
-      {
-        kind: "patch",
-        summary: touched.map((c) => `${c.kind} ${c.path}`).join(", "),
-        reason: decision.action === "ask" ? decision.reason : "",
-      },
-      key,
+      touched.map((c) => `${c.kind} ${c.path}`).join(", "),
     );
     if (declined !== undefined) {
       return {
