@@ -4,8 +4,8 @@
  * the workspace is a git repository, and only this task's changes when several tasks share one
  * workspace) and lets a revert put back exactly what was there.
  */
-import { readFileSync } from "node:fs";
-import { readFile, rm } from "node:fs/promises";
+import { readFileSync, realpathSync } from "node:fs";
+import { rm } from "node:fs/promises";
 import { isAbsolute, relative, resolve } from "node:path";
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
@@ -50,16 +50,16 @@ export class ChangeRecord {
   before(paths: readonly string[]): void {
     for (const path of paths) {
       if (this.#files.has(path)) continue;
-      const content = this.#readNow(path);
+      const content = this.#read(path);
       this.#files.set(path, { before: content, after: content });
     }
   }
 
   /** After a patch ran (or failed): the content now. */
-  async after(paths: readonly string[]): Promise<void> {
+  after(paths: readonly string[]): void {
     for (const path of paths) {
       const change = this.#files.get(path) ?? { before: null, after: null };
-      change.after = await this.#read(path);
+      change.after = this.#read(path);
       this.#files.set(path, change);
     }
   }
@@ -95,24 +95,21 @@ export class ChangeRecord {
     this.#files.clear();
   }
 
-  #readNow(path: string): string | null {
-    const abs = resolve(this.workspace.root, path);
+  /**
+   * A file's content now, or null when it is missing or not inside the workspace (a symlink that
+   * points out is not followed there). Synchronous: `before` runs while the patch waits to write.
+   */
+  #read(path: string): string | null {
+    let abs: string;
+    try {
+      abs = realpathSync(resolve(this.workspace.root, path));
+    } catch {
+      return null;
+    }
     const inside = relative(this.workspace.root, abs);
     if (inside.startsWith("..") || isAbsolute(inside)) return null;
     try {
       const buffer = readFileSync(abs);
-      return buffer.length > MAX_RECORDED_BYTES
-        ? `[${buffer.length} bytes, not recorded]`
-        : buffer.toString("utf8");
-    } catch {
-      return null;
-    }
-  }
-
-  async #read(path: string): Promise<string | null> {
-    try {
-      const abs = await this.workspace.resolve(path, "read");
-      const buffer = await readFile(abs);
       return buffer.length > MAX_RECORDED_BYTES
         ? `[${buffer.length} bytes, not recorded]`
         : buffer.toString("utf8");

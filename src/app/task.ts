@@ -430,9 +430,7 @@ export class Task {
         this.#itemStarted(event.item);
         return;
       case "item.completed":
-        this.#itemCompleted(event.item).catch((error: unknown) =>
-          this.#notice("error", `could not record ${event.item.type}: ${(error as Error).message}`),
-        );
+        this.#itemCompleted(event.item);
         return;
       case "response.done":
         if (event.lane !== "") return;
@@ -501,7 +499,7 @@ export class Task {
     this.#add({ kind: "item", id: this.#itemKey(item.id), item }, false);
   }
 
-  async #itemCompleted(item: ThreadItem): Promise<void> {
+  #itemCompleted(item: ThreadItem): void {
     if (item.type === "agent_message") {
       const entry = this.#streaming?.id === this.#itemKey(item.id) ? this.#streaming : undefined;
       if (entry) {
@@ -514,7 +512,7 @@ export class Task {
     }
     if (item.type === "file_change") {
       const paths = item.changes.map((c) => c.path);
-      await this.record.after(paths);
+      this.record.after(paths);
       this.summary.changedFiles = this.record.paths;
       this.#add({ kind: "item", id: this.#itemKey(item.id), item, diffs: this.record.diffsOf(paths) });
       this.#touch();
