@@ -23,8 +23,9 @@ import {
 } from "node-llama-cpp";
 import OpenAI from "openai";
 import { toChatHistory } from "../src/engines/llama/chat-history.js";
-import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
+import { DEFAULT_CONTEXT, LlamaEngine } from "../src/engines/llama/llama-engine.js";
 import { MAX_DRAFT_TOKENS, PredictionDrafter } from "../src/engines/llama/prediction-drafter.js";
+import { FIRST_DRAFT_TOKENS } from "../src/engines/llama/speculative-decode.js";
 import { SparkServer } from "../src/server/http-server.js";
 import { MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
 
@@ -32,10 +33,6 @@ const modelPath = testModelPath();
 
 const PROMPT = "Write a sorting function in C.";
 const MAX_TOKENS = 120;
-/** The engine's context (its default, 8192, or less where the model was trained on less). */
-const ENGINE_CONTEXT = 8192;
-/** The first draft length of `decodeSpeculative` (doubles on a whole accept, else matched + 1). */
-const FIRST_DRAFT_LIMIT = 8;
 
 interface Counts {
   drafted: number;
@@ -59,7 +56,7 @@ function replay(
   const drafter = new PredictionDrafter(prediction);
   const counts: Counts = { drafted: 0, accepted: 0, rejected: 0, steps: 0 };
   const output: Token[] = [];
-  let limit = FIRST_DRAFT_LIMIT;
+  let limit = FIRST_DRAFT_TOKENS;
   for (;;) {
     const k = output.length;
     const draft = drafter.draft(Math.min(limit, maxTokens - k - 1));
@@ -91,7 +88,7 @@ function replay(
  */
 function perfectPrediction(n: number): Counts & { batches: number } {
   const counts = { drafted: 0, accepted: 0, rejected: 0, steps: 0, batches: 0 };
-  let limit = FIRST_DRAFT_LIMIT;
+  let limit = FIRST_DRAFT_TOKENS;
   for (let k = 0; k < n;) {
     const draft = Math.min(limit, n - k - 1);
     if (draft > 0) {
@@ -136,7 +133,7 @@ describe("exact Predicted Outputs accounting", { skip: modelPath ? false : MODEL
     model = await llama.loadModel({ modelPath: modelPath! });
     context = await model.createContext({
       threads: 1,
-      contextSize: Math.min(ENGINE_CONTEXT, model.trainContextSize),
+      contextSize: Math.min(DEFAULT_CONTEXT, model.trainContextSize),
     });
   });
   after(async () => {

@@ -109,7 +109,8 @@ interface RenderedPrompt {
   tokens: Token[];
 }
 
-const DEFAULT_CONTEXT = 8192;
+/** Context per sequence unless configured (capped by the model's training context). */
+export const DEFAULT_CONTEXT = 8192;
 const DEFAULT_SEQUENCES = 4;
 
 export class LlamaEngine implements Engine {

@@ -17,6 +17,9 @@ import type { ControlledEvaluateInputItem, LlamaContextSequence, LlamaModel, Tok
 import type { EnginePart, FinishReason, SpeculationUsage } from "../../engine/types.js";
 import { MAX_DRAFT_TOKENS, type CombinedDrafter } from "./prediction-drafter.js";
 
+/** Tokens drafted at the first step; later steps adapt (see the loop). */
+export const FIRST_DRAFT_TOKENS = 8;
+
 export interface SpeculativeDecodeOptions {
   model: LlamaModel;
   sequence: LlamaContextSequence;
@@ -62,7 +65,7 @@ export async function* decodeSpeculative(options: SpeculativeDecodeOptions): Asy
   let pending: Token[] = prompt.slice(reused) as Token[];
   // Adaptive draft length: doubles while drafts are accepted whole, falls to one past what was
   // accepted when they are not, so a prediction that stops matching costs little.
-  let draftLimit = 8;
+  let draftLimit = FIRST_DRAFT_TOKENS;
   yield { type: "text-start", id };
   while (reason === undefined) {
     if (signal.aborted) {
