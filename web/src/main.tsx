@@ -175,10 +175,16 @@ function Composer(props: { task: TaskSummary }): preact.JSX.Element {
   const [variants, setVariants] = useState(1);
   const ref = useRef<HTMLTextAreaElement>(null);
   const running = props.task.state === "running" || props.task.state === "approval";
-  const submit = (sentAt?: number): void => {
+  /** The composer's text, trimmed, and the composer emptied; undefined when there is none. */
+  const take = (): string | undefined => {
     const value = text.trim();
-    if (value === "") return;
+    if (value === "") return undefined;
     setText("");
+    return value;
+  };
+  const submit = (sentAt?: number): void => {
+    const value = take();
+    if (value === undefined) return;
     if (value === "/compact") return send({ type: "compact", task: props.task.id });
     if (value === "/new") return send({ type: "new_context", task: props.task.id });
     const variantsCommand = /^\/variants\s+(\d)\s+([\s\S]+)$/.exec(value);
@@ -226,10 +232,8 @@ function Composer(props: { task: TaskSummary }): preact.JSX.Element {
               class="queue-button"
               title="Send after this turn"
               onClick={() => {
-                const value = text.trim();
-                if (value === "") return;
-                setText("");
-                send({ type: "queue", task: props.task.id, text: value });
+                const value = take();
+                if (value !== undefined) send({ type: "queue", task: props.task.id, text: value });
               }}
             >
               Queue
@@ -260,10 +264,9 @@ function Composer(props: { task: TaskSummary }): preact.JSX.Element {
           class="background-button"
           title="Hand this to the deep tier in the background; keep working here"
           onClick={() => {
-            const value = text.trim();
-            if (value === "") return;
-            setText("");
-            send({ type: "task.create", model: "deep", text: value, background: true });
+            const value = take();
+            if (value !== undefined)
+              send({ type: "task.create", model: "deep", text: value, background: true });
           }}
         >
           ◐ Background (deep)
