@@ -397,6 +397,7 @@ describe("variants in the app", { timeout: 120_000 }, () => {
     const variants = page.locator(".variants");
     await variants.locator("button", { hasText: "Continue from this one" }).nth(2).waitFor();
     assert.equal(await variants.locator(".variant").count(), 3);
+    assert.equal(await page.locator(".task-item.current .task-title").innerText(), "Name this function");
     assert.deepEqual(await variants.locator(".variant-text").allInnerTexts(), [
       "VARIANT answer.",
       "VARIANT answer.",

@@ -224,7 +224,7 @@ export class Task {
       });
       return;
     }
-    if (this.summary.title === "" || this.summary.title === "New task") this.rename(titleOf(text));
+    this.#titleFrom(text);
     void agent.submit(text);
   }
 
@@ -250,6 +250,11 @@ export class Task {
     this.status.contextWindow = await this.context.contextWindow(model);
     this.#touch();
     this.#sendStatus();
+  }
+
+  /** A task still named "New task" takes its first message as its title. */
+  #titleFrom(text: string): void {
+    if (this.summary.title === "" || this.summary.title === "New task") this.rename(titleOf(text));
   }
 
   rename(title: string): void {
@@ -293,6 +298,7 @@ export class Task {
       this.#notice("error", "a turn is running: wait for it or stop it first");
       return;
     }
+    this.#titleFrom(text);
     const entry: Extract<LogEntry, { kind: "variants" }> = {
       kind: "variants",
       id: this.#nextId(),
