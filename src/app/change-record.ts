@@ -9,7 +9,7 @@ import { rm } from "node:fs/promises";
 import { isAbsolute, relative, resolve } from "node:path";
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
-import { parsePatch, structuredPatch, type StructuredPatchHunk } from "diff";
+import { structuredPatch, type StructuredPatchHunk } from "diff";
 import { writeFileAtomic, type Workspace } from "../agent/workspace.js";
 import type { DiffLine, FileDiff } from "./protocol.js";
 
@@ -100,31 +100,83 @@ export class ChangeRecord {
    * points out is not followed there). Synchronous: `before` runs while the patch waits to write.
    */
   #read(path: string): string | null {
-    let abs: string;
-    try {
-      abs = realpathSync(resolve(this.workspace.root, path));
-    } catch {
-      return null;
-    }
-    const inside = relative(this.workspace.root, abs);
-    if (inside.startsWith("..") || isAbsolute(inside)) return null;
-    try {
-      const buffer = readFileSync(abs);
-      return buffer.length > MAX_RECORDED_BYTES
-        ? `[${buffer.length} bytes, not recorded]`
-        : buffer.toString("utf8");
-    } catch {
-      return null;
-    }
+    const buffer = readInside(this.workspace.root, path);
+    if (buffer === null) return null;
+    return buffer.length > MAX_RECORDED_BYTES
+      ? `[${buffer.length} bytes, not recorded]`
+      : buffer.toString("utf8");
+  }
+}
+
+/** The bytes of `path` under `root`, or null when it is missing or resolves outside `root`. */
+function readInside(root: string, path: string): Buffer | null {
+  let abs: string;
+  try {
+    abs = realpathSync(resolve(root, path));
+  } catch {
+    return null;
+  }
+  const inside = relative(root, abs);
+  if (inside.startsWith("..") || isAbsolute(inside)) return null;
+  try {
+    return readFileSync(abs);
+  } catch {
+    return null;
   }
 }
 
 const run = promisify(execFile);
 
 /**
- * The review of a task's changes. In a git repository each file the task changed is shown as git
- * sees it against HEAD (what a commit would hold, the user's own uncommitted edits included);
- * files git does not track, or where git shows nothing, come from the task's record.
+ * Configuration that could make git run a program, overridden on the command line (which wins over
+ * every file): the repository's own config may have been written by a sandboxed command (a `.git`
+ * it created, a nested repository), and these git commands run on the host.
+ */
+const NEUTRAL_CONFIG = [
+  "core.fsmonitor=false",
+  "core.hooksPath=/dev/null",
+  "core.pager=cat",
+  "core.untrackedCache=false",
+  "core.sshCommand=false",
+  "diff.external=",
+  "protocol.allow=never",
+];
+
+/**
+ * Runs git for the review with its configuration neutralised: no system or global config (HOME may
+ * lie in the workspace), the overrides of `NEUTRAL_CONFIG`, no GIT_* variable of ours (GIT_DIR,
+ * GIT_EXTERNAL_DIFF…), no optional locks (nothing is written to the index). Only plumbing that reads
+ * objects runs (`rev-parse`, `cat-file blob`): nothing that refreshes the index (fsmonitor), applies
+ * filters or textconv, or diffs (external drivers); the work tree is read directly.
+ */
+async function neutralGit(root: string, args: readonly string[], maxBuffer = 1024 * 1024): Promise<Buffer> {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [name, value] of Object.entries(process.env)) {
+    if (!name.toUpperCase().startsWith("GIT_")) env[name] = value;
+  }
+  Object.assign(env, {
+    GIT_CONFIG_NOSYSTEM: "1",
+    GIT_CONFIG_GLOBAL: "/dev/null",
+    GIT_ATTR_NOSYSTEM: "1",
+    GIT_OPTIONAL_LOCKS: "0",
+    GIT_TERMINAL_PROMPT: "0",
+    GIT_NO_REPLACE_OBJECTS: "1",
+  });
+  const config = NEUTRAL_CONFIG.flatMap((setting) => ["-c", setting]);
+  const { stdout } = await run("git", [...config, "-C", root, ...args], {
+    env,
+    encoding: "buffer",
+    maxBuffer,
+  });
+  return stdout;
+}
+
+/**
+ * The review of a task's changes. In a git repository each file the task changed is shown against
+ * its content in HEAD (what a commit would hold, the user's own uncommitted edits included); files
+ * not in HEAD, binary or too large ones, or where nothing differs, come from the task's record. The
+ * diff is computed here from HEAD's blob and the file as it is, never by `git diff`, so nothing the
+ * repository's configuration names (fsmonitor, filters, textconv, diff drivers) can run.
  */
 export async function reviewDiffs(
   root: string,
@@ -134,25 +186,35 @@ export async function reviewDiffs(
   if (recorded.length === 0 || !(await isGitWorkTree(root))) return { files: recorded, source: "record" };
   const files: FileDiff[] = [];
   for (const diff of recorded) {
-    let text = "";
-    try {
-      text = (await run("git", ["-C", root, "diff", "--no-color", "--no-ext-diff", "HEAD", "--", diff.path]))
-        .stdout;
-    } catch {
-      // not in HEAD (a new repository, an untracked file): the record's diff stands
-    }
-    const parsed = text.trim() === "" ? undefined : parsePatch(text)[0];
-    files.push(
-      parsed && parsed.hunks.length > 0 ? { ...toFileDiff(diff.path, diff.kind, parsed.hunks) } : diff,
-    );
+    files.push((await headDiff(root, diff.path)) ?? diff);
   }
   return { files, source: "git" };
 }
 
+/** `path` from HEAD to now, or undefined when HEAD does not have it or there is nothing to show. */
+async function headDiff(root: string, path: string): Promise<FileDiff | undefined> {
+  let head: Buffer;
+  try {
+    head = await neutralGit(root, ["cat-file", "blob", `HEAD:./${path}`], MAX_RECORDED_BYTES);
+  } catch {
+    return undefined; // not in HEAD (a new repository, an untracked file), or too large
+  }
+  const now = readInside(root, path);
+  if (now !== null && now.length > MAX_RECORDED_BYTES) return undefined;
+  if (head.includes(0) || (now !== null && now.includes(0))) return undefined;
+  const before = head.toString("utf8");
+  const after = now === null ? "" : now.toString("utf8");
+  if (now !== null && before === after) return undefined;
+  const patch = structuredPatch(path, path, before, after, "", "", { context: 3 });
+  if (patch.hunks.length === 0) return undefined;
+  return toFileDiff(path, now === null ? "delete" : "update", patch.hunks);
+}
+
 async function isGitWorkTree(root: string): Promise<boolean> {
   try {
-    const { stdout } = await run("git", ["-C", root, "rev-parse", "--is-inside-work-tree"]);
-    return stdout.trim() === "true";
+    return (
+      (await neutralGit(root, ["rev-parse", "--is-inside-work-tree"])).toString("utf8").trim() === "true"
+    );
   } catch {
     return false;
   }
