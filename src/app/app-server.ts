@@ -6,6 +6,9 @@
  * - Without an access key it listens on loopback only. With one, a browser signs in once
  *   (`POST /app/login`, the key in the body, never in a URL) and gets an HttpOnly, SameSite=Strict
  *   session cookie; the key is never logged.
+ * - Mounted beside the API with several keys, each key is its own user: a task belongs to the key
+ *   that created it (its id, `Task.owner`), only browsers signed in with that key see it or hear
+ *   about it, and its agent acts with that key (its limits, its stored responses).
  * - Every request and WebSocket upgrade passes the server's origin policy: a foreign `Origin` is
  *   refused (cross-site requests, cross-site WebSocket hijacking) and so is a `Host` that does not
  *   name this machine (DNS rebinding).
@@ -34,10 +37,14 @@ export interface AppServerOptions extends Omit<ManagerContext, "broadcast" | "ap
   /** When set, browsers must sign in with it; the agents use it with the Spark server. */
   accessKey?: string;
   /**
-   * Mounted beside the API (`spark serve --app`): browsers sign in with any key the server accepts
-   * (this checks one), and the agents use the key signed in with.
+   * Mounted beside the API (`spark serve --app`): browsers sign in with any key the server accepts.
+   * This returns the key's id (undefined for a key the server refuses); the id owns the tasks
+   * created with it, and their agents use that key.
    */
-  verifyKey?: (key: string) => boolean;
+  verifyKey?: (key: string) => string | undefined;
+  /** Extra `Host` names and `Origin`s accepted, as the server's (see `OriginPolicy`). */
+  allowedHosts?: readonly string[];
+  allowedOrigins?: readonly string[];
   /** Models offered in the picker. */
   models?: string[];
   /** Where the built front end is (default web/dist). */
@@ -115,13 +122,18 @@ export class AppServer {
   readonly tasks: TaskManager;
   #server: Server | undefined;
   readonly #wss = new WebSocketServer({ noServer: true, maxPayload: MAX_FRAME_BYTES });
-  readonly #clients = new Set<WebSocket>();
+  /** Open sockets and the owner (key id) each signed in as. */
+  readonly #clients = new Map<WebSocket, string | undefined>();
   readonly #policy: OriginPolicy;
   readonly #files = new Map<string, StaticFile>();
-  readonly #sessions = new Set<string>();
+  /** Session token → the owner it signed in as (undefined: the single user). */
+  readonly #sessions = new Map<string, string | undefined>();
   readonly #keyHash: Buffer | undefined;
-  /** The key the agents present to the Spark server. */
-  #agentKey: string | undefined;
+  readonly #keyed: boolean;
+  /** The key of the single user's agents (`spark app` with a key). */
+  readonly #agentKey: string | undefined;
+  /** Mounted with keys: each owner's key, as last signed in with, for its tasks' agents. */
+  readonly #ownerKeys = new Map<string, string>();
   #url = "";
 
   constructor(private readonly options: AppServerOptions) {
@@ -132,14 +144,19 @@ export class AppServer {
           "Set SPARK_API_KEY (the key browsers sign in with) to listen elsewhere.",
       );
     }
+    this.#keyed = keyed;
     this.#keyHash = options.accessKey ? sha256(options.accessKey) : undefined;
     this.#agentKey = options.accessKey;
-    this.#policy = new OriginPolicy({ keysRequired: keyed });
+    this.#policy = new OriginPolicy({
+      keysRequired: keyed,
+      ...(options.allowedHosts ? { allowedHosts: options.allowedHosts } : {}),
+      ...(options.allowedOrigins ? { allowedOrigins: options.allowedOrigins } : {}),
+    });
     this.#loadStatic(options.webDir ?? WEB_DIST);
     this.tasks = new TaskManager({
       ...options,
-      apiKey: () => this.#agentKey,
-      broadcast: (message) => this.#broadcast(message),
+      apiKey: (owner) => (owner === undefined ? this.#agentKey : this.#ownerKeys.get(owner)),
+      broadcast: (message, owner) => this.#broadcast(message, owner),
     });
   }
 
@@ -189,7 +206,7 @@ export class AppServer {
   }
 
   async close(): Promise<void> {
-    for (const client of this.#clients) client.terminate();
+    for (const client of this.#clients.keys()) client.terminate();
     this.tasks.close();
     const server = this.#server;
     if (!server) return;
@@ -231,9 +248,10 @@ export class AppServer {
       return;
     }
     if (url.pathname === "/app/session" && request.method === "GET") {
+      // Mounted with keys counts too: a page told "not required" would retry a refused socket for ever.
       sendJson(response, 200, {
-        authenticated: this.#authenticated(request),
-        required: this.#keyHash !== undefined,
+        authenticated: this.#session(request) !== null,
+        required: this.#keyed,
       });
       return;
     }
@@ -261,7 +279,7 @@ export class AppServer {
   }
 
   async #login(request: IncomingMessage, response: ServerResponse): Promise<void> {
-    if (!this.#keyHash && !this.options.verifyKey) {
+    if (!this.#keyed) {
       sendJson(response, 200, { authenticated: true });
       return;
     }
@@ -281,29 +299,37 @@ export class AppServer {
       return;
     }
     const keyHash = this.#keyHash;
-    const valid =
-      typeof key === "string" &&
-      (keyHash !== undefined
-        ? timingSafeEqual(sha256(key), keyHash)
-        : (this.options.verifyKey?.(key) ?? false));
+    // The single user (`spark app`'s key) owns nothing; mounted, the key's id owns its tasks.
+    let owner: string | undefined;
+    let valid = false;
+    if (typeof key === "string") {
+      if (keyHash !== undefined) valid = timingSafeEqual(sha256(key), keyHash);
+      else {
+        owner = this.options.verifyKey?.(key);
+        valid = owner !== undefined;
+      }
+    }
     if (!valid) {
       sendJson(response, 401, errorBody("invalid_api_key", "that key is not one this app accepts"));
       return;
     }
-    // Mounted beside the API: the agents act with the key the user signed in with.
-    if (keyHash === undefined) this.#agentKey = key as string;
+    // Mounted beside the API: the owner's tasks' agents act with the key the owner signed in with.
+    if (owner !== undefined) this.#ownerKeys.set(owner, key as string);
     const token = randomBytes(32).toString("base64url");
-    this.#sessions.add(token);
+    this.#sessions.set(token, owner);
     response.setHeader("set-cookie", `${COOKIE}=${token}; HttpOnly; SameSite=Strict; Path=/`);
     sendJson(response, 200, { authenticated: true });
   }
 
-  #authenticated(request: IncomingMessage): boolean {
-    if (!this.#keyHash && !this.options.verifyKey) return true;
-    const cookies = String(request.headers.cookie ?? "").split(/;\s*/);
-    return cookies.some(
-      (cookie) => cookie.startsWith(`${COOKIE}=`) && this.#sessions.has(cookie.slice(COOKIE.length + 1)),
-    );
+  /** The request's signed-in owner (undefined: the single user), or null when it is not signed in. */
+  #session(request: IncomingMessage): { owner: string | undefined } | null {
+    if (!this.#keyed) return { owner: undefined };
+    for (const cookie of String(request.headers.cookie ?? "").split(/;\s*/)) {
+      if (!cookie.startsWith(`${COOKIE}=`)) continue;
+      const token = cookie.slice(COOKIE.length + 1);
+      if (this.#sessions.has(token)) return { owner: this.#sessions.get(token) };
+    }
+    return null;
   }
 
   #upgrade(request: IncomingMessage, socket: Socket, head: Buffer): void {
@@ -321,13 +347,13 @@ export class AppServer {
     // Browsers always send Origin on WebSocket upgrades: one without it is not a page of this app.
     if (request.headers.origin === undefined)
       return refuse(403, "origin_required", "the app's socket is for its own pages");
-    if (!this.#authenticated(request))
-      return refuse(401, "unauthenticated", "sign in with the app's key first");
-    this.#wss.handleUpgrade(request, socket, head, (ws) => this.#connected(ws));
+    const session = this.#session(request);
+    if (!session) return refuse(401, "unauthenticated", "sign in with the app's key first");
+    this.#wss.handleUpgrade(request, socket, head, (ws) => this.#connected(ws, session.owner));
   }
 
-  #connected(ws: WebSocket): void {
-    this.#clients.add(ws);
+  #connected(ws: WebSocket, owner: string | undefined): void {
+    this.#clients.set(ws, owner);
     ws.on("close", () => this.#clients.delete(ws));
     ws.on("error", () => this.#clients.delete(ws));
     const reply = (message: ServerMessage): void => {
@@ -337,7 +363,7 @@ export class AppServer {
       type: "hello",
       workspace: this.options.workspace.root,
       models: this.options.models ?? ["spark", "deep", "auto"],
-      tasks: this.tasks.summaries(),
+      tasks: this.tasks.summaries(owner),
       version: "1",
     });
     ws.on("message", (data, isBinary) => {
@@ -356,7 +382,7 @@ export class AppServer {
           message: `not an app message: ${z.prettifyError(parsed.error).replace(/\n/g, "; ").slice(0, 500)}`,
         });
       }
-      this.tasks.handle(parsed.data, reply).catch((error: unknown) => {
+      this.tasks.handle(parsed.data, reply, owner).catch((error: unknown) => {
         reply({
           type: "error",
           code: "task_error",
@@ -367,9 +393,11 @@ export class AppServer {
     });
   }
 
-  #broadcast(message: ServerMessage): void {
+  /** Sends to the sockets signed in as `owner` only. */
+  #broadcast(message: ServerMessage, owner: string | undefined): void {
     const data = JSON.stringify(message);
-    for (const client of this.#clients) if (client.readyState === client.OPEN) client.send(data);
+    for (const [client, clientOwner] of this.#clients)
+      if (clientOwner === owner && client.readyState === client.OPEN) client.send(data);
   }
 }
 

@@ -6,7 +6,10 @@ import { mkdirSync, readdirSync } from "node:fs";
 import type { ClientMessage, ServerMessage, TaskSummary } from "./protocol.js";
 import { Task, type TaskContext } from "./task.js";
 
-export type ManagerContext = Omit<TaskContext, "delegate" | "changed">;
+export type ManagerContext = Omit<TaskContext, "delegate" | "changed" | "broadcast"> & {
+  /** Sends a message to the browsers signed in as `owner` (see `Task.owner`), and only to them. */
+  broadcast(message: ServerMessage, owner: string | undefined): void;
+};
 
 /** Most variants (parallel lanes) one request may ask for. */
 const MAX_VARIANTS = 4;
@@ -14,12 +17,16 @@ const MAX_VARIANTS = 4;
 export class TaskManager {
   readonly #tasks = new Map<string, Task>();
   readonly #context: TaskContext;
+  readonly #broadcast: ManagerContext["broadcast"];
 
   constructor(context: ManagerContext) {
+    this.#broadcast = context.broadcast;
     this.#context = {
       ...context,
-      delegate: async (parent, text) => this.#background(text, parent.id).summary,
-      changed: () => context.broadcast({ type: "tasks", tasks: this.summaries() }),
+      broadcast: (message) => this.#toOwner(message),
+      // A delegated task belongs to the owner of the task that delegated it.
+      delegate: async (parent, text) => this.#background(text, parent.id, parent.owner).summary,
+      changed: (task) => this.#listChanged(task.owner),
     };
     const dir = Task.directory(context.dataDir);
     mkdirSync(dir, { recursive: true, mode: 0o700 });
@@ -30,8 +37,10 @@ export class TaskManager {
     }
   }
 
-  summaries(): TaskSummary[] {
+  /** The tasks `owner` sees: its own (tasks without an owner when `owner` is undefined). */
+  summaries(owner: string | undefined): TaskSummary[] {
     return [...this.#tasks.values()]
+      .filter((task) => task.owner === owner)
       .map((task) => task.summary)
       .sort((a, b) => b.createdAt.localeCompare(a.createdAt));
   }
@@ -40,25 +49,43 @@ export class TaskManager {
     return this.#tasks.get(id);
   }
 
-  create(options: { model: string; title?: string; background?: boolean; parent?: string }): Task {
+  create(options: {
+    model: string;
+    title?: string;
+    background?: boolean;
+    parent?: string;
+    owner: string | undefined;
+  }): Task {
     const task = Task.create(this.#context, {
       model: options.model,
       title: options.title ?? "New task",
       background: options.background ?? false,
       ...(options.parent ? { parent: options.parent } : {}),
+      ...(options.owner === undefined ? {} : { owner: options.owner }),
     });
     this.#tasks.set(task.id, task);
-    this.#context.broadcast({ type: "tasks", tasks: this.summaries() });
+    this.#listChanged(task.owner);
     return task;
   }
 
+  /** A task's messages go to its owner's browsers; one about a task that is gone goes nowhere. */
+  #toOwner(message: ServerMessage): void {
+    const task = "task" in message ? this.#tasks.get(message.task) : undefined;
+    if (task) this.#broadcast(message, task.owner);
+  }
+
+  #listChanged(owner: string | undefined): void {
+    this.#broadcast({ type: "tasks", tasks: this.summaries(owner) }, owner);
+  }
+
   /** A deep task in the background, started with `text`. */
-  #background(text: string, parent?: string): Task {
+  #background(text: string, parent: string | undefined, owner: string | undefined): Task {
     const task = this.create({
       model: "deep",
       title: text.trim().split("\n")[0]?.slice(0, 60) || "Background task",
       background: true,
       ...(parent ? { parent } : {}),
+      owner,
     });
     void task.send(text).catch((error: unknown) => {
       this.#context.broadcast({
@@ -71,21 +98,33 @@ export class TaskManager {
     return task;
   }
 
-  /** Handles one browser message; replies go to `reply`, changes to every browser. */
-  async handle(message: ClientMessage, reply: (message: ServerMessage) => void): Promise<void> {
+  /**
+   * Handles one browser message from a browser signed in as `owner`; replies go to `reply`, changes
+   * to the owner's browsers. Another owner's task is "not found", exactly like one that never was.
+   */
+  async handle(
+    message: ClientMessage,
+    reply: (message: ServerMessage) => void,
+    owner: string | undefined,
+  ): Promise<void> {
     if (message.type === "hello") return; // answered by the server, which knows the version
     if (message.type === "task.create") {
       if (message.background) {
-        const task = this.#background(message.text ?? "", undefined);
+        const task = this.#background(message.text ?? "", undefined, owner);
         reply({ type: "task.log", task: task.id, entries: task.entries, status: task.status });
         return;
       }
-      const task = this.create({ model: message.model, ...(message.title ? { title: message.title } : {}) });
+      const task = this.create({
+        model: message.model,
+        ...(message.title ? { title: message.title } : {}),
+        owner,
+      });
       reply({ type: "task.log", task: task.id, entries: task.entries, status: task.status });
       if (message.text) await task.send(message.text);
       return;
     }
-    const task = this.#tasks.get(message.task);
+    const found = this.#tasks.get(message.task);
+    const task = found?.owner === owner ? found : undefined;
     if (!task) {
       reply({
         type: "error",
@@ -105,7 +144,7 @@ export class TaskManager {
       case "task.delete":
         task.delete();
         this.#tasks.delete(task.id);
-        this.#context.broadcast({ type: "tasks", tasks: this.summaries() });
+        this.#listChanged(owner);
         return;
       case "send":
         await task.send(message.text, message.sentAt);

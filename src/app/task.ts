@@ -23,8 +23,11 @@ import type { LogEntry, ServerMessage, TaskState, TaskStatus, TaskSummary } from
 /** What every task of one app shares: the server, the workspace and the agent's settings. */
 export interface TaskContext {
   serverUrl: string;
-  /** The key the agents present to the Spark server, if it needs one (read at each connect). */
-  apiKey(): string | undefined;
+  /**
+   * The key a task's agent presents to the Spark server, if it needs one (read at each connect):
+   * that of the task's owner (see `Task.owner`), never that of whoever signed in last.
+   */
+  apiKey(owner: string | undefined): string | undefined;
   workspace: Workspace;
   sandbox: Sandbox;
   approval: ApprovalMode;
@@ -44,6 +47,8 @@ export interface TaskContext {
 
 interface SavedTask {
   summary: TaskSummary;
+  /** The id of the key that created the task; absent for a single-user app (see `Task.owner`). */
+  owner?: string;
   workspace: string;
   sessionId: string;
   record: Record<string, FileChange>;
@@ -74,6 +79,12 @@ export class Task {
     private readonly context: TaskContext,
     record: Record<string, FileChange>,
     private readonly transcript: InputItem[],
+    /**
+     * The id of the API key that created the task (`spark serve --app` with keys): only a browser
+     * signed in with that key sees it, and its agent acts with that key. Undefined in a single-user
+     * app (no keys, or `spark app`'s one key), which sees only tasks without an owner.
+     */
+    readonly owner: string | undefined = undefined,
   ) {
     this.#session = session;
     this.record = new ChangeRecord(context.workspace, record);
@@ -86,7 +97,7 @@ export class Task {
 
   static create(
     context: TaskContext,
-    options: { model: string; title: string; background: boolean; parent?: string },
+    options: { model: string; title: string; background: boolean; parent?: string; owner?: string },
   ): Task {
     const now = new Date().toISOString();
     const session = SessionFile.create(context.dataDir, {
@@ -104,7 +115,7 @@ export class Task {
       updatedAt: now,
       ...(options.parent ? { parent: options.parent } : {}),
     };
-    const task = new Task(summary, session, context, {}, []);
+    const task = new Task(summary, session, context, {}, [], options.owner);
     task.#save();
     return task;
   }
@@ -130,7 +141,15 @@ export class Task {
       saved.summary.state === "running" || saved.summary.state === "approval"
         ? "interrupted"
         : saved.summary.state;
-    const task = new Task({ ...saved.summary, state }, opened.file, context, saved.record, opened.transcript);
+    const owner = typeof saved.owner === "string" ? saved.owner : undefined;
+    const task = new Task(
+      { ...saved.summary, state },
+      opened.file,
+      context,
+      saved.record,
+      opened.transcript,
+      owner,
+    );
     const byId = new Map<string, LogEntry>();
     const order: string[] = [];
     try {
@@ -175,7 +194,7 @@ export class Task {
 
   async #connect(): Promise<Agent> {
     const { serverUrl } = this.context;
-    const apiKey = this.context.apiKey();
+    const apiKey = this.context.apiKey(this.owner);
     const connect = (): Promise<ResponsesSocket> =>
       ResponsesSocket.connect(serverUrl, apiKey === undefined ? {} : { apiKey });
     const [socket, contextWindow] = await Promise.all([
@@ -594,6 +613,7 @@ export class Task {
       workspace: this.context.workspace.root,
       sessionId: this.#session.meta.id,
       record: this.record.toJSON(),
+      ...(this.owner === undefined ? {} : { owner: this.owner }),
     };
     try {
       writeFileSync(join(Task.directory(this.context.dataDir), `${this.id}.json`), JSON.stringify(saved), {

@@ -23,6 +23,9 @@ export interface AppFlags {
   port: number;
   /** Print nothing but the URL line (tests, scripts). */
   quiet?: boolean;
+  /** `--allowed-host` / `--allowed-origin`: replace SPARK_ALLOWED_HOSTS / _ORIGINS and the config's. */
+  allowedHosts?: readonly string[];
+  allowedOrigins?: readonly string[];
 }
 
 export async function runApp(dir: string | undefined, flags: ClientFlags, app: AppFlags): Promise<number> {
@@ -44,12 +47,16 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
   const sandbox = await sandboxPromise;
   const { AppServer } = await import("../app/app-server.js");
   const url = serverUrl;
+  const allowedHosts = app.allowedHosts ?? client.settings.allowedHosts;
+  const allowedOrigins = app.allowedOrigins ?? client.settings.allowedOrigins;
   let appServer;
   try {
     appServer = new AppServer({
       host: app.host,
       port: app.port,
       ...(client.apiKey === undefined ? {} : { accessKey: client.apiKey }),
+      ...(allowedHosts ? { allowedHosts } : {}),
+      ...(allowedOrigins ? { allowedOrigins } : {}),
       serverUrl: url,
       workspace,
       sandbox,
@@ -122,7 +129,8 @@ export interface MountedApp {
 /**
  * The app for `spark serve --app DIR`: its agents use the server they are mounted on (over its own
  * URL, like any client), with the default client settings (approvals on request, the sandbox when
- * there is one). With keys, browsers sign in with any key the server accepts.
+ * there is one). With keys, browsers sign in with any key the server accepts, each key sees only
+ * the tasks it created, and their agents act with it. The server's allowed hosts and origins apply.
  */
 export async function mountApp(
   dir: string,
@@ -141,14 +149,15 @@ export async function mountApp(
         ? {
             verifyKey: (key: string) => {
               try {
-                server.keys.authenticate(`Bearer ${key}`);
-                return true;
+                return server.keys.authenticate(`Bearer ${key}`).id;
               } catch {
-                return false;
+                return undefined;
               }
             },
           }
         : {}),
+      ...(server.settings.allowedHosts ? { allowedHosts: server.settings.allowedHosts } : {}),
+      ...(server.settings.allowedOrigins ? { allowedOrigins: server.settings.allowedOrigins } : {}),
       serverUrl: server.serverUrl,
       workspace,
       sandbox,

@@ -21,6 +21,9 @@ function integer(value: string): number {
 
 const DEFAULT_KEY_FILE = "spark-keys.json";
 
+/** Repeatable flags whose setting has a plural name. */
+const PLURAL: Record<string, string> = { allowedHost: "allowedHosts", allowedOrigin: "allowedOrigins" };
+
 /** A repeatable option's values, in order. */
 function collect(value: string, previous: string[] | undefined): string[] {
   return [...(previous ?? []), value];
@@ -199,7 +202,8 @@ Examples:
       // Only values the user gave count as flags; commander defaults would hide env and config values.
       const flags: Record<string, unknown> = {};
       for (const [key, value] of Object.entries(options)) {
-        if (command.getOptionValueSource(key) === "cli") flags[key] = value;
+        // The repeatable flags are singular (`--allowed-host`), the settings plural (`allowedHosts`).
+        if (command.getOptionValueSource(key) === "cli") flags[PLURAL[key] ?? key] = value;
       }
       const { serve } = await import("./serve-command.js");
       await serve(flags);
@@ -266,6 +270,16 @@ Examples:
       .argument("[dir]", "the workspace (default: the current directory)")
       .option("--host <host>", "address the app listens on (loopback unless a key is set)", "127.0.0.1")
       .option("--port <port>", "port for the app; 0 picks a free one", integer, 8485)
+      .option(
+        "--allowed-host <name>",
+        `also answer to this Host name (a proxy's); repeatable, * for any ${env("allowedHosts")}`,
+        collect,
+      )
+      .option(
+        "--allowed-origin <origin>",
+        `let web pages on this origin use the app; repeatable, * for any ${env("allowedOrigins")}`,
+        collect,
+      )
       .option("--quiet", "print only the line with the app's URL"),
   )
     .addHelpText(
@@ -285,6 +299,10 @@ Examples:
         host: options.host as string,
         port: options.port as number,
         quiet: options.quiet === true,
+        ...(Array.isArray(options.allowedHost) ? { allowedHosts: options.allowedHost as string[] } : {}),
+        ...(Array.isArray(options.allowedOrigin)
+          ? { allowedOrigins: options.allowedOrigin as string[] }
+          : {}),
       });
     });
 

@@ -85,15 +85,31 @@ export async function serve(allFlags: Record<string, unknown>): Promise<void> {
   const metrics = new Metrics({ processMetrics: true });
   const models = await createModels(settings, log, metrics.registry);
   const store = await openStore(settings);
-  // `--app DIR`: the web app beside the API, created once the server's URL is known.
+  // `--app DIR`: the web app beside the API, created once the server's URL is known. Until it is,
+  // its pages answer 503 (not the API's 404, which a browser would keep showing), and the
+  // "listening" line, the sign that the server is ready, waits for it.
   let app: MountedApp | undefined;
   const mount =
     typeof appDir === "string"
       ? {
-          claims: (path: string) => app?.claims(path) ?? false,
-          request: (request: IncomingMessage, response: ServerResponse) => app!.request(request, response),
-          upgrade: (request: IncomingMessage, socket: Socket, head: Buffer) =>
-            app!.upgrade(request, socket, head),
+          claims: (path: string) => app?.claims(path) ?? (path === "/" || path.startsWith("/app/")),
+          request: (request: IncomingMessage, response: ServerResponse) => {
+            if (app) return app.request(request, response);
+            response.writeHead(503, { "content-type": "application/json", "retry-after": "1" });
+            response.end(
+              JSON.stringify({
+                error: {
+                  message: "the web app is starting; retry in a moment",
+                  type: "server_error",
+                  code: "app_starting",
+                },
+              }),
+            );
+          },
+          upgrade: (request: IncomingMessage, socket: Socket, head: Buffer) => {
+            if (app) return app.upgrade(request, socket, head);
+            socket.end("HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\ncontent-length: 0\r\n\r\n");
+          },
         }
       : undefined;
   const server = new SparkServer({
@@ -150,7 +166,6 @@ export async function serve(allFlags: Record<string, unknown>): Promise<void> {
     log(`internal error (uncaught exception): ${detail(error)}`),
   );
   const url = await server.listen();
-  process.stdout.write(`spark listening on ${url}\n`);
   if (typeof appDir === "string") {
     try {
       app = await mountApp(appDir, { serverUrl: url, settings, keys });
@@ -158,6 +173,9 @@ export async function serve(allFlags: Record<string, unknown>): Promise<void> {
       await server.close();
       throw error;
     }
+  }
+  process.stdout.write(`spark listening on ${url}\n`);
+  if (typeof appDir === "string") {
     log(`web app for ${appDir} on ${url}/` + (keys.required ? " (browsers sign in with an API key)" : ""));
   }
   const engines = models.engines();
