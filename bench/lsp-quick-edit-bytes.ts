@@ -35,7 +35,7 @@ function rewriteOf(bytes: number): string {
 
 /** Counts the bytes of the LSP frames on `stream` whose body is a progress notification. */
 function frameCounter(stream: NodeJS.ReadableStream): { progressBytes: () => number } {
-  let buffer = Buffer.alloc(0);
+  let buffer: Buffer = Buffer.alloc(0);
   let progress = 0;
   stream.on("data", (chunk: Buffer) => {
     buffer = buffer.length ? Buffer.concat([buffer, chunk]) : chunk;

@@ -21,6 +21,7 @@ import {
   recordingProxy,
   spawnLsp,
   type LspProcess,
+  type Notification,
   type ProxiedRequest,
   type RecordingProxy,
 } from "./helpers/lsp-client.js";
@@ -117,6 +118,20 @@ async function rejection(promise: Promise<unknown>): Promise<ResponseError<Recor
     return error as ResponseError<Record<string, unknown>>;
   }
   assert.fail("expected the request to fail");
+}
+
+/** The client's copy of the rewrite after each progress delta (keep `from` characters, append `text`). */
+function rewritesSoFar(progress: Notification[]): string[] {
+  let text = "";
+  return progress.map((p) => {
+    const from = p.params.from as number;
+    assert.ok(
+      Number.isInteger(from) && from >= 0 && from <= text.length,
+      `from ${from} within ${text.length}`,
+    );
+    text = text.slice(0, from) + (p.params.text as string);
+    return text;
+  });
 }
 
 const completionsTo = (proxy: RecordingProxy): ProxiedRequest[] =>
@@ -237,15 +252,14 @@ describe("spark lsp against a Spark server", () => {
     assert.equal(typeof result.ttftMs, "number");
     const progress = lsp.notifications.slice(from).filter((n) => n.method === "spark/quickEditProgress");
     assert.ok(progress.length >= 2, "the rewrite streams in several progress notifications");
-    for (const p of progress) {
+    const shown = rewritesSoFar(progress);
+    for (const [i, p] of progress.entries()) {
       assert.equal(p.params.uri, uriOf("quick.ts"));
-      assert.ok(
-        REWRITE.startsWith(p.params.text as string),
-        `progress is a prefix: ${String(p.params.text)}`,
-      );
-      assert.doesNotMatch(p.params.text as string, /```/);
+      assert.deepEqual(p.params.range, range);
+      assert.ok(REWRITE.startsWith(shown[i]!), `progress is a prefix: ${shown[i]}`);
+      assert.doesNotMatch(shown[i]!, /```/);
     }
-    assert.equal(progress.at(-1)!.params.text, REWRITE, "the last progress is the final text");
+    assert.equal(shown.at(-1), REWRITE, "after the last progress the client has the final text");
     const request = proxy.requests.filter((r) => r.path === "/v1/chat/completions").at(-1)!;
     assert.equal(request.body.model, "spark");
     assert.equal(request.body.stream, true);
@@ -528,6 +542,45 @@ describe("spark lsp quick edit cancellation, with a slow engine", () => {
     } finally {
       await lsp.close();
       await proxy.close();
+      await stop(server);
+    }
+  });
+});
+
+describe("spark lsp quick edit of 100 KB", () => {
+  test("progress is sent as deltas: the editor gets under 2x the rewrite, not the rewrite so far per token", async () => {
+    let rewrite = "";
+    for (let i = 0; rewrite.length < 100 * 1024; i++) rewrite += `  const value${i} = compute(${i});\n`;
+    const server = await startServer([
+      "serve",
+      "--engine",
+      "script",
+      "--script",
+      file("lsp-big-rewrite.jsonl", JSON.stringify({ output: [{ type: "message", text: rewrite }] })),
+      "--port",
+      "0",
+    ]);
+    const lsp = spawnLsp(["--server", server.url]);
+    try {
+      await initialize(lsp);
+      await open(lsp, "big.ts", "function big() {\n  todo();\n}\n");
+      const from = lsp.notifications.length;
+      const result = await command(lsp, "spark.quickEdit", [
+        {
+          textDocument: { uri: uriOf("big.ts") },
+          range: { start: { line: 1, character: 0 }, end: { line: 2, character: 0 } },
+          instruction: "write it out",
+        },
+      ]);
+      assert.equal(result.newText, rewrite);
+      const progress = lsp.notifications.slice(from).filter((n) => n.method === "spark/quickEditProgress");
+      assert.equal(rewritesSoFar(progress).at(-1), rewrite, "the deltas add up to the rewrite");
+      // Every progress notification was written before the command's answer.
+      const written = lsp.bytesWritten("spark/quickEditProgress");
+      const size = Buffer.byteLength(rewrite);
+      assert.ok(written < 2 * size, `${written} bytes of progress for a ${size}-byte rewrite`);
+    } finally {
+      await lsp.close();
       await stop(server);
     }
   });

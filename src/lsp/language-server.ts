@@ -9,8 +9,10 @@
  *   around the cursor and `input_extra` = recently edited chunks of other files; `$/cancelRequest`
  *   and every document change abort the HTTP request in flight, so the server stops the engine;
  * - `spark.quickEdit [{textDocument:{uri}, range, instruction}]` streams `POST /v1/chat/completions`
- *   with the selection as `prediction`, notifies `spark/quickEditProgress {uri, range, text}` and
- *   returns `{uri, range, newText, ttftMs, tokensPerSecond}` without applying it;
+ *   with the selection as `prediction`, notifies `spark/quickEditProgress {uri, range, from, text}`
+ *   (deltas: the rewrite so far is the previous one's first `from` characters and `text`; at most
+ *   one every PROGRESS_INTERVAL_MS) and returns `{uri, range, newText, ttftMs, tokensPerSecond}`
+ *   without applying it;
  * - `spark/status {tier, server, lastTtftMs, tokensPerSecond}` is notified whenever it changes;
  * - bad params are InvalidParams; server errors are RequestFailed with `{status, code, type,
  *   param}` in `data`, and one `window/showMessage` until a request succeeds again.
@@ -34,7 +36,7 @@ import { z } from "zod";
 import { CompletionCache } from "./completion-cache.js";
 import { EditRing } from "./edit-ring.js";
 import { clipPrefix, clipSuffix, DEFAULT_CLIP, midLine, postProcess } from "./fim-context.js";
-import { finalRewrite, quickEditMessages, stripFence } from "./quick-edit.js";
+import { finalRewrite, ProgressThrottle, quickEditMessages, stripFence } from "./quick-edit.js";
 import { AbortedError, postStream, ServerError } from "./server-client.js";
 import {
   SettingsError,
@@ -373,6 +375,16 @@ export class SparkLanguageServer {
     const controller = new AbortController();
     const cancel = token.onCancellationRequested(() => controller.abort());
     let answer = "";
+    const progress = new ProgressThrottle(
+      () => stripFence(answer),
+      (from, text) =>
+        void this.connection.sendNotification("spark/quickEditProgress", {
+          uri: textDocument.uri,
+          range: selected,
+          from,
+          text,
+        }),
+    );
     let tokens = 0;
     let usageTokens: number | undefined;
     const startedAt = performance.now();
@@ -389,11 +401,7 @@ export class SparkLanguageServer {
           firstAt ??= performance.now();
           answer += delta;
           tokens++;
-          void this.connection.sendNotification("spark/quickEditProgress", {
-            uri: textDocument.uri,
-            range: selected,
-            text: stripFence(answer),
-          });
+          progress.changed();
         }
         const usage = chunk.usage as { completion_tokens?: unknown } | undefined;
         if (typeof usage?.completion_tokens === "number") usageTokens = usage.completion_tokens;
@@ -403,18 +411,13 @@ export class SparkLanguageServer {
       if (error instanceof ServerError) throw this.failed(error);
       throw error;
     } finally {
+      progress.stop();
       cancel.dispose();
     }
     const endAt = performance.now();
     const newText = finalRewrite(answer, selection);
-    // The last progress is always the final text, so a client can show it as it stands.
-    if (newText !== stripFence(answer) || answer === "") {
-      void this.connection.sendNotification("spark/quickEditProgress", {
-        uri: textDocument.uri,
-        range: selected,
-        text: newText,
-      });
-    }
+    // After the last progress the client's copy is the final text, so it can show it as it stands.
+    progress.finish(newText);
     this.shownError = undefined;
     this.lastTtftMs = firstAt === undefined ? null : Math.round((firstAt - startedAt) * 10) / 10;
     this.tokensPerSecond = rate(usageTokens ?? tokens, firstAt, endAt);

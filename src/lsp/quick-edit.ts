@@ -70,3 +70,90 @@ export function finalRewrite(answer: string, selection: string): string {
   else if (!selection.endsWith("\n") && text.endsWith("\n")) text = text.replace(/\r?\n$/, "");
   return text;
 }
+
+/**
+ * What a client needs to bring its copy of the rewrite from `sent` to `next`: keep its first `from`
+ * characters (UTF-16 code units, as LSP counts) and append `text`. The rewrite mostly grows at its
+ * end; stripping a fence can take back a few characters, which `from` covers.
+ */
+export function progressDelta(sent: string, next: string): { from: number; text: string } {
+  let from = 0;
+  if (next.startsWith(sent)) from = sent.length;
+  else {
+    const limit = Math.min(sent.length, next.length);
+    while (from < limit && sent.charCodeAt(from) === next.charCodeAt(from)) from++;
+  }
+  // Never between the two halves of a surrogate pair.
+  const before = next.charCodeAt(from - 1);
+  if (from > 0 && from < next.length && before >= 0xd800 && before <= 0xdbff) from--;
+  return { from, text: next.slice(from) };
+}
+
+/** At most one progress notification this often. */
+export const PROGRESS_INTERVAL_MS = 50;
+/** A notification carries at least this many new characters, unless PROGRESS_MAX_WAIT_MS passed. */
+const PROGRESS_MIN_CHARS = 256;
+const PROGRESS_MAX_WAIT_MS = 250;
+
+/**
+ * Quick-edit progress at a bounded rate, as deltas: a rewrite of N bytes costs the editor about N
+ * bytes plus a bounded overhead per second, where sending the whole rewrite so far with every token
+ * cost N²/(token size) (a 100 KB rewrite wrote 1.6 GB). The first change is sent at once; later ones
+ * wait for the interval, and for enough new text to be worth a notification (or the longer wait).
+ * `current` is read only when a notification may go out, so the fence is stripped at that rate too.
+ */
+export class ProgressThrottle {
+  #sent = "";
+  #started = false;
+  #dirty = false;
+  #lastAt = -Infinity;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+
+  constructor(
+    private readonly current: () => string,
+    private readonly send: (from: number, text: string) => void,
+  ) {}
+
+  /** The rewrite grew (or changed). */
+  changed(): void {
+    this.#dirty = true;
+    if (this.#timer === undefined) this.#tick();
+  }
+
+  /** The final text: sent now if the client's copy differs (and always once). */
+  finish(final: string): void {
+    this.stop();
+    if (final !== this.#sent || !this.#started) this.#emit(final);
+  }
+
+  stop(): void {
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+  }
+
+  readonly #tick = (): void => {
+    this.#timer = undefined;
+    if (!this.#dirty) return;
+    const text = this.current();
+    if (text === this.#sent) {
+      this.#dirty = false;
+      return;
+    }
+    const now = performance.now();
+    const waited = now - this.#lastAt;
+    const grown = Math.abs(text.length - this.#sent.length);
+    if (waited >= PROGRESS_MAX_WAIT_MS || (waited >= PROGRESS_INTERVAL_MS && grown >= PROGRESS_MIN_CHARS)) {
+      this.#dirty = false;
+      this.#lastAt = now;
+      this.#emit(text);
+    }
+    this.#timer = setTimeout(this.#tick, PROGRESS_INTERVAL_MS);
+  };
+
+  #emit(text: string): void {
+    const { from, text: appended } = progressDelta(this.#sent, text);
+    this.#sent = text;
+    this.#started = true;
+    this.send(from, appended);
+  }
+}

@@ -35,6 +35,8 @@ export interface LspProcess {
   /** Resolves with the first notification of `method` after `from` (an index into notifications). */
   nextNotification(method: string, from?: number): Promise<Notification>;
   stderr(): string;
+  /** Bytes of the frames (headers included) spark lsp wrote whose method is `method`. */
+  bytesWritten(method: string): number;
   exited: Promise<number | string>;
   /** shutdown + exit, then waits for the process to end. */
   close(): Promise<number | string>;
@@ -56,6 +58,7 @@ export function spawnLsp(args: readonly string[], env: Record<string, string> = 
   );
   const safety = setTimeout(() => child.kill("SIGKILL"), SAFETY_TIMEOUT_MS * 3);
   void exited.then(() => clearTimeout(safety));
+  const bytes = countFrameBytes(child.stdout!);
   const connection = createProtocolConnection(
     new StreamMessageReader(child.stdout!),
     new StreamMessageWriter(child.stdin!),
@@ -95,6 +98,7 @@ export function spawnLsp(args: readonly string[], env: Record<string, string> = 
     notifications,
     nextNotification,
     stderr: () => stderr,
+    bytesWritten: (method) => bytes.get(method) ?? 0,
     exited,
     async close() {
       if (child.exitCode === null) {
@@ -106,6 +110,47 @@ export function spawnLsp(args: readonly string[], env: Record<string, string> = 
       return code;
     },
   };
+}
+
+/**
+ * Frames on `stream` again (Content-Length headers) and adds each frame's bytes to its method's
+ * count ("other" for answers and requests). Streams through the bodies without buffering them, so counting a
+ * flood costs no more than the flood.
+ */
+function countFrameBytes(stream: NodeJS.ReadableStream): Map<string, number> {
+  const counts = new Map<string, number>();
+  let header = "";
+  let left = 0;
+  let frame = 0;
+  let head = "";
+  const done = (): void => {
+    const method = /^\{"jsonrpc":"2\.0","method":"([^"]+)"/.exec(head)?.[1] ?? "other";
+    counts.set(method, (counts.get(method) ?? 0) + frame);
+    head = "";
+  };
+  stream.on("data", (chunk: Buffer) => {
+    let at = 0;
+    while (at < chunk.length) {
+      if (left > 0) {
+        const take = Math.min(left, chunk.length - at);
+        if (head.length < 80) head += chunk.subarray(at, at + Math.min(take, 80)).toString("latin1");
+        left -= take;
+        at += take;
+        if (left === 0) done();
+        continue;
+      }
+      const end = chunk.indexOf("\n", at);
+      const line = chunk.subarray(at, end < 0 ? chunk.length : end + 1).toString("latin1");
+      at = end < 0 ? chunk.length : end + 1;
+      header += line;
+      if (!header.endsWith("\r\n\r\n")) continue;
+      left = Number(/content-length:\s*(\d+)/i.exec(header)?.[1] ?? 0);
+      frame = header.length + left;
+      header = "";
+      if (left === 0) done();
+    }
+  });
+  return counts;
 }
 
 export async function initialize(

@@ -59,8 +59,10 @@ interface PendingEdit {
   editor: vscode.TextEditor;
   original: string;
   start: vscode.Position;
-  /** Length of the text now standing where the selection was. */
-  length: number;
+  /** The rewrite so far, as the language server's progress deltas built it. */
+  rewrite: string;
+  /** The text now standing where the selection was (the rewrite as far as the editor shows it). */
+  shown: string;
   /** Serializes the editor edits of streamed progress. */
   queue: Promise<unknown>;
   done: boolean;
@@ -154,12 +156,18 @@ class Extension {
       this.#status = status;
       this.#renderStatus();
     });
-    client.onNotification("spark/quickEditProgress", (progress: { uri: string; text: string }) => {
-      const pending = this.#pending;
-      if (pending && !pending.done && pending.editor.document.uri.toString() === progress.uri) {
-        this.#showRewrite(pending, progress.text);
-      }
-    });
+    // Progress is a delta: keep the first `from` characters of the rewrite so far, append `text`
+    // (without `from`, as an older spark lsp sends it, `text` is the whole rewrite so far).
+    client.onNotification(
+      "spark/quickEditProgress",
+      (progress: { uri: string; from?: number; text: string }) => {
+        const pending = this.#pending;
+        if (pending && !pending.done && pending.editor.document.uri.toString() === progress.uri) {
+          const from = Math.min(Math.max(progress.from ?? 0, 0), pending.rewrite.length);
+          this.#showRewrite(pending, pending.rewrite.slice(0, from) + progress.text);
+        }
+      },
+    );
     await client.start();
     this.#client = client;
     this.#log.appendLine(`spark lsp started (server ${this.#serverUrl}, tier ${this.#status.tier})`);
@@ -269,7 +277,8 @@ class Extension {
       editor,
       original: editor.document.getText(selection),
       start: selection.start,
-      length: editor.document.offsetAt(selection.end) - editor.document.offsetAt(selection.start),
+      rewrite: "",
+      shown: editor.document.getText(selection),
       queue: Promise.resolve(),
       done: false,
     };
@@ -298,19 +307,31 @@ class Extension {
     }
   }
 
-  /** Puts `text` where the selection was (replacing the previous progress), highlighted. */
+  /**
+   * Puts `text` where the selection was, highlighted. Only what differs from the text shown is
+   * replaced (progress grows at its end), and queued updates coalesce: each edit shows the newest.
+   */
   #showRewrite(pending: PendingEdit, text: string): void {
+    pending.rewrite = text;
     pending.queue = pending.queue.then(async () => {
+      const target = pending.rewrite;
+      if (target === pending.shown) return;
+      let same = 0;
+      const limit = Math.min(target.length, pending.shown.length);
+      while (same < limit && target.charCodeAt(same) === pending.shown.charCodeAt(same)) same++;
       const document = pending.editor.document;
       const startOffset = document.offsetAt(pending.start);
-      const range = new vscode.Range(pending.start, document.positionAt(startOffset + pending.length));
-      const applied = await pending.editor.edit((builder) => builder.replace(range, text), {
+      const range = new vscode.Range(
+        document.positionAt(startOffset + same),
+        document.positionAt(startOffset + pending.shown.length),
+      );
+      const applied = await pending.editor.edit((builder) => builder.replace(range, target.slice(same)), {
         undoStopBefore: false,
         undoStopAfter: false,
       });
       if (!applied) return;
-      pending.length = text.length;
-      const end = pending.editor.document.positionAt(startOffset + text.length);
+      pending.shown = target;
+      const end = pending.editor.document.positionAt(startOffset + target.length);
       pending.editor.setDecorations(this.#added, [new vscode.Range(pending.start, end)]);
     });
   }
@@ -324,7 +345,7 @@ class Extension {
     if (!accept) {
       const document = pending.editor.document;
       const startOffset = document.offsetAt(pending.start);
-      const range = new vscode.Range(pending.start, document.positionAt(startOffset + pending.length));
+      const range = new vscode.Range(pending.start, document.positionAt(startOffset + pending.shown.length));
       await pending.editor.edit((builder) => builder.replace(range, pending.original));
     }
     await vscode.commands.executeCommand("setContext", "spark.editPending", false);
@@ -337,7 +358,8 @@ class Extension {
     const document = pending.editor.document;
     const startOffset = document.offsetAt(pending.start);
     const now = document.getText();
-    const before = now.slice(0, startOffset) + pending.original + now.slice(startOffset + pending.length);
+    const before =
+      now.slice(0, startOffset) + pending.original + now.slice(startOffset + pending.shown.length);
     const original = await vscode.workspace.openTextDocument({
       content: before,
       language: document.languageId,
