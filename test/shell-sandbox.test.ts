@@ -9,7 +9,7 @@
  */
 import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";
-import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises";
 import { createServer, type Server } from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -388,6 +388,68 @@ describe("sandbox", () => {
     },
   );
 
+  sandboxTest(
+    "a .git (or .vscode) missing at the root cannot be created: git init and a planted fsmonitor fail, nothing is left",
+    async () => {
+      const plain = await tempDir("spark-ws-nogit-");
+      await writeFile(path.join(plain, "a.txt"), "a\n");
+      const marker = path.join(outside, "fsmonitor-ran");
+      const attempts = [
+        `git init -q . && git config core.fsmonitor 'touch ${marker}'`,
+        "mkdir -p .git/hooks && echo 'touch /tmp/pwned' > .git/hooks/pre-commit",
+        "echo 'gitdir: ./evil' > .git",
+        "mkdir -p .vscode && echo '{}' > .vscode/tasks.json",
+        "mv a.txt .git",
+      ];
+      for (const attempt of attempts) {
+        const r = await run(attempt, { workspaceRoot: plain, cwd: plain });
+        assert.notEqual(r.exitCode, 0, `${attempt}: ${r.output}`);
+        assert.match(
+          r.output,
+          /Read-only file system|Device or resource busy|Is a directory|Permission denied/,
+          attempt,
+        );
+      }
+      // The mount points bwrap made are gone again; the workspace is as it was.
+      assert.deepEqual((await readdir(plain)).sort(), ["a.txt"]);
+      // Other writes, a nested repository included, still work; git run later sees no planted config.
+      const ok = await run("echo b > b.txt && mkdir sub && git -C sub init -q && echo done", {
+        workspaceRoot: plain,
+        cwd: plain,
+      });
+      assert.equal(ok.exitCode, 0, ok.output);
+      assert.equal(existsSync(marker), false);
+      // Without the sandbox the first attempt is real.
+      const unconfined = await run(attempts[0]!, { workspaceRoot: plain, cwd: plain, sandbox: NO_SANDBOX });
+      assert.equal(unconfined.exitCode, 0, unconfined.output);
+      assert.match(await readFile(path.join(plain, ".git", "config"), "utf8"), /fsmonitor/);
+    },
+  );
+
+  sandboxTest(
+    "concurrent commands share the root's placeholders; the last one out removes them",
+    async () => {
+      const plain = await tempDir("spark-ws-nogit-");
+      const gate = path.join(plain, "gate");
+      const slow = run(`while [ ! -e gate ]; do sleep 0.05; done; mkdir .git`, {
+        workspaceRoot: plain,
+        cwd: plain,
+        timeoutMs: 60_000,
+      });
+      assert.ok(
+        await waitFor(() => existsSync(path.join(plain, ".git")), 30_000),
+        "the first command started",
+      );
+      const second = await run("mkdir .git/x", { workspaceRoot: plain, cwd: plain });
+      assert.notEqual(second.exitCode, 0, second.output);
+      assert.equal(existsSync(path.join(plain, ".git")), true, "still held by the first command");
+      await writeFile(gate, "");
+      const first = await slow;
+      assert.notEqual(first.exitCode, 0, first.output);
+      assert.deepEqual((await readdir(plain)).sort(), ["gate"]);
+    },
+  );
+
   sandboxTest("writes outside the workspace fail and leave nothing behind", async () => {
     const target = path.join(outside, "escaped.txt");
     const r = await run(`echo escaped > ${target}`);
@@ -586,6 +648,8 @@ describe("sandbox", () => {
       hiddenFiles: ["/home/u/.netrc"],
       emptyFile: "/tmp/spark-empty-x/empty",
       readOnly: ["/w/.git"],
+      placeholders: ["/w/.vscode"],
+      emptyDir: "/tmp/spark-empty-x/empty-dir",
     });
     const at = (...words: string[]) => {
       const index = args.findIndex((_, k) => words.every((word, j) => args[k + j] === word));
@@ -603,6 +667,9 @@ describe("sandbox", () => {
     assert.ok(bind < at("--ro-bind", "/tmp/spark-empty-x/empty", "/home/u/.netrc"));
     assert.ok(bind < at("--ro-bind", "/w/.git", "/w/.git"));
     assert.ok(at("--ro-bind", "/w/.git", "/w/.git") < at("--unshare-all"));
+    assert.ok(
+      at("--ro-bind", "/w/.git", "/w/.git") < at("--ro-bind", "/tmp/spark-empty-x/empty-dir", "/w/.vscode"),
+    );
   });
 
   test("detectSandbox({ disabled: true }) is none", async () => {

@@ -25,8 +25,11 @@
  * hooks tracked in the project (`package.json`, `Makefile`, `.husky/`): changing those is the
  * agent's job, they run only when the user runs the project, and they show up in the diff.
  *
- * Limits: the sandbox can only re-bind what exists when a command starts, so a command that creates
- * a new `.git` (`git init`) can write into it in that same command; nested `.git`s are found by a
+ * Limits: the sandbox can only re-bind what exists when a command starts; the names missing at the
+ * workspace root are covered by empty read-only placeholders (sandbox.ts), but a command that creates
+ * a new nested `.git` (`git -C sub init`) can write into it in that same command (git run in that
+ * directory later reads it; Spark's own git commands neutralise configuration, change-record.ts);
+ * nested `.git`s are found by a
  * bounded breadth-first scan (`PROTECTED_SCAN_MAX_DIRS` directories, `node_modules` skipped); and a
  * `.git` that is a symlink cannot be pinned (its target is protected when it is inside the
  * workspace). Patches check every path they write at any depth, after resolving symlinks.

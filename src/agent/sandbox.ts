@@ -13,7 +13,10 @@
  *   session (no TIOCSTI on the caller's terminal) and dies with the parent.
  * - The workspace's protected paths (`.git` and the others of protected-paths.ts) that exist when
  *   the command starts are re-bound read-only over it, so a command cannot plant git hooks or config
- *   that would run outside the sandbox later.
+ *   that would run outside the sandbox later. Those missing at the workspace root are covered by an
+ *   empty read-only directory for the command's lifetime (`placeholders`), so a command cannot
+ *   create them either (`git init` then `git config core.fsmonitor …`): bwrap makes the mount point,
+ *   an empty directory git ignores, and `releasePlaceholders` removes it once no command needs it.
  * - Unless `allowSecrets` (`--sandbox-allow-secrets`): the home directory's secrets (secrets.ts
  *   `HOME_SECRETS`) and the `hide` paths (the data directory) are covered, directories by an empty
  *   tmpfs and files by an empty read-only file (not /dev/null: bwrap mounts binds `nodev`, so it
@@ -28,11 +31,11 @@
  * - The environment is the caller's business (shell.ts passes secrets.ts `commandEnvironment`).
  */
 import { execFile } from "node:child_process";
-import { constants as fsConstants, rmSync } from "node:fs";
-import { access, mkdtemp, readdir, readlink, realpath, stat, writeFile } from "node:fs/promises";
+import { accessSync, constants as fsConstants, lstatSync, rmdirSync, rmSync } from "node:fs";
+import { access, mkdir, mkdtemp, readdir, readlink, realpath, stat, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { findProtectedPaths } from "./protected-paths.js";
+import { PROTECTED_NAMES, findProtectedPaths } from "./protected-paths.js";
 import { HOME_SECRETS, socketPathsFromEnv } from "./secrets.js";
 
 export type Sandbox =
@@ -166,6 +169,13 @@ export interface SandboxMounts {
   emptyFile: string;
   /** Last: protected paths in the workspace, re-bound read-only. */
   readOnly: string[];
+  /**
+   * Protected names missing at the workspace root, covered by `emptyDir` so that the command cannot
+   * create them; held until `releasePlaceholders` is called with them.
+   */
+  placeholders: string[];
+  /** An empty read-only directory of this process, bound over `placeholders`. */
+  emptyDir: string;
 }
 
 export const NO_MOUNTS: SandboxMounts = {
@@ -176,20 +186,76 @@ export const NO_MOUNTS: SandboxMounts = {
   hiddenFiles: [],
   emptyFile: "",
   readOnly: [],
+  placeholders: [],
+  emptyDir: "",
 };
 
-let emptyFile: Promise<string> | undefined;
+let empties: Promise<{ file: string; dir: string }> | undefined;
 
-/** An empty, read-only file in a private temporary directory, made once and removed at exit. */
-function privateEmptyFile(): Promise<string> {
-  emptyFile ??= (async () => {
-    const dir = await mkdtemp(path.join(os.tmpdir(), "spark-empty-"));
-    process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
-    const file = path.join(dir, "empty");
+/** An empty, read-only file and directory in a private temporary directory, made once and removed at exit. */
+function privateEmpties(): Promise<{ file: string; dir: string }> {
+  empties ??= (async () => {
+    const top = await mkdtemp(path.join(os.tmpdir(), "spark-empty-"));
+    process.once("exit", () => rmSync(top, { recursive: true, force: true }));
+    const file = path.join(top, "empty");
     await writeFile(file, "", { mode: 0o444 });
-    return file;
+    const dir = path.join(top, "empty-dir");
+    await mkdir(dir, { mode: 0o555 });
+    return { file, dir };
   })();
-  return emptyFile;
+  return empties;
+}
+
+/** Placeholders in use, by path: how many running commands hold each. */
+const heldPlaceholders = new Map<string, number>();
+
+/**
+ * The protected names missing at `workspaceRoot` (or already placeholders of a running command),
+ * counted as held. Synchronous, so no other command can see the path between the check and the hold.
+ * Nothing when the root is not writable: the command could not create them either, and bwrap could
+ * not make the mount points.
+ */
+function holdPlaceholders(workspaceRoot: string): string[] {
+  try {
+    accessSync(workspaceRoot, fsConstants.W_OK);
+  } catch {
+    return [];
+  }
+  const held: string[] = [];
+  for (const name of PROTECTED_NAMES) {
+    const target = path.join(workspaceRoot, name);
+    if (!heldPlaceholders.has(target)) {
+      try {
+        lstatSync(target);
+        continue; // it exists: `readOnly` covers it (a symlink: see protected-paths.ts)
+      } catch {
+        // missing: hold it
+      }
+    }
+    heldPlaceholders.set(target, (heldPlaceholders.get(target) ?? 0) + 1);
+    held.push(target);
+  }
+  return held;
+}
+
+/**
+ * Gives back the placeholders of a command that has ended (`SandboxMounts.placeholders`): the last
+ * one out removes the mount point bwrap left, when it is still an empty directory.
+ */
+export function releasePlaceholders(placeholders: readonly string[]): void {
+  for (const target of placeholders) {
+    const count = (heldPlaceholders.get(target) ?? 1) - 1;
+    if (count > 0) {
+      heldPlaceholders.set(target, count);
+      continue;
+    }
+    heldPlaceholders.delete(target);
+    try {
+      rmdirSync(target);
+    } catch {
+      // Gone already, or not empty: someone outside the sandbox made it theirs.
+    }
+  }
 }
 
 function isWithin(root: string, candidate: string): boolean {
@@ -209,7 +275,8 @@ async function kindOf(p: string): Promise<{ real: string; dir: boolean } | undef
 /**
  * What to mount for one command in `workspaceRoot` (a real path) under `sandbox`, from the file
  * system as it is now and the host environment `env` (HOME, PATH, XDG_RUNTIME_DIR, socket
- * variables). Never throws: what cannot be examined is left as it is.
+ * variables). Never throws: what cannot be examined is left as it is. The caller must pass the
+ * result's `placeholders` to `releasePlaceholders` once the command has ended.
  */
 export async function sandboxMounts(
   sandbox: Sandbox,
@@ -218,7 +285,10 @@ export async function sandboxMounts(
 ): Promise<SandboxMounts> {
   if (sandbox.kind === "none") return NO_MOUNTS;
   const readOnly = await findProtectedPaths(workspaceRoot);
-  if (sandbox.allowSecrets) return { ...NO_MOUNTS, readOnly };
+  const { file: emptyFile, dir: emptyDir } = await privateEmpties();
+  if (sandbox.allowSecrets) {
+    return { ...NO_MOUNTS, readOnly, emptyDir, placeholders: holdPlaceholders(workspaceRoot) };
+  }
 
   const hideRun: string[] = [];
   const runSymlinks: [string, string][] = [];
@@ -269,8 +339,17 @@ export async function sandboxMounts(
     if (info.dir) hiddenDirs.push(info.real);
     else if (!hiddenFiles.includes(info.real)) hiddenFiles.push(info.real);
   }
-  const empty = hiddenFiles.length > 0 ? await privateEmptyFile() : "";
-  return { hideRun, runSymlinks, runKept, hiddenDirs, hiddenFiles, emptyFile: empty, readOnly };
+  return {
+    hideRun,
+    runSymlinks,
+    runKept,
+    hiddenDirs,
+    hiddenFiles,
+    emptyFile,
+    readOnly,
+    placeholders: holdPlaceholders(workspaceRoot),
+    emptyDir,
+  };
 }
 
 /**
@@ -304,6 +383,7 @@ export function sandboxedArgv(
       ...mounts.hiddenDirs.flatMap((dir) => ["--tmpfs", dir]),
       ...mounts.hiddenFiles.flatMap((file) => ["--ro-bind", mounts.emptyFile, file]),
       ...mounts.readOnly.flatMap((p) => ["--ro-bind", p, p]),
+      ...mounts.placeholders.flatMap((p) => ["--ro-bind", mounts.emptyDir, p]),
       ...base.namespaces,
       "--chdir",
       cwd,

@@ -24,7 +24,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { stat } from "node:fs/promises";
 import { StringDecoder } from "node:string_decoder";
-import { sandboxMounts, sandboxedArgv, type Sandbox } from "./sandbox.js";
+import { releasePlaceholders, sandboxMounts, sandboxedArgv, type Sandbox } from "./sandbox.js";
 import { commandEnvironment } from "./secrets.js";
 
 export interface CommandResult {
@@ -166,6 +166,7 @@ export async function runCommand(
         detached: true,
       });
     } catch (error) {
+      releasePlaceholders(mounts.placeholders);
       resolve(failed(`failed to start ${file}: ${(error as Error).message}`));
       return;
     }
@@ -203,6 +204,7 @@ export async function runCommand(
     const finish = (result: CommandResult) => {
       if (done) return;
       done = true;
+      releasePlaceholders(mounts.placeholders);
       clearTimeout(timeoutTimer);
       clearTimeout(drainTimer);
       if (killTimer !== undefined) {
