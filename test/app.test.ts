@@ -12,6 +12,9 @@ import { after, describe, test } from "node:test";
 import type { Page } from "playwright-core";
 import WebSocket from "ws";
 import { createServer, type AddressInfo } from "node:net";
+import { request as httpRequest } from "node:http";
+import { hashKey } from "../src/core/keys.js";
+import type { TaskSummary } from "../src/app/protocol.js";
 import {
   file,
   firstLine,
@@ -72,6 +75,9 @@ const LONG =
 async function openApp(url: string): Promise<Page> {
   const browser = await launchBrowser();
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  // Every wait is for a condition, bounded by the test's own timeout, not playwright's 30 s: on a
+  // loaded machine a correct page may take longer than that, and a wrong one never gets there.
+  page.setDefaultTimeout(0);
   page.on("dialog", (dialog) => void dialog.accept());
   await page.goto(url);
   return page;
@@ -465,6 +471,10 @@ describe("spark serve --app", { timeout: 120_000 }, () => {
       { SPARK_DATA_DIR: freshDir("data-") },
     );
     running.push(server);
+    // The listening line means the app is mounted: its page, not the API's 404, from the first request.
+    const first = await fetch(`${server.url}/`);
+    assert.equal(first.status, 200);
+    assert.match(first.headers.get("content-type") ?? "", /^text\/html/);
     const models = await fetch(`${server.url}/v1/models`);
     assert.equal(models.status, 200);
     const page = await openApp(`${server.url}/`);
@@ -474,6 +484,219 @@ describe("spark serve --app", { timeout: 120_000 }, () => {
     await page.close();
   });
 });
+
+describe("spark serve --app with keys", { timeout: 180_000 }, () => {
+  test("each key has its own tasks: listed, reachable and acted on only with that key; the page asks for a key", async () => {
+    const aliceKey = "sk-alice-app-owner-test";
+    const bobKey = "sk-bob-app-owner-test";
+    // Bob may make one request a minute: had Alice's agent used his key, his own request would get 429.
+    const keyFile = file(
+      "owners.keys.json",
+      JSON.stringify({
+        keys: [
+          { id: "alice", hash: hashKey(aliceKey) },
+          { id: "bob", hash: hashKey(bobKey), limits: { spark: { requestsPerMinute: 1 } } },
+        ],
+      }),
+    );
+    const quick = script("owners.jsonl", [message("only for alice")]);
+    const dataDir = freshDir("data-");
+    const server = await startServer(
+      [
+        "serve",
+        "--engine",
+        "script",
+        "--script",
+        quick,
+        "--port",
+        "0",
+        "--key-file",
+        keyFile,
+        "--app",
+        freshDir("ws-"),
+      ],
+      { SPARK_DATA_DIR: dataDir },
+    );
+    running.push(server);
+    const session = (await (await fetch(`${server.url}/app/session`)).json()) as { required: boolean };
+    assert.equal(session.required, true, "mounted with keys, a sign-in is required");
+
+    // Alice signs in in the browser: the page shows its sign-in form instead of reconnecting for ever.
+    const page = await openApp(`${server.url}/`);
+    await page.locator(".login input").fill(aliceKey);
+    await page.locator(".login button").click();
+    await page.locator(".new-task-big").waitFor();
+    // Bob signs in after her, and watches.
+    const bob = await appSocket(server.url, await signIn(server.url, bobKey));
+    await waitUntil(() => bob.messages.some((m) => m.type === "hello"));
+
+    await newTask(page);
+    await sendText(page, "hello");
+    await page.locator(".msg.assistant .markdown", { hasText: "only for alice" }).waitFor();
+    await waitForState(page, "done");
+
+    const alice = await appSocket(server.url, await signIn(server.url, aliceKey));
+    await waitUntil(() => alice.messages.some((m) => m.type === "hello"));
+    const aliceTasks = helloTasks(alice.messages);
+    assert.equal(aliceTasks.length, 1);
+    const id = aliceTasks[0]!.id;
+    const saved = JSON.parse(readFileSync(join(dataDir, "app", "tasks", `${id}.json`), "utf8")) as {
+      owner?: string;
+    };
+    assert.equal(saved.owner, "alice", "the key id, never the key, is saved as the owner");
+    assert.ok(!readFileSync(join(dataDir, "app", "tasks", `${id}.json`), "utf8").includes(aliceKey));
+
+    // Bob heard nothing of it: his list was empty and stays so, and no event named her task.
+    assert.deepEqual(helloTasks(bob.messages), []);
+    assert.deepEqual(
+      bob.messages.filter((m) => JSON.stringify(m).includes(id)),
+      [],
+      "no message about Alice's task reached Bob",
+    );
+    // Every action on her task's id is "not found" for Bob, as for an id that never was.
+    const foreign: object[] = [
+      { type: "task.open", task: id },
+      { type: "task.rename", task: id, title: "bob was here" },
+      { type: "send", task: id, text: "hi from bob" },
+      { type: "queue", task: id, text: "later" },
+      { type: "stop", task: id },
+      { type: "model", task: id, model: "deep" },
+      { type: "compact", task: id },
+      { type: "new_context", task: id },
+      { type: "approval", task: id, entry: "e0", answer: "yes" },
+      { type: "variants", task: id, count: 2, text: "two" },
+      { type: "choose", task: id, entry: "e0", index: 0 },
+      { type: "review", task: id },
+      { type: "revert", task: id },
+      { type: "keep", task: id },
+      { type: "task.delete", task: id },
+    ];
+    for (const frame of foreign) bob.ws.send(JSON.stringify(frame));
+    const errors = (): { code?: string; task?: string }[] =>
+      bob.messages.filter((m) => m.type === "error") as { code?: string; task?: string }[];
+    await waitUntil(() => errors().length === foreign.length);
+    assert.deepEqual(
+      errors().map((e) => [e.code, e.task]),
+      foreign.map(() => ["task_not_found", id]),
+    );
+    // Bob's own task is his alone.
+    bob.ws.send(JSON.stringify({ type: "task.create", model: "spark", title: "bob's task" }));
+    await waitUntil(() => bob.messages.some((m) => m.type === "task.log"));
+    const aliceAgain = await appSocket(server.url, await signIn(server.url, aliceKey));
+    await waitUntil(() => aliceAgain.messages.some((m) => m.type === "hello"));
+    const seen = helloTasks(aliceAgain.messages);
+    assert.deepEqual(
+      seen.map((t) => [t.id, t.title, t.state]),
+      [[id, "hello", "done"]],
+      "Alice's task is untouched and Bob's is not hers to see",
+    );
+    assert.ok(existsSync(join(dataDir, "app", "tasks", `${id}.json`)));
+
+    // Alice's agent used her key, not the last one signed in: Bob's one request a minute is unused.
+    const bobsOwn = await fetch(`${server.url}/v1/responses`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${bobKey}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "spark", input: "hi", store: false }),
+    });
+    assert.equal(bobsOwn.status, 200, await bobsOwn.clone().text());
+    for (const socket of [bob, alice, aliceAgain]) socket.ws.close();
+    await page.close();
+  });
+});
+
+describe("allowed hosts and origins reach the app", { timeout: 120_000 }, () => {
+  test("serve --app and spark app honour --allowed-host and --allowed-origin", async () => {
+    const quick = script("allowed.jsonl", [message("ok")]);
+    const server = await startServer(
+      [
+        "serve",
+        "--engine",
+        "script",
+        "--script",
+        quick,
+        "--port",
+        "0",
+        "--allowed-host",
+        "spark.internal",
+        "--allowed-origin",
+        "https://app.example",
+        "--app",
+        freshDir("ws-"),
+      ],
+      { SPARK_DATA_DIR: freshDir("data-") },
+    );
+    running.push(server);
+    const app = await startApp({
+      args: [
+        "--engine",
+        "script",
+        "--script",
+        quick,
+        "--allowed-host",
+        "spark.internal",
+        "--allowed-origin",
+        "https://app.example",
+      ],
+    });
+    for (const base of [`${server.url}/`, app.url]) {
+      const { port } = new URL(base);
+      assert.equal(await statusOf(base, { host: "spark.internal" }), 200, base);
+      assert.equal(await statusOf(base, { host: `spark.internal:${port}` }), 200, base);
+      assert.equal(await statusOf(base, { host: "evil.example" }), 403, base);
+      assert.equal(await statusOf(base, { origin: "https://app.example" }), 200, base);
+      assert.equal(await statusOf(base, { origin: "https://evil.example" }), 403, base);
+      assert.equal(await statusOf(`${base}app/session`, { origin: "https://app.example" }), 200, base);
+    }
+  });
+});
+
+/** Signs in to a mounted app with `key`; the session cookie. */
+async function signIn(base: string, key: string): Promise<string> {
+  const response = await fetch(`${base}/app/login`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ key }),
+  });
+  assert.equal(response.status, 200);
+  const cookie = (response.headers.get("set-cookie") ?? "").split(";")[0] ?? "";
+  assert.match(cookie, /^spark_app=/);
+  return cookie;
+}
+
+/** The app's socket as a signed-in page holds it, with every message it receives. */
+async function appSocket(
+  base: string,
+  cookie: string,
+): Promise<{ ws: WebSocket; messages: { type: string; [key: string]: unknown }[] }> {
+  const { host } = new URL(base);
+  const ws = new WebSocket(`ws://${host}/app/ws`, { headers: { origin: `http://${host}`, cookie } });
+  const messages: { type: string; [key: string]: unknown }[] = [];
+  ws.on("message", (data) => messages.push(JSON.parse(String(data)) as { type: string }));
+  await new Promise((resolve, reject) => {
+    ws.once("open", resolve);
+    ws.once("error", reject);
+  });
+  return { ws, messages };
+}
+
+/** The task list a socket's hello carried. */
+function helloTasks(messages: readonly { type: string; [key: string]: unknown }[]): TaskSummary[] {
+  const hello = messages.find((m) => m.type === "hello");
+  assert.ok(hello, "no hello yet");
+  return hello.tasks as TaskSummary[];
+}
+
+/** The status of a GET with these headers (`host` included, which fetch cannot set). */
+function statusOf(url: string, headers: Record<string, string>): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const request = httpRequest(url, { headers: { connection: "close", ...headers } }, (response) => {
+      response.resume();
+      resolve(response.statusCode ?? 0);
+    });
+    request.on("error", reject);
+    request.end();
+  });
+}
 
 async function waitUntil(condition: () => boolean): Promise<void> {
   while (!condition()) await new Promise((resolve) => setTimeout(resolve, 20));
