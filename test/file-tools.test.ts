@@ -10,7 +10,7 @@ import path from "node:path";
 import { describe, test } from "node:test";
 import { workspaceFixture, type WorkspaceFixture } from "./helpers/workspace.js";
 import { listFiles, readFile, searchFiles } from "../src/agent/file-tools.js";
-import { ToolError } from "../src/agent/workspace.js";
+import { ToolError, Workspace } from "../src/agent/workspace.js";
 
 type Fixture = WorkspaceFixture;
 
@@ -323,5 +323,56 @@ describe("searchFiles", () => {
     setTimeout(() => controller.abort(), 50);
     await rejectsWith(search, "cancelled", "cancelled by the user");
     await rejectsWith(searchFiles(ws, { pattern: "x" }, { signal: controller.signal }), "cancelled");
+  });
+});
+
+describe("the home directory's secrets inside the workspace", () => {
+  const home = {
+    "home/.ssh/id_rsa": "PRIVATE KEY needle\n",
+    "home/.aws/credentials": "aws_secret_access_key = needle\n",
+    "home/.netrc": "machine example.com password needle\n",
+    "home/.config/gcloud/credentials.db": "needle\n",
+    "home/notes.txt": "needle in the notes\n",
+    "src/a.ts": "needle\n",
+  };
+
+  test("readFile, listFiles and searchFiles refuse or skip them; the rest of HOME stays readable", async () => {
+    const { root } = await fixture(home);
+    await symlink(path.join(root, "home", ".ssh", "id_rsa"), path.join(root, "key-link"));
+    const ws = await Workspace.open(root, { home: path.join(root, "home") });
+    for (const p of [
+      "home/.ssh/id_rsa",
+      path.join(root, "home/.aws/credentials"),
+      "home/.netrc",
+      "key-link",
+    ]) {
+      await rejectsWith(readFile(ws, { path: p }), "secret_path", "home directory's secrets");
+    }
+    await rejectsWith(listFiles(ws, { path: "home/.ssh" }), "secret_path");
+    await rejectsWith(searchFiles(ws, { pattern: "needle", path: "home/.aws" }), "secret_path");
+    assert.equal((await readFile(ws, { path: "home/notes.txt" })).text, "needle in the notes");
+    assert.deepEqual((await listFiles(ws)).files, ["home/notes.txt", "src/a.ts"]);
+    assert.deepEqual(
+      (await searchFiles(ws, { pattern: "needle" })).matches.map((match) => match.path),
+      ["home/notes.txt", "src/a.ts"],
+    );
+    // Writing one (a key for ssh to trust) is refused as well, also where it does not exist yet.
+    await rejectsWith(ws.resolve("home/.ssh/authorized_keys", "write"), "secret_path");
+    await rejectsWith(ws.resolve("home/.kube/config", "write"), "secret_path");
+  });
+
+  test("by default the secrets are those of $HOME", async () => {
+    const { root } = await fixture(home);
+    const saved = process.env.HOME;
+    process.env.HOME = path.join(root, "home");
+    let ws: Workspace;
+    try {
+      ws = await Workspace.open(root);
+    } finally {
+      process.env.HOME = saved;
+    }
+    await rejectsWith(readFile(ws, { path: "home/.ssh/id_rsa" }), "secret_path");
+    const { ws: elsewhere } = await fixture(home);
+    assert.equal((await readFile(elsewhere, { path: "home/.ssh/id_rsa" })).text, "PRIVATE KEY needle");
   });
 });

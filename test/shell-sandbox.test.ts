@@ -584,6 +584,40 @@ describe("sandbox", () => {
   });
 
   sandboxTest(
+    "with HOME inside the workspace its secrets stay hidden, also when the workspace is under /tmp",
+    async (t) => {
+      const places: string[] = [await tempDir("spark-ws-home-")];
+      try {
+        const inHome = await mkdtemp(path.join(os.homedir(), ".spark-ws-home-"));
+        dirs.push(inHome);
+        places.push(inHome);
+      } catch (error) {
+        t.diagnostic(`only the workspace under /tmp: ${(error as Error).message}`);
+      }
+      for (const root of places) {
+        const home = path.join(root, "home");
+        await mkdir(path.join(home, ".ssh"), { recursive: true });
+        await writeFile(path.join(home, ".ssh", "id_rsa"), "PRIVATE KEY\n");
+        await writeFile(path.join(home, ".netrc"), "password hunter2\n");
+        await writeFile(path.join(home, "notes.txt"), "not a secret\n");
+        const hostEnv = { ...process.env, HOME: home };
+        const r = await run(
+          "cat home/.ssh/id_rsa; cat home/.netrc; cat home/notes.txt; echo x > home/.ssh/authorized_keys",
+          {
+            workspaceRoot: root,
+            cwd: root,
+            hostEnv,
+          },
+        );
+        assert.doesNotMatch(r.output, /PRIVATE KEY|hunter2/, root);
+        assert.match(r.output, /not a secret/, root);
+        assert.equal(existsSync(path.join(home, ".ssh", "authorized_keys")), false, root);
+        assert.equal(await readFile(path.join(home, ".ssh", "id_rsa"), "utf8"), "PRIVATE KEY\n");
+      }
+    },
+  );
+
+  sandboxTest(
     "Unix sockets outside the workspace are unreachable: under /run, named by SSH_AUTH_SOCK, in ~/.gnupg",
     async (t) => {
       const home = await fakeHome(t);

@@ -2,8 +2,8 @@
  * The agent's read-only file tools: `readFile`, `listFiles` and `searchFiles`. All paths go through
  * `Workspace.resolve(path, "read")`. Listing and searching share one walk that yields files in sorted
  * order, honours `.gitignore` files at every level (and `.git/info/exclude`) the way git does, always
- * skips `.git`, and never follows symlinked directories (a symlinked file is included only when its
- * target is a file inside the workspace).
+ * skips `.git` and the home directory's secrets (`Workspace.isSecret`), and never follows symlinked
+ * directories (a symlinked file is included only when its target is a file inside the workspace).
  */
 import { open, readFile as readFileBytes, readdir, realpath, stat } from "node:fs/promises";
 import path from "node:path";
@@ -327,7 +327,7 @@ export async function searchFiles(
     worker.on("message", onMessage);
     worker.on("error", onError);
     worker.on("exit", onExit);
-    const request: SearchRequest = { root: ws.root, args };
+    const request: SearchRequest = { root: ws.root, secrets: ws.secrets, args };
     worker.postMessage(request);
   });
 }
@@ -335,6 +335,8 @@ export async function searchFiles(
 /** A search for the worker (search-worker.ts). */
 export interface SearchRequest {
   root: string;
+  /** `Workspace.secrets` of the caller's workspace. */
+  secrets: readonly string[];
   args: SearchFilesArgs;
 }
 
@@ -558,6 +560,7 @@ async function* walkDir(
   for (const { entry } of keyed) {
     const childRel = rel === "" ? entry.name : `${rel}/${entry.name}`;
     const childAbs = path.join(abs, entry.name);
+    if (ws.isSecret(childAbs)) continue;
     if (entry.isDirectory()) {
       if (!isIgnored(`${childRel}/`, ruleSets)) yield* walkDir(ws, childAbs, childRel, ruleSets);
     } else if (entry.isFile()) {
@@ -576,7 +579,7 @@ async function symlinkedFile(ws: Workspace, link: string): Promise<string | unde
     const rel = path.relative(ws.root, target);
     if (rel === "" || rel === ".." || rel.startsWith(`..${path.sep}`) || path.isAbsolute(rel))
       return undefined;
-    return (await stat(target)).isFile() ? target : undefined;
+    return (await stat(target)).isFile() && !ws.isSecret(target) ? target : undefined;
   } catch {
     return undefined;
   }

@@ -26,7 +26,8 @@
  *   because unsharing namespaces does not stop `connect()` to a Unix socket in the file system
  *   (docker.sock, the D-Bus buses, agents under /run/user): only what /run needs to keep working is
  *   put back (its top-level symlinks, a resolv.conf that lives there, `PATH` directories under it).
- *   A path that contains the workspace is never hidden. Abstract Unix sockets belong to the network
+ *   A path that contains the workspace is never hidden; one inside it is, wherever the workspace
+ *   lies (HOME inside a workspace under /tmp). Abstract Unix sockets belong to the network
  *   namespace: unreachable unless `network` is set.
  * - The environment is the caller's business (shell.ts passes secrets.ts `commandEnvironment`).
  */
@@ -330,11 +331,15 @@ export async function sandboxMounts(
   for (const candidate of candidates) {
     const info = await kindOf(candidate);
     if (info === undefined) continue;
+    // The private /tmp and the emptied /run hide what lies in them, except inside the workspace:
+    // its bind comes after them and shows it again (a workspace under /tmp holding HOME).
+    const emptied =
+      !isWithin(workspaceRoot, info.real) &&
+      (isWithin("/tmp", info.real) ||
+        (runHidden && isWithin("/run", info.real)) ||
+        hideRun.some((dir) => isWithin(dir, info.real)));
     const covered =
-      isWithin(info.real, workspaceRoot) ||
-      isWithin("/tmp", info.real) ||
-      (runHidden && isWithin("/run", info.real)) ||
-      [...hideRun, ...hiddenDirs].some((dir) => isWithin(dir, info.real));
+      isWithin(info.real, workspaceRoot) || emptied || hiddenDirs.some((dir) => isWithin(dir, info.real));
     if (covered) continue;
     if (info.dir) hiddenDirs.push(info.real);
     else if (!hiddenFiles.includes(info.real)) hiddenFiles.push(info.real);

@@ -13,7 +13,7 @@ if (port === null) throw new Error("search-worker.ts runs only as a worker threa
 port.on("message", (request: SearchRequest) => {
   void (async (): Promise<SearchReply> => {
     try {
-      const workspace = await Workspace.open(request.root);
+      const workspace = await Workspace.open(request.root, { secrets: request.secrets });
       return { ok: true, result: await searchFilesInThread(workspace, request.args) };
     } catch (error) {
       return {

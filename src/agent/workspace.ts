@@ -2,16 +2,20 @@
  * The workspace boundary of the agent's file tools. Every path a tool touches goes through
  * `Workspace.resolve`, which turns it into an absolute real path and refuses anything that would land
  * outside the workspace root: `..` escapes, absolute paths elsewhere, and symlinks (existing ones or a
- * dangling one that a write would create through) whose target is outside.
+ * dangling one that a write would create through) whose target is outside. Inside the root, the
+ * home directory's secrets (secrets.ts `HOME_SECRETS`: ~/.ssh, ~/.aws…) are refused too when HOME lies
+ * in the workspace, as the sandbox hides them from commands.
  */
 import { randomBytes } from "node:crypto";
 import { chmod, lstat, mkdir, readlink, realpath, rename, rm, stat, writeFile } from "node:fs/promises";
+import os from "node:os";
 import path from "node:path";
+import { HOME_SECRETS } from "./secrets.js";
 
 /**
  * An error a file tool reports to the model. `code` is one of "outside_workspace", "not_found",
  * "not_a_file", "not_a_directory", "patch_invalid", "patch_conflict", "file_exists", "too_large",
- * "invalid_argument", "protected_path", "timeout", "cancelled"; `message` is a complete sentence meant to be shown to the model as is.
+ * "invalid_argument", "protected_path", "secret_path", "timeout", "cancelled"; `message` is a complete sentence meant to be shown to the model as is.
  */
 export class ToolError extends Error {
   override readonly name = "ToolError";
@@ -68,16 +72,40 @@ async function landingPath(abs: string, hops = 0): Promise<string> {
   return path.join(await landingPath(parent, hops), path.basename(abs));
 }
 
+export interface WorkspaceOptions {
+  /** The home directory whose secrets are refused where they lie in the workspace; default `$HOME`. */
+  home?: string;
+  /** The secrets as another `Workspace` of the same root found them (the search worker's). */
+  secrets?: readonly string[];
+}
+
+/** Where the home directory's secrets land (real paths), those strictly inside `root`. */
+async function secretsInside(root: string, home: string): Promise<string[]> {
+  if (home === "") return [];
+  const found: string[] = [];
+  for (const rel of HOME_SECRETS) {
+    try {
+      const landing = await landingPath(path.resolve(home, rel));
+      if (landing !== root && isInside(root, landing)) found.push(landing);
+    } catch {
+      // Cannot be resolved: nothing there to read or write through either.
+    }
+  }
+  return found;
+}
+
 export class Workspace {
   private constructor(
     /** The real path of the workspace root. */
     readonly root: string,
     /** The root as it was given (absolute), so absolute paths spelled through it are accepted too. */
     private readonly givenRoot: string,
+    /** The home directory's secrets inside the root (real paths, existing or not): refused. */
+    readonly secrets: readonly string[],
   ) {}
 
   /** Opens the workspace at `root`, which must be an existing directory. */
-  static async open(root: string): Promise<Workspace> {
+  static async open(root: string, options: WorkspaceOptions = {}): Promise<Workspace> {
     const given = path.resolve(root);
     let real: string;
     try {
@@ -91,13 +119,20 @@ export class Workspace {
     if (!(await stat(real)).isDirectory()) {
       throw new ToolError("not_a_directory", `Workspace root ${given} is not a directory.`);
     }
-    return new Workspace(real, given);
+    const secrets =
+      options.secrets ?? (await secretsInside(real, options.home ?? (process.env.HOME || os.homedir())));
+    return new Workspace(real, given, [...secrets]);
+  }
+
+  /** Whether `abs` (a real path) is or lies in one of the home directory's secrets. */
+  isSecret(abs: string): boolean {
+    return this.secrets.some((secret) => isInside(secret, abs));
   }
 
   /**
    * The absolute real path to use for `p` (relative paths are relative to the root). Throws
    * ToolError "outside_workspace" when `p`, after normalisation or through a symlink, is outside the
-   * root, and for `purpose: "read"` ToolError "not_found" when it does not exist. For writes the path
+   * root, "secret_path" when it lands in one of the home directory's secrets, and for `purpose: "read"` ToolError "not_found" when it does not exist. For writes the path
    * may not exist yet; the result is where the write must go (a symlinked file resolves to its target).
    */
   async resolve(p: string, purpose: "read" | "write"): Promise<string> {
@@ -114,6 +149,13 @@ export class Workspace {
     const landing = await landingPath(abs);
     if (!isInside(this.root, landing)) {
       throw this.outside(p, lexicallyInside ? landing : undefined);
+    }
+    if (this.isSecret(landing)) {
+      throw new ToolError(
+        "secret_path",
+        `${p} is in ${this.relative(this.secrets.find((secret) => isInside(secret, landing))!)}, one of the ` +
+          "home directory's secrets (keys, credentials, histories): the agent's tools neither read nor write them.",
+      );
     }
     if (purpose === "read") {
       try {
