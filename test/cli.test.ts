@@ -53,6 +53,15 @@ test("serve prints its URL as the first stdout line, answers /healthz, and exits
   assert.match(cli.stdout().split("\n")[0] ?? "", LISTENING);
 });
 
+test("serve whose stderr reader is gone (spark serve 2>&1 | head) still exits 0 on SIGTERM", async () => {
+  const cli = await startServer(["serve", "--engine", "script", "--script", SHORT_SCRIPT, "--port", "0"]);
+  await assertHealthy(cli.url);
+  // The reader goes away: the shutdown line then fails with EPIPE. Before the fix the server logged
+  // that failure to the same stderr, failed again, and spun a core for ever instead of exiting.
+  cli.child.stderr!.destroy();
+  assert.equal(await stop(cli), 0);
+});
+
 test("serve --help mentions every option", async () => {
   const { code, stdout } = await runToExit(["serve", "--help"]);
   assert.equal(code, 0);

@@ -14,8 +14,20 @@ import type { Socket } from "node:net";
 const MIB = 1024 * 1024;
 
 const log = (line: string): void => {
-  process.stderr.write(`spark: ${line}\n`);
+  // Once stderr has failed (see `guardStdio`) there is nowhere to write: the line is dropped.
+  if (!process.stderr.destroyed) process.stderr.write(`spark: ${line}\n`);
 };
+
+/**
+ * A reader of stdout or stderr that went away (`spark serve 2>&1 | head -3`, a dead log collector)
+ * must neither stop the server nor loop: the failed write (EPIPE) arrives as an 'error' event, which
+ * without a listener is an uncaught exception whose handler logs it to the same broken stream, which
+ * fails again, for ever. The error is swallowed here; the stream is destroyed by it, and `log`
+ * writes nothing after that. The server goes on serving and still exits on a signal.
+ */
+function guardStdio(): void {
+  for (const stream of [process.stdout, process.stderr]) stream.on("error", () => {});
+}
 
 function detail(error: unknown): string {
   return error instanceof Error ? (error.stack ?? error.message) : String(error);
@@ -73,6 +85,7 @@ function storeDescription(settings: ResolvedSettings, store: ResponseStore): str
 
 export async function serve(allFlags: Record<string, unknown>): Promise<void> {
   const { app: appDir, ...flags } = allFlags;
+  guardStdio();
   const settings = resolveSettings(flags);
   const keys = loadKeys(settings);
   if (!keys.required && !isLoopback(settings.host) && !settings.allowUnauthenticated) {
@@ -174,7 +187,7 @@ export async function serve(allFlags: Record<string, unknown>): Promise<void> {
       throw error;
     }
   }
-  process.stdout.write(`spark listening on ${url}\n`);
+  if (!process.stdout.destroyed) process.stdout.write(`spark listening on ${url}\n`);
   if (typeof appDir === "string") {
     log(`web app for ${appDir} on ${url}/` + (keys.required ? " (browsers sign in with an API key)" : ""));
   }
