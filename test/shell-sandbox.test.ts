@@ -8,6 +8,7 @@
  * matrix, protected patches).
  */
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises";
 import { createServer, type Server } from "node:net";
@@ -267,6 +268,45 @@ describe("runCommand", () => {
     for (const name of Object.keys(SECRETS))
       assert.equal(seen.has(name), false, `${name} reached the command`);
     for (const name of ["SPARK_TEST_VISIBLE", "PUBLIC_URL", "PATH", "HOME"]) assert.ok(seen.has(name), name);
+  });
+
+  test("an unsandboxed command cannot read the scrubbed secrets back from /proc/$PPID/environ", async () => {
+    // A fresh process whose environment block (what exec gave it) holds the secrets, as spark's does.
+    const script = [
+      `const { runCommand } = await import(${JSON.stringify(new URL("../src/agent/shell.ts", import.meta.url).href)});`,
+      `const r = await runCommand("tr '\\\\0' '\\\\n' < /proc/$PPID/environ", { workspaceRoot: process.cwd(), cwd: process.cwd(), sandbox: { kind: "none", reason: "test" } });`,
+      'const after = await runCommand("printenv SPARK_TEST_VISIBLE", { workspaceRoot: process.cwd(), cwd: process.cwd(), sandbox: { kind: "none", reason: "test" } });',
+      "console.log(JSON.stringify({ output: r.output, exitCode: r.exitCode, after: after.output, kept: { token: process.env.SPARK_TEST_TOKEN, url: process.env.DATABASE_URL } }));",
+    ].join("\n");
+    const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], {
+      cwd: new URL("..", import.meta.url).pathname,
+      env: {
+        ...process.env,
+        SPARK_TEST_TOKEN: "tok-9f3a-secret",
+        DATABASE_URL: "postgres://app:pw-77c1@db.example.com/app",
+        SPARK_TEST_VISIBLE: "visible-42",
+      },
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    let stdout = "";
+    child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
+    const code = await new Promise<number | null>((resolve) => child.on("close", resolve));
+    assert.equal(code, 0, stdout);
+    const result = JSON.parse(stdout.trim().split("\n").at(-1)!) as {
+      output: string;
+      exitCode: number;
+      after: string;
+      kept: { token: string; url: string };
+    };
+    assert.equal(result.exitCode, 0, result.output);
+    assert.match(result.output, /^SPARK_TEST_VISIBLE=visible-42$/m, "the parent's environ was read");
+    assert.doesNotMatch(result.output, /tok-9f3a-secret|pw-77c1/);
+    // The server itself still has them, and the environment it gives commands is unchanged.
+    assert.deepEqual(result.kept, {
+      token: "tok-9f3a-secret",
+      url: "postgres://app:pw-77c1@db.example.com/app",
+    });
+    assert.equal(result.after, "visible-42\n");
   });
 
   test("commandEnvironment drops secret-looking variables except those allowed by name or glob", () => {

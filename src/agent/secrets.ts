@@ -12,6 +12,7 @@
  * drops `*KEY*`, `*SECRET*` and `*TOKEN*`; this goes a little further. `--allow-env NAME` (repeatable,
  * `*` wildcards) passes chosen ones through.
  */
+import { closeSync, openSync, readFileSync, writeSync } from "node:fs";
 import path from "node:path";
 
 const SECRET_WORDS = [
@@ -144,4 +145,60 @@ export function socketPathsFromEnv(env: NodeJS.ProcessEnv): string[] {
   }
   if (env.DOCKER_HOST?.startsWith("unix://")) add(env.DOCKER_HOST.slice("unix://".length));
   return found;
+}
+
+let scrubbed = false;
+
+/**
+ * Removes the secret variables (`isSecretVariable`) from this process's original environment block,
+ * the memory that `/proc/PID/environ` shows. Deleting from `process.env` does not do it (libc only
+ * drops its pointer; the strings stay where exec put them), so a command run with `--sandbox off`
+ * could read every scrubbed secret back from `/proc/$PPID/environ`. `process.env` keeps them: each
+ * is set again first (libc copies it to the heap and points there), then its value in the block is
+ * overwritten with NUL bytes through `/proc/self/mem`. Once per process; Linux only, and a no-op
+ * where /proc cannot be written. The heap copies stay readable to whoever may ptrace this process
+ * (same user, Yama's ptrace_scope 0): `--sandbox off` is no boundary, only no gift.
+ */
+export function scrubProcessEnviron(): void {
+  if (scrubbed || process.platform !== "linux") return;
+  scrubbed = true;
+  let fd: number | undefined;
+  try {
+    const stat = readFileSync("/proc/self/stat", "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    // Fields 50 and 51 of proc(5), counted from 1 with the state (field 3) first here.
+    const start = Number(fields[47]);
+    const end = Number(fields[48]);
+    if (!Number.isSafeInteger(start) || !Number.isSafeInteger(end) || start <= 0 || end <= start) return;
+    const block = readFileSync("/proc/self/environ");
+    const wipes: { at: number; length: number }[] = [];
+    let offset = 0;
+    while (offset < block.length) {
+      let stop = block.indexOf(0, offset);
+      if (stop < 0) stop = block.length;
+      const equals = block.indexOf(0x3d, offset); // "="
+      if (equals > offset && equals < stop) {
+        const name = block.subarray(offset, equals).toString("utf8");
+        if (isSecretVariable(name, block.subarray(equals + 1, stop).toString("utf8"))) {
+          const value = process.env[name];
+          if (value !== undefined) {
+            delete process.env[name];
+            process.env[name] = value;
+          }
+          wipes.push({ at: equals + 1, length: stop - equals - 1 });
+        }
+      }
+      offset = stop + 1;
+    }
+    if (wipes.length === 0) return;
+    fd = openSync("/proc/self/mem", "r+");
+    for (const { at, length } of wipes) {
+      if (length > 0 && start + at + length <= end)
+        writeSync(fd, Buffer.alloc(length), 0, length, start + at);
+    }
+  } catch {
+    // No /proc, or it cannot be written here: nothing more to do.
+  } finally {
+    if (fd !== undefined) closeSync(fd);
+  }
 }

@@ -7,7 +7,9 @@
  *   under `sandbox` (see sandbox.ts, with the mounts it computes for this command) in its own
  *   process group with stdin closed.
  * - The command's environment is `env`, by default the process's without its secrets (secrets.ts
- *   `commandEnvironment`), with or without a sandbox.
+ *   `commandEnvironment`), with or without a sandbox; and before the first command this process
+ *   wipes them from its own original environment block (`scrubProcessEnviron`), which an unsandboxed
+ *   command could otherwise read from `/proc/$PPID/environ`.
  * - `runCommand` never throws for anything the command does: a missing program is exit code 127
  *   with the shell's message (126 for one that cannot be executed), and a failure to start at all
  *   (a vanished sandbox binary, a missing working directory) is `exitCode: null` with the error in
@@ -25,7 +27,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { stat } from "node:fs/promises";
 import { StringDecoder } from "node:string_decoder";
 import { releasePlaceholders, sandboxMounts, sandboxedArgv, type Sandbox } from "./sandbox.js";
-import { commandEnvironment } from "./secrets.js";
+import { commandEnvironment, scrubProcessEnviron } from "./secrets.js";
 
 export interface CommandResult {
   /** Null when the command was killed by a signal or never started. */
@@ -126,6 +128,8 @@ export async function runCommand(
   command: string | string[],
   options: RunCommandOptions,
 ): Promise<CommandResult> {
+  // Not the secrets this process holds in its own /proc/PID/environ either (--sandbox off).
+  scrubProcessEnviron();
   const started = performance.now();
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const maxOutputBytes = Math.max(0, options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES);
