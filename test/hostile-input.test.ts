@@ -11,7 +11,7 @@
 import assert from "node:assert/strict";
 import net from "node:net";
 import { after, before, test } from "node:test";
-import { file, startServer, stop, type Cli } from "./helpers/cli.js";
+import { file, firstLine, freshDir, spawnCli, startServer, stop, type Cli } from "./helpers/cli.js";
 import { TERMINAL_TYPES, WsClient, type ServerEvent } from "./helpers/ws-client.js";
 import { HOSTILE, httpCases, wsFrames } from "./fixtures/hostile-corpus.js";
 
@@ -200,6 +200,25 @@ test("broken HTTP and WebSocket handshakes get OpenAI-shaped errors", async () =
       "headers_too_large",
     ],
     ["garbage", "\u0000\u0001 / HTTP/9\r\n\r\n", 400, "malformed_request"],
+    // Absolute form (RFC 9112 §3.2.2) with a URL that does not parse: the client's 400, not a 500.
+    [
+      "absolute form, broken URL",
+      "GET http://[::1/healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+      400,
+      "invalid_url",
+    ],
+    [
+      "absolute form, bad port",
+      "GET http://127.0.0.1:99999/v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+      400,
+      "invalid_url",
+    ],
+    [
+      "Expect other than 100-continue",
+      "POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 999-foo\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+      417,
+      "expectation_failed",
+    ],
     [
       "bad chunk",
       "POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
@@ -227,6 +246,15 @@ test("broken HTTP and WebSocket handshakes get OpenAI-shaped errors", async () =
       "invalid_websocket_handshake",
     ],
     [
+      "ws absolute form, broken URL",
+      upgrade("Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n").replace(
+        "/v1/responses",
+        "http://[::1/v1/responses",
+      ),
+      400,
+      "invalid_url",
+    ],
+    [
       "ws wrong path",
       upgrade("Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n").replace(
         "/v1/responses",
@@ -243,6 +271,12 @@ test("broken HTTP and WebSocket handshakes get OpenAI-shaped errors", async () =
     assertErrorShape(reply.body, name);
     assert.equal(reply.body.error.code, code, name);
   }
+  // A well-formed absolute form is served like its path.
+  const absolute = await rawExchange(
+    server.url,
+    `GET ${server.url}/healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`,
+  );
+  assert.match(absolute, /^HTTP\/1\.1 200 /);
   const head = await fetch(`${server.url}/healthz`, { method: "HEAD" });
   assert.equal(head.status, 200);
   assert.equal(await head.text(), "");
@@ -309,6 +343,64 @@ test("a text frame that is not UTF-8 closes that connection (1007), and only tha
   const done = await other.waitFor((event: ServerEvent) => TERMINAL_TYPES.has(event.type));
   assert.equal(done.type, "response.completed");
   other.socket.close();
+});
+
+test("spark app: a broken absolute-form URL is a 400, an odd Expect a JSON 417, and the app keeps serving", async () => {
+  const script = file("hostile-app.jsonl", JSON.stringify({ output: [{ type: "message", text: "hi" }] }));
+  const app = spawnCli(
+    [
+      "app",
+      freshDir("ws-"),
+      "--port",
+      "0",
+      "--quiet",
+      "--sandbox",
+      "off",
+      "--engine",
+      "script",
+      "--script",
+      script,
+    ],
+    { SPARK_DATA_DIR: freshDir("data-") },
+  );
+  try {
+    const url = /(http:\/\/127\.0\.0\.1:\d+)\//.exec(await firstLine(app))?.[1];
+    assert.ok(url, app.stderr());
+    const cases: [string, string, number, string][] = [
+      [
+        "broken URL",
+        "GET http://[::1/app/session HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        400,
+        "invalid_url",
+      ],
+      [
+        "socket, broken URL",
+        "GET http://[::1/app/ws HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" +
+          "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nOrigin: http://127.0.0.1\r\n\r\n",
+        400,
+        "invalid_url",
+      ],
+      [
+        "Expect",
+        "GET /app/session HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 999-foo\r\nConnection: close\r\n\r\n",
+        417,
+        "expectation_failed",
+      ],
+    ];
+    for (const [name, request, status, code] of cases) {
+      const reply = rawStatus(await rawExchange(url, request));
+      assert.equal(reply.status, status, name);
+      assert.equal(reply.body?.error.code, code, name);
+    }
+    const session = await rawExchange(
+      url,
+      `GET ${url}/app/session HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`,
+    );
+    assert.match(session, /^HTTP\/1\.1 200 /);
+    assert.equal(app.child.exitCode, null);
+  } finally {
+    await stop(app);
+  }
 });
 
 test("after the corpus the same process is alive, healthy, and logged no internal error", async () => {

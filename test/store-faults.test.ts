@@ -7,12 +7,12 @@
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { closeSync, mkdtempSync, openSync, rmSync, writeSync } from "node:fs";
+import { closeSync, mkdtempSync, openSync, rmSync, statfsSync, statSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test, type TestContext } from "node:test";
-import { StoreWriteError } from "../src/core/response-store.js";
-import { SqliteResponseStore } from "../src/store/sqlite-store.js";
+import { StoreWriteError, type StoredResponse } from "../src/core/response-store.js";
+import { DATABASE_FILE, JOURNAL_SIZE_LIMIT, SqliteResponseStore } from "../src/store/sqlite-store.js";
 import { sampleRecord } from "./fixtures/store/records.js";
 import {
   assertHealthy,
@@ -44,11 +44,11 @@ after(() => {
   }
 });
 
-/** A fresh, empty 1 MiB tmpfs; undefined (the test skipped, saying why) where mounting is refused. */
-function smallDisk(t: TestContext): string | undefined {
+/** A fresh, empty tmpfs (1 MiB by default); undefined (the test skipped, saying why) where mounting is refused. */
+function smallDisk(t: TestContext, size = "1m"): string | undefined {
   const point = mkdtempSync(join(tmpdir(), "spark-small-disk-"));
   try {
-    execFileSync("mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", point], { stdio: "pipe" });
+    execFileSync("mount", ["-t", "tmpfs", "-o", `size=${size}`, "tmpfs", point], { stdio: "pipe" });
   } catch (error) {
     rmSync(point, { recursive: true, force: true });
     const reason = (error as { stderr?: Buffer }).stderr?.toString().trim() || String(error);
@@ -59,10 +59,13 @@ function smallDisk(t: TestContext): string | undefined {
   return point;
 }
 
-/** Fills the file system at `point` with one file until a write fails with ENOSPC; returns the file. */
+/**
+ * Fills the file system at `point` with one file until a write fails with ENOSPC; returns the file.
+ * Called again, it grows the same file (a failed write gives back the room its WAL frames took).
+ */
 function fill(point: string): string {
   const path = join(point, "filler");
-  const fd = openSync(path, "w");
+  const fd = openSync(path, "a");
   const chunk = Buffer.alloc(4096, 0x2a);
   try {
     for (;;) writeSync(fd, chunk);
@@ -146,6 +149,7 @@ test("a full data directory fails the response (WebSocket, SSE, HTTP), not the s
   const wsFailed = terminalOf(failedEvents).response as ResponseShape & { error: unknown };
   assertStoreFull(wsFailed, dataDir);
   // generate: false (a prewarm) is stored too, so it fails the same way.
+  fill(disk);
   const prewarm = await client.turn({ input: "", generate: false });
   assert.deepEqual(
     prewarm.map((e) => e.type),
@@ -154,6 +158,7 @@ test("a full data directory fails the response (WebSocket, SSE, HTTP), not the s
   assertStoreFull(terminalOf(prewarm).response as ResponseShape & { error: unknown }, dataDir);
 
   // SSE: the stream ends with response.failed, on an event boundary.
+  fill(disk);
   const sse = await streamed(server.url, { input: "streamed on a full disk" });
   assert.equal(sse.events.at(-1)?.type, "response.failed", sse.events.map((e) => e.type).join(", "));
   assert.equal(sse.trailing, "");
@@ -161,6 +166,7 @@ test("a full data directory fails the response (WebSocket, SSE, HTTP), not the s
   assertStoreFull(sseFailed, dataDir);
 
   // HTTP: a 507 with an OpenAI-shaped error body.
+  fill(disk);
   const plain = await post(server.url, { input: "plain on a full disk" });
   assert.equal(plain.status, 507, JSON.stringify(plain.body));
   const plainError = (plain.body as ErrorBody).error;
@@ -211,6 +217,7 @@ test("the store on a full disk: StoreWriteError, nothing lost, writes again once
   const filler = fill(disk);
 
   for (const id of ["resp_full_0", "resp_full_1"]) {
+    fill(disk);
     assert.throws(
       () => store.put(sampleRecord(id)),
       (error: unknown) => {
@@ -222,25 +229,26 @@ test("the store on a full disk: StoreWriteError, nothing lost, writes again once
     );
     assert.equal(store.get(id, "key_alice"), undefined);
   }
-  // A delete needs room in the WAL too; it fails the same way and deletes nothing.
-  assert.throws(() => store.delete("resp_before_0", "key_alice"), StoreWriteError);
-  // Closing on a full disk cannot checkpoint; the WAL keeps the commits for the next open.
+  // A delete still works on the full disk (the store's reserve gives it room in the WAL).
+  assert.equal(store.delete("resp_before_0", "key_alice"), true);
   store.close();
 
   const reopened = SqliteResponseStore.open(dataDir, { cacheBytes: 0 });
-  for (let index = 0; index < 5; index++) {
+  for (let index = 1; index < 5; index++) {
     const id = `resp_before_${index}`;
     assert.deepEqual(reopened.get(id, "key_alice"), sampleRecord(id), id);
   }
+  assert.equal(reopened.get("resp_before_0", "key_alice"), undefined);
   assert.equal(reopened.get("resp_full_0", "key_alice"), undefined);
 
   rmSync(filler);
   reopened.put(sampleRecord("resp_after"));
-  assert.equal(reopened.delete("resp_before_0", "key_alice"), true);
+  assert.equal(reopened.delete("resp_before_1", "key_alice"), true);
   reopened.close();
   const again = SqliteResponseStore.open(dataDir, { cacheBytes: 0 });
   assert.deepEqual(again.get("resp_after", "key_alice"), sampleRecord("resp_after"));
   assert.equal(again.get("resp_before_0", "key_alice"), undefined);
+  assert.equal(again.get("resp_before_1", "key_alice"), undefined);
   assert.deepEqual(again.get("resp_before_4", "key_alice"), sampleRecord("resp_before_4"));
   again.close();
 });
@@ -289,4 +297,98 @@ test("a steered response whose store write fails hands its steer back (response.
   } finally {
     await stop(server);
   }
+});
+
+/** A record with about 1.4 MB of text (0.7 MB of input, stored as input item and as its turn). */
+function largeRecord(id: string): StoredResponse {
+  const record = sampleRecord(id);
+  const text = `${id} ${"0.7 MB of input ".repeat(43_750)}`;
+  return {
+    ...record,
+    inputItems: [{ id: `in_${id}`, type: "message", role: "user", content: [{ type: "input_text", text }] }],
+    items: [{ type: "message", role: "user", text }],
+  };
+}
+
+test("an 8 MiB data dir: large responses do not leave the WAL filling the disk; a delete works when it is full and gives the space back", (t) => {
+  const disk = smallDisk(t, "8m");
+  if (disk === undefined) return;
+  const dataDir = join(disk, "data");
+  const store = SqliteResponseStore.open(dataDir);
+  const stored: string[] = [];
+  let refusal: unknown;
+  for (let index = 0; index < 8 && refusal === undefined; index++) {
+    const id = `resp_large_${index}`;
+    try {
+      store.put(largeRecord(id));
+      stored.push(id);
+    } catch (error) {
+      refusal = error;
+    }
+    // Whatever happened, the WAL does not keep the space of a large write.
+    assert.ok(statSync(join(dataDir, `${DATABASE_FILE}-wal`)).size <= JOURNAL_SIZE_LIMIT);
+  }
+  // Before the WAL was checkpointed, the fourth 1.4 MB record no longer fit in 8 MiB.
+  assert.ok(stored.length >= 4, `stored ${stored.length}`);
+  assert.ok(refusal instanceof StoreWriteError && refusal.full, String(refusal));
+
+  // Full to the last byte: a delete still works, and its space goes back to the file system.
+  const filler = fill(disk);
+  assert.throws(() => store.put(sampleRecord("resp_small_full")), StoreWriteError);
+  assert.equal(store.delete(stored[0]!, "key_alice"), true);
+  assert.equal(store.delete(stored[1]!, "key_alice"), true);
+  assert.ok(statfsSync(disk).bavail * statfsSync(disk).bsize > 1024 * 1024, "deleted pages freed");
+  store.put(sampleRecord("resp_small_after"));
+  store.close();
+
+  // A restart on the still crowded disk opens, reads, deletes and writes.
+  const reopened = SqliteResponseStore.open(dataDir, { cacheBytes: 0 });
+  for (const id of stored.slice(2)) assert.deepEqual(reopened.get(id, "key_alice"), largeRecord(id), id);
+  assert.equal(reopened.get(stored[0]!, "key_alice"), undefined);
+  assert.deepEqual(reopened.get("resp_small_after", "key_alice"), sampleRecord("resp_small_after"));
+  assert.equal(reopened.delete(stored[2]!, "key_alice"), true);
+  reopened.put(largeRecord("resp_large_again"));
+  rmSync(filler);
+  reopened.close();
+});
+
+test("spark serve on an 8 MiB data dir: 0.7 MB responses until it is full (507), then DELETE answers 200 and responses are stored again", async (t) => {
+  const disk = smallDisk(t, "8m");
+  if (disk === undefined) return;
+  const dataDir = join(disk, "data");
+  const args = ["serve", "--engine", "script", "--script", SCRIPT, "--port", "0", "--data-dir", dataDir];
+  const server = await startServer(args);
+  const input = "0.7 MB of input ".repeat(43_750);
+  const ids: string[] = [];
+  let full: { status: number; body: unknown } | undefined;
+  for (let index = 0; index < 8 && full === undefined; index++) {
+    const answer = await post(server.url, { input: `${index} ${input}` });
+    if (answer.status === 200) ids.push((answer.body as ResponseShape).id);
+    else full = answer;
+  }
+  assert.ok(ids.length >= 4, `stored ${ids.length}`);
+  assert.equal(full?.status, 507, JSON.stringify(full?.body));
+  assert.equal((full?.body as ErrorBody).error.code, "store_write_failed");
+
+  // Completely full: deleting still works, and frees the room a new response needs.
+  const filler = fill(disk);
+  for (const id of ids.slice(0, 2)) {
+    const response = await fetch(`${server.url}/v1/responses/${id}`, {
+      method: "DELETE",
+      signal: AbortSignal.timeout(SAFETY_TIMEOUT_MS),
+    });
+    assert.equal(response.status, 200, await response.text());
+  }
+  const after = await post(server.url, { input: "after the deletes" });
+  assert.equal(after.status, 200, JSON.stringify(after.body));
+  assert.equal(await stop(server), 0, server.stderr());
+
+  // A restart on the crowded disk serves what is stored, and deletes.
+  const restarted = await startServer(args);
+  assert.equal((await get(restarted.url, ids[2]!)).status, 200);
+  assert.equal((await get(restarted.url, ids[0]!)).status, 404);
+  const deleted = await fetch(`${restarted.url}/v1/responses/${ids[2]}`, { method: "DELETE" });
+  assert.equal(deleted.status, 200, await deleted.text());
+  assert.equal(await stop(restarted), 0, restarted.stderr());
+  rmSync(filler);
 });

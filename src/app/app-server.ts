@@ -24,7 +24,10 @@ import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import { WebSocketServer, type WebSocket } from "ws";
 import { z } from "zod";
+import { SparkError } from "../protocol/errors.js";
 import { OriginPolicy } from "../server/origin-policy.js";
+import { rawResponse } from "../server/raw-response.js";
+import { expectationFailed, originForm } from "../server/request-target.js";
 import type { ClientMessage, ServerMessage } from "./protocol.js";
 import { TaskManager, type ManagerContext } from "./task-manager.js";
 
@@ -166,6 +169,12 @@ export class AppServer {
   }
 
   request(request: IncomingMessage, response: ServerResponse): void {
+    try {
+      request.url = originForm(request.url);
+    } catch (error) {
+      sendJson(response, 400, errorBody("invalid_url", (error as Error).message));
+      return;
+    }
     this.#handle(request, response).catch((error: unknown) => {
       if (!response.headersSent)
         sendJson(response, 500, errorBody("internal_error", (error as Error).message));
@@ -175,6 +184,12 @@ export class AppServer {
 
   upgrade(request: IncomingMessage, socket: Socket, head: Buffer): void {
     socket.on("error", () => socket.destroy());
+    try {
+      request.url = originForm(request.url);
+    } catch (error) {
+      socket.end(rawResponse(SparkError.from(error)));
+      return;
+    }
     this.#upgrade(request, socket, head);
   }
 
@@ -190,6 +205,11 @@ export class AppServer {
   /** Listens on its own port (`spark app`); a mounted app is served by the server it is mounted on. */
   async listen(): Promise<string> {
     const server = createServer((request, response) => this.request(request, response));
+    // An `Expect` other than 100-continue gets a JSON 417 that says why, not node:http's bare one.
+    server.on("checkExpectation", (request: IncomingMessage, response: ServerResponse) => {
+      const error = expectationFailed(request.headers.expect);
+      sendJson(response, error.status, errorBody(error.code, error.message));
+    });
     server.on("upgrade", (request: IncomingMessage, socket: Socket, head: Buffer) =>
       this.upgrade(request, socket, head),
     );

@@ -24,6 +24,7 @@ import { shown, SparkError } from "../protocol/errors.js";
 import { readJsonBody } from "./body.js";
 import { OriginPolicy } from "./origin-policy.js";
 import { rawResponse } from "./raw-response.js";
+import { expectationFailed, originForm } from "./request-target.js";
 import { SseWriter } from "./sse.js";
 import { ResponsesWebSocket, type WebSocketOptions } from "./websocket.js";
 
@@ -242,6 +243,10 @@ export class SparkServer {
       socket.on("error", () => socket.destroy());
       socket.end(rawResponse(refusal));
     });
+    // An `Expect` other than 100-continue: node:http would answer a bare 417; this one says why.
+    this.#server.on("checkExpectation", (request: IncomingMessage, response: ServerResponse) =>
+      sendError(response, expectationFailed(request.headers.expect)),
+    );
     this.#server.on("clientError", (error: NodeJS.ErrnoException, socket: Socket) => {
       if (!socket.writable || error.code === "ECONNRESET") {
         socket.destroy();
@@ -313,6 +318,12 @@ export class SparkServer {
    * is that request's 400 or 500, never the process's end.
    */
   #dispatch(request: IncomingMessage, response: ServerResponse): void {
+    try {
+      request.url = originForm(request.url);
+    } catch (error) {
+      sendError(response, SparkError.from(error));
+      return;
+    }
     const mount = this.options.mount;
     if (mount && !(request.url ?? "/").startsWith("/v1/")) {
       const path = (request.url ?? "/").split("?")[0] ?? "/";
@@ -498,6 +509,13 @@ export class SparkServer {
    * to fall back to HTTP at once (a 404 or 405 would look like a broken server).
    */
   #upgrade(request: IncomingMessage, socket: Socket, head: Buffer): void {
+    try {
+      request.url = originForm(request.url);
+    } catch (error) {
+      socket.on("error", () => socket.destroy());
+      socket.end(rawResponse(SparkError.from(error)));
+      return;
+    }
     const mount = this.options.mount;
     if (mount && mount.claims((request.url ?? "/").split("?")[0] ?? "/")) {
       mount.upgrade(request, socket, head);

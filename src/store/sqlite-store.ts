@@ -30,9 +30,21 @@
  *   thrown as `StoreWriteError`; the connection stays usable and the next write succeeds once space
  *   is freed. A checkpoint that fails for lack of space does not fail the commit that triggered it:
  *   committed transactions stay in the WAL, which a later checkpoint or the next open applies.
+ * - Small disks. The WAL never keeps the space of large writes: after a write of
+ *   `LARGE_WRITE_BYTES` or more (and at open, after a failed write, after a delete) the WAL is
+ *   checkpointed and truncated to zero, and `journal_size_limit` caps what it keeps otherwise. A
+ *   large write needs room for itself twice (in the WAL, then in the database at the checkpoint); it
+ *   is refused up front (`StoreWriteError`, full) when the file system lacks it, rather than leave a
+ *   WAL that fills the disk.
+ * - Deleting works on a full disk: `RESERVE_FILE` (`RESERVE_BYTES`, created when there is room)
+ *   is given up when a delete fails for lack of space, and the delete retried. A deleted response's
+ *   pages go back to the file system: new databases use incremental auto-vacuum, run in steps of
+ *   `VACUUM_STEP_PAGES` pages each checkpointed (so each step fits in the reserve's room); the
+ *   reserve is recreated once there is room again. (A database created before this has no
+ *   auto-vacuum: its freed pages are reused by later writes but do not shrink the file.)
  */
-import { closeSync, mkdirSync, openSync } from "node:fs";
-import { join } from "node:path";
+import { closeSync, existsSync, mkdirSync, openSync, rmSync, statfsSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
 import Database from "better-sqlite3";
 import {
   chainConversation,
@@ -56,6 +68,15 @@ export const DATABASE_FILE = "responses.sqlite";
 /** Default bound of the cache of parsed records, in (estimated) bytes. */
 export const DEFAULT_CACHE_BYTES = 64 * 1024 * 1024;
 const BUSY_TIMEOUT_MS = 5000;
+/** What the WAL keeps of its size after a checkpoint (SQLite's `journal_size_limit`). */
+export const JOURNAL_SIZE_LIMIT = 1024 * 1024;
+/** A write of this many bytes of text or more is checkpointed at once (the WAL truncated to zero). */
+export const LARGE_WRITE_BYTES = 256 * 1024;
+/** The file kept beside the database so that a delete can still write on a full disk. */
+export const RESERVE_FILE = "responses.reserve";
+export const RESERVE_BYTES = 256 * 1024;
+/** Pages one step of the incremental vacuum moves: well inside the reserve's room in the WAL. */
+const VACUUM_STEP_PAGES = 16;
 
 export { defaultDataDir } from "./data-dir.js";
 export { StoreOpenError };
@@ -121,6 +142,8 @@ export class SqliteResponseStore implements ResponseStore {
   readonly #cache = new Map<string, { record: StoredResponse; bytes: number }>();
   #cachedBytes = 0;
   readonly #cacheBytes: number;
+  /** `RESERVE_FILE` in the data directory. */
+  readonly #reserve: string;
 
   private constructor(
     db: Database.Database,
@@ -130,6 +153,7 @@ export class SqliteResponseStore implements ResponseStore {
   ) {
     this.#db = db;
     this.#cacheBytes = options.cacheBytes ?? DEFAULT_CACHE_BYTES;
+    this.#reserve = join(dirname(path), RESERVE_FILE);
     this.#select = db.prepare<[string, string], Row>(
       "SELECT owner, response, input_items, items, standalone FROM responses WHERE id = ? AND owner = ?",
     );
@@ -185,14 +209,21 @@ export class SqliteResponseStore implements ResponseStore {
         if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
       }
       db = new Database(path, { timeout: BUSY_TIMEOUT_MS });
+      // Only takes effect on a new, empty database (before its first table): a deleted response's
+      // pages can then be given back to the file system (see `#reclaim`).
+      db.pragma("auto_vacuum = INCREMENTAL");
       // WAL + NORMAL: a commit is in the WAL file when it returns (survives the process dying), and
       // is fsync'ed at checkpoints only (a power loss may lose the last transactions).
       db.pragma("journal_mode = WAL");
       db.pragma("synchronous = NORMAL");
       db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
       db.pragma("foreign_keys = ON");
+      db.pragma(`journal_size_limit = ${JOURNAL_SIZE_LIMIT}`);
       migrate(db, path);
-      return new SqliteResponseStore(db, path, options);
+      const store = new SqliteResponseStore(db, path, options);
+      // A WAL left large by an earlier run is applied and truncated (when there is room to).
+      store.#reclaim();
+      return store;
     } catch (error) {
       if (db?.open) db.close();
       if (error instanceof StoreOpenError) throw error;
@@ -253,11 +284,21 @@ export class SqliteResponseStore implements ResponseStore {
       JSON.stringify(record.inputItems),
       JSON.stringify(record.items),
     ] as const;
+    const length = columns[0].length + columns[1].length + columns[2].length;
+    // UTF-8 takes up to 3 bytes per UTF-16 unit: counted exactly only where it may matter.
+    const bytes =
+      length * 3 < LARGE_WRITE_BYTES
+        ? length
+        : columns.reduce((sum, column) => sum + Buffer.byteLength(column), 0);
+    if (bytes >= LARGE_WRITE_BYTES) this.#checkRoom(bytes);
     try {
       this.#write(record, columns);
     } catch (error) {
+      // The frames the failed transaction wrote stay in the WAL file until it is truncated.
+      this.#checkpoint();
       throw writeError(error);
     }
+    if (bytes >= LARGE_WRITE_BYTES) this.#checkpoint();
     this.#remember(
       id,
       record,
@@ -270,9 +311,18 @@ export class SqliteResponseStore implements ResponseStore {
     try {
       deleted = this.#erase(id, owner);
     } catch (error) {
-      throw writeError(error);
+      // A full disk: the reserve gives the delete the room its few pages need in the WAL.
+      if (!isFull(error) || !this.#releaseReserve()) throw writeError(error);
+      try {
+        deleted = this.#erase(id, owner);
+      } catch (again) {
+        throw writeError(again);
+      }
     }
-    if (deleted) this.#forget(id);
+    if (deleted) {
+      this.#forget(id);
+      this.#reclaim();
+    }
     return deleted;
   }
 
@@ -280,6 +330,76 @@ export class SqliteResponseStore implements ResponseStore {
     this.#cache.clear();
     this.#cachedBytes = 0;
     if (this.#db.open) this.#db.close();
+  }
+
+  /**
+   * Refuses a write of `bytes` of text that the file system has no room for: its pages go to the
+   * WAL, then (at the checkpoint) into the database file, less the free pages the database reuses.
+   */
+  #checkRoom(bytes: number): void {
+    let free: number;
+    try {
+      const stats = statfsSync(dirname(this.path));
+      free = stats.bavail * stats.bsize;
+    } catch {
+      return;
+    }
+    const pageSize = this.#db.pragma("page_size", { simple: true }) as number;
+    const freePages = (this.#db.pragma("freelist_count", { simple: true }) as number) * pageSize;
+    // Pages hold a little less than their size of text; a 1/16 margin covers that and the indexes.
+    const needed = Math.ceil(bytes * 1.0625) + 64 * 1024;
+    if (free >= needed + Math.max(0, needed - freePages)) return;
+    throw new StoreWriteError(
+      `SQLITE_FULL: not enough free space in the data directory for this response ` +
+        `(${Math.ceil(bytes / 1024)} KiB of text; ${Math.floor(free / 1024)} KiB free)`,
+      true,
+    );
+  }
+
+  /** Applies the WAL to the database and truncates it to zero; on a full disk, leaves it as it is. */
+  #checkpoint(): boolean {
+    try {
+      const [result] = this.#db.pragma("wal_checkpoint(TRUNCATE)") as { busy: number }[];
+      return result?.busy === 0;
+    } catch {
+      return false;
+    }
+  }
+
+  /**
+   * Gives the space of deleted rows back to the file system: checkpoints, then (with auto-vacuum)
+   * moves pages off the end of the file a few at a time, each step checkpointed so the WAL never
+   * needs more room than the reserve freed; then recreates the reserve if there is room for it.
+   */
+  #reclaim(): void {
+    if (this.#checkpoint() && this.#db.pragma("auto_vacuum", { simple: true }) === 2) {
+      try {
+        while ((this.#db.pragma("freelist_count", { simple: true }) as number) > 0) {
+          this.#db.pragma(`incremental_vacuum(${VACUUM_STEP_PAGES})`);
+          if (!this.#checkpoint()) break;
+        }
+      } catch {
+        // Out of room mid-way: what was moved is committed; the rest waits for the next delete.
+      }
+    }
+    this.#makeReserve();
+  }
+
+  /** Creates the reserve file unless it exists; where there is no room for it, leaves none. */
+  #makeReserve(): void {
+    if (existsSync(this.#reserve)) return;
+    try {
+      writeFileSync(this.#reserve, Buffer.alloc(RESERVE_BYTES), { mode: 0o600 });
+    } catch {
+      rmSync(this.#reserve, { force: true });
+    }
+  }
+
+  /** Removes the reserve file; false when there was none. */
+  #releaseReserve(): boolean {
+    if (!existsSync(this.#reserve)) return false;
+    rmSync(this.#reserve, { force: true });
+    return true;
   }
 
   /** Caches a record whose JSON text is `textLength` long, unless it is too large to. */
@@ -312,6 +432,10 @@ function writeError(error: unknown): StoreWriteError {
     return new StoreWriteError(`${code}: ${message}`, code === "SQLITE_FULL", { cause: error });
   }
   return new StoreWriteError(message, false, { cause: error });
+}
+
+function isFull(error: unknown): boolean {
+  return (error as { code?: unknown } | null)?.code === "SQLITE_FULL";
 }
 
 /** Brings the schema from `PRAGMA user_version` up to `SCHEMA_VERSION`, one transaction per step. */
