@@ -86,7 +86,7 @@ export default tseslint.config(
   },
   {
     // The app server is a client of the Spark server like the TUI: it reaches it only over the wire.
-    // It shares the server's origin policy (the same checks guard both).
+    // It shares the server's origin policy and request-target parsing (the same checks guard both).
     files: ["src/app/**"],
     rules: {
       "no-restricted-imports": [
@@ -105,8 +105,8 @@ export default tseslint.config(
               message: "The app reaches the server only through the Responses API (src/agent).",
             },
             {
-              regex: "/server/(?!origin-policy\\.js$)",
-              message: "Of the server, the app uses only its origin policy.",
+              regex: "/server/(?!(origin-policy|request-target)\\.js$)",
+              message: "Of the server, the app uses only its origin policy and request-target parsing.",
             },
           ],
         },

@@ -24,9 +24,7 @@ import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import { WebSocketServer, type WebSocket } from "ws";
 import { z } from "zod";
-import { SparkError } from "../protocol/errors.js";
 import { OriginPolicy } from "../server/origin-policy.js";
-import { rawResponse } from "../server/raw-response.js";
 import { expectationFailed, originForm } from "../server/request-target.js";
 import type { ClientMessage, ServerMessage } from "./protocol.js";
 import { TaskManager, type ManagerContext } from "./task-manager.js";
@@ -187,7 +185,11 @@ export class AppServer {
     try {
       request.url = originForm(request.url);
     } catch (error) {
-      socket.end(rawResponse(SparkError.from(error)));
+      const body = JSON.stringify(errorBody("invalid_url", (error as Error).message));
+      socket.end(
+        `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n` +
+          `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+      );
       return;
     }
     this.#upgrade(request, socket, head);
