@@ -24,6 +24,7 @@ import {
 } from "../src/agent/approval.js";
 import { describeSandbox, detectSandbox, sandboxedArgv, type Sandbox } from "../src/agent/sandbox.js";
 import { commandEnvironment } from "../src/agent/secrets.js";
+import { unixSocketFilter } from "../src/agent/socket-filter.js";
 import { formatCommandOutput, runCommand, type RunCommandOptions } from "../src/agent/shell.js";
 
 const NO_SANDBOX: Sandbox = { kind: "none", reason: "test" };
@@ -546,6 +547,56 @@ describe("sandbox", () => {
     assert.equal(r.output, "hello\n");
   });
 
+  sandboxTest(
+    "network: true keeps the host's abstract Unix sockets (X11, D-Bus) out of reach; TCP, pipes and socketpairs work",
+    async (t) => {
+      const withNet = await detectSandbox({ network: true });
+      assert.equal(withNet.kind, "bubblewrap");
+      const name = `\0spark-test-abstract-${process.pid}`;
+      const server: Server = createServer((socket) => socket.end("hello\n"));
+      await new Promise<void>((resolve) => server.listen(name, resolve));
+      t.after(() => new Promise<void>((resolve) => server.close(() => resolve())));
+      const node = (code: string) => `${JSON.stringify(process.execPath)} -e ${JSON.stringify(code)}`;
+      const connect = node(
+        `require("net").connect(${JSON.stringify(name)}).on("data", (d) => process.stdout.write(d)).on("error", (e) => { console.log(e.code); process.exitCode = 1; })`,
+      );
+      const plain = await run(connect, { sandbox: NO_SANDBOX });
+      assert.equal(plain.output, "hello\n", "the abstract socket answers outside the sandbox");
+      const networked = await run(connect, { sandbox: withNet });
+      assert.notEqual(networked.exitCode, 0, networked.output);
+      assert.match(networked.output, /EACCES/);
+      const isolated = await run(connect);
+      assert.notEqual(isolated.exitCode, 0, isolated.output);
+      assert.match(isolated.output, /ECONNREFUSED/, "without the network it is another namespace's");
+      // A Unix socket in the workspace cannot be made either, with the network.
+      const listen = await run(
+        node(
+          `require("net").createServer().listen("s.sock", () => console.log("listening")).on("error", (e) => { console.log(e.code); process.exit(1); })`,
+        ),
+        {
+          sandbox: withNet,
+        },
+      );
+      assert.match(listen.output, /EACCES/);
+      // What programs need keeps working: children over pipes and socketpairs, python, TCP.
+      const children = await run(
+        `echo piped | cat && ${node(`const r = require("child_process").spawnSync("echo", ["child"], { stdio: "pipe" }); process.stdout.write(r.stdout); require("child_process").spawn(process.execPath, ["-e", "process.send('ipc ok', () => process.exit())"], { stdio: ["ignore", "inherit", "inherit", "ipc"] }).on("message", (m) => console.log(m));`)}`,
+        { sandbox: withNet },
+      );
+      assert.equal(children.exitCode, 0, children.output);
+      assert.equal(children.output, "piped\nchild\nipc ok\n");
+      const tcp: Server = createServer((socket) => socket.end("tcp\n"));
+      await new Promise<void>((resolve) => tcp.listen(0, "127.0.0.1", resolve));
+      t.after(() => new Promise<void>((resolve) => tcp.close(() => resolve())));
+      const port = (tcp.address() as { port: number }).port;
+      const viaTcp = await run(`exec 3<>/dev/tcp/127.0.0.1/${port} && cat <&3`, { sandbox: withNet });
+      assert.equal(viaTcp.output, "tcp\n");
+      // --sandbox-allow-secrets lifts it with the rest.
+      const allowed = await run(connect, { sandbox: { ...withNet, allowSecrets: true } as Sandbox });
+      assert.equal(allowed.output, "hello\n");
+    },
+  );
+
   sandboxTest("a timeout inside the sandbox kills the sandboxed processes too", async () => {
     const marker = path.join(ws, "survivor");
     const started = Date.now();
@@ -724,6 +775,7 @@ describe("sandbox", () => {
       readOnly: ["/w/.git"],
       placeholders: ["/w/.vscode"],
       emptyDir: "/tmp/spark-empty-x/empty-dir",
+      seccomp: "/tmp/spark-empty-x/filter.bpf",
     });
     const at = (...words: string[]) => {
       const index = args.findIndex((_, k) => words.every((word, j) => args[k + j] === word));
@@ -744,6 +796,18 @@ describe("sandbox", () => {
     assert.ok(
       at("--ro-bind", "/w/.git", "/w/.git") < at("--ro-bind", "/tmp/spark-empty-x/empty-dir", "/w/.vscode"),
     );
+    assert.ok(at("--seccomp", "3") < at("--"));
+  });
+
+  test("the Unix socket filter is classic BPF for x86-64 and arm64, none elsewhere", () => {
+    for (const arch of ["x64", "arm64"]) {
+      const program = unixSocketFilter(arch)!;
+      assert.ok(program.length > 0 && program.length % 8 === 0, arch);
+      // It ends in the two refusals: EACCES for socket(AF_UNIX), ENOSYS for io_uring.
+      assert.equal(program.readUInt32LE(program.length - 12), 0x00050000 | 13, arch);
+      assert.equal(program.readUInt32LE(program.length - 4), 0x00050000 | 38, arch);
+    }
+    assert.equal(unixSocketFilter("riscv64"), undefined);
   });
 
   test("detectSandbox({ disabled: true }) is none", async () => {
@@ -786,6 +850,10 @@ describe("sandbox", () => {
     assert.equal(
       describeSandbox({ kind: "bubblewrap", path: "/usr/bin/bwrap", network: true, allowSecrets: true }),
       "sandbox: bubblewrap (writes confined to the workspace, .git read-only, secrets visible, network allowed)",
+    );
+    assert.equal(
+      describeSandbox({ kind: "bubblewrap", path: "/usr/bin/bwrap", network: true }),
+      "sandbox: bubblewrap (writes confined to the workspace, .git read-only, secrets hidden, network allowed, no Unix sockets)",
     );
     assert.equal(
       describeSandbox({ kind: "none", reason: "sandbox disabled by --sandbox off" }),

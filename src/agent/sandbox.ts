@@ -28,16 +28,26 @@
  *   put back (its top-level symlinks, a resolv.conf that lives there, `PATH` directories under it).
  *   A path that contains the workspace is never hidden; one inside it is, wherever the workspace
  *   lies (HOME inside a workspace under /tmp). Abstract Unix sockets belong to the network
- *   namespace: unreachable unless `network` is set.
+ *   namespace: unreachable without `network`; with it, the seccomp filter of socket-filter.ts
+ *   (`--seccomp`, read from the command's fd `SECCOMP_FD`) refuses to create Unix sockets at all.
  * - The environment is the caller's business (shell.ts passes secrets.ts `commandEnvironment`).
  */
-import { execFile } from "node:child_process";
-import { accessSync, constants as fsConstants, lstatSync, rmdirSync, rmSync } from "node:fs";
+import { spawn } from "node:child_process";
+import {
+  accessSync,
+  closeSync,
+  constants as fsConstants,
+  lstatSync,
+  openSync,
+  rmdirSync,
+  rmSync,
+} from "node:fs";
 import { access, mkdir, mkdtemp, readdir, readlink, realpath, stat, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { PROTECTED_NAMES, findProtectedPaths } from "./protected-paths.js";
 import { HOME_SECRETS, socketPathsFromEnv } from "./secrets.js";
+import { unixSocketFilter } from "./socket-filter.js";
 
 export type Sandbox =
   | {
@@ -63,6 +73,9 @@ export interface DetectSandboxOptions {
 }
 
 export const SANDBOX_PROBE_TIMEOUT_MS = 5_000;
+
+/** The file descriptor of the sandboxed process from which bwrap reads the seccomp filter. */
+export const SECCOMP_FD = 3;
 
 const INSTALL_HINT = "install it with `apt-get install bubblewrap`";
 
@@ -94,20 +107,42 @@ async function findOnPath(name: string): Promise<string | undefined> {
   return undefined;
 }
 
-function probe(bwrap: string, network: boolean): Promise<string | undefined> {
+/** Runs `true` under the base flags (and the seccomp filter at `seccomp`, unless ""); a failure's text. */
+function probe(bwrap: string, network: boolean, seccomp: string): Promise<string | undefined> {
   const { mounts, namespaces } = baseFlags(network);
+  const filter = seccomp === "" ? [] : ["--seccomp", String(SECCOMP_FD)];
   return new Promise((resolve) => {
-    execFile(
-      bwrap,
-      [...mounts, ...namespaces, "--", "true"],
-      { timeout: SANDBOX_PROBE_TIMEOUT_MS, killSignal: "SIGKILL", encoding: "utf8" },
-      (error, _stdout, stderr) => {
-        if (!error) return resolve(undefined);
-        if (error.killed) return resolve(`the probe timed out after ${SANDBOX_PROBE_TIMEOUT_MS / 1000} s`);
-        const detail = stderr.trim().split("\n").filter(Boolean).join("; ");
-        resolve(detail || error.message);
-      },
-    );
+    let fd: number | undefined;
+    let child;
+    try {
+      if (seccomp !== "") fd = openSync(seccomp, "r");
+      child = spawn(bwrap, [...mounts, ...namespaces, ...filter, "--", "true"], {
+        stdio: ["ignore", "ignore", "pipe", ...(fd === undefined ? [] : [fd])],
+      });
+    } catch (error) {
+      resolve((error as Error).message);
+      return;
+    } finally {
+      if (fd !== undefined) closeSync(fd);
+    }
+    let stderr = "";
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      child.kill("SIGKILL");
+    }, SANDBOX_PROBE_TIMEOUT_MS);
+    child.stderr?.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")));
+    child.on("error", (error) => {
+      clearTimeout(timer);
+      resolve(error.message);
+    });
+    child.on("close", (code, signal) => {
+      clearTimeout(timer);
+      if (code === 0) return resolve(undefined);
+      if (timedOut) return resolve(`the probe timed out after ${SANDBOX_PROBE_TIMEOUT_MS / 1000} s`);
+      const detail = stderr.trim().split("\n").filter(Boolean).join("; ");
+      resolve(detail || `bwrap exited with ${code ?? signal}`);
+    });
   });
 }
 
@@ -136,7 +171,8 @@ export async function detectSandbox(options: DetectSandboxOptions = {}): Promise
       };
     }
   }
-  const failure = await probe(bwrap, network);
+  const filter = network && !options.allowSecrets ? (await privateEmpties()).filter : "";
+  const failure = await probe(bwrap, network, filter);
   if (failure !== undefined) {
     return {
       kind: "none",
@@ -177,6 +213,8 @@ export interface SandboxMounts {
   placeholders: string[];
   /** An empty read-only directory of this process, bound over `placeholders`. */
   emptyDir: string;
+  /** The seccomp filter (socket-filter.ts) to pass as fd `SECCOMP_FD`, or "" for none. */
+  seccomp: string;
 }
 
 export const NO_MOUNTS: SandboxMounts = {
@@ -189,12 +227,23 @@ export const NO_MOUNTS: SandboxMounts = {
   readOnly: [],
   placeholders: [],
   emptyDir: "",
+  seccomp: "",
 };
 
-let empties: Promise<{ file: string; dir: string }> | undefined;
+interface Empties {
+  file: string;
+  dir: string;
+  /** The seccomp filter of socket-filter.ts, or "" where there is none for this CPU. */
+  filter: string;
+}
 
-/** An empty, read-only file and directory in a private temporary directory, made once and removed at exit. */
-function privateEmpties(): Promise<{ file: string; dir: string }> {
+let empties: Promise<Empties> | undefined;
+
+/**
+ * An empty, read-only file and directory, and the seccomp filter, in a private temporary directory,
+ * made once and removed at exit.
+ */
+function privateEmpties(): Promise<Empties> {
   empties ??= (async () => {
     const top = await mkdtemp(path.join(os.tmpdir(), "spark-empty-"));
     process.once("exit", () => rmSync(top, { recursive: true, force: true }));
@@ -202,7 +251,13 @@ function privateEmpties(): Promise<{ file: string; dir: string }> {
     await writeFile(file, "", { mode: 0o444 });
     const dir = path.join(top, "empty-dir");
     await mkdir(dir, { mode: 0o555 });
-    return { file, dir };
+    const program = unixSocketFilter();
+    let filter = "";
+    if (program !== undefined) {
+      filter = path.join(top, "unix-socket-filter.bpf");
+      await writeFile(filter, program, { mode: 0o444 });
+    }
+    return { file, dir, filter };
   })();
   return empties;
 }
@@ -286,7 +341,7 @@ export async function sandboxMounts(
 ): Promise<SandboxMounts> {
   if (sandbox.kind === "none") return NO_MOUNTS;
   const readOnly = await findProtectedPaths(workspaceRoot);
-  const { file: emptyFile, dir: emptyDir } = await privateEmpties();
+  const { file: emptyFile, dir: emptyDir, filter } = await privateEmpties();
   if (sandbox.allowSecrets) {
     return { ...NO_MOUNTS, readOnly, emptyDir, placeholders: holdPlaceholders(workspaceRoot) };
   }
@@ -354,6 +409,7 @@ export async function sandboxMounts(
     readOnly,
     placeholders: holdPlaceholders(workspaceRoot),
     emptyDir,
+    seccomp: sandbox.network ? filter : "",
   };
 }
 
@@ -390,6 +446,7 @@ export function sandboxedArgv(
       ...mounts.readOnly.flatMap((p) => ["--ro-bind", p, p]),
       ...mounts.placeholders.flatMap((p) => ["--ro-bind", mounts.emptyDir, p]),
       ...base.namespaces,
+      ...(mounts.seccomp === "" ? [] : ["--seccomp", String(SECCOMP_FD)]),
       "--chdir",
       cwd,
       "--",
@@ -400,7 +457,11 @@ export function sandboxedArgv(
 
 export function describeSandbox(sandbox: Sandbox): string {
   if (sandbox.kind === "none") return `no sandbox: ${sandbox.reason}`;
-  const network = sandbox.network ? "network allowed" : "no network";
+  const network = !sandbox.network
+    ? "no network"
+    : sandbox.allowSecrets
+      ? "network allowed"
+      : "network allowed, no Unix sockets";
   const secrets = sandbox.allowSecrets ? "secrets visible" : "secrets hidden";
   return `sandbox: bubblewrap (writes confined to the workspace, .git read-only, ${secrets}, ${network})`;
 }

@@ -24,9 +24,10 @@
  *   command exits, so they cannot keep the call waiting.
  */
 import { spawn, type ChildProcess } from "node:child_process";
+import { closeSync, openSync } from "node:fs";
 import { stat } from "node:fs/promises";
 import { StringDecoder } from "node:string_decoder";
-import { releasePlaceholders, sandboxMounts, sandboxedArgv, type Sandbox } from "./sandbox.js";
+import { SECCOMP_FD, releasePlaceholders, sandboxMounts, sandboxedArgv, type Sandbox } from "./sandbox.js";
 import { commandEnvironment, scrubProcessEnviron } from "./secrets.js";
 
 export interface CommandResult {
@@ -162,17 +163,26 @@ export async function runCommand(
 
   return new Promise<CommandResult>((resolve) => {
     let child: ChildProcess;
+    let filter: number | undefined;
     try {
+      const stdio: ("ignore" | "pipe" | number)[] = ["ignore", "pipe", "pipe"];
+      if (mounts.seccomp !== "") {
+        // bwrap reads the seccomp filter from this descriptor of its own.
+        filter = openSync(mounts.seccomp, "r");
+        stdio[SECCOMP_FD] = filter;
+      }
       child = spawn(file, args, {
         cwd: options.cwd,
         env: options.env ?? commandEnvironment(process.env),
-        stdio: ["ignore", "pipe", "pipe"],
+        stdio,
         detached: true,
       });
     } catch (error) {
       releasePlaceholders(mounts.placeholders);
       resolve(failed(`failed to start ${file}: ${(error as Error).message}`));
       return;
+    } finally {
+      if (filter !== undefined) closeSync(filter);
     }
 
     let done = false;
