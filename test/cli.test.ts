@@ -3,6 +3,7 @@
  * src/cli/main.ts`, so no build is needed), real ports, real signals.
  */
 import assert from "node:assert/strict";
+import { request as httpRequest } from "node:http";
 import { join } from "node:path";
 import { test } from "node:test";
 import { textOf, WsClient } from "./helpers/ws-client.js";
@@ -251,4 +252,45 @@ test("--engine llama with a missing --model file exits non-zero mentioning --mod
   assert.notEqual(code, 0, stderr);
   assert.equal(typeof code, "number", `expected an exit code, got ${code}`);
   assert.match(stderr, /--model/);
+});
+
+test("--allowed-host and --allowed-origin (repeatable) let a proxy's name and a web app's origin in", async () => {
+  const server = await startServer([
+    "serve",
+    "--engine",
+    "script",
+    "--script",
+    SHORT_SCRIPT,
+    "--port",
+    "0",
+    "--allowed-host",
+    "spark.internal",
+    "--allowed-host",
+    "proxy.example",
+    "--allowed-origin",
+    "https://app.example",
+  ]);
+  try {
+    const { port } = new URL(server.url);
+    const status = (headers: Record<string, string>): Promise<number> =>
+      new Promise((resolve, reject) => {
+        const request = httpRequest(
+          `${server.url}/v1/models`,
+          { headers: { connection: "close", ...headers } },
+          (response) => {
+            response.resume();
+            resolve(response.statusCode ?? 0);
+          },
+        );
+        request.on("error", reject);
+        request.end();
+      });
+    assert.equal(await status({ host: "spark.internal" }), 200);
+    assert.equal(await status({ host: `proxy.example:${port}` }), 200);
+    assert.equal(await status({ host: "evil.example" }), 403);
+    assert.equal(await status({ origin: "https://app.example" }), 200);
+    assert.equal(await status({ origin: "https://evil.example" }), 403);
+  } finally {
+    await stop(server);
+  }
 });

@@ -272,3 +272,14 @@ test("a models config with two script engines serves each alias from its own scr
 
   assert.equal(await stop(server), 0, server.stderr());
 });
+
+test("an empty --allowed-host or SPARK_ALLOWED_ORIGINS entry exits 2 naming the flag or the variable", async () => {
+  const flag = await expectUsageError(["--engine", "script", "--script", SPARK_SCRIPT, "--allowed-host", ""]);
+  assertMentions(flag, ["--allowed-host", "command line", /must not be empty/]);
+  const { code, stderr } = await runToExit(
+    ["serve", "--port", "0", "--engine", "script", "--script", SPARK_SCRIPT],
+    { SPARK_ALLOWED_ORIGINS: "https://a.example,,https://b.example" },
+  );
+  assert.equal(code, 2, stderr);
+  assertMentions(stderr, ["SPARK_ALLOWED_ORIGINS", "--allowed-origin", /must not be empty/]);
+});

@@ -161,6 +161,8 @@ export const serveSettingsSchema = z.strictObject({
       (value) => value === "sqlite" || value === "memory" || /^postgres(ql)?:\/\/./i.test(value),
       "must be sqlite, memory or a postgres://USER:PASSWORD@HOST:PORT/DATABASE URL",
     ),
+  /** Postgres: seconds a statement, a lock or a wait for a connection may take (then 503). */
+  storeTimeout: z.coerce.number().positive().max(3600),
   dataDir: z.string().min(1).optional(),
   maxBodyBytes: z.coerce.number().int().min(1024),
   websocket: z.boolean(),
@@ -176,6 +178,12 @@ export const serveSettingsSchema = z.strictObject({
   allowedOrigins: nameList,
 });
 export type ServeSettings = z.infer<typeof serveSettingsSchema>;
+
+/** Repeatable flags, named in the singular (`--allowed-host`), whose settings are lists. */
+const LIST_FLAGS: Record<string, string> = {
+  allowedHosts: "--allowed-host",
+  allowedOrigins: "--allowed-origin",
+};
 
 /** Settings only a config file can hold (structured values). */
 const FILE_ONLY: readonly string[] = ["models", "keys", "limits", "client", "upstreams"];
@@ -311,6 +319,14 @@ export function resolveSettings(
       throw new ConfigError(
         `invalid upstream (--upstream) from ${where}: ${issuePath(issue.path)}: ${issue.message}`,
       );
+    }
+    const listFlag = LIST_FLAGS[key];
+    if (listFlag !== undefined && origin[key] !== undefined && !origin[key].startsWith("config")) {
+      const where =
+        origin[key] === "environment"
+          ? `environment variable ${ENV_NAMES[key as keyof typeof ENV_NAMES]}`
+          : origin[key];
+      throw new ConfigError(`invalid ${key} (${listFlag}) from ${where}: ${issue.message}`);
     }
     if (FILE_ONLY.includes(key) || issue.path.length > 1) {
       throw new ConfigError(`${origin[key] ?? "config"}: ${issuePath(issue.path)}: ${issue.message}`);
