@@ -139,3 +139,23 @@ test("outside a git repository the record is the review", async () => {
   assert.equal(review.source, "record");
   assert.deepEqual([review.files[0]!.added, review.files[0]!.removed], [1, 1]);
 });
+
+test("a workspace in a subdirectory of the repository diffs its files against HEAD there", async () => {
+  const top = await mkdtemp(path.join(os.tmpdir(), "spark-review-sub-"));
+  dirs.push(top);
+  const root = path.join(top, "pkg");
+  await mkdir(root);
+  await writeFile(path.join(root, "a.txt"), "one\n");
+  git(top, "init", "-q");
+  git(top, "-c", "user.name=T", "-c", "user.email=t@example.com", "add", ".");
+  git(top, "-c", "user.name=T", "-c", "user.email=t@example.com", "commit", "-qm", "init");
+  const record = new ChangeRecord(await Workspace.open(root));
+  record.before(["a.txt"]);
+  await writeFile(path.join(root, "a.txt"), "one\ntwo\n");
+  record.after(["a.txt"]);
+  // The user edits it further: the review is HEAD's view, not the record's.
+  await writeFile(path.join(root, "a.txt"), "one\ntwo\nthree\n");
+  const review = await reviewDiffs(root, record);
+  assert.equal(review.source, "git");
+  assert.deepEqual([review.files[0]!.added, review.files[0]!.removed], [2, 0]);
+});

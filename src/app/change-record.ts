@@ -7,9 +7,8 @@
 import { readFileSync, realpathSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { isAbsolute, relative, resolve } from "node:path";
-import { execFile } from "node:child_process";
-import { promisify } from "node:util";
 import { structuredPatch, type StructuredPatchHunk } from "diff";
+import { neutralGit } from "../agent/neutral-git.js";
 import { writeFileAtomic, type Workspace } from "../agent/workspace.js";
 import type { DiffLine, FileDiff } from "./protocol.js";
 
@@ -123,52 +122,6 @@ function readInside(root: string, path: string): Buffer | null {
   } catch {
     return null;
   }
-}
-
-const run = promisify(execFile);
-
-/**
- * Configuration that could make git run a program, overridden on the command line (which wins over
- * every file): the repository's own config may have been written by a sandboxed command (a `.git`
- * it created, a nested repository), and these git commands run on the host.
- */
-const NEUTRAL_CONFIG = [
-  "core.fsmonitor=false",
-  "core.hooksPath=/dev/null",
-  "core.pager=cat",
-  "core.untrackedCache=false",
-  "core.sshCommand=false",
-  "diff.external=",
-  "protocol.allow=never",
-];
-
-/**
- * Runs git for the review with its configuration neutralised: no system or global config (HOME may
- * lie in the workspace), the overrides of `NEUTRAL_CONFIG`, no GIT_* variable of ours (GIT_DIR,
- * GIT_EXTERNAL_DIFF…), no optional locks (nothing is written to the index). Only plumbing that reads
- * objects runs (`rev-parse`, `cat-file blob`): nothing that refreshes the index (fsmonitor), applies
- * filters or textconv, or diffs (external drivers); the work tree is read directly.
- */
-async function neutralGit(root: string, args: readonly string[], maxBuffer = 1024 * 1024): Promise<Buffer> {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [name, value] of Object.entries(process.env)) {
-    if (!name.toUpperCase().startsWith("GIT_")) env[name] = value;
-  }
-  Object.assign(env, {
-    GIT_CONFIG_NOSYSTEM: "1",
-    GIT_CONFIG_GLOBAL: "/dev/null",
-    GIT_ATTR_NOSYSTEM: "1",
-    GIT_OPTIONAL_LOCKS: "0",
-    GIT_TERMINAL_PROMPT: "0",
-    GIT_NO_REPLACE_OBJECTS: "1",
-  });
-  const config = NEUTRAL_CONFIG.flatMap((setting) => ["-c", setting]);
-  const { stdout } = await run("git", [...config, "-C", root, ...args], {
-    env,
-    encoding: "buffer",
-    maxBuffer,
-  });
-  return stdout;
 }
 
 /**
