@@ -6,6 +6,7 @@
  * sockets, the script engine.
  */
 import assert from "node:assert/strict";
+import { readdirSync } from "node:fs";
 import net from "node:net";
 import { hostname } from "node:os";
 import { after, test } from "node:test";
@@ -184,6 +185,38 @@ test("past --max-connections a new connection gets 503 too_many_connections; clo
   assert.equal(accepted.status, 200);
   for (const socket of held) socket.destroy();
 });
+
+test(
+  "a connection refused past --max-connections is closed even when its client never reads nor closes",
+  { timeout: 60_000 },
+  async () => {
+    // A header timeout longer than the test: only the refusal itself may close the idle connections.
+    const server = await start({ maxConnections: 3, headersTimeoutMs: 600_000 });
+    const { port } = new URL(server.url);
+    const descriptors = (): number => readdirSync("/proc/self/fd").length;
+    const before = descriptors();
+    const connect = (options: net.NetConnectOpts): Promise<net.Socket> =>
+      new Promise((resolve) => {
+        const socket = net.connect(options, () => resolve(socket));
+        socket.on("error", () => {});
+      });
+    const held = await Promise.all([1, 2, 3].map(() => connect({ port: Number(port), host: "127.0.0.1" })));
+    // Idle clients over the limit that neither read their 503 nor close their side.
+    const idle = await Promise.all(
+      Array.from({ length: 6 }, () =>
+        connect({ port: Number(port), host: "127.0.0.1", allowHalfOpen: true }),
+      ),
+    );
+    const refused = async (): Promise<number> =>
+      (await server.metrics.connectionsRefused.get()).values.reduce((sum, v) => sum + v.value, 0);
+    while ((await refused()) < idle.length) await new Promise((resolve) => setTimeout(resolve, 20));
+    // This process holds both ends: 9 client sockets, and on the server side only the 3 accepted ones
+    // once the refused are closed (before the fix all 6 refused stayed open, half-closed, for ever).
+    const expected = before + held.length + idle.length + held.length;
+    while (descriptors() > expected + 3) await new Promise((resolve) => setTimeout(resolve, 50));
+    for (const socket of [...held, ...idle]) socket.destroy();
+  },
+);
 
 test("generate: false counts against requests and tokens per minute", async () => {
   const alice = generateKey();

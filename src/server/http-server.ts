@@ -100,6 +100,8 @@ interface Route {
 export const DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024;
 export const DEFAULT_MAX_CONNECTIONS = 4096;
 export const DEFAULT_HEADERS_TIMEOUT_MS = 15_000;
+/** How long a connection refused past --max-connections is kept for its 503 to be read. */
+const REFUSED_LINGER_MS = 1000;
 export const DEFAULT_REQUEST_TIMEOUT_MS = 120_000;
 const DEFAULT_CAPACITY = 64;
 const SHUTDOWN_GRACE_MS = 2000;
@@ -259,6 +261,10 @@ export class SparkServer {
         // Answered before the request is read: the client sees why as soon as it sends one.
         socket.on("error", () => socket.destroy());
         socket.end(rawResponse(tooManyConnections(this.#maxConnections)));
+        // Ending only half-closes: a client that never reads nor closes would hold the connection
+        // (and its descriptor) for ever, past the limit. It goes once the answer had time to arrive.
+        const linger = setTimeout(() => socket.destroy(), REFUSED_LINGER_MS).unref();
+        socket.once("close", () => clearTimeout(linger));
         this.metrics.connectionsRefused.inc();
         return;
       }
@@ -489,11 +495,15 @@ export class SparkServer {
     const engines = this.models.engines().map((engine) => ({ engine, status: engine.status() }));
     const ready = engines.every((e) => e.status.ready);
     const first = engines[0]!;
+    // A store that cannot serve (Postgres locked or unreachable) is "degraded", still 200: the
+    // server answers, `store: false` responses work, and every instance shares the same store.
+    const store = await this.#store.health?.();
     sendJson(response, ready ? 200 : 503, {
-      status: ready ? "ok" : "starting",
+      status: !ready ? "starting" : store?.ok === false ? "degraded" : "ok",
       engine: first.engine.kind,
       detail: engines.map((e) => e.status.detail).join("; "),
       engines: engines.map((e) => ({ kind: e.engine.kind, ready: e.status.ready, detail: e.status.detail })),
+      ...(store ? { store: { status: store.ok ? "ok" : "degraded", detail: store.detail } } : {}),
       queued: this.admission.queued,
     });
   }
