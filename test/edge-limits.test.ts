@@ -211,7 +211,8 @@ test(
       (await server.metrics.connectionsRefused.get()).values.reduce((sum, v) => sum + v.value, 0);
     while ((await refused()) < idle.length) await new Promise((resolve) => setTimeout(resolve, 20));
     // This process holds both ends: 9 client sockets, and on the server side only the 3 accepted ones
-    // once the refused are closed (before the fix all 6 refused stayed open, half-closed, for ever).
+    // once the refused are closed (before the fix the 6 refused stayed open, half-closed, until the
+    // header timeout: the limit held nothing).
     const expected = before + held.length + idle.length + held.length;
     while (descriptors() > expected + 3) await new Promise((resolve) => setTimeout(resolve, 50));
     for (const socket of [...held, ...idle]) socket.destroy();

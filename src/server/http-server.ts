@@ -262,7 +262,8 @@ export class SparkServer {
         socket.on("error", () => socket.destroy());
         socket.end(rawResponse(tooManyConnections(this.#maxConnections)));
         // Ending only half-closes: a client that never reads nor closes would hold the connection
-        // (and its descriptor) for ever, past the limit. It goes once the answer had time to arrive.
+        // (and its descriptor) past the limit until the header timeout. It goes once the answer had
+        // time to arrive.
         const linger = setTimeout(() => socket.destroy(), REFUSED_LINGER_MS).unref();
         socket.once("close", () => clearTimeout(linger));
         this.metrics.connectionsRefused.inc();
