@@ -134,7 +134,16 @@ export interface MountedApp {
  */
 export async function mountApp(
   dir: string,
-  server: { serverUrl: string; settings: ResolvedSettings; keys: KeyRing },
+  server: {
+    serverUrl: string;
+    settings: ResolvedSettings;
+    keys: KeyRing;
+    /**
+     * A model's context window, asked in process: over HTTP `/v1/models` needs a key, which the
+     * app holds only per owner, and a wrong window would compact every task far too early.
+     */
+    contextWindow?: (model: string) => number | undefined;
+  },
 ): Promise<MountedApp> {
   const workspace = await openWorkspace(dir);
   const dataDir = server.settings.dataDir ?? defaultDataDir();
@@ -166,7 +175,9 @@ export async function mountApp(
       dataDir,
       instructions: appInstructions(workspace.root),
       autoCompact: 0.8,
-      contextWindow: contextWindows(server.serverUrl, undefined, undefined),
+      contextWindow: server.contextWindow
+        ? async (model: string) => server.contextWindow?.(model) ?? 8192
+        : contextWindows(server.serverUrl, undefined, undefined),
     });
   } catch (error) {
     throw new ConfigError(`--app: ${(error as Error).message}`);

@@ -67,7 +67,9 @@ async function openStore(settings: ResolvedSettings): Promise<ResponseStore> {
   try {
     if (/^postgres(ql)?:\/\//i.test(settings.store)) {
       const { PostgresResponseStore } = await import("../store/postgres-store.js");
-      return await PostgresResponseStore.open(settings.store);
+      return await PostgresResponseStore.open(settings.store, {
+        timeoutMs: Math.round(settings.storeTimeout * 1000),
+      });
     }
     return SqliteResponseStore.open(settings.dataDir ?? defaultDataDir());
   } catch (error) {
@@ -181,7 +183,15 @@ export async function serve(allFlags: Record<string, unknown>): Promise<void> {
   const url = await server.listen();
   if (typeof appDir === "string") {
     try {
-      app = await mountApp(appDir, { serverUrl: url, settings, keys });
+      app = await mountApp(appDir, {
+        serverUrl: url,
+        settings,
+        keys,
+        contextWindow: (model) => {
+          const list = models.list();
+          return (list.find((m) => m.id === model) ?? list.find((m) => m.id === "spark"))?.contextWindow;
+        },
+      });
     } catch (error) {
       await server.close();
       throw error;
