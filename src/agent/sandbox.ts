@@ -171,7 +171,15 @@ export async function detectSandbox(options: DetectSandboxOptions = {}): Promise
       };
     }
   }
-  const filter = network && !options.allowSecrets ? (await privateEmpties()).filter : "";
+  let filter = "";
+  try {
+    if (network && !options.allowSecrets) filter = (await privateEmpties()).filter;
+  } catch (error) {
+    return {
+      kind: "none",
+      reason: `cannot write the sandbox's files in ${os.tmpdir()} (${(error as Error).message}): commands run without a sandbox`,
+    };
+  }
   const failure = await probe(bwrap, network, filter);
   if (failure !== undefined) {
     return {
@@ -258,7 +266,10 @@ function privateEmpties(): Promise<Empties> {
       await writeFile(filter, program, { mode: 0o444 });
     }
     return { file, dir, filter };
-  })();
+  })().catch((error: unknown) => {
+    empties = undefined; // tried again by the next command
+    throw error;
+  });
   return empties;
 }
 
@@ -331,7 +342,8 @@ async function kindOf(p: string): Promise<{ real: string; dir: boolean } | undef
 /**
  * What to mount for one command in `workspaceRoot` (a real path) under `sandbox`, from the file
  * system as it is now and the host environment `env` (HOME, PATH, XDG_RUNTIME_DIR, socket
- * variables). Never throws: what cannot be examined is left as it is. The caller must pass the
+ * variables). What cannot be examined is left as it is; throws only when the private files it binds
+ * (an empty file and directory, the seccomp filter) cannot be written in TMPDIR. The caller must pass the
  * result's `placeholders` to `releasePlaceholders` once the command has ended.
  */
 export async function sandboxMounts(

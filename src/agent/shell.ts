@@ -156,7 +156,12 @@ export async function runCommand(
     return failed(`working directory does not exist: ${options.cwd}`);
   }
 
-  const mounts = await sandboxMounts(options.sandbox, options.workspaceRoot, options.hostEnv ?? process.env);
+  let mounts;
+  try {
+    mounts = await sandboxMounts(options.sandbox, options.workspaceRoot, options.hostEnv ?? process.env);
+  } catch (error) {
+    return failed(`failed to prepare the sandbox: ${(error as Error).message}\n`);
+  }
   const { file, args } = sandboxedArgv(options.sandbox, options.workspaceRoot, argv, options.cwd, mounts);
   const headBudget = Math.floor(maxOutputBytes / 2);
   const buffer = new HeadTailBuffer(headBudget, maxOutputBytes - headBudget);
