@@ -27,6 +27,11 @@ import {
 } from "./helpers/cli.js";
 import { launchBrowser } from "./helpers/browser.js";
 
+/**
+ * The app's and servers' lifetime: past every test's timeout here, so on a loaded machine a slow
+ * test fails on its own timeout (its waits are conditions), never on a child killed under it.
+ */
+const CHILD_SAFETY_MS = 300_000;
 const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:(\d+)\/) \(workspace (.+)\)$/;
 const running: Cli[] = [];
 after(async () => {
@@ -47,10 +52,11 @@ async function startApp(options: {
 }): Promise<App> {
   const workspace = options.workspace ?? freshDir("ws-");
   const dataDir = options.dataDir ?? freshDir("data-");
-  const cli = spawnCli(["app", workspace, "--port", "0", "--quiet", "--sandbox", "off", ...options.args], {
-    SPARK_DATA_DIR: dataDir,
-    ...options.env,
-  });
+  const cli = spawnCli(
+    ["app", workspace, "--port", "0", "--quiet", "--sandbox", "off", ...options.args],
+    { SPARK_DATA_DIR: dataDir, ...options.env },
+    CHILD_SAFETY_MS,
+  );
   running.push(cli);
   const line = await firstLine(cli);
   const match = APP_LINE.exec(line);
@@ -469,6 +475,7 @@ describe("spark serve --app", { timeout: 120_000 }, () => {
     const server = await startServer(
       ["serve", "--engine", "script", "--script", quick, "--port", "0", "--app", workspace],
       { SPARK_DATA_DIR: freshDir("data-") },
+      CHILD_SAFETY_MS,
     );
     running.push(server);
     // The listening line means the app is mounted: its page, not the API's 404, from the first request.
@@ -516,6 +523,7 @@ describe("spark serve --app with keys", { timeout: 180_000 }, () => {
         freshDir("ws-"),
       ],
       { SPARK_DATA_DIR: dataDir },
+      CHILD_SAFETY_MS,
     );
     running.push(server);
     const session = (await (await fetch(`${server.url}/app/session`)).json()) as { required: boolean };
@@ -624,6 +632,7 @@ describe("allowed hosts and origins reach the app", { timeout: 120_000 }, () => 
         freshDir("ws-"),
       ],
       { SPARK_DATA_DIR: freshDir("data-") },
+      CHILD_SAFETY_MS,
     );
     running.push(server);
     const app = await startApp({

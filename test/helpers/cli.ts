@@ -72,7 +72,15 @@ export interface Cli {
   stderr(): string;
 }
 
-export function spawnCli(args: readonly string[], env: Record<string, string> = {}): Cli {
+/**
+ * `safetyMs`: when the child is killed if still running. Tests whose own timeout is longer (a
+ * browser on a loaded machine) pass one beyond it, so the test's timeout, not this, ends them.
+ */
+export function spawnCli(
+  args: readonly string[],
+  env: Record<string, string> = {},
+  safetyMs = SAFETY_TIMEOUT_MS,
+): Cli {
   const child = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", ...args], {
     cwd: REPO_ROOT,
     env: cleanEnv(env),
@@ -88,7 +96,7 @@ export function spawnCli(args: readonly string[], env: Record<string, string> = 
       resolve(code ?? signal ?? -1),
     );
   });
-  const safety = setTimeout(() => child.kill("SIGKILL"), SAFETY_TIMEOUT_MS);
+  const safety = setTimeout(() => child.kill("SIGKILL"), safetyMs);
   void exited.then(() => clearTimeout(safety));
   return { child, exited, stdout: () => stdout, stderr: () => stderr };
 }
@@ -132,8 +140,9 @@ export function waitForStdout(cli: Cli, pattern: RegExp): Promise<void> {
 export async function startServer(
   args: readonly string[],
   env: Record<string, string> = {},
+  safetyMs = SAFETY_TIMEOUT_MS,
 ): Promise<Cli & { url: string }> {
-  const cli = spawnCli(args, env);
+  const cli = spawnCli(args, env, safetyMs);
   const line = await firstLine(cli);
   const match = LISTENING.exec(line);
   assert.ok(match, `unexpected first stdout line: ${JSON.stringify(line)}`);
