@@ -471,7 +471,7 @@ export function describeSandbox(sandbox: Sandbox): string {
   if (sandbox.kind === "none") return `no sandbox: ${sandbox.reason}`;
   const network = !sandbox.network
     ? "no network"
-    : sandbox.allowSecrets
+    : sandbox.allowSecrets || unixSocketFilter() === undefined
       ? "network allowed"
       : "network allowed, no Unix sockets";
   const secrets = sandbox.allowSecrets ? "secrets visible" : "secrets hidden";
