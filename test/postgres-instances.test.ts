@@ -10,7 +10,17 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { dir, file, readSse, runToExit, startServer, stop, type Cli } from "./helpers/cli.js";
+import pg from "pg";
+import {
+  dir,
+  file,
+  readSse,
+  runToExit,
+  SAFETY_TIMEOUT_MS,
+  startServer,
+  stop,
+  type Cli,
+} from "./helpers/cli.js";
 import { POSTGRES_MISSING, TestPostgres } from "./helpers/postgres.js";
 import { terminalOf, textOf, WsClient } from "./helpers/ws-client.js";
 
@@ -301,6 +311,103 @@ test(
     } finally {
       await Promise.all([stop(a), stop(b)]);
     }
+  },
+);
+
+test(
+  "a table locked by another client: GET, POST, continuations and SSE answer (503, response.failed), the pool does not fill, /healthz says degraded",
+  { skip },
+  async () => {
+    const database = `instances_${++databases}`;
+    const url = await postgres.createDatabase(database);
+    const alice = keys.alice!;
+    const instance = await startServer([
+      ...["serve", "--engine", "script", "--script", SCRIPT, "--port", "0"],
+      ...["--store", url, "--key-file", keyFile, "--store-timeout", "1"],
+    ]);
+    const headers = { authorization: `Bearer ${alice}`, "content-type": "application/json" };
+    const send = (method: string, path: string, body?: object) =>
+      fetch(`${instance.url}${path}`, {
+        method,
+        headers,
+        ...(body ? { body: JSON.stringify({ model: "spark", ...body }) } : {}),
+        signal: AbortSignal.timeout(SAFETY_TIMEOUT_MS),
+      });
+    const errorOf = async (response: Response) => {
+      const body = (await response.json()) as { error: { type: string; code: string; message: string } };
+      return { status: response.status, retry: response.headers.get("retry-after"), ...body.error };
+    };
+    const health = async () =>
+      (await (
+        await fetch(`${instance.url}/healthz`, { signal: AbortSignal.timeout(SAFETY_TIMEOUT_MS) })
+      ).json()) as {
+        status: string;
+        store?: { status: string; detail: string };
+      };
+    const first = await turn(instance.url, alice, { input: "before the lock" });
+    assert.equal((await health()).store?.status, "ok");
+
+    const locker = new pg.Client({ connectionString: url });
+    await locker.connect();
+    try {
+      await locker.query("BEGIN");
+      await locker.query("LOCK TABLE spark_responses IN ACCESS EXCLUSIVE MODE");
+
+      // More requests at once than the pool has connections: every one answers.
+      const gets = await Promise.all(
+        Array.from({ length: 15 }, async () => errorOf(await send("GET", `/v1/responses/${first.id}`))),
+      );
+      for (const error of gets) {
+        assert.equal(error.status, 503, JSON.stringify(error));
+        assert.equal(error.type, "service_unavailable_error");
+        assert.equal(error.code, "store_unavailable");
+        assert.equal(error.retry, "1");
+        assert.match(error.message, /did not answer in time/);
+      }
+      const continued = await errorOf(
+        await send("POST", "/v1/responses", {
+          input: "continue",
+          previous_response_id: first.id,
+          stream: true,
+        }),
+      );
+      assert.equal(continued.status, 503);
+      assert.equal(continued.code, "store_unavailable");
+      const posted = await errorOf(await send("POST", "/v1/responses", { input: "new" }));
+      assert.equal(posted.status, 503);
+      assert.equal(posted.code, "store_write_failed");
+      // The stream runs, then ends with its terminal event: the write that could not be made.
+      const { events, trailing } = await readSse(
+        await send("POST", "/v1/responses", { input: "streamed", stream: true }),
+      );
+      assert.equal(trailing, "");
+      assert.equal(events.at(-1)?.type, "response.failed", events.map((e) => e.type).join(", "));
+      assert.equal((events.at(-1)!.data.response as Body).error?.code, "store_write_failed");
+      // Unstored responses need no table.
+      assert.equal((await turn(instance.url, alice, { input: "unsaved", store: false })).status, "completed");
+      const degraded = await health();
+      assert.equal(degraded.status, "degraded");
+      assert.equal(degraded.store?.status, "degraded");
+    } finally {
+      await locker.query("ROLLBACK").catch(() => {});
+      await locker.end();
+    }
+
+    // The lock gone, everything works again (a health probe that began under the lock may still
+    // answer "degraded": /healthz is asked until it is ok).
+    const deadline = Date.now() + SAFETY_TIMEOUT_MS;
+    for (let healthy = await health(); healthy.status !== "ok"; healthy = await health()) {
+      assert.ok(Date.now() < deadline, JSON.stringify(healthy));
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    const read = await send("GET", `/v1/responses/${first.id}`);
+    assert.equal(read.status, 200);
+    const second = await turn(instance.url, alice, {
+      input: "after the lock",
+      previous_response_id: first.id,
+    });
+    assert.equal(second.status, "completed");
+    assert.equal(await stop(instance), 0, instance.stderr());
   },
 );
 

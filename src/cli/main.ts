@@ -80,6 +80,11 @@ export function buildProgram(): Command {
       `where store:true responses go: sqlite (default), memory, or postgres://USER:PASSWORD@HOST/DB to share them between instances ${env("store")}`,
     )
     .option(
+      "--store-timeout <seconds>",
+      `postgres: time one statement (or a wait for a connection) may take before the request gets 503 (default 10) ${env("storeTimeout")}`,
+      number,
+    )
+    .option(
       "--data-dir <dir>",
       `directory of the response database (default ~/.local/share/spark) ${env("dataDir")}`,
     )

@@ -108,6 +108,17 @@ export interface ResponseStore {
   delete(id: string, owner: string): Awaitable<boolean>;
   /** Releases files, handles and connections; the store is unusable afterwards. */
   close(): Awaitable<void>;
+  /**
+   * Whether the store can serve now, for `/healthz`; answers promptly (a store shared over the
+   * network bounds its probe). Absent where there is nothing to check (memory, SQLite).
+   */
+  health?(): Promise<StoreHealth>;
+}
+
+/** A store's health: `ok`, or not (degraded) with a short reason, never an address or password. */
+export interface StoreHealth {
+  ok: boolean;
+  detail: string;
 }
 
 /** The item `itemId` of `record`: one of its output items, else one of its input items. */

@@ -27,6 +27,17 @@
  *   thrown as `StoreUnavailableError` (reads) or `StoreWriteError` with `unavailable` (writes),
  *   which clients see as 503s; a full disk is `StoreWriteError` with `full`. Messages carry no
  *   address or password.
+ * - Nothing waits for ever (`timeoutMs`, 10 s by default): every connection of the pool runs with
+ *   `statement_timeout` and `lock_timeout`, so a statement behind a lock (a table another client
+ *   locked) or a slow one is cancelled by the server; the client gives up too (`query_timeout`, a
+ *   little later, for a database that stopped answering at all: that connection is discarded), and
+ *   so does a wait for a free connection of a full pool. A timeout is unavailability like a lost
+ *   connection (503, retry shortly), and frees its connection, so the pool never fills for good.
+ *   Migrations at `open` wait longer (`MIGRATION_TIMEOUT_MS`): instances started together queue on
+ *   their lock.
+ * - `health()` answers within `HEALTH_TIMEOUT_MS` whether the responses table can be read now
+ *   (for `/healthz`): a table locked by another client, or a database that does not answer, is
+ *   degraded.
  */
 import pg from "pg";
 import {
@@ -39,6 +50,7 @@ import {
   type ResponseStore,
   type StoredItem,
   type StoredResponse,
+  type StoreHealth,
 } from "../core/response-store.js";
 import type { ConversationItem } from "../engine/types.js";
 import type { ResponseObject } from "../protocol/responses.js";
@@ -52,11 +64,21 @@ export const MIGRATION_LOCK = "357895606859";
 const MAX_ATTEMPTS = 3;
 /** Connections the pool opens at most, by default. */
 export const DEFAULT_POOL_SIZE = 10;
+/** Time one statement (its locks included) may take, by default. */
+export const DEFAULT_TIMEOUT_MS = 10_000;
+/** What the client waits beyond the server's `statement_timeout` before it gives up on its own. */
+const CLIENT_GRACE_MS = 1000;
+/** Time the migrations at `open` may take, waiting for another instance's included. */
+const MIGRATION_TIMEOUT_MS = 60_000;
+/** Longest `health()` takes to answer. */
+export const HEALTH_TIMEOUT_MS = 1000;
 
 export interface PostgresStoreOptions {
   /** Connections at most (default 10). */
   poolSize?: number;
-  /** Time to connect (or to wait for a free connection) before a query fails, in ms (default 5000). */
+  /** Time one statement (waiting for locks included) may take, in ms (default 10000). */
+  timeoutMs?: number;
+  /** Time to connect (or to wait for a free connection) before a query fails, in ms (default `timeoutMs`). */
   connectionTimeoutMs?: number;
 }
 
@@ -153,6 +175,8 @@ const PUT: Omit<pg.QueryConfig, "values"> = {
          SELECT $2, item, written.id FROM written, unnest($9::text[]) AS item
          ON CONFLICT (owner, id) DO NOTHING`,
 };
+/** Takes the lock a read of the responses table takes (a table locked by another client blocks it). */
+const PROBE = "SELECT 1 FROM spark_responses LIMIT 0";
 const DELETE: Omit<pg.QueryConfig, "values"> = {
   name: "spark_delete",
   text: "DELETE FROM spark_responses WHERE id = $1 AND owner = $2",
@@ -169,6 +193,8 @@ interface RecordRow {
 export class PostgresResponseStore implements ResponseStore {
   readonly #pool: pg.Pool;
   #closed = false;
+  /** The health probe in flight, shared by the `health()` calls that come meanwhile. */
+  #probe: Promise<StoreHealth> | undefined;
 
   private constructor(
     pool: pg.Pool,
@@ -184,10 +210,15 @@ export class PostgresResponseStore implements ResponseStore {
    */
   static async open(url: string, options: PostgresStoreOptions = {}): Promise<PostgresResponseStore> {
     const shown = redactUrl(url);
+    const timeoutMs = Math.max(1, Math.round(options.timeoutMs ?? DEFAULT_TIMEOUT_MS));
     const pool = new pg.Pool({
       connectionString: url,
       max: options.poolSize ?? DEFAULT_POOL_SIZE,
-      connectionTimeoutMillis: options.connectionTimeoutMs ?? 5000,
+      connectionTimeoutMillis: options.connectionTimeoutMs ?? timeoutMs,
+      // Sent at connection start-up: set for every statement of every connection of the pool.
+      statement_timeout: timeoutMs,
+      lock_timeout: timeoutMs,
+      query_timeout: timeoutMs + CLIENT_GRACE_MS,
       idleTimeoutMillis: 30_000,
       keepAlive: true,
       application_name: "spark",
@@ -301,6 +332,35 @@ export class PostgresResponseStore implements ResponseStore {
     }
   }
 
+  /**
+   * Whether the responses table can be read now, answered within `HEALTH_TIMEOUT_MS`: a probe that
+   * takes the lock every read takes, so a table another client locked is degraded, as is a database
+   * that cannot be reached or does not answer.
+   */
+  async health(): Promise<StoreHealth> {
+    this.#probe ??= this.#pool
+      .query(PROBE)
+      .then(
+        (): StoreHealth => ({ ok: true, detail: "PostgreSQL answers" }),
+        (error: unknown): StoreHealth => ({ ok: false, detail: reasonOf(error) }),
+      )
+      .finally(() => {
+        this.#probe = undefined;
+      });
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<StoreHealth>((resolve) => {
+      timer = setTimeout(
+        () => resolve({ ok: false, detail: `the database did not answer within ${HEALTH_TIMEOUT_MS} ms` }),
+        HEALTH_TIMEOUT_MS,
+      );
+    });
+    try {
+      return await Promise.race([this.#probe, late]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
@@ -312,7 +372,9 @@ export class PostgresResponseStore implements ResponseStore {
     try {
       return await this.#retrying<R>(query);
     } catch (error) {
-      if (isConnectionError(error)) throw new StoreUnavailableError(reasonOf(error), { cause: error });
+      if (isConnectionError(error) || isTimeout(error)) {
+        throw new StoreUnavailableError(reasonOf(error), { cause: error });
+      }
       throw error;
     }
   }
@@ -338,17 +400,27 @@ export class PostgresResponseStore implements ResponseStore {
  */
 async function migrate(pool: pg.Pool, shown: string): Promise<void> {
   const client = await pool.connect();
+  // The pool's timeouts are for requests; instances started together wait here for each other.
+  // (`query_timeout` per query is read by pg's client, though its types do not declare it.)
+  const query = <R extends pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>> =>
+    client.query<R>({
+      text,
+      ...(values ? { values } : {}),
+      query_timeout: MIGRATION_TIMEOUT_MS + CLIENT_GRACE_MS,
+    } as pg.QueryConfig);
   let failed = false;
   try {
-    await client.query("BEGIN");
-    await client.query("SELECT pg_advisory_xact_lock($1::bigint)", [MIGRATION_LOCK]);
-    await client.query(
+    await query("BEGIN");
+    await query(`SET LOCAL statement_timeout = ${MIGRATION_TIMEOUT_MS}`);
+    await query(`SET LOCAL lock_timeout = ${MIGRATION_TIMEOUT_MS}`);
+    await query("SELECT pg_advisory_xact_lock($1::bigint)", [MIGRATION_LOCK]);
+    await query(
       `CREATE TABLE IF NOT EXISTS spark_schema_version (
          version integer PRIMARY KEY,
          applied_at timestamptz NOT NULL DEFAULT now()
        )`,
     );
-    const { rows } = await client.query<{ version: number }>(
+    const { rows } = await query<{ version: number }>(
       "SELECT coalesce(max(version), 0) AS version FROM spark_schema_version",
     );
     const version = rows[0]?.version ?? 0;
@@ -362,13 +434,13 @@ async function migrate(pool: pg.Pool, shown: string): Promise<void> {
     for (let from = version; from < POSTGRES_SCHEMA_VERSION; from++) {
       const step = MIGRATIONS[from];
       if (step === undefined) throw new Error(`No migration from schema version ${from}`);
-      await client.query(step);
-      await client.query("INSERT INTO spark_schema_version (version) VALUES ($1)", [from + 1]);
+      await query(step);
+      await query("INSERT INTO spark_schema_version (version) VALUES ($1)", [from + 1]);
     }
-    await client.query("COMMIT");
+    await query("COMMIT");
   } catch (error) {
     failed = true;
-    await client.query("ROLLBACK").catch(() => {});
+    await query("ROLLBACK").catch(() => {});
     throw error;
   } finally {
     // A connection whose transaction failed is not handed out again.
@@ -400,6 +472,17 @@ function isConnectionError(error: unknown): boolean {
   return droppedConnection(error) || /timeout exceeded when trying to connect/i.test(messageOf(error));
 }
 
+/**
+ * Whether `error` is a timeout: the server cancelled the statement (57014, `statement_timeout`) or
+ * gave up waiting for a lock (55P03, `lock_timeout`), or the client gave up waiting for an answer or
+ * for a free connection of the pool.
+ */
+function isTimeout(error: unknown): boolean {
+  const code = codeOf(error);
+  if (code === "57014" || code === "55P03") return true;
+  return /Query read timeout|timeout exceeded when trying to connect/i.test(messageOf(error));
+}
+
 /** Whether `error` ended a connection that had been open (so a new one may well succeed). */
 function droppedConnection(error: unknown): boolean {
   const code = codeOf(error);
@@ -411,6 +494,9 @@ function droppedConnection(error: unknown): boolean {
 function reasonOf(error: unknown): string {
   const code = codeOf(error);
   if (code !== undefined && NETWORK_CODES.has(code)) return `the database is unreachable (${code})`;
+  if (isTimeout(error)) {
+    return `the database did not answer in time (${code !== undefined ? `${code}: ` : ""}${messageOf(error)})`;
+  }
   if (code !== undefined) return `${code}: ${messageOf(error)}`;
   return messageOf(error);
 }
@@ -419,7 +505,7 @@ function writeError(error: unknown): StoreWriteError {
   const code = codeOf(error);
   return new StoreWriteError(reasonOf(error), code === "53100", {
     cause: error,
-    unavailable: isConnectionError(error),
+    unavailable: isConnectionError(error) || isTimeout(error),
   });
 }
 
