@@ -14,7 +14,7 @@ import { createModels } from "../src/cli/create-engine.js";
 import { Metrics } from "../src/core/metrics.js";
 import type { EngineRequest } from "../src/engine/types.js";
 import { OpenAIEngine, type OpenAIEngineOptions } from "../src/engines/openai/openai-engine.js";
-import { PrefixRouter, prefixKey } from "../src/engines/openai/prefix-router.js";
+import { LATENCY_TTL_MS, PrefixRouter, prefixKey } from "../src/engines/openai/prefix-router.js";
 import { SparkServer } from "../src/server/http-server.js";
 import { file, readSse, runToExit } from "./helpers/cli.js";
 import { closedPort } from "./helpers/ports.js";
@@ -35,6 +35,10 @@ class FakeReplica {
   probes = 0;
   /** Answer every generation with this status instead of a stream. */
   failWith: number | undefined;
+  /** Answer every generation with 200 and a stream that is not valid SSE JSON. */
+  malformed = false;
+  /** Wait this long before the first chunk of every generation. */
+  delayMs = 0;
   #server: http.Server | undefined;
   #held: (() => void)[] = [];
   port = 0;
@@ -95,6 +99,11 @@ class FakeReplica {
       return;
     }
     res.writeHead(200, { "content-type": "text/event-stream" });
+    if (this.malformed) {
+      res.end('data: {"id": "c", "choices": [{"delta": {"content": "hal\n\n');
+      return;
+    }
+    if (this.delayMs > 0) await sleep(this.delayMs);
     res.write(chunk({ role: "assistant", content: "" }));
     if (lastUser.includes("HOLD")) {
       res.write(chunk({ content: "partial " }));
@@ -346,6 +355,71 @@ test(
   },
 );
 
+test(
+  "a replica that answers 200 with malformed SSE: its requests are retried on another, unseen, and it is ejected",
+  SAFETY,
+  async () => {
+    const [good, broken] = await replicas(2);
+    broken!.malformed = true;
+    // Checks far apart: only requests judge the replicas here (the broken one lists its models fine).
+    const { server } = await sparkServer([good!, broken!], {
+      health: { intervalMs: 600_000, failuresToEject: 3 },
+    });
+    const answers = await Promise.all(
+      Array.from({ length: 12 }, (_, c) => post(server, { input: `conv${c} hello` })),
+    );
+    for (const { status, json } of answers) {
+      assert.equal(status, 200, JSON.stringify(json));
+      assert.equal(json.status, "completed");
+    }
+    for (let c = 12; c < 40; c++) {
+      const { status, json } = await post(server, { input: `conv${c} hello` });
+      assert.equal(status, 200, JSON.stringify(json));
+    }
+    const label = `replica="${broken!.url}"`;
+    assert.equal(await metric(server, "spark_upstream_healthy", label), 0);
+    assert.equal(await metric(server, "spark_upstream_ejections_total", label), 1);
+    assert.ok(broken!.posts.length >= 3 && broken!.posts.length <= 12, `${broken!.posts.length} posts`);
+    assert.equal(
+      await metric(server, "spark_upstream_retries_total", `replica="${good!.url}"`),
+      broken!.posts.length,
+    );
+  },
+);
+
+test(
+  "a replica many times slower than the other gets no new conversations, and its conversations move",
+  SAFETY,
+  async () => {
+    const [fast, slow] = await replicas(2);
+    slow!.delayMs = 1500;
+    // Ties go to the replica holding fewer prefixes, the first listed when equal: A, then B.
+    const { server } = await sparkServer([fast!, slow!], {
+      health: { intervalMs: 600_000 },
+      routing: { random: () => 0 },
+    });
+    const ids = new Map<string, string>();
+    for (const tag of ["conv0", "conv1"]) {
+      const { json } = await post(server, { input: `${tag} hello` });
+      assert.equal(json.status, "completed");
+      ids.set(tag, json.id as string);
+    }
+    assert.deepEqual(fast!.tags(), ["conv0"]);
+    assert.deepEqual(slow!.tags(), ["conv1"]);
+    // Both measured: the slow one's conversation moves, and new ones all go to the fast one.
+    for (const [tag, id] of ids) {
+      const { json } = await post(server, { previous_response_id: id, input: `${tag} more` });
+      assert.equal(json.status, "completed");
+    }
+    for (let c = 2; c < 8; c++) {
+      const { json } = await post(server, { input: `conv${c} hello` });
+      assert.equal(json.status, "completed");
+    }
+    assert.deepEqual(slow!.tags(), ["conv1"]);
+    assert.equal(fast!.posts.length, 9);
+  },
+);
+
 test("weights: new conversations and concurrent load split by weight", SAFETY, async () => {
   const [heavy, light] = await replicas(2);
   const engine = new OpenAIEngine({
@@ -518,6 +592,52 @@ test("router: the longest prefix wins over a shared one; a busy holder yields pa
   const moved = router.pick(prefixKey(turn("a", 4)));
   assert.notEqual(moved.replica, home);
   assert.deepEqual(moved, { replica: moved.replica, hit: false, miss: "load" });
+});
+
+test("router: latency counts as load: a replica far slower than the fastest gets no new conversations and loses its own; noise and old figures do not count", () => {
+  let now = 0;
+  const router = new PrefixRouter([1, 1], { random: () => 0, now: () => now });
+  const turn = (tag: string, n: number): EngineRequest => {
+    const items: EngineRequest["items"][number][] = [];
+    for (let i = 0; i < n; i++) {
+      items.push({ type: "message", role: "user", text: `${tag} question ${i}` });
+      items.push({ type: "message", role: "assistant", text: `${tag} answer ${i}` });
+    }
+    items.push({ type: "message", role: "user", text: `${tag} question ${n}` });
+    return { ...request(""), items };
+  };
+  assert.equal(router.pick(prefixKey(turn("a", 0))).replica, 0);
+  assert.equal(router.pick(prefixKey(turn("b", 0))).replica, 1);
+  // A few milliseconds apart, or under twice as slow: equally fast, new conversations alternate.
+  router.observe(0, 2);
+  router.observe(1, 9);
+  assert.equal(router.slowness(1), 1);
+  router.observe(0, 150);
+  router.observe(1, 250);
+  assert.equal(router.slowness(1), 1);
+  assert.equal(router.pick(prefixKey(turn("c", 0))).replica, 0);
+  assert.equal(router.pick(prefixKey(turn("d", 0))).replica, 1);
+  // 40 times slower: every new conversation goes to the fast one, and b leaves the slow one.
+  const fresh = new PrefixRouter([1, 1], { random: () => 0, now: () => now });
+  assert.equal(fresh.pick(prefixKey(turn("a", 0))).replica, 0);
+  assert.equal(fresh.pick(prefixKey(turn("b", 0))).replica, 1);
+  fresh.observe(0, 150);
+  fresh.observe(1, 6000);
+  assert.equal(fresh.slowness(1), 40);
+  for (const tag of ["c", "d", "e", "f"]) assert.equal(fresh.pick(prefixKey(turn(tag, 0))).replica, 0);
+  assert.deepEqual(fresh.pick(prefixKey(turn("b", 1))), { replica: 0, hit: false, miss: "load" });
+  assert.deepEqual(fresh.pick(prefixKey(turn("a", 1))), { replica: 0, hit: true });
+  // A figure not renewed for a minute is forgotten: the slow replica is tried again.
+  now += LATENCY_TTL_MS + 1;
+  assert.equal(fresh.slowness(1), 1);
+  // Five times slower: new conversations avoid it, but its conversations stay (moving costs a prefill).
+  const mild = new PrefixRouter([1, 1], { random: () => 0, now: () => now });
+  mild.pick(prefixKey(turn("a", 0)));
+  assert.equal(mild.pick(prefixKey(turn("b", 0))).replica, 1);
+  mild.observe(0, 100);
+  mild.observe(1, 500);
+  assert.equal(mild.pick(prefixKey(turn("c", 0))).replica, 0);
+  assert.deepEqual(mild.pick(prefixKey(turn("b", 1))), { replica: 1, hit: true });
 });
 
 function request(text: string): EngineRequest {

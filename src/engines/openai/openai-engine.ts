@@ -6,10 +6,15 @@
  * SSE parsing in `sse-lines.ts`.
  *
  * Several upstreams (`upstreams`) are replicas of one model: `replica-pool.ts` routes each request
- * (prefix affinity bounded by load), checks their health and ejects failing ones. A request that
- * fails before anything was yielded (connect error, reset, timeout, 5xx, 429) is retried once on
- * another replica, unseen by the client; a failure after that ends the stream with a SparkError,
- * which the core turns into `response.failed`.
+ * (prefix affinity bounded by load and latency), checks their health and ejects failing ones. A
+ * request that fails before anything was yielded (connect error, reset, timeout, 5xx, 429, a
+ * malformed stream) is retried once on another replica, unseen by the client; a failure after that
+ * ends the stream with a SparkError, which the core turns into `response.failed`. A malformed stream
+ * (`upstream_protocol_error`: invalid JSON, an event over the size bound, a stream cut before its
+ * end) is the replica's fault like a reset, and counts toward its ejection; an error the upstream
+ * itself streamed (`upstream_error`) is the response's, and does not. A replica's failure count
+ * restarts only when a request completes on it, so one that starts answering and then breaks is
+ * ejected too. The time to a request's first part is the replica's latency (see `prefix-router.ts`).
  *
  * On abort the upstream request is destroyed at once (its connection closed) and the stream ends
  * with a `finish` part of reason "cancelled" carrying whatever usage was seen (usually zeros).
@@ -70,6 +75,7 @@ const MAX_ERROR_BODY_BYTES = 64 * 1024;
 /** Largest non-streamed JSON body accepted (the model list). */
 const MAX_JSON_BODY_BYTES = 8 * 1024 * 1024;
 
+const PROTOCOL_ERROR = "upstream_protocol_error";
 const TIMEOUT_CODES = new Set(["UND_ERR_HEADERS_TIMEOUT", "UND_ERR_BODY_TIMEOUT"]);
 const CLOSED_CODES = new Set(["UND_ERR_DESTROYED", "UND_ERR_CLOSED"]);
 
@@ -216,6 +222,8 @@ export class OpenAIEngine implements Engine {
   ): AsyncGenerator<EnginePart> {
     const decoder = wire.decoder(request);
     let response: Dispatcher.ResponseData;
+    // The replica's latency runs from here to the first part (headers included).
+    const sent = performance.now();
     try {
       response = await replica.pool.request({
         method: "POST",
@@ -248,14 +256,17 @@ export class OpenAIEngine implements Engine {
           if (parts.length === 0) continue;
           if (!started) {
             started = true;
-            this.#replicas.succeeded(replica);
+            this.#replicas.observeLatency(replica, performance.now() - sent);
           }
           yield* parts;
         }
       }
-      for (const event of sse.end()) yield* decoder.event(event);
-      if (!started) this.#replicas.succeeded(replica);
-      yield* decoder.end();
+      const last: EnginePart[] = [];
+      for (const event of sse.end()) last.push(...decoder.event(event));
+      last.push(...decoder.end());
+      // Complete and well formed: only now does the replica count as having answered.
+      this.#replicas.succeeded(replica);
+      yield* last;
     } catch (error) {
       if (signal.aborted) {
         yield* decoder.cancel();
@@ -385,7 +396,12 @@ export class OpenAIEngine implements Engine {
    * timeouts are the replica's, and retryable while nothing was yielded.
    */
   #attemptError(replica: Replica, error: unknown, midStream: boolean, started = false): AttemptError {
-    if (error instanceof SparkError || error instanceof SseTooLargeError) {
+    // A malformed stream is the replica's: counted toward its ejection, and retried elsewhere when
+    // nothing was yielded yet.
+    if (error instanceof SseTooLargeError || (error instanceof SparkError && error.code === PROTOCOL_ERROR)) {
+      return new AttemptError(this.#transportError(replica, error, midStream), true, !started);
+    }
+    if (error instanceof SparkError) {
       return new AttemptError(this.#transportError(replica, error, midStream), false, false);
     }
     const code = errorCode(error);

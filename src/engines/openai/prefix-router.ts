@@ -24,6 +24,19 @@
  * the least-loaded replica: fewest requests in flight per unit of weight, ties broken by the power
  * of two choices (two tied replicas at random, the one holding fewer prefixes per unit of weight
  * wins, so new conversations spread their cache use by weight).
+ *
+ * Latency. Requests in flight alone do not show a slow replica when there are few of them: a
+ * replica 40 times slower than the others, idle between two turns, would keep every conversation it
+ * ever served. So each replica's latency (time to first part, `observe`, an exponential moving
+ * average) is compared with the fastest replica's (or `LATENCY_FLOOR_MS`, whichever is more: a
+ * few milliseconds of difference is noise, not slowness): a replica `SLOW_RATIO` times slower or
+ * more counts `slowness` (its latency over the fastest's) per request, the one being placed included:
+ * its load is `(inFlight + (inFlight + 1) × (slowness − 1)) / weight`. New conversations then go
+ * elsewhere, and its conversations move away once the balance thresholds say so (when idle: more
+ * than `loadGap` + 1 times slower, since moving a conversation costs its whole prefill). Within `SLOW_RATIO` replicas count
+ * as equally fast (measurement noise must not pull every new conversation onto one). A latency not
+ * measured for `LATENCY_TTL_MS` is forgotten, so a replica that stopped getting requests for being
+ * slow gets one again now and then, and is measured anew.
  */
 import type { ConversationItem, EngineRequest } from "../../engine/types.js";
 
@@ -43,7 +56,18 @@ export interface RouterOptions {
   maxPrefixes?: number;
   /** Random numbers in [0, 1) for the tie-break; default Math.random. */
   random?: () => number;
+  /** The clock for latency measurements, in ms; default `performance.now`. */
+  now?: () => number;
 }
+
+/** A replica this many times slower than the fastest, or more, counts its slowness as load. */
+export const SLOW_RATIO = 2;
+/** Latencies are compared to the fastest one, or to this many ms where the fastest is faster. */
+export const LATENCY_FLOOR_MS = 100;
+/** How long a replica's latency counts after it was last measured. */
+export const LATENCY_TTL_MS = 60_000;
+/** Weight of a new latency sample in the moving average. */
+const LATENCY_ALPHA = 0.3;
 
 /** At most this many replicas per router: one bit each in the table. */
 export const MAX_REPLICAS = 32;
@@ -86,6 +110,12 @@ export class PrefixRouter {
   readonly #maxPrefixes: number;
   readonly #random: () => number;
   readonly #ties: Int32Array;
+  readonly #now: () => number;
+  /** Moving average of each replica's latency in ms (0: never measured), and when last measured. */
+  readonly #latency: Float64Array;
+  readonly #measuredAt: Float64Array;
+  /** Per replica: its latency over the fastest's where `SLOW_RATIO` or more, else 1 (see `#weigh`). */
+  readonly #slowness: Float64Array;
   #next = 0;
   /** The index of the longest prefix the last affine pick matched. */
   #matched = -1;
@@ -105,6 +135,29 @@ export class PrefixRouter {
     this.#loadRatio = options.loadRatio ?? 1.5;
     this.#maxPrefixes = options.maxPrefixes ?? 65_536;
     this.#random = options.random ?? Math.random;
+    this.#now = options.now ?? (() => performance.now());
+    this.#latency = new Float64Array(this.#count);
+    this.#measuredAt = new Float64Array(this.#count);
+    this.#slowness = new Float64Array(this.#count).fill(1);
+  }
+
+  /** `replica` took `ms` to a request's first part. */
+  observe(replica: number, ms: number): void {
+    if (replica < 0 || replica >= this.#count || !Number.isFinite(ms) || ms < 0) return;
+    const now = this.#now();
+    const fresh = this.#latency[replica]! > 0 && now - this.#measuredAt[replica]! <= LATENCY_TTL_MS;
+    // 0.01 ms at least: a measured replica is told apart from one never measured.
+    const sample = Math.max(ms, 0.01);
+    this.#latency[replica] = fresh
+      ? this.#latency[replica]! + LATENCY_ALPHA * (sample - this.#latency[replica]!)
+      : sample;
+    this.#measuredAt[replica] = now;
+  }
+
+  /** How many times slower than the fastest healthy replica `replica` is, as the load counts it. */
+  slowness(replica: number): number {
+    this.#weigh();
+    return this.#slowness[replica] ?? 1;
   }
 
   get size(): number {
@@ -123,6 +176,7 @@ export class PrefixRouter {
    * only when every other one is ejected too, so an outage that ends is found by requests as well.
    */
   pick(key: PrefixKey, exclude = -1): Route {
+    this.#weigh();
     let eligible = 0;
     for (let r = 0; r < this.#count; r++) if (this.#healthy[r] && r !== exclude) eligible |= 1 << r;
     if (eligible === 0) {
@@ -178,7 +232,28 @@ export class PrefixRouter {
   }
 
   #load(replica: number): number {
-    return this.#inFlight[replica]! / this.#weights[replica]!;
+    const inFlight = this.#inFlight[replica]!;
+    return (inFlight + (inFlight + 1) * (this.#slowness[replica]! - 1)) / this.#weights[replica]!;
+  }
+
+  /** Recomputes `#slowness` from the latencies measured within `LATENCY_TTL_MS` (O(replicas)). */
+  #weigh(): void {
+    const now = this.#now();
+    let fastest = Infinity;
+    for (let r = 0; r < this.#count; r++) {
+      if (this.#fresh(r, now) && this.#healthy[r]) fastest = Math.min(fastest, this.#latency[r]!);
+    }
+    for (let r = 0; r < this.#count; r++) {
+      const ratio =
+        this.#fresh(r, now) && fastest < Infinity
+          ? this.#latency[r]! / Math.max(fastest, LATENCY_FLOOR_MS)
+          : 1;
+      this.#slowness[r] = ratio >= SLOW_RATIO ? ratio : 1;
+    }
+  }
+
+  #fresh(replica: number, now: number): boolean {
+    return this.#latency[replica]! > 0 && now - this.#measuredAt[replica]! <= LATENCY_TTL_MS;
   }
 
   /** The replica in `mask` with the fewest requests in flight per unit of weight; ties: power of two choices. */

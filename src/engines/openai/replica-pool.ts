@@ -3,11 +3,16 @@
  * (`prefix-router.ts`), health and per-replica Prometheus metrics.
  *
  * Health. A replica is ejected (taken out of routing) after `failuresToEject` consecutive failures:
- * requests that could not connect, were reset, timed out or got a 5xx, and active checks that
- * failed. Active checks (`GET {url}/models`, else `/health` at the origin when that is a 404) run
- * every `intervalMs` while there are two replicas or more; an ejected replica rejoins after one
- * check (or one request) that succeeds. A request that succeeds resets its replica's count; a check
- * that succeeds does not, since a replica can list its models and still fail every generation.
+ * requests that could not connect, were reset, timed out, got a 5xx or a malformed stream, and
+ * active checks that failed. Active checks (`GET {url}/models`, else `/health` at the origin when
+ * that is a 404) run every `intervalMs` while there are two replicas or more; an ejected replica
+ * rejoins after one check (or one request) that succeeds. A request that succeeds resets its
+ * replica's count; a check that succeeds does not, since a replica can list its models and still
+ * fail every generation: a replica a check brings back is on probation, ejected again by its next
+ * failure.
+ *
+ * Latency. The time to each request's first part is the replica's latency (`observeLatency`); the
+ * router weighs a replica much slower than the fastest as busier than its requests in flight.
  */
 import { Pool } from "undici";
 import { Counter, Gauge, type Registry } from "prom-client";
@@ -270,7 +275,12 @@ export class ReplicaPool {
   /** The replica answered a request: its failure count restarts, and an ejected one rejoins. */
   succeeded(replica: Replica): void {
     replica.failures = 0;
-    this.#rejoin(replica);
+    this.#rejoin(replica, 0);
+  }
+
+  /** The replica took `ms` to a request's first part. */
+  observeLatency(replica: Replica, ms: number): void {
+    this.router.observe(replica.index, ms);
   }
 
   /** The replica failed a request or a check. */
@@ -304,16 +314,17 @@ export class ReplicaPool {
     try {
       const ok = await replica.check(Math.min(this.#intervalMs, 5000));
       if (!this.#timer) return;
-      if (ok) this.#rejoin(replica);
+      if (ok) this.#rejoin(replica, this.#failuresToEject - 1);
       else this.failed(replica);
     } finally {
       replica.probing = false;
     }
   }
 
-  #rejoin(replica: Replica): void {
+  /** Puts an ejected replica back in routing with `failures` counted (one short of ejection: on probation). */
+  #rejoin(replica: Replica, failures: number): void {
     if (this.router.healthy(replica.index)) return;
-    replica.failures = 0;
+    replica.failures = failures;
     this.router.setHealthy(replica.index, true);
     this.#metrics?.healthy.set({ replica: replica.displayUrl }, 1);
     this.#log(`upstream ${replica.displayUrl} is healthy again; it rejoins routing`);
