@@ -11,11 +11,16 @@
  * Budget: the prompt gets the context minus the output room; the suffix at most a quarter of it,
  * the other files at most a quarter, the prefix the rest. Each is clipped at line boundaries away
  * from the cursor (the prefix keeps its last lines, the suffix its first), so the clip point stays
- * put while the user types within a line.
+ * put while the user types within a line; clipping tokenizes about as much text as the budget
+ * holds, whatever the size of the input (`clip-text.ts`).
+ *
+ * A plain completion (a prompt with no suffix and no other files) needs no FIM tokens: on a model
+ * without them it is the prompt's last lines as they are (`plainPrompt`).
  */
 import type { LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
 import type { EnginePart, FimInput, FinishReason } from "../../engine/types.js";
 import { SparkError } from "../../protocol/errors.js";
+import { clipLines, type ClipTokenizer } from "./clip-text.js";
 import { commonPrefix } from "./speculative-decode.js";
 
 export interface FimTokens {
@@ -59,29 +64,27 @@ export interface FimBudget {
   promptTokens: number;
 }
 
-type Tokenize = (text: string) => Token[];
-
 /** The prompt tokens of a FIM request (see the layout above). */
 export function fimPrompt(
   fim: FimInput,
   tokens: FimTokens,
-  tokenize: Tokenize,
+  tokenizer: ClipTokenizer,
   budget: FimBudget,
   bos: Token | undefined,
 ): Token[] {
   // Four special tokens, BOS and a separator per file.
   const room = Math.max(16, budget.promptTokens - 4 - fim.extra.length);
-  const suffix = clipLines(fim.suffix, tokenize, Math.floor(room / 4), "keep-start");
+  const suffix = clipLines(fim.suffix, tokenizer, Math.floor(room / 4), "keep-start");
   const extraRoom = Math.floor(room / 4);
   const extra: Token[] = [];
   for (const chunk of fim.extra) {
     const text = `${chunk.filename}\n${chunk.text}\n`;
-    const chunkTokens = clipLines(text, tokenize, extraRoom - extra.length, "keep-start");
+    const chunkTokens = clipLines(text, tokenizer, extraRoom - extra.length, "keep-start");
     if (chunkTokens.length === 0) break;
     if (tokens.fileSeparator !== undefined) extra.push(tokens.fileSeparator);
     extra.push(...chunkTokens);
   }
-  const prefix = clipLines(fim.prefix, tokenize, room - suffix.length - extra.length, "keep-end");
+  const prefix = clipLines(fim.prefix, tokenizer, room - suffix.length - extra.length, "keep-end");
   return [
     ...(bos !== undefined ? [bos] : []),
     ...extra,
@@ -91,38 +94,6 @@ export function fimPrompt(
     ...suffix,
     tokens.middle,
   ];
-}
-
-/**
- * Tokenizes `text`, dropping whole lines from the far side until it fits `limit` tokens: the
- * prefix keeps its end (next to the cursor), the suffix and other files their start.
- */
-export function clipLines(
-  text: string,
-  tokenize: Tokenize,
-  limit: number,
-  keep: "keep-start" | "keep-end",
-): Token[] {
-  if (limit <= 0 || text === "") return [];
-  let tokens = tokenize(text);
-  if (tokens.length <= limit) return tokens;
-  const lines = text.split(/(?<=\n)/);
-  // Estimate from the average line, then correct by whole lines.
-  let count = Math.max(1, Math.floor((lines.length * limit) / tokens.length));
-  const pick = (n: number): string =>
-    keep === "keep-end" ? lines.slice(lines.length - n).join("") : lines.slice(0, n).join("");
-  tokens = tokenize(pick(count));
-  while (tokens.length > limit && count > 1) tokens = tokenize(pick(--count));
-  while (count < lines.length) {
-    const wider = tokenize(pick(count + 1));
-    if (wider.length > limit) break;
-    tokens = wider;
-    count++;
-  }
-  // One line longer than the whole budget: keep the tokens nearest the cursor.
-  if (tokens.length > limit)
-    tokens = keep === "keep-end" ? tokens.slice(tokens.length - limit) : tokens.slice(0, limit);
-  return tokens;
 }
 
 export interface FimDecodeOptions {
@@ -135,6 +106,22 @@ export interface FimDecodeOptions {
   signal: AbortSignal;
   /** Called when cancelled, with the tokens decoded after the abort (at most one). */
   onCancel?: (info: { tokensAfterAbort: number }) => void;
+}
+
+/** Whether a model without FIM tokens can still serve `fim`: only a prompt to continue, nothing around it. */
+export function isPlainCompletion(fim: FimInput): boolean {
+  return fim.suffix === "" && fim.extra.length === 0;
+}
+
+/** A plain completion's prompt: BOS and the prompt's last lines that fit the budget. */
+export function plainPrompt(
+  prompt: string,
+  tokenizer: ClipTokenizer,
+  budget: FimBudget,
+  bos: Token | undefined,
+): Token[] {
+  const room = Math.max(1, budget.promptTokens - 1);
+  return [...(bos !== undefined ? [bos] : []), ...clipLines(prompt, tokenizer, room, "keep-end")];
 }
 
 /**

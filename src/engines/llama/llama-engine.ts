@@ -49,7 +49,22 @@ import { AheadSequence } from "./decode-ahead.js";
 import { DraftModel } from "./draft-model.js";
 import { CombinedDrafter, InputLookupDrafter, PredictionDrafter } from "./prediction-drafter.js";
 import { commonPrefix, decodeSpeculative } from "./speculative-decode.js";
-import { decodeFim, fimPrompt, fimTokensOf, fimUnsupported, type FimTokens } from "./fim.js";
+import {
+  CHUNK_CHARS,
+  countTokensInChunks,
+  exceedsTokens,
+  keptRegion,
+  type ClipTokenizer,
+} from "./clip-text.js";
+import {
+  decodeFim,
+  fimPrompt,
+  fimTokensOf,
+  fimUnsupported,
+  isPlainCompletion,
+  plainPrompt,
+  type FimTokens,
+} from "./fim.js";
 import { cachingTokenizer } from "./token-cache.js";
 
 export interface LlamaEngineOptions {
@@ -269,9 +284,23 @@ export class LlamaEngine implements Engine {
     return this.#models.some((model) => model.id === name) ? name : undefined;
   }
 
+  /** Counted a chunk at a time, with the event loop free between chunks (see `countTokensInChunks`). */
   async countTokens(text: string): Promise<number> {
-    if (!this.#model) throw SparkError.unavailable("The llama engine has no model loaded yet.");
-    return this.#model.tokenize(text).length;
+    const model = this.#model;
+    if (!model) throw SparkError.unavailable("The llama engine has no model loaded yet.");
+    return countTokensInChunks(text, (chunk) => model.tokenize(chunk));
+  }
+
+  /**
+   * What clipping tokenizes with: the model's own tokenizer, not the caching one, whose keys would
+   * be slices of the request's text and keep a whole 14 MB body alive while they are cached.
+   */
+  #clipTokenizer(): ClipTokenizer {
+    const model = this.#model!;
+    return {
+      tokenize: (text) => model.tokenize(text, false),
+      detokenize: (tokens) => model.detokenize(tokens),
+    };
   }
 
   /** The prompt tokens a request renders to with the model's chat format. */
@@ -290,6 +319,18 @@ export class LlamaEngine implements Engine {
       known.toolChoice === request.toolChoice
     )
       return known.tokens;
+    // A conversation far larger than the context is refused after tokenizing about a context's
+    // worth of it, not all of it (tokenizing 14 MB would hold the event loop for seconds). A small
+    // one is tokenized whole, so that its refusal can say how long it is.
+    const contextSize = this.#context!.contextSize;
+    const texts = request.items.map((item) =>
+      item.type === "message" ? item.text : item.type === "tool_call" ? item.input : item.output,
+    );
+    if (
+      texts.reduce((sum, text) => sum + text.length, 0) > 4 * CHUNK_CHARS &&
+      exceedsTokens(texts, this.#clipTokenizer().tokenize, contextSize)
+    )
+      throw contextLengthExceeded(contextSize, `more than ${contextSize}`);
     const functions = toChatFunctions(request.tools, request.toolChoice);
     const state = this.#chatWrapper!.generateContextState({
       chatHistory: toChatHistory(request.items),
@@ -323,30 +364,26 @@ export class LlamaEngine implements Engine {
     const contextSize = this.#context!.contextSize;
     // LlamaChat needs a free cell after the prompt; without one it would silently drop history.
     if (promptTokens + 1 < contextSize) return;
-    throw SparkError.invalid(
-      `This model's maximum context length is ${contextSize} tokens, but the conversation is ` +
-        `${promptTokens} tokens (with its instructions, tool definitions and chat template), which ` +
-        `leaves no room for output. Shorten the input or compact the conversation.`,
-      null,
-      "context_length_exceeded",
-    );
+    throw contextLengthExceeded(contextSize, String(promptTokens));
   }
 
   /** A FIM request's prompt, clipped to leave room for its output; built once per request object. */
   #fimPrompt(request: EngineRequest): Token[] {
     const known = this.#fimPrompts.get(request);
     if (known) return known;
-    if (!this.#fim) throw fimUnsupported(this.#modelName);
+    const fim = request.fim!;
+    // Without FIM tokens only a plain completion (no suffix, no other files) can be served.
+    if (!this.#fim && !isPlainCompletion(fim)) throw fimUnsupported(this.#modelName);
     const contextSize = this.#context!.contextSize;
     const output = Math.min(request.maxOutputTokens ?? 256, Math.floor(contextSize / 2));
     const model = this.#model!;
-    const tokens = fimPrompt(
-      request.fim!,
-      this.#fim,
-      (text) => this.#tokenizer!(text, false),
-      { promptTokens: contextSize - output - 1 },
-      model.tokens.shouldPrependBosToken && model.tokens.bos != null ? model.tokens.bos : undefined,
-    );
+    const budget = { promptTokens: contextSize - output - 1 };
+    const bos = model.tokens.shouldPrependBosToken && model.tokens.bos != null ? model.tokens.bos : undefined;
+    const tokens = this.#fim
+      ? fimPrompt(fim, this.#fim, this.#clipTokenizer(), budget, bos)
+      : plainPrompt(fim.prefix, this.#clipTokenizer(), budget, bos);
+    if (tokens.length === 0)
+      throw SparkError.invalid("The prompt is empty: send the text to continue.", "prompt", "empty_prompt");
     this.#fimPrompts.set(request, tokens);
     return tokens;
   }
@@ -380,7 +417,7 @@ export class LlamaEngine implements Engine {
     // Without the tokenizer's dummy leading space: the prediction continues the prompt, as output does.
     const prediction =
       request.prediction && this.options.predictedOutputs !== false
-        ? new PredictionDrafter(model.tokenize(request.prediction, false, "trimLeadingSpace"))
+        ? new PredictionDrafter(this.#predictionTokens(request.prediction))
         : undefined;
     const lookup =
       (request.speculation?.inputLookup ?? this.options.inputLookup ?? false)
@@ -405,6 +442,18 @@ export class LlamaEngine implements Engine {
       drafter.release();
       this.#release(slot);
     }
+  }
+
+  /**
+   * A prediction's tokens, up to a context's worth: the output never gets longer than the context,
+   * so a longer prediction could never be drafted from, and tokenizing all of a 14 MB one would
+   * hold the event loop for seconds.
+   */
+  #predictionTokens(prediction: string): Token[] {
+    const model = this.#model!;
+    const contextSize = this.#context!.contextSize;
+    const { text } = keptRegion(prediction, this.#clipTokenizer().tokenize, contextSize, "keep-start");
+    return model.tokenize(text, false, "trimLeadingSpace").slice(0, contextSize);
   }
 
   async detokenize(tokens: readonly Token[]): Promise<string> {
@@ -603,6 +652,16 @@ export class LlamaEngine implements Engine {
     await this.#model?.dispose();
     await this.#llama?.dispose();
   }
+}
+
+function contextLengthExceeded(contextSize: number, promptTokens: string): SparkError {
+  return SparkError.invalid(
+    `This model's maximum context length is ${contextSize} tokens, but the conversation is ` +
+      `${promptTokens} tokens (with its instructions, tool definitions and chat template), which ` +
+      `leaves no room for output. Shorten the input or compact the conversation.`,
+    null,
+    "context_length_exceeded",
+  );
 }
 
 /** Consecutive deltas of one item, waiting together in the queue, go out as one. */
