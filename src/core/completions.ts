@@ -1,5 +1,6 @@
 /**
- * Completions (`POST /v1/completions`), transport-free: fill in the middle for editors. Validates
+ * Completions (`POST /v1/completions`), transport-free: fill in the middle for editors, and plain
+ * prompt completion (no `suffix`, no `input_extra`), which needs no FIM tokens. Validates
  * the body, admits it like the other routes (keys, tier limits, queue; `model: "auto"` is always
  * the spark tier), runs the engine with `EngineRequest.fim` and produces `text_completion` objects,
  * streamed or whole. Stop sequences are applied here, for every engine: the text is cut before the
@@ -70,7 +71,9 @@ export class CompletionsService {
     }));
     if (resolved.route) this.metrics.routed.inc({ tier: resolved.route.tier, rule: resolved.route.rule });
     const { entry } = resolved;
-    if (entry.engine.capabilities.fim !== true) {
+    // A plain prompt to continue needs no fill in the middle; only a suffix or other files do.
+    const plain = fim.suffix === "" && fim.extra.length === 0;
+    if (entry.engine.capabilities.fim !== true && !plain) {
       throw new SparkError(
         400,
         "invalid_request_error",
@@ -93,7 +96,7 @@ export class CompletionsService {
       temperature: body.temperature,
       topP: body.top_p,
     });
-    // A model without FIM tokens, or a prompt that cannot fit, is a plain 400 here.
+    // A model without FIM tokens asked for a suffix, or a prompt that cannot fit, is a plain 400 here.
     entry.engine.validateRequest?.(request);
     const stop = body.stop ?? [];
     return {

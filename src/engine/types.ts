@@ -53,7 +53,8 @@ export interface EngineRequest {
    * Fill in the middle (`POST /v1/completions`): when present, `items` is empty and the engine
    * writes the text between `prefix` and `suffix`, with `extra` (chunks of other files) as context
    * before the prefix, in the model's own FIM layout. Engines without FIM throw a 400
-   * `fim_unsupported` `SparkError`.
+   * `fim_unsupported` `SparkError`, except for a plain completion (empty `suffix`, no `extra`):
+   * continuing a prompt needs no FIM tokens.
    */
   fim?: FimInput;
 }

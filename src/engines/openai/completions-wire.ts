@@ -31,7 +31,8 @@ function completionsRequestBody(request: EngineRequest): Json {
   return {
     model: request.model,
     prompt: context + fim.prefix,
-    suffix: fim.suffix,
+    // No suffix is a plain completion, which servers without FIM support for the model also take.
+    ...(fim.suffix !== "" ? { suffix: fim.suffix } : {}),
     stream: true,
     stream_options: { include_usage: true },
     ...samplingFields(request, "max_tokens"),
