@@ -302,3 +302,52 @@ test(
     });
   },
 );
+
+test(
+  "a table locked by another client: every method fails with the store's unavailable errors instead of waiting, health() says degraded, and all is well once the lock goes",
+  // The bound only keeps a hang (statements that wait for ever) from holding the suite.
+  { skip, timeout: 60_000 },
+  async () => {
+    const name = `store_${++databases}`;
+    const url = await server.createDatabase(name);
+    const store = await PostgresResponseStore.open(url, { timeoutMs: 500, poolSize: 2 });
+    stores.push(store);
+    await store.put(sampleRecord("resp_before_lock"));
+    assert.deepEqual(await store.health(), { ok: true, detail: "PostgreSQL answers" });
+    const locker = new pg.Client({ connectionString: url });
+    await locker.connect();
+    try {
+      await locker.query("BEGIN");
+      await locker.query("LOCK TABLE spark_responses IN ACCESS EXCLUSIVE MODE");
+      const unavailable = (error: unknown): boolean => {
+        assert.ok(error instanceof StoreUnavailableError, String(error));
+        assert.match(error.message, /did not answer in time/);
+        return true;
+      };
+      const unwritable = (error: unknown): boolean => {
+        assert.ok(error instanceof StoreWriteError, String(error));
+        assert.equal(error.unavailable, true);
+        assert.equal(error.full, false);
+        return true;
+      };
+      // More calls at once than the pool has connections.
+      await Promise.all([
+        assert.rejects(Promise.resolve(store.get("resp_before_lock", "key_alice")), unavailable),
+        assert.rejects(Promise.resolve(store.has("resp_before_lock", "key_alice")), unavailable),
+        assert.rejects(Promise.resolve(store.chain("resp_before_lock", "key_alice")), unavailable),
+        assert.rejects(Promise.resolve(store.item("msg_resp_before_lock", "key_alice")), unavailable),
+        assert.rejects(Promise.resolve(store.put(sampleRecord("resp_locked"))), unwritable),
+        assert.rejects(Promise.resolve(store.delete("resp_before_lock", "key_alice")), unwritable),
+      ]);
+      const health = await store.health();
+      assert.equal(health.ok, false);
+    } finally {
+      await locker.query("ROLLBACK");
+      await locker.end();
+    }
+    assert.deepEqual(await store.get("resp_before_lock", "key_alice"), sampleRecord("resp_before_lock"));
+    await store.put(sampleRecord("resp_after_lock"));
+    assert.equal(await store.has("resp_locked", "key_alice"), false);
+    assert.equal(await store.delete("resp_after_lock", "key_alice"), true);
+  },
+);
