@@ -144,6 +144,7 @@ export class SqliteResponseStore implements ResponseStore {
   readonly #cacheBytes: number;
   /** `RESERVE_FILE` in the data directory. */
   readonly #reserve: string;
+  readonly #pageSize: number;
 
   private constructor(
     db: Database.Database,
@@ -154,6 +155,7 @@ export class SqliteResponseStore implements ResponseStore {
     this.#db = db;
     this.#cacheBytes = options.cacheBytes ?? DEFAULT_CACHE_BYTES;
     this.#reserve = join(dirname(path), RESERVE_FILE);
+    this.#pageSize = db.pragma("page_size", { simple: true }) as number;
     this.#select = db.prepare<[string, string], Row>(
       "SELECT owner, response, input_items, items, standalone FROM responses WHERE id = ? AND owner = ?",
     );
@@ -321,7 +323,9 @@ export class SqliteResponseStore implements ResponseStore {
     }
     if (deleted) {
       this.#forget(id);
-      this.#reclaim();
+      // A few pages freed are left for the next write to reuse (a checkpoint costs an fsync).
+      const freed = (this.#db.pragma("freelist_count", { simple: true }) as number) * this.#pageSize;
+      if (freed >= LARGE_WRITE_BYTES || !existsSync(this.#reserve)) this.#reclaim();
     }
     return deleted;
   }
@@ -337,15 +341,9 @@ export class SqliteResponseStore implements ResponseStore {
    * WAL, then (at the checkpoint) into the database file, less the free pages the database reuses.
    */
   #checkRoom(bytes: number): void {
-    let free: number;
-    try {
-      const stats = statfsSync(dirname(this.path));
-      free = stats.bavail * stats.bsize;
-    } catch {
-      return;
-    }
-    const pageSize = this.#db.pragma("page_size", { simple: true }) as number;
-    const freePages = (this.#db.pragma("freelist_count", { simple: true }) as number) * pageSize;
+    const free = this.#freeBytes();
+    if (free === Infinity) return;
+    const freePages = (this.#db.pragma("freelist_count", { simple: true }) as number) * this.#pageSize;
     // Pages hold a little less than their size of text; a 1/16 margin covers that and the indexes.
     const needed = Math.ceil(bytes * 1.0625) + 64 * 1024;
     if (free >= needed + Math.max(0, needed - freePages)) return;
@@ -374,15 +372,33 @@ export class SqliteResponseStore implements ResponseStore {
   #reclaim(): void {
     if (this.#checkpoint() && this.#db.pragma("auto_vacuum", { simple: true }) === 2) {
       try {
-        while ((this.#db.pragma("freelist_count", { simple: true }) as number) > 0) {
-          this.#db.pragma(`incremental_vacuum(${VACUUM_STEP_PAGES})`);
+        const pageSize = this.#pageSize;
+        let pages = this.#db.pragma("freelist_count", { simple: true }) as number;
+        // Moving n pages writes about n pages to the WAL: in one go where there is room for that
+        // (one checkpoint), else in steps the reserve's room holds.
+        const step = this.#freeBytes() > 2 * pages * pageSize + RESERVE_BYTES ? pages : VACUUM_STEP_PAGES;
+        while (pages > 0) {
+          this.#db.pragma(`incremental_vacuum(${step})`);
           if (!this.#checkpoint()) break;
+          const left = this.#db.pragma("freelist_count", { simple: true }) as number;
+          if (left >= pages) break;
+          pages = left;
         }
       } catch {
         // Out of room mid-way: what was moved is committed; the rest waits for the next delete.
       }
     }
     this.#makeReserve();
+  }
+
+  /** Bytes free on the data directory's file system (Infinity where that cannot be told). */
+  #freeBytes(): number {
+    try {
+      const stats = statfsSync(dirname(this.path));
+      return stats.bavail * stats.bsize;
+    } catch {
+      return Infinity;
+    }
   }
 
   /** Creates the reserve file unless it exists; where there is no room for it, leaves none. */
