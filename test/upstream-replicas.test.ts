@@ -388,6 +388,33 @@ test(
 );
 
 test(
+  "a malformed replica that a check brings back is on probation: its next failure ejects it again",
+  SAFETY,
+  async () => {
+    const [good, broken] = await replicas(2);
+    broken!.malformed = true;
+    const { server } = await sparkServer([good!, broken!], {
+      health: { intervalMs: 50, failuresToEject: 3 },
+    });
+    const label = `replica="${broken!.url}"`;
+    const ejections = () => metric(server, "spark_upstream_ejections_total", label);
+    for (let c = 0; (await ejections()) === 0; c++) {
+      const { status } = await post(server, { input: `conv${c} hello` });
+      assert.equal(status, 200);
+    }
+    // It lists its models, so a check brings it back; one more failed request ejects it again.
+    await eventually(async () => (await metric(server, "spark_upstream_healthy", label)) === 1, "rejoined");
+    const posts = broken!.posts.length;
+    for (let c = 100; broken!.posts.length === posts; c++) {
+      const { status } = await post(server, { input: `conv${c} hello` });
+      assert.equal(status, 200);
+    }
+    assert.equal(broken!.posts.length, posts + 1);
+    assert.equal(await ejections(), 2);
+  },
+);
+
+test(
   "a replica many times slower than the other gets no new conversations, and its conversations move",
   SAFETY,
   async () => {
