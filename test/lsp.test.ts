@@ -5,6 +5,8 @@
  * post-processing, the cache, fences) in process.
  */
 import assert from "node:assert/strict";
+import { once } from "node:events";
+import { readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -586,6 +588,197 @@ describe("spark lsp quick edit of 100 KB", () => {
   });
 });
 
+describe("spark lsp against hostile or odd input", () => {
+  const frame = (body: string): string => `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+
+  test("a body that is not JSON is reported on stderr and skipped; the server keeps serving", async () => {
+    const lsp = spawnLsp([]);
+    try {
+      await initialize(lsp);
+      lsp.child.stdin!.write(frame("{not json"));
+      assert.equal((await command(lsp, "spark.status")).tier, "spark");
+      assert.match(lsp.stderr(), /spark lsp: skipped a message that is not JSON/);
+    } finally {
+      await lsp.close();
+    }
+  });
+
+  for (const [name, bytes, reported] of [
+    [
+      "a Content-Length that is not a number",
+      "Content-Length: lots\r\n\r\n{}",
+      /Content-Length is not a number/,
+    ],
+    ["a header without Content-Length", 'X-Other: 1\r\n\r\n{"jsonrpc":"2.0"}', /without Content-Length/],
+    ["a header line that is not a header", "hello there\r\n\r\n", /header line without/],
+  ] as const) {
+    test(`a framing error (${name}) is reported on stderr and ends the process with 1, so the editor restarts it`, async () => {
+      const lsp = spawnLsp([]);
+      await initialize(lsp);
+      lsp.child.stdin!.write(bytes);
+      assert.equal(await lsp.exited, 1);
+      assert.match(lsp.stderr(), reported);
+      assert.match(lsp.stderr(), /cannot read the editor's messages any more.*exiting/);
+    });
+  }
+
+  test("a message over --max-message-bytes is refused: a request is answered, a document is forgotten, and it keeps serving", async () => {
+    const lsp = spawnLsp(["--max-message-bytes", "65536"]);
+    try {
+      await initialize(lsp);
+      const big = await rejection(command(lsp, "spark.status", ["x".repeat(200_000)]));
+      assert.equal(big.code, -32600);
+      assert.match(big.message, /workspace\/executeCommand request is over spark lsp's limit of 65536 bytes/);
+      assert.match(lsp.stderr(), /refused a \d+-byte message from the editor \(workspace\/executeCommand\)/);
+      await open(lsp, "huge.ts", "small\n");
+      const from = lsp.notifications.length;
+      await type(lsp, "huge.ts", 2, 0, 0, "y".repeat(100_000));
+      const shown = await lsp.nextNotification("window/showMessage", from);
+      assert.match(shown.params.message as string, /textDocument\/didChange .*huge\.ts/);
+      const gone = await rejection(complete(lsp, "huge.ts", 0, 0));
+      assert.match(gone.message, /not open/, "its text here is not the editor's any more");
+      assert.equal((await command(lsp, "spark.status")).tier, "spark");
+    } finally {
+      await lsp.close();
+    }
+  });
+
+  test("a 512 MiB Content-Length is refused from its header: its bytes are skipped, not held", async () => {
+    const lsp = spawnLsp([]);
+    try {
+      await initialize(lsp);
+      const rss = (): number =>
+        Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${lsp.child.pid}/status`, "utf8"))?.[1]) * 1024;
+      const before = rss();
+      const stdin = lsp.child.stdin!;
+      stdin.write(
+        `Content-Length: ${512 * 1024 * 1024}\r\n\r\n{"jsonrpc":"2.0","id":"big","method":"spark/big","params":"`,
+      );
+      const chunk = Buffer.alloc(1024 * 1024, "a");
+      for (let i = 0; i < 96; i++) if (!stdin.write(chunk)) await once(stdin, "drain");
+      await new Promise<void>((resolve) => stdin.write("", () => resolve()));
+      // Refused at once, while nearly all of it is still to come.
+      await lsp.stderrMatches(/refused a 536870912-byte message from the editor \(spark\/big\)/);
+      const grown = rss() - before;
+      assert.ok(grown < 48 * 1024 * 1024, `RSS grew by ${grown} bytes while 96 MiB of the message came`);
+    } finally {
+      lsp.child.kill();
+      await lsp.exited;
+    }
+  });
+
+  test("a quick edit over the server's body limit says 413 with the server's message, not EPIPE", async () => {
+    const server = await startServer([
+      "serve",
+      "--engine",
+      "script",
+      "--script",
+      file("lsp-413.jsonl", JSON.stringify(SCRIPT[0])),
+      "--port",
+      "0",
+      "--max-body-bytes",
+      String(1024 * 1024),
+    ]);
+    const lsp = spawnLsp(["--server", server.url]);
+    try {
+      await initialize(lsp);
+      // A quick edit that fits first, as in an editor: the large one then goes over a warm connection.
+      await open(lsp, "small.ts", "function add(a, b) {}\n");
+      const small = await command(lsp, "spark.quickEdit", [
+        {
+          textDocument: { uri: uriOf("small.ts") },
+          range: { start: { line: 0, character: 0 }, end: { line: 1, character: 0 } },
+          instruction: "types",
+        },
+      ]);
+      assert.equal(small.newText, REWRITE);
+      const text = "const x = 1;\n".repeat(700_000);
+      await open(lsp, "large.ts", text);
+      // Whether the upload or the answer comes first is a race: a few tries, each must say 413.
+      for (let i = 0; i < 5; i++) {
+        const error = await rejection(
+          command(lsp, "spark.quickEdit", [
+            {
+              textDocument: { uri: uriOf("large.ts") },
+              range: { start: { line: 0, character: 0 }, end: { line: 700_000, character: 0 } },
+              instruction: "rename x",
+            },
+          ]),
+        );
+        assert.equal(error.code, REQUEST_FAILED);
+        assert.equal(error.data!.code, "request_too_large", error.message);
+        assert.equal(error.data!.status, 413);
+        assert.match(error.message, /larger than the limit of 1048576 bytes/);
+      }
+    } finally {
+      await lsp.close();
+      await stop(server);
+    }
+  });
+
+  test("odd file URIs (a host, an encoded /) get completions and never break another file's", async () => {
+    const server = await startServer([
+      "serve",
+      "--engine",
+      "script",
+      "--script",
+      file(
+        "lsp-odd.jsonl",
+        [{ completion: "42;", after: "answer = " }, { completion: "// more" }]
+          .map((l) => JSON.stringify(l))
+          .join("\n"),
+      ),
+      "--port",
+      "0",
+    ]);
+    const proxy = await recordingProxy(server.url);
+    const lsp = spawnLsp(["--server", proxy.url, "--debounce", "0"]);
+    const odd = ["file://build-host/share/odd.ts", "file:///tmp/a%2Fb.ts"];
+    try {
+      await initialize(lsp, { rootUri: pathToFileURL(workspace).href });
+      for (const uri of odd) {
+        await lsp.connection.sendNotification("textDocument/didOpen", {
+          textDocument: { uri, languageId: "typescript", version: 1, text: "let answer = \n" },
+        });
+        await lsp.connection.sendNotification("textDocument/didChange", {
+          textDocument: { uri, version: 2 },
+          contentChanges: [
+            {
+              range: { start: { line: 1, character: 0 }, end: { line: 1, character: 0 } },
+              text: "// edited\n",
+            },
+          ],
+        });
+        const inOdd = await lsp.connection.sendRequest<Items>("textDocument/inlineCompletion", {
+          textDocument: { uri },
+          position: { line: 0, character: 13 },
+          context: { triggerKind: 2 },
+        });
+        assert.deepEqual(inOdd, { items: [{ insertText: "42;" }] });
+        assert.equal(
+          (completionsTo(proxy).at(-1)!.body.input_extra as unknown[]).length,
+          odd.indexOf(uri),
+          "the other odd file's edit comes along",
+        );
+      }
+      await open(lsp, "normal.ts", "let answer = \n");
+      assert.deepEqual(await complete(lsp, "normal.ts", 0, 13), { items: [{ insertText: "42;" }] });
+      const extra = completionsTo(proxy).at(-1)!.body.input_extra as { filename: string }[];
+      assert.deepEqual(extra.map((chunk) => chunk.filename).sort(), [...odd].sort(), "named by their URIs");
+      // Closed, they leave the ring.
+      for (const uri of odd)
+        await lsp.connection.sendNotification("textDocument/didClose", { textDocument: { uri } });
+      await type(lsp, "normal.ts", 2, 0, 13, " ");
+      assert.deepEqual(await complete(lsp, "normal.ts", 0, 14), { items: [{ insertText: "// more" }] });
+      assert.deepEqual(completionsTo(proxy).at(-1)!.body.input_extra, []);
+    } finally {
+      await lsp.close();
+      await proxy.close();
+      await stop(server);
+    }
+  });
+});
+
 describe("spark lsp lifetime", () => {
   test("live settings: a new server is notified; a bad value is shown, not applied", async () => {
     const lsp = spawnLsp(["--server", "http://127.0.0.1:1"]);
@@ -691,7 +884,11 @@ describe("spark lsp internals", () => {
     );
     ring.close("a");
     docs.delete("a");
-    assert.equal(ring.chunks("b", (u) => u)[0]!.text, "a1\na2\na3", "kept as it was when closed");
+    assert.deepEqual(
+      ring.chunks("c", (u) => u),
+      [{ filename: "b", text: "b0\nb1" }],
+      "a closed file leaves",
+    );
   });
 
   test("fences are stripped, also while the answer streams", () => {

@@ -23,6 +23,10 @@ export function lspCommand(): Command {
         "--debounce <ms>",
         "wait this long after a keystroke before requesting a completion (default 75)",
       )
+      .option(
+        "--max-message-bytes <bytes>",
+        "refuse a message from the editor larger than this (env SPARK_LSP_MAX_MESSAGE_BYTES; default 67108864, 64 MiB)",
+      )
       // vscode-languageclient passes the editor's process id; the client's `exit` ends the server.
       .addOption(new Option("--clientProcessId <pid>").hideHelp())
       .addHelpText(
@@ -48,6 +52,7 @@ Examples:
               apiKeyEnv: options.apiKeyEnv,
               tier: options.tier,
               debounce: options.debounce,
+              maxMessageBytes: options.maxMessageBytes,
             }),
           );
         } catch (error) {

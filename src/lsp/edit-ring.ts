@@ -2,7 +2,8 @@
  * A ring of recently edited places, sent with each completion as `input_extra` (chunks of other
  * files, newest first): what the user just touched elsewhere is the context most likely to matter.
  * An edit records only its file and line (cheap on every keystroke); the chunk's text is read from
- * the document when a request needs it, or kept as it was when the document closes.
+ * the document when a request needs it. A closed document leaves the ring: what is kept is only
+ * what the editor still has open (a closed file's URI, odd or not, cannot affect later requests).
  */
 
 export interface ExtraChunk {
@@ -16,8 +17,6 @@ export type LineReader = (uri: string, from: number, to: number) => string | und
 interface Place {
   uri: string;
   line: number;
-  /** The chunk's text, once its document closed. */
-  snapshot?: string;
 }
 
 export interface EditRingOptions {
@@ -42,7 +41,7 @@ export class EditRing {
   /** An edit at `line` of `uri`: replaces an older place of the same file whose chunk overlaps. */
   record(uri: string, line: number): void {
     const last = this.places[this.places.length - 1];
-    if (last && last.uri === uri && last.snapshot === undefined && Math.abs(last.line - line) <= 2) {
+    if (last && last.uri === uri && Math.abs(last.line - line) <= 2) {
       last.line = line;
       return;
     }
@@ -51,15 +50,9 @@ export class EditRing {
     if (this.places.length > this.options.capacity) this.places.shift();
   }
 
-  /** Keeps the text of a closing document's chunks, which can no longer be read. */
+  /** Drops a closing document's places. */
   close(uri: string): void {
-    for (const place of this.places) {
-      if (place.uri !== uri || place.snapshot !== undefined) continue;
-      const text = this.text(place);
-      if (text === undefined) continue;
-      place.snapshot = text;
-    }
-    this.places = this.places.filter((p) => p.uri !== uri || p.snapshot !== undefined);
+    this.places = this.places.filter((p) => p.uri !== uri);
   }
 
   /** Chunks of files other than `uri`, newest first, within the character budget. */
@@ -79,7 +72,6 @@ export class EditRing {
   }
 
   private text(place: Place): string | undefined {
-    if (place.snapshot !== undefined) return place.snapshot;
     const from = Math.max(0, place.line - this.options.radius);
     return this.read(place.uri, from, place.line + this.options.radius + 1);
   }

@@ -25,16 +25,19 @@ import {
   LSPErrorCodes,
   MessageType,
   ResponseError,
+  StreamMessageWriter,
   TextDocumentSyncKind,
   type CancellationToken,
   type Connection,
   type InitializeResult,
   type InlineCompletionList,
+  type Message,
 } from "vscode-languageserver/node";
 import { TextDocument } from "vscode-languageserver-textdocument";
 import { z } from "zod";
 import { CompletionCache } from "./completion-cache.js";
 import { EditRing } from "./edit-ring.js";
+import { BoundedMessageReader, type RefusedMessage } from "./message-reader.js";
 import { clipPrefix, clipSuffix, DEFAULT_CLIP, midLine, postProcess } from "./fim-context.js";
 import { finalRewrite, ProgressThrottle, quickEditMessages, stripFence } from "./quick-edit.js";
 import { AbortedError, postStream, ServerError } from "./server-client.js";
@@ -93,6 +96,20 @@ function rate(tokens: number, firstAt: number | undefined, endAt: number): numbe
   return Math.round(((tokens - 1) / ((endAt - firstAt) / 1000)) * 10) / 10;
 }
 
+/**
+ * The file path of a `file:` URI, or undefined for any other URI and for one Node cannot turn into
+ * a path here (`file://host/…`, an encoded `/`): such a document still gets completions, named by
+ * its URI, and one odd URI never fails another document's request.
+ */
+function pathOf(uri: string): string | undefined {
+  if (!uri.startsWith("file:")) return undefined;
+  try {
+    return fileURLToPath(uri);
+  } catch {
+    return undefined;
+  }
+}
+
 function wait(ms: number, token: CancellationToken): Promise<void> {
   return new Promise((resolve) => {
     const timer = setTimeout(done, ms);
@@ -117,6 +134,8 @@ export class SparkLanguageServer {
   private tokensPerSecond: number | null = null;
   /** The server error last shown with window/showMessage; cleared by a success. */
   private shownError: string | undefined;
+  /** `shutdown` came: a closed stdin then ends the process with 0, as `exit` does. */
+  shutdownReceived = false;
 
   constructor(
     private readonly connection: Connection,
@@ -151,7 +170,7 @@ export class SparkLanguageServer {
       }
       const folders = params.workspaceFolders ?? [];
       const roots = folders.length ? folders.map((f) => f.uri) : params.rootUri ? [params.rootUri] : [];
-      this.roots = roots.filter((uri) => uri.startsWith("file:")).map((uri) => fileURLToPath(uri));
+      this.roots = roots.map(pathOf).filter((path) => path !== undefined);
       return {
         capabilities: {
           textDocumentSync: { openClose: true, change: TextDocumentSyncKind.Incremental },
@@ -216,7 +235,29 @@ export class SparkLanguageServer {
           );
       }
     });
-    c.onShutdown(() => this.abortAll());
+    c.onShutdown(() => {
+      this.shutdownReceived = true;
+      this.abortAll();
+    });
+  }
+
+  /**
+   * A message from the editor over the size limit was skipped (see BoundedMessageReader). A
+   * document it changed is forgotten, since its text here is no longer the editor's: requests on it
+   * say it is not open until the editor opens it again.
+   */
+  refused(message: RefusedMessage, limit: number): void {
+    const what = [message.method, message.uri].filter(Boolean).join(" ");
+    const text = `refused a ${message.bytes}-byte message from the editor${what ? ` (${what})` : ""}: over the limit of ${limit} bytes (spark lsp --max-message-bytes)`;
+    process.stderr.write(`spark lsp: ${text}\n`);
+    if (message.uri !== undefined && this.documents.delete(message.uri)) {
+      this.ring.close(message.uri);
+      this.abortAll();
+    }
+    void this.connection.sendNotification("window/showMessage", {
+      type: MessageType.Warning,
+      message: `Spark: ${text}`,
+    });
   }
 
   private update(next: LspSettings): void {
@@ -239,9 +280,10 @@ export class SparkLanguageServer {
     this.inFlight.clear();
   }
 
+  /** The name the model sees: relative to a workspace folder, else the path, else the URI itself. */
   private filename(uri: string): string {
-    if (!uri.startsWith("file:")) return uri;
-    const path = fileURLToPath(uri);
+    const path = pathOf(uri);
+    if (path === undefined) return uri;
     for (const root of this.roots) {
       const rel = relative(root, path);
       if (rel !== "" && !rel.startsWith("..")) return rel;
@@ -433,14 +475,54 @@ export class SparkLanguageServer {
 }
 
 /**
- * Serves LSP on stdin/stdout until the client says exit or closes the pipe (the library exits the
- * process on either). Stdout carries only LSP messages: console output goes to stderr.
+ * Serves LSP on stdin/stdout until the client says exit (the library exits then) or closes the
+ * pipe (0 after `shutdown`, else 1). Stdout carries only LSP messages: console output goes to
+ * stderr, and so does every problem with what the editor sent (BoundedMessageReader): a message
+ * over `maxMessageBytes` is refused (a request gets an InvalidRequest answer), a body that is not
+ * JSON is skipped, and a frame that cannot be read ends the process with 1, so the editor restarts
+ * it instead of talking to a server that can no longer read it.
  */
 export function runLanguageServer(settings: LspSettings): SparkLanguageServer {
   const toStderr = (...args: unknown[]): void => console.error(...args);
   console.log = console.info = console.debug = toStderr;
-  const connection = createConnection(process.stdin, process.stdout);
+  const writer = new StreamMessageWriter(process.stdout);
+  const limit = settings.maxMessageBytes;
+  const reader = new BoundedMessageReader(process.stdin, limit, {
+    refused(message) {
+      // Messages flow only after connection.listen(), when `server` is set.
+      server.refused(message, limit);
+      if (message.id === undefined || message.method === undefined) return;
+      void writer.write({
+        jsonrpc: "2.0",
+        id: message.id,
+        error: {
+          code: ErrorCodes.InvalidRequest,
+          message: `the ${message.bytes}-byte ${message.method} request is over spark lsp's limit of ${limit} bytes (--max-message-bytes)`,
+        },
+      } as Message);
+    },
+    skipped(reason) {
+      process.stderr.write(`spark lsp: skipped ${reason}\n`);
+    },
+    broken(reason) {
+      process.stderr.write(
+        `spark lsp: cannot read the editor's messages any more (${reason}); exiting so the editor can restart it\n`,
+      );
+      const exit = (): never => process.exit(1);
+      setTimeout(exit, 1000).unref();
+      void connection
+        .sendNotification("window/showMessage", {
+          type: MessageType.Error,
+          message: `Spark: spark lsp received a malformed message (${reason}) and restarts`,
+        })
+        .finally(exit);
+    },
+  });
+  const connection = createConnection(reader, writer);
   const server = new SparkLanguageServer(connection, settings);
+  const closed = (): void => process.exit(server.shutdownReceived ? 0 : 1);
+  process.stdin.once("end", closed);
+  process.stdin.once("close", closed);
   connection.listen();
   return server;
 }

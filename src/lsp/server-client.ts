@@ -3,6 +3,8 @@
  * JSON of each SSE `data:` line until `data: [DONE]`. Aborting the signal closes the connection,
  * which is how the Spark server learns to stop the engine.
  */
+import http from "node:http";
+import https from "node:https";
 import { request } from "undici";
 import { httpBaseUrl } from "../agent/responses-socket.js";
 
@@ -31,6 +33,9 @@ export class AbortedError extends Error {
 
 const MAX_ERROR_BODY = 64 * 1024;
 const MAX_LINE = 8 * 1024 * 1024;
+const PROBE_TIMEOUT_MS = 10_000;
+/** Connection errors that can mean the server answered early and closed while the body was sent. */
+const DROPPED_WHILE_SENDING = new Set(["EPIPE", "ECONNRESET", "UND_ERR_SOCKET"]);
 
 export interface PostOptions {
   server: string;
@@ -75,6 +80,55 @@ function errorInStream(data: Record<string, unknown>): ServerError | undefined {
   );
 }
 
+/**
+ * Why the server dropped the connection while the body was being sent. A server that refuses a
+ * request from its headers (413 for a body over its limit, 401 for a bad key) answers and closes
+ * without reading the body; the rest of the upload then fails with EPIPE or ECONNRESET and the
+ * answer, though it arrived, is lost with the socket (an 18 MB quick edit said EPIPE where the
+ * server had said 413). The same headers again, with no body sent, get that answer on its own: it
+ * is the error to report. Undefined when the server waits for the body instead (the drop had some
+ * other cause), answers with success, or does not answer in time; the connection is closed then,
+ * before any body, so nothing runs.
+ */
+function refusalOf(
+  url: string,
+  headers: Record<string, string>,
+  bytes: number,
+  signal: AbortSignal,
+): Promise<ServerError | undefined> {
+  return new Promise((resolve) => {
+    const client = url.startsWith("https:") ? https : http;
+    let settled = false;
+    const probe = client.request(url, {
+      method: "POST",
+      headers: { ...headers, "content-length": String(bytes) },
+      signal,
+    });
+    const finish = (error?: ServerError): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      probe.destroy();
+      resolve(error);
+    };
+    const timer = setTimeout(() => finish(), PROBE_TIMEOUT_MS);
+    probe.on("error", () => finish());
+    probe.on("response", (answer) => {
+      const status = answer.statusCode ?? 0;
+      if (status < 400) return finish();
+      let text = "";
+      answer.setEncoding("utf8");
+      answer.on("data", (chunk: string) => {
+        text += chunk;
+        if (text.length > MAX_ERROR_BODY) finish(errorFromBody(status, text));
+      });
+      answer.on("end", () => finish(errorFromBody(status, text)));
+      answer.on("close", () => finish(errorFromBody(status, text)));
+    });
+    probe.flushHeaders();
+  });
+}
+
 /** `POST {server}/v1{path}` with `body`; yields each SSE data object (or the one JSON body). */
 export async function* postStream(
   path: string,
@@ -87,18 +141,20 @@ export async function* postStream(
     accept: "text/event-stream",
   };
   if (options.apiKey) headers.authorization = `Bearer ${options.apiKey}`;
+  const url = `${base}${path}`;
+  const json = JSON.stringify(body);
   let response: Awaited<ReturnType<typeof request>>;
   try {
-    response = await request(`${base}${path}`, {
-      method: "POST",
-      headers,
-      body: JSON.stringify(body),
-      signal: options.signal,
-    });
+    response = await request(url, { method: "POST", headers, body: json, signal: options.signal });
   } catch (error) {
     if (options.signal.aborted) throw new AbortedError("aborted");
     const cause = error as NodeJS.ErrnoException & { cause?: NodeJS.ErrnoException };
     const code = cause.code ?? cause.cause?.code ?? cause.name;
+    if (DROPPED_WHILE_SENDING.has(code) || DROPPED_WHILE_SENDING.has(cause.cause?.code ?? "")) {
+      const refusal = await refusalOf(url, headers, Buffer.byteLength(json), options.signal);
+      if (options.signal.aborted) throw new AbortedError("aborted");
+      if (refusal) throw refusal;
+    }
     throw new ServerError(
       null,
       "server_unreachable",

@@ -4,6 +4,7 @@
  * the keys it sets.
  */
 import { z } from "zod";
+import { DEFAULT_MAX_MESSAGE_BYTES } from "./message-reader.js";
 
 export type Tier = "spark" | "deep";
 export const TIERS: readonly Tier[] = ["spark", "deep"];
@@ -17,6 +18,8 @@ export interface LspSettings {
   apiKey: string | undefined;
   tier: Tier;
   debounceMs: number;
+  /** The largest message read from the editor (flag or environment only: the reader starts first). */
+  maxMessageBytes: number;
 }
 
 export interface LspFlags {
@@ -24,6 +27,7 @@ export interface LspFlags {
   apiKeyEnv?: string | undefined;
   tier?: string | undefined;
   debounce?: number | string | undefined;
+  maxMessageBytes?: number | string | undefined;
 }
 
 const serverUrl = z.string().refine((value) => {
@@ -35,6 +39,11 @@ const serverUrl = z.string().refine((value) => {
 }, "expected an http:// or https:// URL");
 const tier = z.enum(["spark", "deep"]);
 const debounceMs = z.number().int().min(0).max(10_000);
+const maxMessageBytes = z
+  .number()
+  .int()
+  .min(64 * 1024)
+  .max(2 ** 31);
 
 /** `initializationOptions`: every key optional. */
 const initializationOptions = z
@@ -73,6 +82,14 @@ export function settingsFromFlags(flags: LspFlags, env: NodeJS.ProcessEnv = proc
   if (!debounceMs.safeParse(debounce).success) {
     throw new SettingsError(`--debounce ${String(flags.debounce)}: expected milliseconds from 0 to 10000`);
   }
+  const limitValue = flags.maxMessageBytes ?? env.SPARK_LSP_MAX_MESSAGE_BYTES;
+  const limit =
+    limitValue === undefined || limitValue === "" ? DEFAULT_MAX_MESSAGE_BYTES : Number(limitValue);
+  if (!maxMessageBytes.safeParse(limit).success) {
+    throw new SettingsError(
+      `--max-message-bytes ${String(limitValue)}: expected bytes from 65536 to 2147483648`,
+    );
+  }
   const keyEnv = flags.apiKeyEnv ?? DEFAULT_API_KEY_ENV;
   const apiKey = env[keyEnv];
   return {
@@ -80,6 +97,7 @@ export function settingsFromFlags(flags: LspFlags, env: NodeJS.ProcessEnv = proc
     apiKey: apiKey === undefined || apiKey === "" ? undefined : apiKey,
     tier: tierValue as Tier,
     debounceMs: debounce,
+    maxMessageBytes: limit,
   };
 }
 

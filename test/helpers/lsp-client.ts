@@ -35,6 +35,8 @@ export interface LspProcess {
   /** Resolves with the first notification of `method` after `from` (an index into notifications). */
   nextNotification(method: string, from?: number): Promise<Notification>;
   stderr(): string;
+  /** Resolves when stderr matches `pattern` (rejects if the process ends first). */
+  stderrMatches(pattern: RegExp): Promise<void>;
   /** Bytes of the frames (headers included) spark lsp wrote whose method is `method`. */
   bytesWritten(method: string): number;
   exited: Promise<number | string>;
@@ -50,7 +52,11 @@ export function spawnLsp(args: readonly string[], env: Record<string, string> = 
   });
   children.add(child);
   let stderr = "";
-  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+  const stderrEvents = new EventEmitter();
+  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
+    stderr += chunk;
+    stderrEvents.emit("data");
+  });
   const exited = new Promise<number | string>((resolve) =>
     child.once("close", (code: number | null, signal: NodeJS.Signals | null) =>
       resolve(code ?? signal ?? -1),
@@ -98,6 +104,17 @@ export function spawnLsp(args: readonly string[], env: Record<string, string> = 
     notifications,
     nextNotification,
     stderr: () => stderr,
+    stderrMatches: (pattern) =>
+      new Promise((resolve, reject) => {
+        const check = (): void => {
+          if (!pattern.test(stderr)) return;
+          stderrEvents.off("data", check);
+          resolve();
+        };
+        stderrEvents.on("data", check);
+        check();
+        void exited.then((code) => reject(new Error(`spark lsp exited (${code}); stderr:\n${stderr}`)));
+      }),
     bytesWritten: (method) => bytes.get(method) ?? 0,
     exited,
     async close() {
