@@ -1,18 +1,25 @@
 import type { IncomingMessage } from "node:http";
+import { StringDecoder } from "node:string_decoder";
 import { SparkError } from "../protocol/errors.js";
 import { parseClientJson } from "./json.js";
+
+/** Bodies larger than this are handed on a turn of the event loop after they were parsed. */
+const DEFER_BYTES = 1024 * 1024;
 
 /**
  * Reads a JSON request body with a hard size limit and a bounded nesting depth. Oversize bodies are refused from the
  * `content-length` header when possible, before reading anything; a body that ends early or is
- * not JSON gets a 400 that says so.
+ * not JSON gets a 400 that says so. The text is decoded as it arrives, chunk by chunk, so that a
+ * body near the limit does not spend its copy and UTF-8 decode in the same turn of the event loop
+ * as its parse (together about 50 ms for 14 MB).
  */
 export function readJsonBody(request: IncomingMessage, limitBytes: number): Promise<unknown> {
   if (!isJson(request.headers["content-type"])) return Promise.reject(notJson());
   const declared = Number(request.headers["content-length"] ?? NaN);
   if (declared > limitBytes) return Promise.reject(tooLarge(limitBytes));
   return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
+    const decoder = new StringDecoder("utf8");
+    let text = "";
     let size = 0;
     const cleanup = (): void => {
       request.off("data", onData);
@@ -28,7 +35,7 @@ export function readJsonBody(request: IncomingMessage, limitBytes: number): Prom
         reject(tooLarge(limitBytes));
         return;
       }
-      chunks.push(chunk);
+      text += decoder.write(chunk);
     };
     const onEnd = (): void => {
       cleanup();
@@ -38,13 +45,17 @@ export function readJsonBody(request: IncomingMessage, limitBytes: number): Prom
         );
         return;
       }
-      const text = Buffer.concat(chunks).toString("utf8");
+      text += decoder.end();
       if (text.trim() === "") {
         reject(SparkError.invalid("The request body is empty; send a JSON object.", null, "invalid_json"));
         return;
       }
       try {
-        resolve(parseClientJson(text, "request body"));
+        const value = parseClientJson(text, "request body");
+        // A large body hands its value on in a later turn, so that parsing it and what the route
+        // does with it (validation, tokenizing) do not add up to one long stall for everyone else.
+        if (size > DEFER_BYTES) setImmediate(() => resolve(value));
+        else resolve(value);
       } catch (error) {
         reject(error);
       }
