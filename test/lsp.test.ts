@@ -597,7 +597,7 @@ describe("spark lsp against hostile or odd input", () => {
       await initialize(lsp);
       lsp.child.stdin!.write(frame("{not json"));
       assert.equal((await command(lsp, "spark.status")).tier, "spark");
-      assert.match(lsp.stderr(), /spark lsp: skipped a message that is not JSON/);
+      await lsp.stderrMatches(/spark lsp: skipped a message that is not JSON/);
     } finally {
       await lsp.close();
     }
@@ -629,7 +629,7 @@ describe("spark lsp against hostile or odd input", () => {
       const big = await rejection(command(lsp, "spark.status", ["x".repeat(200_000)]));
       assert.equal(big.code, -32600);
       assert.match(big.message, /workspace\/executeCommand request is over spark lsp's limit of 65536 bytes/);
-      assert.match(lsp.stderr(), /refused a \d+-byte message from the editor \(workspace\/executeCommand\)/);
+      await lsp.stderrMatches(/refused a \d+-byte message from the editor \(workspace\/executeCommand\)/);
       await open(lsp, "huge.ts", "small\n");
       const from = lsp.notifications.length;
       await type(lsp, "huge.ts", 2, 0, 0, "y".repeat(100_000));
