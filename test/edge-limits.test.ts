@@ -7,11 +7,14 @@
  */
 import assert from "node:assert/strict";
 import { readdirSync } from "node:fs";
+import type { IncomingMessage } from "node:http";
 import net from "node:net";
+import { PassThrough } from "node:stream";
 import { hostname } from "node:os";
 import { after, test } from "node:test";
 import WebSocket from "ws";
 import { generateKey, KeyRing } from "../src/core/keys.js";
+import { readJsonBody } from "../src/server/body.js";
 import type { SparkServer, SparkServerOptions } from "../src/server/http-server.js";
 import { startScriptServer } from "./helpers/servers.js";
 import { TERMINAL_TYPES, WsClient } from "./helpers/ws-client.js";
@@ -218,6 +221,23 @@ test(
     for (const socket of [...held, ...idle]) socket.destroy();
   },
 );
+
+test("a body whose UTF-8 characters are split between chunks is read whole", async () => {
+  // The body is decoded as it arrives: a character cut between two chunks must not become U+FFFD.
+  const text = "héllo € 𝄞 ".repeat(2000);
+  const body = Buffer.from(JSON.stringify({ input: text }));
+  const cuts = [body.indexOf(Buffer.from("€")) + 1, body.indexOf(Buffer.from("𝄞")) + 2];
+  const request = Object.assign(new PassThrough(), {
+    headers: { "content-type": "application/json", "content-length": String(body.length) },
+    complete: false,
+  });
+  const read = readJsonBody(request as unknown as IncomingMessage, 1 << 20);
+  request.write(body.subarray(0, cuts[0]));
+  request.write(body.subarray(cuts[0], cuts[1]));
+  request.complete = true;
+  request.end(body.subarray(cuts[1]));
+  assert.deepEqual(await read, { input: text });
+});
 
 test("generate: false counts against requests and tokens per minute", async () => {
   const alice = generateKey();
