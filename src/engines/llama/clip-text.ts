@@ -30,7 +30,7 @@ export type Keep = "keep-start" | "keep-end";
 /**
  * The part of `text` on the `keep` side that holds more than `limit` tokens (or all of it, when
  * it does not): chunks are tokenized from that side until the count certainly passes `limit`.
- * `over` says whether it did.
+ * `over` says whether it did; a text of one chunk or less is returned whole, not counted.
  */
 export function keptRegion(
   text: string,
@@ -60,13 +60,13 @@ export function exceedsTokens(texts: Iterable<string>, tokenize: Tokenize, limit
   let rest = limit;
   for (const text of texts) {
     if (text.length <= CHUNK_CHARS) {
-      rest -= text.length === 0 ? 0 : tokenize(text).length - MERGE_SLACK;
+      rest -= text.length === 0 ? 0 : Math.max(0, tokenize(text).length - MERGE_SLACK);
       if (rest < 0) return true;
       continue;
     }
     const region = keptRegion(text, tokenize, Math.max(0, rest), "keep-start");
     if (region.over) return true;
-    rest -= tokenize(region.text).length - MERGE_SLACK;
+    rest -= Math.max(0, tokenize(region.text).length - MERGE_SLACK);
     if (rest < 0) return true;
   }
   return false;
