@@ -4,7 +4,20 @@
  * whole transcript (`reset`, after `/new` or a compaction). Appends are small synchronous writes,
  * so a crash loses at most the line being written; a torn last line is skipped on load.
  */
-import { appendFileSync, mkdirSync, readdirSync, readFileSync, statSync } from "node:fs";
+import {
+  appendFileSync,
+  closeSync,
+  constants,
+  fstatSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import { messageText, type InputItem } from "./agent.js";
 
@@ -16,8 +29,28 @@ export interface SessionMeta {
   model: string;
 }
 
-type SessionLine =
-  SessionMeta | { type: "items"; items: InputItem[] } | { type: "reset"; items: InputItem[] };
+/**
+ * Reads a saved file that must be a regular file. Opened non-blocking and checked before reading,
+ * so a FIFO (or a device) given a saved file's name cannot hang the reader; throws for those.
+ */
+export function readRegularFile(path: string): string {
+  const fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  try {
+    if (!fstatSync(fd).isFile()) throw new Error(`${path} is not a regular file`);
+    return readFileSync(fd, "utf8");
+  } finally {
+    closeSync(fd);
+  }
+}
+
+const isObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === "object" && value !== null && !Array.isArray(value);
+
+/** Transcript items of a line, or undefined when they are not a list of items. */
+function itemsOf(line: Record<string, unknown>): InputItem[] | undefined {
+  const items = line.items;
+  return Array.isArray(items) && items.every(isObject) ? (items as InputItem[]) : undefined;
+}
 
 export class SessionFile {
   private constructor(
@@ -37,7 +70,10 @@ export class SessionFile {
   }
 
   /** Opens a saved session by id (or unique id prefix), or the newest one when `id` is undefined. */
-  static open(dataDir: string, id: string | undefined): { file: SessionFile; transcript: InputItem[] } {
+  static open(
+    dataDir: string,
+    id: string | undefined,
+  ): { file: SessionFile; transcript: InputItem[]; skipped: number } {
     const dir = join(dataDir, "sessions");
     let names: string[] = [];
     try {
@@ -62,20 +98,42 @@ export class SessionFile {
     const path = join(dir, name);
     let meta: SessionMeta | undefined;
     let transcript: InputItem[] = [];
-    for (const line of readFileSync(path, "utf8").split("\n")) {
+    // A line that is not what it should be (torn, hand-edited, another program's) is skipped, not
+    // allowed to hide the whole session; `skipped` counts them.
+    let skipped = 0;
+    for (const line of readRegularFile(path).split("\n")) {
       if (line.trim() === "") continue;
-      let parsed: SessionLine;
+      let parsed: unknown;
       try {
-        parsed = JSON.parse(line) as SessionLine;
+        parsed = JSON.parse(line);
       } catch {
+        skipped++;
         continue;
       }
-      if (parsed.type === "session") meta = parsed;
-      else if (parsed.type === "items") transcript.push(...parsed.items);
-      else if (parsed.type === "reset") transcript = [...parsed.items];
+      if (!isObject(parsed)) {
+        skipped++;
+        continue;
+      }
+      const items = itemsOf(parsed);
+      if (
+        parsed.type === "session" &&
+        typeof parsed.id === "string" &&
+        typeof parsed.cwd === "string" &&
+        typeof parsed.model === "string"
+      ) {
+        meta = {
+          type: "session",
+          id: parsed.id,
+          created_at: typeof parsed.created_at === "string" ? parsed.created_at : "",
+          cwd: parsed.cwd,
+          model: parsed.model,
+        };
+      } else if (parsed.type === "items" && items) transcript.push(...items);
+      else if (parsed.type === "reset" && items) transcript = [...items];
+      else skipped++;
     }
     if (!meta) throw new Error(`${path} is not a Spark session file (no session line)`);
-    return { file: new SessionFile(path, meta), transcript };
+    return { file: new SessionFile(path, meta), transcript, skipped };
   }
 
   /** Saved sessions, newest first. */
@@ -89,8 +147,8 @@ export class SessionFile {
     }
     return names
       .map((name) => {
-        const lines = readFileSync(join(dir, name), "utf8").split("\n", 3);
         try {
+          const lines = readRegularFile(join(dir, name)).split("\n", 3);
           const meta = JSON.parse(lines[0] ?? "") as SessionMeta;
           const items = lines[1] ? ((JSON.parse(lines[1]) as { items?: InputItem[] }).items ?? []) : [];
           const first = items.find((item) => item.role === "user");
@@ -115,5 +173,28 @@ export class SessionFile {
 
   reset(items: readonly InputItem[]): void {
     appendFileSync(this.path, `${JSON.stringify({ type: "reset", items })}\n`);
+  }
+
+  /**
+   * Writes the whole file again: the session line and `items` as the transcript. After a write
+   * failed (a full disk, a removed sessions directory) the file may lack lines; this makes it whole.
+   */
+  rewrite(items: readonly InputItem[]): void {
+    mkdirSync(join(this.path, ".."), { recursive: true, mode: 0o700 });
+    // Beside it, then renamed over it: a write that fails half-way leaves the old file as it was.
+    const temporary = `${this.path}.${process.pid}.tmp`;
+    try {
+      writeFileSync(
+        temporary,
+        `${JSON.stringify(this.meta)}\n${JSON.stringify({ type: "reset", items })}\n`,
+        {
+          mode: 0o600,
+        },
+      );
+      renameSync(temporary, this.path);
+    } catch (error) {
+      rmSync(temporary, { force: true });
+      throw error;
+    }
   }
 }

@@ -27,6 +27,7 @@ import { z } from "zod";
 import { OriginPolicy } from "../server/origin-policy.js";
 import { expectationFailed, originForm } from "../server/request-target.js";
 import type { ClientMessage, ServerMessage } from "./protocol.js";
+import { Outbox } from "./outbox.js";
 import { TaskManager, type ManagerContext } from "./task-manager.js";
 
 /** The built front end: `web/dist` beside `src/` and `dist/`. */
@@ -125,6 +126,8 @@ export class AppServer {
   readonly #wss = new WebSocketServer({ noServer: true, maxPayload: MAX_FRAME_BYTES });
   /** Open sockets and the owner (key id) each signed in as. */
   readonly #clients = new Map<WebSocket, string | undefined>();
+  /** What waits to be written to each socket, bounded (see `Outbox`). */
+  readonly #outboxes = new Map<WebSocket, Outbox>();
   readonly #policy: OriginPolicy;
   readonly #files = new Map<string, StaticFile>();
   /** Session token → the owner it signed in as (undefined: the single user). */
@@ -375,19 +378,36 @@ export class AppServer {
   }
 
   #connected(ws: WebSocket, owner: string | undefined): void {
-    this.#clients.set(ws, owner);
-    ws.on("close", () => this.#clients.delete(ws));
-    ws.on("error", () => this.#clients.delete(ws));
-    const reply = (message: ServerMessage): void => {
-      if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(message));
-    };
-    reply({
+    const hello = (): ServerMessage => ({
       type: "hello",
       workspace: this.options.workspace.root,
       models: this.options.models ?? ["spark", "deep", "auto"],
       tasks: this.tasks.summaries(owner),
       version: "1",
     });
+    // Bounded per browser: one that falls behind is sent `hello` again once it has caught up.
+    const outbox: Outbox = new Outbox(ws, () => outbox.send(JSON.stringify(hello())));
+    this.#clients.set(ws, owner);
+    this.#outboxes.set(ws, outbox);
+    const gone = (): void => {
+      this.#clients.delete(ws);
+      this.#outboxes.delete(ws);
+    };
+    ws.on("close", gone);
+    ws.on("error", gone);
+    const reply = (message: ServerMessage): void => void outbox.send(JSON.stringify(message));
+    reply(hello());
+    // Saved tasks that could not be read were skipped at start-up: say which, and why.
+    const problems = this.tasks.problems;
+    if (problems.length > 0) {
+      reply({
+        type: "error",
+        code: "tasks_unreadable",
+        message:
+          `${problems.length} saved task file${problems.length === 1 ? "" : "s"} could not be read and ` +
+          `${problems.length === 1 ? "was" : "were"} skipped: ${problems.join("; ").slice(0, 2000)}`,
+      });
+    }
     ws.on("message", (data, isBinary) => {
       if (isBinary) return reply({ type: "error", code: "invalid_frame", message: "frames are JSON text" });
       let json: unknown;
@@ -417,9 +437,15 @@ export class AppServer {
 
   /** Sends to the sockets signed in as `owner` only. */
   #broadcast(message: ServerMessage, owner: string | undefined): void {
+    const outboxes: Outbox[] = [];
+    for (const [client, clientOwner] of this.#clients) {
+      const outbox = this.#outboxes.get(client);
+      if (clientOwner === owner && outbox) outboxes.push(outbox);
+    }
+    // Browsers that fell behind drop it anyway: a large message is not even serialized for them.
+    if (outboxes.every((outbox) => outbox.behind)) return;
     const data = JSON.stringify(message);
-    for (const [client, clientOwner] of this.#clients)
-      if (clientOwner === owner && client.readyState === client.OPEN) client.send(data);
+    for (const outbox of outboxes) outbox.send(data);
   }
 }
 

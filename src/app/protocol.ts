@@ -6,7 +6,8 @@
  */
 import type { ThreadItem } from "../agent/thread-item.js";
 
-export type TaskState = "idle" | "running" | "approval" | "done" | "failed" | "interrupted";
+/** `queued`: a background task waiting for a free slot (see `MAX_RUNNING_BACKGROUND`). */
+export type TaskState = "idle" | "queued" | "running" | "approval" | "done" | "failed" | "interrupted";
 
 export interface TaskSummary {
   id: string;
@@ -102,6 +103,9 @@ export type ClientMessage =
 export type ServerMessage =
   | { type: "hello"; workspace: string; models: string[]; tasks: TaskSummary[]; version: string }
   | { type: "tasks"; tasks: TaskSummary[] }
+  /** One task was created or changed (the list is not sent again on each change). */
+  | { type: "task.updated"; summary: TaskSummary }
+  | { type: "task.removed"; task: string }
   | { type: "task.log"; task: string; entries: LogEntry[]; status: TaskStatus }
   /** An entry was added or replaced (same id). */
   | { type: "entry"; task: string; entry: LogEntry }

@@ -1,9 +1,17 @@
 /**
  * The tasks of one workspace: loads the saved ones, creates, renames and deletes them, starts
  * background deep tasks, and turns the browser's messages into calls on the right task.
+ *
+ * Bounded: background tasks (the `delegate` tool, the browser's background button) run at most
+ * MAX_RUNNING_BACKGROUND at once per workspace, the rest wait their turn (state `queued`); past
+ * MAX_PENDING_BACKGROUND waiting or running in the workspace, or MAX_PENDING_PER_TASK delegated by
+ * one task, a new one is refused with an error the model can read. An owner keeps at most
+ * MAX_TASKS tasks. Browsers hear of a changed task as that one task (`task.updated`), not the list.
  */
 import { mkdirSync, readdirSync } from "node:fs";
-import type { ClientMessage, ServerMessage, TaskSummary } from "./protocol.js";
+import { join } from "node:path";
+import { ToolError } from "../agent/workspace.js";
+import type { ClientMessage, ServerMessage, TaskState, TaskSummary } from "./protocol.js";
 import { Task, type TaskContext } from "./task.js";
 
 export type ManagerContext = Omit<TaskContext, "delegate" | "changed" | "broadcast"> & {
@@ -13,11 +21,25 @@ export type ManagerContext = Omit<TaskContext, "delegate" | "changed" | "broadca
 
 /** Most variants (parallel lanes) one request may ask for. */
 const MAX_VARIANTS = 4;
+/** States a turn ends in. */
+const ENDED = new Set<TaskState>(["done", "failed", "interrupted"]);
+/** Background tasks running at once in a workspace; more wait, queued. */
+export const MAX_RUNNING_BACKGROUND = 4;
+/** Background tasks running or waiting in a workspace; more are refused. */
+export const MAX_PENDING_BACKGROUND = 32;
+/** Background tasks one task may have running or waiting; more are refused. */
+export const MAX_PENDING_PER_TASK = 8;
+/** Tasks one owner keeps (deleting old ones makes room). */
+export const MAX_TASKS = 500;
 
 export class TaskManager {
   readonly #tasks = new Map<string, Task>();
   readonly #context: TaskContext;
   readonly #broadcast: ManagerContext["broadcast"];
+  /** Background tasks started and not finished, and those waiting for a slot (oldest first). */
+  readonly #running = new Set<Task>();
+  readonly #waiting: { task: Task; text: string }[] = [];
+  readonly #problems: string[] = [];
 
   constructor(context: ManagerContext) {
     this.#broadcast = context.broadcast;
@@ -26,15 +48,32 @@ export class TaskManager {
       broadcast: (message) => this.#toOwner(message),
       // A delegated task belongs to the owner of the task that delegated it.
       delegate: async (parent, text) => this.#background(text, parent.id, parent.owner).summary,
-      changed: (task) => this.#listChanged(task.owner),
+      changed: (task) => this.#changed(task),
     };
     const dir = Task.directory(context.dataDir);
     mkdirSync(dir, { recursive: true, mode: 0o700 });
+    // One bad file costs its task, not the app: what cannot be read is skipped and reported.
     for (const name of readdirSync(dir)) {
       if (!name.endsWith(".json")) continue;
-      const task = Task.load(this.#context, name.slice(0, -".json".length));
-      if (task) this.#tasks.set(task.id, task);
+      try {
+        const task = Task.load(this.#context, name.slice(0, -".json".length), (problem) =>
+          this.#report(problem),
+        );
+        if (task) this.#tasks.set(task.id, task);
+      } catch (error) {
+        this.#report(`${join(dir, name)} was skipped: ${(error as Error).message}`);
+      }
     }
+  }
+
+  /** What was wrong with the saved tasks at start-up (each names its file). */
+  get problems(): readonly string[] {
+    return this.#problems;
+  }
+
+  #report(problem: string): void {
+    this.#problems.push(problem);
+    process.stderr.write(`spark app: ${problem}\n`);
   }
 
   /** The tasks `owner` sees: its own (tasks without an owner when `owner` is undefined). */
@@ -55,16 +94,26 @@ export class TaskManager {
     background?: boolean;
     parent?: string;
     owner: string | undefined;
+    queued?: boolean;
   }): Task {
+    let owned = 0;
+    for (const task of this.#tasks.values()) if (task.owner === options.owner) owned++;
+    if (owned >= MAX_TASKS) {
+      throw new ToolError(
+        "too_many_tasks",
+        `refused: there are already ${owned} tasks (at most ${MAX_TASKS}); delete some old ones first`,
+      );
+    }
     const task = Task.create(this.#context, {
       model: options.model,
       title: options.title ?? "New task",
       background: options.background ?? false,
       ...(options.parent ? { parent: options.parent } : {}),
       ...(options.owner === undefined ? {} : { owner: options.owner }),
+      ...(options.queued ? { state: "queued" as const } : {}),
     });
     this.#tasks.set(task.id, task);
-    this.#listChanged(task.owner);
+    this.#changed(task);
     return task;
   }
 
@@ -74,28 +123,76 @@ export class TaskManager {
     if (task) this.#broadcast(message, task.owner);
   }
 
-  #listChanged(owner: string | undefined): void {
-    this.#broadcast({ type: "tasks", tasks: this.summaries(owner) }, owner);
+  /** A task's summary changed: its owner's browsers get that task, not the whole list again. */
+  #changed(task: Task): void {
+    if (this.#tasks.get(task.id) !== task) return; // deleted: nothing more is said about it
+    this.#broadcast({ type: "task.updated", summary: task.summary }, task.owner);
+    // A background task whose turn ended gives its slot to the next one waiting.
+    if (this.#running.has(task) && !task.busy && ENDED.has(task.summary.state)) this.#finished(task);
   }
 
-  /** A deep task in the background, started with `text`. */
+  /**
+   * A deep task in the background, started with `text` now or, past MAX_RUNNING_BACKGROUND, once
+   * a slot is free. Throws a ToolError (the model reads its message) past the caps.
+   */
   #background(text: string, parent: string | undefined, owner: string | undefined): Task {
+    const pending = this.#running.size + this.#waiting.length;
+    if (pending >= MAX_PENDING_BACKGROUND) {
+      throw new ToolError(
+        "too_many_background_tasks",
+        `refused: ${pending} background tasks are already running or waiting in this workspace (at most ` +
+          `${MAX_PENDING_BACKGROUND}). Wait for some to finish (the user is notified), or do this work yourself.`,
+      );
+    }
+    if (parent !== undefined) {
+      let mine = 0;
+      for (const task of [...this.#running, ...this.#waiting.map((w) => w.task)])
+        if (task.summary.parent === parent) mine++;
+      if (mine >= MAX_PENDING_PER_TASK) {
+        throw new ToolError(
+          "too_many_background_tasks",
+          `refused: this task already has ${mine} background tasks running or waiting (at most ` +
+            `${MAX_PENDING_PER_TASK}). Wait for them to finish (the user is notified), or do this work yourself.`,
+        );
+      }
+    }
     const task = this.create({
       model: "deep",
       title: text.trim().split("\n")[0]?.slice(0, 60) || "Background task",
       background: true,
       ...(parent ? { parent } : {}),
       owner,
+      queued: this.#running.size >= MAX_RUNNING_BACKGROUND,
     });
-    void task.send(text).catch((error: unknown) => {
-      this.#context.broadcast({
-        type: "error",
-        task: task.id,
-        code: "task_failed",
-        message: `the background task could not start: ${(error as Error).message}`,
-      });
-    });
+    this.#waiting.push({ task, text });
+    this.#startWaiting();
     return task;
+  }
+
+  /** Starts waiting background tasks while there are free slots. */
+  #startWaiting(): void {
+    while (this.#running.size < MAX_RUNNING_BACKGROUND) {
+      const next = this.#waiting.shift();
+      if (!next) return;
+      const { task, text } = next;
+      this.#running.add(task);
+      task.send(text).catch((error: unknown) => {
+        this.#context.broadcast({
+          type: "error",
+          task: task.id,
+          code: "task_failed",
+          message: `the background task could not start: ${(error as Error).message}`,
+        });
+        this.#finished(task);
+      });
+    }
+  }
+
+  /** A background task ended (or was deleted): its slot is free. */
+  #finished(task: Task): void {
+    const waiting = this.#waiting.findIndex((w) => w.task === task);
+    if (waiting >= 0) this.#waiting.splice(waiting, 1);
+    if (this.#running.delete(task)) this.#startWaiting();
   }
 
   /**
@@ -110,15 +207,29 @@ export class TaskManager {
     if (message.type === "hello") return; // answered by the server, which knows the version
     if (message.type === "task.create") {
       if (message.background) {
-        const task = this.#background(message.text ?? "", undefined, owner);
+        let task: Task;
+        try {
+          task = this.#background(message.text ?? "", undefined, owner);
+        } catch (error) {
+          if (!(error instanceof ToolError)) throw error;
+          reply({ type: "error", code: error.code, message: error.message });
+          return;
+        }
         reply({ type: "task.log", task: task.id, entries: task.entries, status: task.status });
         return;
       }
-      const task = this.create({
-        model: message.model,
-        ...(message.title ? { title: message.title } : {}),
-        owner,
-      });
+      let task: Task;
+      try {
+        task = this.create({
+          model: message.model,
+          ...(message.title ? { title: message.title } : {}),
+          owner,
+        });
+      } catch (error) {
+        if (!(error instanceof ToolError)) throw error;
+        reply({ type: "error", code: error.code, message: error.message });
+        return;
+      }
       reply({ type: "task.log", task: task.id, entries: task.entries, status: task.status });
       if (message.text) await task.send(message.text);
       return;
@@ -144,7 +255,8 @@ export class TaskManager {
       case "task.delete":
         task.delete();
         this.#tasks.delete(task.id);
-        this.#listChanged(owner);
+        this.#finished(task);
+        this.#broadcast({ type: "task.removed", task: task.id }, task.owner);
         return;
       case "send":
         await task.send(message.text, message.sentAt);
@@ -188,6 +300,7 @@ export class TaskManager {
   }
 
   close(): void {
+    this.#waiting.length = 0;
     for (const task of this.#tasks.values()) task.close();
   }
 }

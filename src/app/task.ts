@@ -8,16 +8,18 @@
  * line with the same id replaces the earlier one). The agent's own transcript is a saved session
  * (`DATA_DIR/sessions/`), so a task continues after a restart where it stopped.
  */
-import { appendFileSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Agent, messageText, type AgentEvent, type InputItem } from "../agent/agent.js";
 import type { ApprovalMode } from "../agent/approval.js";
 import { ResponsesSocket } from "../agent/responses-socket.js";
 import type { Sandbox } from "../agent/sandbox.js";
-import { SessionFile } from "../agent/session-file.js";
+import { readRegularFile, SessionFile } from "../agent/session-file.js";
 import type { ApprovalReply, ApprovalRequest, ThreadItem } from "../agent/tools.js";
 import type { Workspace } from "../agent/workspace.js";
+import { TextBuffer } from "../protocol/text-buffer.js";
 import { ChangeRecord, reviewDiffs, type FileChange } from "./change-record.js";
+import { z } from "zod";
 import type { LogEntry, ServerMessage, TaskState, TaskStatus, TaskSummary } from "./protocol.js";
 
 /** What every task of one app shares: the server, the workspace and the agent's settings. */
@@ -54,8 +56,51 @@ interface SavedTask {
   record: Record<string, FileChange>;
 }
 
+const TASK_STATES = ["idle", "queued", "running", "approval", "done", "failed", "interrupted"] as const;
+
+/**
+ * A saved task as read back (`ID.json`). What identifies the task and what a review or revert
+ * acts on (the record) must be right; what only describes it falls back to a default.
+ */
+const savedTask = z.object({
+  summary: z.object({
+    id: z.string().min(1),
+    title: z.string().catch("Untitled task"),
+    model: z.string().min(1).catch("spark"),
+    state: z.enum(TASK_STATES).catch("interrupted"),
+    background: z.boolean().catch(false),
+    changedFiles: z.array(z.string()).catch([]),
+    createdAt: z.string().optional().catch(undefined),
+    updatedAt: z.string().optional().catch(undefined),
+    parent: z.string().optional().catch(undefined),
+  }),
+  owner: z.string().optional(),
+  workspace: z.string(),
+  sessionId: z.string().min(1),
+  record: z.record(z.string(), z.object({ before: z.string().nullable(), after: z.string().nullable() })),
+});
+
+/** A transcript line as read back (`ID.log.jsonl`): the fields the browser renders must be there. */
+const logEntry = z.discriminatedUnion("kind", [
+  z.looseObject({ kind: z.literal("user"), id: z.string(), text: z.string() }),
+  z.looseObject({ kind: z.literal("assistant"), id: z.string(), text: z.string() }),
+  z.looseObject({ kind: z.literal("item"), id: z.string(), item: z.looseObject({ type: z.string() }) }),
+  z.looseObject({
+    kind: z.literal("approval"),
+    id: z.string(),
+    request: z.looseObject({ kind: z.string(), summary: z.string(), reason: z.string() }),
+  }),
+  z.looseObject({ kind: z.literal("notice"), id: z.string(), level: z.string(), text: z.string() }),
+  z.looseObject({
+    kind: z.literal("variants"),
+    id: z.string(),
+    prompt: z.string(),
+    texts: z.array(z.string()),
+  }),
+]);
+
 export class Task {
-  readonly entries: LogEntry[] = [];
+  readonly #entries: LogEntry[] = [];
   readonly status: TaskStatus;
   readonly record: ChangeRecord;
   #agent: Agent | undefined;
@@ -64,12 +109,20 @@ export class Task {
   #entryCounter = 0;
   /** The assistant message streaming now on the main lane. */
   #streaming: Extract<LogEntry, { kind: "assistant" }> | undefined;
+  /** Its text: deltas join here, not on the entry (see `TextBuffer`); `entries` copies it back. */
+  #streamingText = new TextBuffer();
   readonly #approvals = new Map<string, (reply: ApprovalReply) => void>();
   #variantsEntry: Extract<LogEntry, { kind: "variants" }> | undefined;
   /** `choose()` starts a turn whose user message is already shown. */
   #quietTurn = false;
   #closed = false;
+  /** Deleted: nothing about this task is written, or sent, again (late agent events included). */
+  #deleted = false;
   #saveFailed = false;
+  /** The session file lost lines (a write failed): the next write rewrites it whole. */
+  #sessionBroken = false;
+  /** Why the running turn was stopped by the app itself (its end is shown as failed). */
+  #failure: string | undefined;
   /** Distinguishes this process's agent items from those saved by an earlier one. */
   readonly #generation = `a${Date.now().toString(36)}`;
 
@@ -97,7 +150,15 @@ export class Task {
 
   static create(
     context: TaskContext,
-    options: { model: string; title: string; background: boolean; parent?: string; owner?: string },
+    options: {
+      model: string;
+      title: string;
+      background: boolean;
+      parent?: string;
+      owner?: string;
+      /** `queued`: a background task waiting for a slot. */
+      state?: TaskState;
+    },
   ): Task {
     const now = new Date().toISOString();
     const session = SessionFile.create(context.dataDir, {
@@ -108,7 +169,7 @@ export class Task {
       id: session.meta.id,
       title: options.title,
       model: options.model,
-      state: "idle",
+      state: options.state ?? "idle",
       background: options.background,
       changedFiles: [],
       createdAt: now,
@@ -120,65 +181,130 @@ export class Task {
     return task;
   }
 
-  /** Loads a saved task; undefined when its files are unreadable or belong to another workspace. */
-  static load(context: TaskContext, id: string): Task | undefined {
+  /**
+   * Loads a saved task: undefined when it belongs to another workspace; throws (with the reason)
+   * when its file is not a saved task. What is read back is validated, not trusted: fields that
+   * only describe the task are repaired, transcript lines that are not entries are skipped, and a
+   * session that cannot be read is started afresh; each such repair is passed to `report`.
+   */
+  static load(
+    context: TaskContext,
+    id: string,
+    report: (problem: string) => void = () => {},
+  ): Task | undefined {
     const dir = Task.directory(context.dataDir);
-    let saved: SavedTask;
+    const path = join(dir, `${id}.json`);
+    let json: unknown;
     try {
-      saved = JSON.parse(readFileSync(join(dir, `${id}.json`), "utf8")) as SavedTask;
-    } catch {
-      return undefined;
+      json = JSON.parse(readRegularFile(path));
+    } catch (error) {
+      throw new Error(
+        error instanceof SyntaxError ? `not valid JSON (${error.message})` : (error as Error).message,
+        {
+          cause: error,
+        },
+      );
     }
+    const parsed = savedTask.safeParse(json);
+    if (!parsed.success)
+      throw new Error(`not a saved task: ${z.prettifyError(parsed.error).replace(/\n/g, "; ")}`);
+    const saved = parsed.data;
     if (saved.workspace !== context.workspace.root) return undefined;
+    if (saved.summary.id !== id)
+      throw new Error(`its id is ${JSON.stringify(saved.summary.id)}, not its name's`);
     let opened: { file: SessionFile; transcript: InputItem[] };
     try {
-      opened = SessionFile.open(context.dataDir, saved.sessionId);
-    } catch {
-      return undefined;
+      const session = SessionFile.open(context.dataDir, saved.sessionId);
+      if (session.skipped > 0)
+        report(`${session.file.path}: ${session.skipped} unreadable line(s) skipped (task ${id})`);
+      opened = session;
+    } catch (error) {
+      // The transcript the browser shows is kept; the model's side of the conversation starts afresh.
+      report(
+        `the session of task ${id} (${saved.sessionId}) cannot be read (${(error as Error).message}): ` +
+          "the task is shown, and its next message starts a new conversation",
+      );
+      opened = {
+        file: SessionFile.create(context.dataDir, {
+          cwd: context.workspace.root,
+          model: saved.summary.model,
+        }),
+        transcript: [],
+      };
     }
-    // A task that was running when the app stopped is no longer running.
+    // A task that was running (or waiting to run) when the app stopped is no longer running.
     const state: TaskState =
-      saved.summary.state === "running" || saved.summary.state === "approval"
+      saved.summary.state === "running" ||
+      saved.summary.state === "approval" ||
+      saved.summary.state === "queued"
         ? "interrupted"
         : saved.summary.state;
-    const owner = typeof saved.owner === "string" ? saved.owner : undefined;
-    const task = new Task(
-      { ...saved.summary, state },
-      opened.file,
-      context,
-      saved.record,
-      opened.transcript,
-      owner,
-    );
+    const createdAt = saved.summary.createdAt ?? new Date(0).toISOString();
+    const summary: TaskSummary = {
+      id,
+      title: saved.summary.title,
+      model: saved.summary.model,
+      state,
+      background: saved.summary.background,
+      changedFiles: saved.summary.changedFiles,
+      createdAt,
+      updatedAt: saved.summary.updatedAt ?? createdAt,
+      ...(saved.summary.parent === undefined ? {} : { parent: saved.summary.parent }),
+    };
+    const task = new Task(summary, opened.file, context, saved.record, opened.transcript, saved.owner);
+    if (opened.file.meta.id !== saved.sessionId) task.#save();
     const byId = new Map<string, LogEntry>();
     const order: string[] = [];
+    const logPath = join(dir, `${id}.log.jsonl`);
+    let text = "";
     try {
-      for (const line of readFileSync(join(dir, `${id}.log.jsonl`), "utf8").split("\n")) {
-        if (line.trim() === "") continue;
-        try {
-          const entry = JSON.parse(line) as LogEntry;
-          if (!byId.has(entry.id)) order.push(entry.id);
-          byId.set(entry.id, entry);
-        } catch {
-          // a torn last line
-        }
-      }
-    } catch {
-      // no entries yet
+      text = readRegularFile(logPath);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== "ENOENT")
+        report(
+          `${logPath} cannot be read (${(error as Error).message}): task ${id} is shown without its transcript`,
+        );
     }
+    let skipped = 0;
+    let counter = 0;
+    for (const line of text.split("\n")) {
+      if (line.trim() === "") continue;
+      let entry: LogEntry;
+      try {
+        const valid = logEntry.safeParse(JSON.parse(line));
+        if (!valid.success) throw new Error("not an entry");
+        entry = valid.data as LogEntry;
+      } catch {
+        skipped++;
+        continue;
+      }
+      if (!byId.has(entry.id)) order.push(entry.id);
+      byId.set(entry.id, entry);
+      const number = /^e(\d+)$/.exec(entry.id);
+      if (number) counter = Math.max(counter, Number(number[1]) + 1);
+    }
+    if (skipped > 0) report(`${logPath}: ${skipped} unreadable line(s) skipped`);
     for (const entryId of order) {
       const entry = byId.get(entryId)!;
       if (entry.kind === "assistant") entry.streaming = false;
       if (entry.kind === "approval" && entry.answer === undefined) entry.answer = "no";
       task.entries.push(entry);
     }
-    task.#entryCounter = order.length;
+    task.#entryCounter = Math.max(counter, order.length);
     task.status.contextTokens = 0;
     return task;
   }
 
   get id(): string {
     return this.summary.id;
+  }
+
+  /** The transcript as the browser renders it, the answer streaming now included so far. */
+  get entries(): LogEntry[] {
+    const streaming = this.#streaming;
+    if (streaming && streaming.text.length !== this.#streamingText.length)
+      streaming.text = this.#streamingText.toString();
+    return this.#entries;
   }
 
   get busy(): boolean {
@@ -384,6 +510,9 @@ export class Task {
   }
 
   delete(): void {
+    // First: stopping the agent answers its approvals and ends its turn, and none of that may
+    // write the task's files again once they are removed.
+    this.#deleted = true;
     this.close();
     const dir = Task.directory(this.context.dataDir);
     rmSync(join(dir, `${this.id}.json`), { force: true });
@@ -398,6 +527,8 @@ export class Task {
   }
 
   #ask(request: ApprovalRequest): Promise<ApprovalReply> {
+    // Closed or deleted: no one will answer, and the turn must not wait for ever.
+    if (this.#closed) return Promise.resolve({ answer: "no", reason: "the task was closed" });
     const id = this.#nextId();
     this.#add({ kind: "approval", id, request: { ...request } });
     this.#setState("approval");
@@ -413,10 +544,10 @@ export class Task {
   }
 
   #onAgentEvent(event: AgentEvent): void {
+    if (this.#deleted) return;
     switch (event.type) {
       case "transcript.changed":
-        if (event.reset) this.#session.reset(event.items);
-        else this.#session.append(event.added);
+        this.#saveTranscript(event);
         return;
       case "turn.started":
         if (!this.#quietTurn && event.input !== "")
@@ -442,7 +573,7 @@ export class Task {
         return;
       case "text.delta": {
         if (event.lane !== "" || !this.#streaming) return;
-        this.#streaming.text += event.delta;
+        this.#streamingText.append(event.delta);
         this.context.broadcast({
           type: "delta",
           task: this.id,
@@ -477,10 +608,16 @@ export class Task {
       case "turn.interrupted":
       case "turn.failed": {
         this.#finishStreaming();
+        const failure = this.#failure;
+        this.#failure = undefined;
         if (event.type === "turn.failed") this.#notice("error", event.error.message);
-        if (event.type === "turn.interrupted") this.#notice("info", "stopped");
+        if (event.type === "turn.interrupted" && failure === undefined) this.#notice("info", "stopped");
         const state: TaskState =
-          event.type === "turn.completed" ? "done" : event.type === "turn.failed" ? "failed" : "interrupted";
+          event.type === "turn.completed" && failure === undefined
+            ? "done"
+            : event.type === "turn.failed" || failure !== undefined
+              ? "failed"
+              : "interrupted";
         this.status.queued = [...(this.#agent?.queuedMessages ?? [])];
         this.#sendStatus();
         this.#setState(state);
@@ -505,6 +642,41 @@ export class Task {
     }
   }
 
+  /**
+   * Saves the agent's transcript to the session file. A write that fails (a full disk, a removed
+   * sessions directory) must not escape into the agent, where it would end the app or leave the
+   * turn running for ever: the session is rewritten whole (which recreates a removed directory),
+   * and when that fails too the task is told why, its turn is stopped and shown as failed, and the
+   * next write tries again.
+   */
+  #saveTranscript(event: Extract<AgentEvent, { type: "transcript.changed" }>): void {
+    try {
+      if (this.#sessionBroken) this.#session.rewrite(event.items);
+      else if (event.reset) this.#session.reset(event.items);
+      else this.#session.append(event.added);
+      this.#sessionBroken = false;
+      return;
+    } catch {
+      // below: try once to write it whole
+    }
+    try {
+      this.#session.rewrite(event.items);
+      this.#sessionBroken = false;
+      return;
+    } catch (error) {
+      const first = !this.#sessionBroken;
+      this.#sessionBroken = true;
+      if (!first) return;
+      const message = `the conversation could not be saved (${(error as Error).message}): the task was stopped; send again once there is room`;
+      this.context.broadcast({ type: "error", task: this.id, code: "save_failed", message });
+      this.#notice("error", message);
+      if (this.#agent?.busy) {
+        this.#failure = message;
+        this.#agent.interrupt();
+      } else this.#setState("failed");
+    }
+  }
+
   #itemStarted(item: ThreadItem): void {
     if (item.type === "agent_message") {
       this.#finishStreaming();
@@ -516,6 +688,7 @@ export class Task {
         ...(this.status.lastModel ? { model: this.status.lastModel } : {}),
       };
       this.#streaming = entry;
+      this.#streamingText = new TextBuffer();
       this.#add(entry, false);
       return;
     }
@@ -531,6 +704,7 @@ export class Task {
         entry.text = item.text;
         entry.streaming = false;
         this.#streaming = undefined;
+        this.#streamingText = new TextBuffer();
         this.#add(entry);
       }
       return;
@@ -553,9 +727,11 @@ export class Task {
 
   #finishStreaming(): void {
     if (!this.#streaming) return;
+    this.#streaming.text = this.#streamingText.toString();
     this.#streaming.streaming = false;
     this.#add(this.#streaming);
     this.#streaming = undefined;
+    this.#streamingText = new TextBuffer();
   }
 
   #notice(level: "info" | "error", text: string): void {
@@ -564,6 +740,7 @@ export class Task {
 
   /** Adds or replaces an entry, tells the browsers, and saves it unless it is still changing. */
   #add(entry: LogEntry, save = true): void {
+    if (this.#deleted) return;
     const at = this.entries.findIndex((e) => e.id === entry.id);
     if (at >= 0) this.entries[at] = entry;
     else this.entries.push(entry);
@@ -592,6 +769,7 @@ export class Task {
   }
 
   #sendStatus(): void {
+    if (this.#deleted) return;
     this.context.broadcast({ type: "status", task: this.id, status: this.status });
   }
 
@@ -602,12 +780,14 @@ export class Task {
   }
 
   #touch(): void {
+    if (this.#deleted) return;
     this.summary.updatedAt = new Date().toISOString();
     this.#save();
     this.context.changed(this);
   }
 
   #save(): void {
+    if (this.#deleted) return;
     const saved: SavedTask = {
       summary: this.summary,
       workspace: this.context.workspace.root,

@@ -4,6 +4,7 @@
  */
 import type { ConversationItem, EnginePart, EngineRequest, FinishReason, Usage } from "../engine/types.js";
 import { shown, SparkError } from "../protocol/errors.js";
+import { TextBuffer } from "../protocol/text-buffer.js";
 import {
   compactRequestSchema,
   responseCreateSchema,
@@ -745,7 +746,8 @@ function usageOf(usage: Usage): ResponseUsage {
 /** Accumulates output items from engine parts and produces the matching Responses events. */
 class ResponseBuilder {
   private sequence = 0;
-  private readonly open = new Map<string, { index: number; text: string }>();
+  /** Items being generated, and their text so far (see `TextBuffer`: many deltas, little memory). */
+  private readonly open = new Map<string, { index: number; text: TextBuffer }>();
 
   constructor(private readonly response: ResponseObject) {}
 
@@ -769,7 +771,7 @@ class ResponseBuilder {
           content: [],
         };
         const index = output.push(item) - 1;
-        this.open.set(part.id, { index, text: "" });
+        this.open.set(part.id, { index, text: new TextBuffer() });
         yield this.event("response.output_item.added", {
           output_index: index,
           item: { ...item, content: [] },
@@ -785,7 +787,7 @@ class ResponseBuilder {
       case "text-delta": {
         const state = this.open.get(part.id);
         if (!state || part.delta === "") return;
-        state.text += part.delta;
+        state.text.append(part.delta);
         yield {
           type: "response.output_text.delta",
           sequence_number: this.sequence++,
@@ -802,11 +804,12 @@ class ResponseBuilder {
         if (!state) return;
         this.open.delete(part.id);
         const item = output[state.index] as Extract<OutputItem, { type: "message" }>;
-        const textPart = { type: "output_text" as const, text: state.text, annotations: [] };
+        const text = state.text.toString();
+        const textPart = { type: "output_text" as const, text, annotations: [] };
         item.content = [textPart];
         item.status = "completed";
         const ids = { item_id: item.id, output_index: state.index, content_index: 0 };
-        yield this.event("response.output_text.done", { ...ids, text: state.text, logprobs: [] });
+        yield this.event("response.output_text.done", { ...ids, text, logprobs: [] });
         yield this.event("response.content_part.done", { ...ids, part: textPart });
         yield this.event("response.output_item.done", { output_index: state.index, item: { ...item } });
         return;
@@ -831,14 +834,14 @@ class ResponseBuilder {
                 input: "",
               };
         const index = output.push(item) - 1;
-        this.open.set(part.id, { index, text: "" });
+        this.open.set(part.id, { index, text: new TextBuffer() });
         yield this.event("response.output_item.added", { output_index: index, item: { ...item } });
         return;
       }
       case "tool-call-delta": {
         const state = this.open.get(part.id);
         if (!state || part.delta === "") return;
-        state.text += part.delta;
+        state.text.append(part.delta);
         const item = output[state.index]!;
         yield {
           type:
@@ -858,20 +861,21 @@ class ResponseBuilder {
         this.open.delete(part.id);
         const item = output[state.index]!;
         item.status = "completed";
+        const text = state.text.toString();
         if (item.type === "function_call") {
-          item.arguments = state.text;
+          item.arguments = text;
           yield this.event("response.function_call_arguments.done", {
             item_id: item.id,
             output_index: state.index,
             name: item.name,
-            arguments: state.text,
+            arguments: text,
           });
         } else if (item.type === "custom_tool_call") {
-          item.input = state.text;
+          item.input = text;
           yield this.event("response.custom_tool_call_input.done", {
             item_id: item.id,
             output_index: state.index,
-            input: state.text,
+            input: text,
           });
         }
         yield this.event("response.output_item.done", { output_index: state.index, item: { ...item } });
@@ -892,10 +896,10 @@ class ResponseBuilder {
     for (const state of this.open.values()) {
       const item = this.response.output[state.index]!;
       item.status = "incomplete";
-      if (item.type === "message")
-        item.content = [{ type: "output_text", text: state.text, annotations: [] }];
-      else if (item.type === "function_call") item.arguments = state.text;
-      else if (item.type === "custom_tool_call") item.input = state.text;
+      const text = state.text.toString();
+      if (item.type === "message") item.content = [{ type: "output_text", text, annotations: [] }];
+      else if (item.type === "function_call") item.arguments = text;
+      else if (item.type === "custom_tool_call") item.input = text;
     }
     this.open.clear();
   }

@@ -15,7 +15,8 @@ const connection = new Connection(
     if (message.type === "hello") {
       // Reopen the task in the address (a reload), else the newest.
       const fromHash = new URLSearchParams(location.hash.slice(1)).get("task");
-      const target = message.tasks.find((t) => t.id === fromHash)?.id ?? message.tasks[0]?.id;
+      const tasks = getState().tasks; // as the store took them from this hello
+      const target = tasks.find((t) => t.id === fromHash)?.id ?? tasks[0]?.id;
       if (target) openTask(target);
       performance.mark("spark-interactive");
     }
@@ -47,6 +48,7 @@ function newTask(model: string): void {
 
 const STATE_LABEL: Record<string, string> = {
   idle: "new",
+  queued: "queued",
   running: "running",
   approval: "waiting for approval",
   done: "done",

@@ -109,20 +109,32 @@ export class StreamingMarkdown {
 
   /** The answer is complete: render what is left as final. */
   finish(text?: string): void {
-    if (text !== undefined && text !== this.#text) {
-      // The final text differs (a steer replaced the answer): render it whole.
-      this.#text = text;
-      this.#committed = 0;
-      this.#scanned = 0;
-      this.#boundary = 0;
-      this.#inFence = false;
-      this.#blocks.textContent = "";
-    }
+    // The final text differs (a steer replaced the answer): render it whole.
+    if (text !== undefined && text !== this.#text) this.#restart(text);
     if (this.#frame !== 0) cancelAnimationFrame(this.#frame);
     this.#frame = 0;
     this.#commit(this.#text.length);
     this.#tail.textContent = "";
     this.#painted();
+  }
+
+  /**
+   * The text so far, whole, in place of what was appended (the app resent the entry: this page
+   * fell behind and missed deltas, or opened the task while it streamed). Deltas then follow it.
+   */
+  reset(text: string): void {
+    if (text === this.#text) return;
+    this.#restart(text);
+    if (this.#frame === 0) this.#frame = requestAnimationFrame(() => this.#render());
+  }
+
+  #restart(text: string): void {
+    this.#text = text;
+    this.#committed = 0;
+    this.#scanned = 0;
+    this.#boundary = 0;
+    this.#inFence = false;
+    this.#blocks.textContent = "";
   }
 
   #render(): void {

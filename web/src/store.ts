@@ -64,6 +64,8 @@ export function useStore(): AppState {
 /** Text received for a streaming entry, and the renderer showing it once mounted. */
 export interface StreamSink {
   append(delta: string, receivedAt: number): void;
+  /** The whole text so far, replacing what was appended. */
+  reset(text: string): void;
 }
 const streams = new Map<string, { text: string; sink: StreamSink | undefined }>();
 
@@ -80,18 +82,80 @@ export function detachStream(entry: string): void {
 
 let toastCounter = 0;
 
+/**
+ * A task summary as the page uses it. The server validates what it reads back, but one odd field
+ * (`changedFiles: null`, a missing title) must cost that field, not every task in the list.
+ */
+function taskSummary(raw: TaskSummary): TaskSummary {
+  const text = (value: unknown, fallback: string): string => (typeof value === "string" ? value : fallback);
+  return {
+    ...raw,
+    id: text(raw.id, ""),
+    title: text(raw.title, "Untitled task"),
+    model: text(raw.model, "spark"),
+    state: text(raw.state, "idle") as TaskSummary["state"],
+    background: raw.background === true,
+    changedFiles: Array.isArray(raw.changedFiles)
+      ? raw.changedFiles.filter((path): path is string => typeof path === "string")
+      : [],
+    createdAt: text(raw.createdAt, ""),
+    updatedAt: text(raw.updatedAt, ""),
+  };
+}
+
+function taskList(raw: unknown): TaskSummary[] {
+  if (!Array.isArray(raw)) return [];
+  return raw
+    .filter((task): task is TaskSummary => typeof task === "object" && task !== null)
+    .map(taskSummary)
+    .filter((task) => task.id !== "");
+}
+
+/** Newest first, as the server lists them. */
+const newestFirst = (a: TaskSummary, b: TaskSummary): number => b.createdAt.localeCompare(a.createdAt);
+
 export function apply(message: ServerMessage, receivedAt: number): void {
   switch (message.type) {
     case "hello":
-      setState({ workspace: message.workspace, models: message.models, tasks: message.tasks });
+      setState({ workspace: message.workspace, models: message.models, tasks: taskList(message.tasks) });
       return;
-    case "tasks":
+    case "tasks": {
+      const tasks = taskList(message.tasks);
       setState((s) => ({
-        tasks: message.tasks,
-        current: s.current && message.tasks.some((t) => t.id === s.current) ? s.current : undefined,
+        tasks,
+        current: s.current && tasks.some((t) => t.id === s.current) ? s.current : undefined,
+      }));
+      return;
+    }
+    case "task.updated": {
+      if (typeof message.summary !== "object" || message.summary === null) return;
+      const summary = taskSummary(message.summary);
+      if (summary.id === "") return;
+      setState((s) =>
+        s.tasks.some((t) => t.id === summary.id)
+          ? { tasks: s.tasks.map((t) => (t.id === summary.id ? summary : t)) }
+          : { tasks: [summary, ...s.tasks].sort(newestFirst) },
+      );
+      return;
+    }
+    case "task.removed":
+      setState((s) => ({
+        tasks: s.tasks.filter((t) => t.id !== message.task),
+        current: s.current === message.task ? undefined : s.current,
       }));
       return;
     case "task.log":
+      // A streaming answer's text so far comes whole in the log: it replaces what deltas brought
+      // (some may have been missed: this page fell behind, or opened the task mid-answer).
+      for (const entry of message.entries) {
+        if (entry.kind !== "assistant" || !entry.streaming) continue;
+        const stream = streams.get(entry.id) ?? { text: "", sink: undefined };
+        streams.set(entry.id, stream);
+        if (stream.text !== entry.text) {
+          stream.text = entry.text;
+          stream.sink?.reset(entry.text);
+        }
+      }
       setState((s) => ({
         logs: { ...s.logs, [message.task]: message.entries },
         statuses: { ...s.statuses, [message.task]: message.status },

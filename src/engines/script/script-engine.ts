@@ -84,6 +84,12 @@ export function splitPieces(text: string): string[] {
   return text.match(PIECE) ?? [];
 }
 
+/** The pieces one at a time: a long answer is not held as millions of pieces while it streams. */
+function* eachPiece(text: string): Generator<string> {
+  const pattern = new RegExp(PIECE.source, "g");
+  for (let match = pattern.exec(text); match !== null; match = pattern.exec(text)) yield match[0];
+}
+
 /** Counts earlier model turns: maximal runs of assistant messages and tool calls. */
 export function countModelTurns(items: readonly ConversationItem[]): number {
   let turns = 0;
@@ -221,7 +227,7 @@ export class ScriptEngine implements Engine {
       }
       const content =
         item.type === "message" ? item.text : item.type === "function_call" ? item.arguments : item.input;
-      for (const piece of splitPieces(content)) {
+      for (const piece of eachPiece(content)) {
         if (outputTokens >= limit) {
           reason = "length";
           break;

@@ -1,0 +1,168 @@
+/**
+ * The slow browser: how much a browser that stops reading makes `spark app` hold. A real
+ * `spark app` child process (its in-process server on the script engine, unlimited rate) answers
+ * one 10 MiB message while the only browser socket — a raw `ws` client with the app's Origin — has
+ * paused reading right after asking for it. The figure is the app process's peak RSS while the
+ * answer streams (sampled from /proc every 50 ms until the task is saved as done, plus a second)
+ * minus its RSS just before the request. Goal: under +64 MiB.
+ *
+ * Runnable alone: `node --import tsx bench/app-slow-reader.ts` prints the figure as JSON.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { setTimeout as sleep } from "node:timers/promises";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import WebSocket from "ws";
+
+const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
+const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:\d+\/) \(workspace .+\)$/;
+const MiB = 1024 * 1024;
+/** The answer: 10 MiB of short words, about two million token-like pieces (deltas). */
+const ANSWER_BYTES = 10 * MiB;
+/** How long the answer may take before the figure is taken as it stands. */
+const ANSWER_TIMEOUT_MS = 300_000;
+
+function rssBytes(pid: number): number {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, "utf8");
+    const match = /^VmRSS:\s+(\d+) kB$/m.exec(status);
+    return match ? Number(match[1]) * 1024 : 0;
+  } catch {
+    return 0;
+  }
+}
+
+function firstLine(child: ChildProcess, stderr: () => string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const lines = createInterface({ input: child.stdout! });
+    const timer = setTimeout(() => {
+      child.kill("SIGKILL");
+      reject(new Error(`spark app printed no line in 60 s; stderr: ${stderr().slice(-600)}`));
+    }, 60_000);
+    lines.once("line", (line) => {
+      clearTimeout(timer);
+      lines.close();
+      child.stdout!.resume();
+      resolve(line);
+    });
+    child.once("exit", (code, signal) => {
+      clearTimeout(timer);
+      reject(
+        new Error(`spark app exited (${code ?? signal}) before its URL; stderr: ${stderr().slice(-600)}`),
+      );
+    });
+  });
+}
+
+function stop(child: ChildProcess): Promise<void> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) return resolve();
+    const timer = setTimeout(() => child.kill("SIGKILL"), 5_000);
+    child.once("exit", () => {
+      clearTimeout(timer);
+      resolve();
+    });
+    child.kill("SIGTERM");
+  });
+}
+
+/** Whether the one task in `dataDir` is saved in a finished state. */
+function taskFinished(dataDir: string): boolean {
+  const dir = join(dataDir, "app", "tasks");
+  let names: string[];
+  try {
+    names = readdirSync(dir).filter((name) => name.endsWith(".json"));
+  } catch {
+    return false;
+  }
+  return names.some((name) => {
+    try {
+      const saved = JSON.parse(readFileSync(join(dir, name), "utf8")) as { summary?: { state?: string } };
+      const state = saved.summary?.state;
+      return state === "done" || state === "failed" || state === "interrupted";
+    } catch {
+      return false;
+    }
+  });
+}
+
+export async function slowReaderFigure(): Promise<{ rssGrowthMiB: number }> {
+  const dir = mkdtempSync(join(tmpdir(), "spark-slow-reader-"));
+  const workspace = join(dir, "workspace");
+  const dataDir = join(dir, "data");
+  const scriptPath = join(dir, "answer.jsonl");
+  const words = "lorem ipsum dolor sit amet consectetur ";
+  const text = words.repeat(Math.ceil(ANSWER_BYTES / words.length)).slice(0, ANSWER_BYTES);
+  writeFileSync(scriptPath, `${JSON.stringify({ output: [{ type: "message", text }] })}\n`);
+  const env: NodeJS.ProcessEnv = {};
+  for (const [key, value] of Object.entries(process.env)) if (!key.startsWith("SPARK_")) env[key] = value;
+  mkdirSync(workspace);
+  const child = spawn(
+    process.execPath,
+    [
+      "--import",
+      "tsx",
+      "src/cli/main.ts",
+      "app",
+      workspace,
+      "--engine",
+      "script",
+      "--script",
+      scriptPath,
+      "--port",
+      "0",
+      "--quiet",
+      "--sandbox",
+      "off",
+      "--data-dir",
+      dataDir,
+    ],
+    { cwd: REPO_ROOT, env, stdio: ["ignore", "pipe", "pipe"] },
+  );
+  let stderr = "";
+  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+  let socket: WebSocket | undefined;
+  try {
+    const line = await firstLine(child, () => stderr);
+    const match = APP_LINE.exec(line);
+    if (!match)
+      throw new Error(`spark app printed ${JSON.stringify(line)} first; stderr: ${stderr.slice(-600)}`);
+    const url = new URL(match[1]!);
+    const ws = new WebSocket(`ws://${url.host}/app/ws`, { headers: { origin: url.origin } });
+    socket = ws;
+    await new Promise<void>((resolve, reject) => {
+      ws.once("message", () => resolve()); // hello
+      ws.once("error", reject);
+    });
+    // Settle: the process's RSS just before the request is the baseline.
+    await sleep(500);
+    const baseline = rssBytes(child.pid!);
+    let peak = baseline;
+    ws.send(JSON.stringify({ type: "task.create", model: "spark", text: "write a lot" }));
+    // The browser stops reading: nothing more is taken off the socket.
+    if (!process.env.READ_ALL) ws.pause();
+    const deadline = Date.now() + ANSWER_TIMEOUT_MS;
+    let finishedAt: number | undefined;
+    while (Date.now() < deadline && child.exitCode === null) {
+      peak = Math.max(peak, rssBytes(child.pid!));
+      if (finishedAt === undefined && taskFinished(dataDir)) finishedAt = Date.now();
+      if (finishedAt !== undefined && Date.now() - finishedAt > 1_000) break;
+      await sleep(50);
+    }
+    if (child.exitCode !== null)
+      throw new Error(`spark app exited (${child.exitCode}); stderr: ${stderr.slice(-600)}`);
+    return { rssGrowthMiB: Math.round(((peak - baseline) / MiB) * 10) / 10 };
+  } finally {
+    socket?.terminate();
+    await stop(child);
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  const figure = await slowReaderFigure();
+  process.stdout.write(`${JSON.stringify(figure)}\n`);
+}
