@@ -630,6 +630,8 @@ describe("spark lsp against hostile or odd input", () => {
       assert.equal(big.code, -32600);
       assert.match(big.message, /workspace\/executeCommand request is over spark lsp's limit of 65536 bytes/);
       await lsp.stderrMatches(/refused a \d+-byte message from the editor \(workspace\/executeCommand\)/);
+      const first = await lsp.nextNotification("window/showMessage");
+      assert.match(first.params.message as string, /refused a \d+-byte message from the editor/);
       await open(lsp, "huge.ts", "small\n");
       const from = lsp.notifications.length;
       await type(lsp, "huge.ts", 2, 0, 0, "y".repeat(100_000));

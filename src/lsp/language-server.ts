@@ -37,7 +37,7 @@ import { TextDocument } from "vscode-languageserver-textdocument";
 import { z } from "zod";
 import { CompletionCache } from "./completion-cache.js";
 import { EditRing } from "./edit-ring.js";
-import { BoundedMessageReader, type RefusedMessage } from "./message-reader.js";
+import { BoundedMessageReader, REFUSED_METHOD, type RefusedMessage } from "./message-reader.js";
 import { clipPrefix, clipSuffix, DEFAULT_CLIP, midLine, postProcess } from "./fim-context.js";
 import { finalRewrite, ProgressThrottle, quickEditMessages, stripFence } from "./quick-edit.js";
 import { AbortedError, postStream, ServerError } from "./server-client.js";
@@ -78,6 +78,17 @@ const quickEditArgs = z.tuple([
   }),
 ]);
 const setTierArgs = z.tuple([z.enum(["spark", "deep"])]);
+const refusedParams = z.object({
+  bytes: z.number(),
+  id: z.union([z.number(), z.string()]).optional(),
+  method: z.string().optional(),
+  uri: z.string().optional(),
+});
+
+function refusal(message: RefusedMessage, limit: number): string {
+  const what = [message.method, message.uri].filter(Boolean).join(" ");
+  return `refused a ${message.bytes}-byte message from the editor${what ? ` (${what})` : ""}: over the limit of ${limit} bytes (spark lsp --max-message-bytes)`;
+}
 
 function invalid(error: z.ZodError, what: string): ResponseError<void> {
   const detail = error.issues
@@ -235,6 +246,10 @@ export class SparkLanguageServer {
           );
       }
     });
+    c.onNotification(REFUSED_METHOD, (params: unknown) => {
+      const parsed = refusedParams.safeParse(params);
+      if (parsed.success) this.refused(parsed.data as RefusedMessage);
+    });
     c.onShutdown(() => {
       this.shutdownReceived = true;
       this.abortAll();
@@ -242,21 +257,18 @@ export class SparkLanguageServer {
   }
 
   /**
-   * A message from the editor over the size limit was skipped (see BoundedMessageReader). A
-   * document it changed is forgotten, since its text here is no longer the editor's: requests on it
-   * say it is not open until the editor opens it again.
+   * A message from the editor over the size limit was skipped (BoundedMessageReader delivers this in
+   * its place, in order). A document it changed is forgotten, since its text here is no longer the
+   * editor's: requests on it say it is not open until the editor opens it again.
    */
-  refused(message: RefusedMessage, limit: number): void {
-    const what = [message.method, message.uri].filter(Boolean).join(" ");
-    const text = `refused a ${message.bytes}-byte message from the editor${what ? ` (${what})` : ""}: over the limit of ${limit} bytes (spark lsp --max-message-bytes)`;
-    process.stderr.write(`spark lsp: ${text}\n`);
+  private refused(message: RefusedMessage): void {
     if (message.uri !== undefined && this.documents.delete(message.uri)) {
       this.ring.close(message.uri);
       this.abortAll();
     }
     void this.connection.sendNotification("window/showMessage", {
       type: MessageType.Warning,
-      message: `Spark: ${text}`,
+      message: `Spark: ${refusal(message, this.settings.maxMessageBytes)}`,
     });
   }
 
@@ -489,8 +501,7 @@ export function runLanguageServer(settings: LspSettings): SparkLanguageServer {
   const limit = settings.maxMessageBytes;
   const reader = new BoundedMessageReader(process.stdin, limit, {
     refused(message) {
-      // Messages flow only after connection.listen(), when `server` is set.
-      server.refused(message, limit);
+      process.stderr.write(`spark lsp: ${refusal(message, limit)}\n`);
       if (message.id === undefined || message.method === undefined) return;
       void writer.write({
         jsonrpc: "2.0",

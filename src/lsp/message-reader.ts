@@ -7,8 +7,10 @@
  *
  * What it does instead, each reported through `ReaderEvents`:
  * - a message over `maxMessageBytes` is refused from its header: its bytes are skipped as they come,
- *   never held, and what its first bytes say (`id`, `method`, `textDocument.uri`) is reported so the
- *   request can be answered with an error and the document forgotten;
+ *   never held, and what its first bytes say (`id`, `method`, `textDocument.uri`) is reported at
+ *   once (so a request can be answered with an error) and also delivered in its place, in order with
+ *   the other messages, as the notification REFUSED_METHOD (so the document it changed is forgotten
+ *   after the messages before it, a didOpen included, were handled);
  * - a well-framed body that is not a JSON object is skipped (the frames after it are intact);
  * - a frame that cannot be read (no or a bad `Content-Length`, a header line without `:`, a header
  *   block over 8 KiB) leaves no way to find the next message: `broken` is reported and nothing more
@@ -25,6 +27,8 @@ import {
 
 export const DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
 const MAX_HEADER_BYTES = 8 * 1024;
+/** The notification delivered in place of a refused message, with RefusedMessage as its params. */
+export const REFUSED_METHOD = "$/spark/refusedMessage";
 /** How much of a refused message is read to learn its id, method and document. */
 const PEEK_BYTES = 4 * 1024;
 
@@ -120,7 +124,9 @@ export class BoundedMessageReader extends AbstractMessageReader implements Messa
           at += take;
           if (!state.reported && (state.peeked >= PEEK_BYTES || state.left === 0)) {
             state.reported = true;
-            this.events.refused({ bytes: state.bytes, ...peek(Buffer.concat(state.peek).toString("utf8")) });
+            const refused = { bytes: state.bytes, ...peek(Buffer.concat(state.peek).toString("utf8")) };
+            this.events.refused(refused);
+            callback({ jsonrpc: "2.0", method: REFUSED_METHOD, params: refused } as Message);
             state.peek = [];
           }
           if (state.left === 0) this.#state = { mode: "header", header: "" };
