@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { once } from "node:events";
 import { readFileSync } from "node:fs";
 import { createServer } from "node:net";
+import { PassThrough } from "node:stream";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { after, before, describe, test } from "node:test";
@@ -16,7 +17,8 @@ import { hashKey } from "../src/core/keys.js";
 import { CompletionCache } from "../src/lsp/completion-cache.js";
 import { EditRing } from "../src/lsp/edit-ring.js";
 import { clipPrefix, clipSuffix, postProcess } from "../src/lsp/fim-context.js";
-import { finalRewrite, stripFence } from "../src/lsp/quick-edit.js";
+import { BoundedMessageReader, REFUSED_METHOD } from "../src/lsp/message-reader.js";
+import { finalRewrite, progressDelta, stripFence } from "../src/lsp/quick-edit.js";
 import { file, freshDir, runToExit, startServer, stop, type Cli } from "./helpers/cli.js";
 import {
   initialize,
@@ -891,6 +893,62 @@ describe("spark lsp internals", () => {
       [{ filename: "b", text: "b0\nb1" }],
       "a closed file leaves",
     );
+  });
+
+  test("progress deltas keep the common start, take back what changed, and never split a surrogate pair", () => {
+    assert.deepEqual(progressDelta("", "abc"), { from: 0, text: "abc" });
+    assert.deepEqual(progressDelta("abc", "abcdef"), { from: 3, text: "def" });
+    assert.deepEqual(progressDelta("x = 1;\n`", "x = 1;\n"), { from: 7, text: "" });
+    assert.deepEqual(progressDelta("  ``", ""), { from: 0, text: "" });
+    assert.deepEqual(progressDelta("a\ud83d", "a\ud83d\ude00"), { from: 1, text: "\ud83d\ude00" });
+  });
+
+  test("the stdin reader frames messages however the bytes are split, and refuses big ones without holding them", () => {
+    const messages: unknown[] = [];
+    const refused: unknown[] = [];
+    const skipped: string[] = [];
+    const stream = new PassThrough();
+    const reader = new BoundedMessageReader(stream, 64 * 1024, {
+      refused: (message) => refused.push(message),
+      skipped: (reason) => skipped.push(reason),
+      broken: (reason) => assert.fail(reason),
+    });
+    reader.listen((message) => messages.push(message));
+    const body = (value: unknown): string => {
+      const json = JSON.stringify(value);
+      return `Content-Length: ${Buffer.byteLength(json)}\r\n\r\n${json}`;
+    };
+    const big = {
+      jsonrpc: "2.0",
+      id: 7,
+      method: "big/one",
+      params: { textDocument: { uri: "file:///b.ts" }, x: "é".repeat(50_000) },
+    };
+    const framed = Buffer.from(
+      body({ jsonrpc: "2.0", method: "a", params: "é" }) +
+        body(big) +
+        "Content-Length: 8\r\n\r\nnot json" +
+        body({ jsonrpc: "2.0", id: 1, method: "b" }),
+    );
+    // One byte at a time: headers, their blank line and multi-byte characters all straddle chunks.
+    for (let i = 0; i < framed.length; i++) stream.write(framed.subarray(i, i + 1));
+    assert.deepEqual(messages, [
+      { jsonrpc: "2.0", method: "a", params: "é" },
+      {
+        jsonrpc: "2.0",
+        method: REFUSED_METHOD,
+        params: {
+          bytes: Buffer.byteLength(JSON.stringify(big)),
+          id: 7,
+          method: "big/one",
+          uri: "file:///b.ts",
+        },
+      },
+      { jsonrpc: "2.0", id: 1, method: "b" },
+    ]);
+    assert.equal(refused.length, 1);
+    assert.equal(skipped.length, 1);
+    assert.match(skipped[0]!, /not JSON/);
   });
 
   test("fences are stripped, also while the answer streams", () => {
