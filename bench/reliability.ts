@@ -10,9 +10,15 @@
  *      lanes × 1 MiB of `store: false` history; 24 stored `generate: false` requests of 8 MiB;
  *      2,000 connections that send half a header;
  *   3. faults: `kill -9` while stored responses are being written (every acknowledged response
- *      must be there after the restart), and a data directory on a full 1 MiB tmpfs (root only).
+ *      must be there after the restart), and a data directory on a full 1 MiB tmpfs (root only);
+ *   4. the surfaces of issue 21, each against its goal: the worst event-loop stall of one request
+ *      up to the body limit (bench/loop-stall.ts, llama engine, goal < 100 ms), the RSS a browser
+ *      that stops reading adds to `spark app` for a 10 MiB answer (bench/app-slow-reader.ts, goal
+ *      < +64 MiB), and the bytes `spark lsp` writes for a 100 KB quick edit
+ *      (bench/lsp-quick-edit-bytes.ts, goal < 2× the rewrite).
  *
- * Run: `npm run reliability` (about 75 s on 2 cores). `--quick` runs smaller floods.
+ * Run: `npm run reliability` (about 75 s on 2 cores, plus section 4). `--quick` runs smaller floods;
+ * `--surfaces` runs section 4 alone.
  */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -25,9 +31,14 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import WebSocket from "ws";
 import { httpCases, wsFrames } from "../test/fixtures/hostile-corpus.js";
+import { slowReaderFigure } from "./app-slow-reader.js";
+import { loopStallFigure } from "./loop-stall.js";
+import { quickEditBytesFigure } from "./lsp-quick-edit-bytes.js";
 import { fmt, table } from "./report.js";
 
-const { values: args } = parseArgs({ options: { quick: { type: "boolean", default: false } } });
+const { values: args } = parseArgs({
+  options: { quick: { type: "boolean", default: false }, surfaces: { type: "boolean", default: false } },
+});
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const MiB = 1024 * 1024;
 const REQUEST_TIMEOUT_MS = 20_000;
@@ -451,15 +462,52 @@ async function faults(): Promise<void> {
   }
 }
 
+const goals: string[][] = [];
+
+/** Section 4: one figure per new surface, each with its goal. Counts and sizes, one timing (the stall). */
+async function surfaces(): Promise<void> {
+  const goal = (figure: string, measured: string, target: string, met: boolean): void => {
+    goals.push([figure, measured, target, met ? "yes" : "NO"]);
+    log(`  ${figure}: ${measured} (goal ${target})`);
+  };
+  const stall = await loopStallFigure((line) => log(`    ${line}`));
+  goal(
+    "worst event-loop stall of one request (FIM, 14 MB bodies, predictions)",
+    `${stall.worstStallMs} ms (${stall.cases.map((c) => `${c.name}: ${c.stallMs}`).join("; ")})`,
+    "< 100 ms",
+    stall.worstStallMs < 100,
+  );
+  const reader = await slowReaderFigure();
+  goal(
+    "spark app RSS growth, browser stops reading a 10 MiB answer",
+    `+${fmt(reader.rssGrowthMiB, 1)} MiB`,
+    "< +64 MiB",
+    reader.rssGrowthMiB < 64,
+  );
+  const lsp = await quickEditBytesFigure();
+  goal(
+    "spark lsp bytes written for a 100 KB quick edit",
+    `${fmt(lsp.bytesWritten / 1024)} KiB for ${fmt(lsp.rewriteBytes / 1024)} KiB (${lsp.ratio.toFixed(2)}×)`,
+    "< 2× the rewrite",
+    lsp.ratio < 2,
+  );
+}
+
 try {
-  log("1. hostile input");
-  await hostileInput();
-  log("2. floods");
-  await floods();
-  log("3. faults");
-  await faults();
+  if (!args.surfaces) {
+    log("1. hostile input");
+    await hostileInput();
+    log("2. floods");
+    await floods();
+    log("3. faults");
+    await faults();
+  }
+  log("4. the new surfaces");
+  await surfaces();
   log("");
   log(table(["attack", "tried", "outcome", "server after"], rows));
+  log("");
+  log(table(["figure", "measured", "goal", "met"], goals));
 } finally {
   rmSync(work, { recursive: true, force: true });
 }
