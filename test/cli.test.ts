@@ -4,6 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { request as httpRequest } from "node:http";
+import { createServer as createNetServer, type AddressInfo } from "node:net";
 import { join } from "node:path";
 import { test } from "node:test";
 import { textOf, WsClient } from "./helpers/ws-client.js";
@@ -252,6 +253,33 @@ test("--engine llama with a missing --model file exits non-zero mentioning --mod
   assert.notEqual(code, 0, stderr);
   assert.equal(typeof code, "number", `expected an exit code, got ${code}`);
   assert.match(stderr, /--model/);
+});
+
+test("serve on a port in use exits 2, names the process that holds it and suggests --port 0", async () => {
+  // This test process holds the port: its pid is what the message must name.
+  const holder = createNetServer();
+  await new Promise<void>((resolve) => holder.listen(0, "127.0.0.1", resolve));
+  const port = (holder.address() as AddressInfo).port;
+  try {
+    const { code, stdout, stderr } = await runToExit([
+      "serve",
+      "--engine",
+      "script",
+      "--script",
+      SHORT_SCRIPT,
+      "--port",
+      String(port),
+    ]);
+    // Before: an "internal error" stack trace on stderr and exit 0.
+    assert.equal(code, 2, stderr);
+    assert.match(stderr, new RegExp(`port ${port} on 127\\.0\\.0\\.1 is in use`));
+    assert.match(stderr, /--port 0/);
+    if (process.platform === "linux") assert.match(stderr, new RegExp(`pid ${process.pid}\\b`));
+    assert.doesNotMatch(stderr, /internal error|\n\s+at /);
+    assert.doesNotMatch(stdout, /listening/);
+  } finally {
+    holder.close();
+  }
 });
 
 test("--allowed-host and --allowed-origin (repeatable) let a proxy's name and a web app's origin in", async () => {

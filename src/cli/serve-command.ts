@@ -8,6 +8,7 @@ import { defaultDataDir, SqliteResponseStore } from "../store/sqlite-store.js";
 import { ConfigError, loadKeyFile, resolveSettings, type ResolvedSettings } from "./config.js";
 import { createModels } from "./create-engine.js";
 import { mountApp, type MountedApp } from "./app-command.js";
+import { describePortHolder } from "./port-holder.js";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 
@@ -83,6 +84,37 @@ function storeDescription(settings: ResolvedSettings, store: ResponseStore): str
   if ("url" in store && typeof store.url === "string")
     return `responses stored in PostgreSQL at ${store.url}, shared with every instance that uses it`;
   return `responses stored in ${settings.dataDir ?? defaultDataDir()}`;
+}
+
+/**
+ * Binds the port; a port that cannot be bound is the user's to fix (exit 2 through ConfigError),
+ * not an internal error: the message says who holds it, when that can be found cheaply, and what
+ * to do instead.
+ */
+async function listenOrExplain(server: SparkServer, settings: ResolvedSettings): Promise<string> {
+  try {
+    return await server.listen();
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    const where = `${settings.host}:${settings.port}`;
+    if (code === "EADDRINUSE") {
+      const holder = describePortHolder(settings.port);
+      throw new ConfigError(
+        `port ${settings.port} on ${settings.host} is in use` +
+          (holder ? ` by ${holder}: stop it,` : " (another spark serve?):") +
+          ` or pass --port 0 for a free port (or --port N for another one)`,
+      );
+    }
+    if (code === "EACCES")
+      throw new ConfigError(
+        `not allowed to listen on ${where} (ports below 1024 need privileges): pass --port 0 for a free port, or a port above 1023`,
+      );
+    if (code === "EADDRNOTAVAIL" || code === "ENOTFOUND" || code === "EAI_AGAIN")
+      throw new ConfigError(
+        `cannot listen on ${where}: --host ${settings.host} is not an address of this machine`,
+      );
+    throw new ConfigError(`cannot listen on ${where}: ${(error as Error).message}`);
+  }
 }
 
 export async function serve(allFlags: Record<string, unknown>): Promise<void> {
@@ -180,7 +212,7 @@ export async function serve(allFlags: Record<string, unknown>): Promise<void> {
   process.on("uncaughtException", (error: Error) =>
     log(`internal error (uncaught exception): ${detail(error)}`),
   );
-  const url = await server.listen();
+  const url = await listenOrExplain(server, settings);
   if (typeof appDir === "string") {
     try {
       app = await mountApp(appDir, {
