@@ -23,7 +23,7 @@ import {
 } from "node-llama-cpp";
 import OpenAI from "openai";
 import { toChatHistory } from "../src/engines/llama/chat-history.js";
-import { DEFAULT_CONTEXT, LlamaEngine } from "../src/engines/llama/llama-engine.js";
+import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
 import { MAX_DRAFT_TOKENS, PredictionDrafter } from "../src/engines/llama/prediction-drafter.js";
 import { FIRST_DRAFT_TOKENS } from "../src/engines/llama/speculative-decode.js";
 import { SparkServer } from "../src/server/http-server.js";
@@ -133,7 +133,7 @@ describe("exact Predicted Outputs accounting", { skip: modelPath ? false : MODEL
     model = await llama.loadModel({ modelPath: modelPath! });
     context = await model.createContext({
       threads: 1,
-      contextSize: Math.min(DEFAULT_CONTEXT, model.trainContextSize),
+      contextSize: model.trainContextSize,
     });
   });
   after(async () => {

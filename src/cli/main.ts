@@ -96,7 +96,7 @@ export function buildProgram(): Command {
     .option("--threads <n>", `llama: decode threads; default: measured at start ${env("threads")}`, integer)
     .option(
       "--context-size <tokens>",
-      `llama: context per sequence (default 8192) ${env("contextSize")}`,
+      `llama: context per sequence (default: the model's trained context, reduced to what memory allows) ${env("contextSize")}`,
       integer,
     )
     .option("--sequences <n>", `llama: parallel sequences (default 4) ${env("sequences")}`, integer)

@@ -75,3 +75,23 @@ export function addUint32Metadata(source: string, target: string, entries: Recor
   const padding = Buffer.alloc((alignment - (start.length % alignment)) % alignment);
   writeFileSync(target, Buffer.concat([start, padding, file.subarray(dataStart)]));
 }
+
+/**
+ * Writes a copy of a GGUF file with existing uint32 entries given new values, in place (same
+ * size, so nothing moves): for instance a larger `llama.context_length` than the tiny model's.
+ */
+export function setUint32Metadata(source: string, target: string, entries: Record<string, number>): void {
+  const file = readFileSync(source);
+  if (file.toString("latin1", 0, 4) !== "GGUF") throw new Error(`${source} is not a GGUF file`);
+  for (const [key, value] of Object.entries(entries)) {
+    const name = Buffer.from(key, "utf8");
+    const head = Buffer.alloc(8);
+    head.writeBigUInt64LE(BigInt(name.length));
+    const at = file.indexOf(Buffer.concat([head, name]));
+    if (at < 0) throw new Error(`${source} has no ${key}`);
+    const typeAt = at + 8 + name.length;
+    if (file.readUInt32LE(typeAt) !== 4) throw new Error(`${source}: ${key} is not a uint32`);
+    file.writeUInt32LE(value, typeAt + 4);
+  }
+  writeFileSync(target, file);
+}

@@ -76,7 +76,11 @@ export interface LlamaEngineOptions {
   threads?: number;
   /** Tokens per batch for prompt evaluation. */
   batchSize?: number;
-  /** Context size of each sequence, in tokens (capped by the model's training context). */
+  /**
+   * Context size of each sequence, in tokens (capped by the model's training context). Absent: the
+   * model's trained context, reduced to what free memory (RAM, or VRAM on a GPU) allows for all
+   * the sequences (see `MIN_AUTO_CONTEXT`).
+   */
   contextSize?: number;
   /** Parallel sequences (concurrent requests and cached conversations). */
   sequences?: number;
@@ -124,8 +128,13 @@ interface RenderedPrompt {
   tokens: Token[];
 }
 
-/** Context per sequence unless configured (capped by the model's training context). */
-export const DEFAULT_CONTEXT = 8192;
+/**
+ * The least context per sequence the automatic size may settle on. Agents' first requests (system
+ * prompt and tool definitions) are about 10k tokens, so the default is the model's trained context
+ * (32k for the default model) and memory only reduces it; below this the server would be of little
+ * use, so start fails instead and says to set --context-size or fewer --sequences.
+ */
+export const MIN_AUTO_CONTEXT = 2048;
 const DEFAULT_SEQUENCES = 4;
 
 export class LlamaEngine implements Engine {
@@ -177,23 +186,40 @@ export class LlamaEngine implements Engine {
         progressLogs: false,
       });
       this.#model = await this.#llama.loadModel({ modelPath: path });
-      const contextSize = Math.min(this.options.contextSize ?? DEFAULT_CONTEXT, this.#model.trainContextSize);
-      const batchSize = Math.min(this.options.batchSize ?? 512, contextSize);
+      const trained = this.#model.trainContextSize;
+      const requested = this.options.contextSize;
+      const batchSize = Math.min(this.options.batchSize ?? 512, requested ?? trained);
       this.#threads = this.options.threads ?? (await this.#calibrateThreads(batchSize, log));
       this.#tokenizer = cachingTokenizer(this.#model.tokenizer);
       this.#fim = fimTokensOf(this.#model);
       this.#modelName = basename(path);
-      this.#context = await this.#model.createContext({
-        contextSize,
-        batchSize,
-        sequences: this.options.sequences ?? DEFAULT_SEQUENCES,
-        threads: this.#threads,
-        batching: {
-          // node-llama-cpp waits for the next event-loop turn so that the decodes of several
-          // sequences go out as one batch; a lone generation has nothing to wait for.
-          dispatchSchedule: (dispatch) => (this.#busy > 1 ? setImmediate(dispatch) : dispatch()),
-        },
-      });
+      const sequences = this.options.sequences ?? DEFAULT_SEQUENCES;
+      try {
+        this.#context = await this.#model.createContext({
+          // A number is taken as given (node-llama-cpp refuses it if memory is short); `{min, max}`
+          // lets node-llama-cpp pick the largest size its memory estimate allows, up to the
+          // trained context (and shrink it further if creating the context still fails).
+          contextSize:
+            requested !== undefined
+              ? Math.min(requested, trained)
+              : { min: Math.min(MIN_AUTO_CONTEXT, trained), max: trained },
+          batchSize,
+          sequences,
+          threads: this.#threads,
+          batching: {
+            // node-llama-cpp waits for the next event-loop turn so that the decodes of several
+            // sequences go out as one batch; a lone generation has nothing to wait for.
+            dispatchSchedule: (dispatch) => (this.#busy > 1 ? setImmediate(dispatch) : dispatch()),
+          },
+        });
+      } catch (error) {
+        const message = error instanceof Error ? error.message : String(error);
+        throw new Error(
+          `${message}: pass a smaller --context-size or fewer --sequences (now ${requested ?? `auto, up to ${trained}`} × ${sequences})`,
+          { cause: error },
+        );
+      }
+      const contextSize = this.#context.contextSize;
       for (let i = 0; i < this.#context.totalSequences; i++) {
         const sequence = this.#context.getSequence();
         const ahead = new AheadSequence(sequence, this.#tokenizer, this.options.decodeAhead ?? true);
@@ -220,7 +246,8 @@ export class LlamaEngine implements Engine {
       }));
       log(
         `llama: ${basename(path)} on ${this.#llama.gpu || "cpu"}, ${this.#threads} thread(s), batch ${batchSize}, ` +
-          `context ${this.#context.contextSize} × ${this.#slots.length} sequences, chat format ${this.#chatWrapper.wrapperName}`,
+          `context ${contextSize} × ${this.#slots.length} sequences (${contextOrigin(contextSize, trained, requested)}), ` +
+          `chat format ${this.#chatWrapper.wrapperName}`,
       );
       this.#status = { ready: true, detail: "ready" };
     } catch (error) {
@@ -652,6 +679,16 @@ export class LlamaEngine implements Engine {
     await this.#model?.dispose();
     await this.#llama?.dispose();
   }
+}
+
+/** Why the context has the size it has, for the start line. */
+function contextOrigin(size: number, trained: number, requested: number | undefined): string {
+  if (requested !== undefined)
+    return requested > trained
+      ? `--context-size ${requested}, capped at the model's ${trained}`
+      : "--context-size";
+  if (size >= trained) return "the model's trained context; --context-size to set";
+  return `the model's trained ${trained} reduced to fit free memory; --context-size or fewer --sequences to set`;
 }
 
 function contextLengthExceeded(contextSize: number, promptTokens: string): SparkError {
