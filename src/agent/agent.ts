@@ -127,6 +127,11 @@ export interface AgentOptions {
    * the tool out.
    */
   applyModel?: string | false;
+  /**
+   * Extra user messages for a prompt, sent right after it (the skills its `$name` mentions name,
+   * see `SessionContext.attachments`).
+   */
+  attachments?: (text: string) => Promise<string[]>;
 }
 
 const APPLY_INSTRUCTIONS =
@@ -427,8 +432,12 @@ export class Agent {
     this.#emit({ type: "turn.started", input: shown.join("\n\n") });
     const usage = zeroUsage();
     const dangling = this.#danglingOutputs.splice(0);
+    const attached =
+      text.includes("$") && this.options.attachments
+        ? (await this.options.attachments(text).catch(() => [])).map(userMessage)
+        : [];
     let input: InputItem[] =
-      text === "" ? [...dangling, ...carried] : [...dangling, ...carried, userMessage(text)];
+      text === "" ? [...dangling, ...carried] : [...dangling, ...carried, userMessage(text), ...attached];
     const maxRounds = this.options.maxRounds ?? 200;
     try {
       for (let round = 0; ; round++) {

@@ -1,0 +1,239 @@
+/**
+ * Skills in the open Agent Skills format: a folder with a `SKILL.md` whose YAML front matter gives
+ * `name` and `description`, found in `.agents/skills/*\/` of each directory from the working
+ * directory up to the project root, then in `~/.agents/skills/*\/` (the cross-tool locations Codex
+ * and opencode read). A closer folder wins over a farther one with the same name.
+ *
+ * Progressive disclosure, as Codex does it: the instructions list only names and descriptions,
+ * within about 2% of the context window (8,000 characters when it is unknown), descriptions
+ * shortened first, skills left out last (with a warning). The model reads a skill's whole
+ * `SKILL.md` with the `skill` tool when it decides to use it (a tool rather than `read_file`,
+ * which is confined to the workspace while `~/.agents` lies outside it); `$name` in a prompt
+ * attaches it explicitly.
+ */
+import { readdir, readFile, stat } from "node:fs/promises";
+import { homedir } from "node:os";
+import { join, relative, resolve, sep } from "node:path";
+import { parse as parseYaml } from "yaml";
+
+export interface Skill {
+  name: string;
+  description: string;
+  /** The skill's folder (absolute). */
+  dir: string;
+  /** Its `SKILL.md` (absolute). */
+  path: string;
+  scope: "project" | "user";
+}
+
+export interface SkillCatalog {
+  skills: Skill[];
+  warnings: string[];
+}
+
+/** Names a skill may have: what `$name` can mention (the Agent Skills spec's names, a little wider). */
+const SKILL_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+/** Largest `SKILL.md` read (the front matter and body are meant to be short). */
+const MAX_SKILL_BYTES = 256 * 1024;
+/** Characters of the list when the context window is unknown (Codex's figure). */
+const UNKNOWN_WINDOW_BUDGET_CHARS = 8000;
+/** Share of the context window the list may take. */
+const BUDGET_SHARE = 0.02;
+/** Characters per token, for the budget (a conservative average for English and code). */
+const CHARS_PER_TOKEN = 4;
+
+export interface SkillOptions {
+  cwd: string;
+  /** The project root (see `findProjectRoot`); the walk up stops there. */
+  root: string;
+  /** The user's home, whose `.agents/skills` is read last; default `os.homedir()`. */
+  userHome?: string;
+}
+
+export async function discoverSkills(options: SkillOptions): Promise<SkillCatalog> {
+  const cwd = resolve(options.cwd);
+  const root = resolve(options.root);
+  const dirs: { dir: string; scope: "project" | "user" }[] = [];
+  const rel = relative(root, cwd);
+  const inside = rel === "" || !(rel.startsWith("..") || rel.startsWith(sep));
+  for (let dir = cwd; ;) {
+    dirs.push({ dir: join(dir, ".agents", "skills"), scope: "project" });
+    if (!inside || dir === root) break;
+    const parent = resolve(dir, "..");
+    if (parent === dir) break;
+    dir = parent;
+  }
+  dirs.push({ dir: join(options.userHome ?? homedir(), ".agents", "skills"), scope: "user" });
+
+  const skills: Skill[] = [];
+  const warnings: string[] = [];
+  const seen = new Map<string, Skill>();
+  for (const { dir, scope } of dirs) {
+    let entries: string[];
+    try {
+      entries = (await readdir(dir)).sort();
+    } catch {
+      continue;
+    }
+    for (const entry of entries) {
+      const skillDir = join(dir, entry);
+      const path = join(skillDir, "SKILL.md");
+      let text: string;
+      try {
+        const info = await stat(path);
+        if (!info.isFile()) continue;
+        if (info.size > MAX_SKILL_BYTES) {
+          warnings.push(`skill ${path}: larger than ${MAX_SKILL_BYTES} bytes, skipped`);
+          continue;
+        }
+        text = await readFile(path, "utf8");
+      } catch {
+        continue;
+      }
+      const parsed = frontMatter(text);
+      if ("error" in parsed) {
+        warnings.push(`skill ${path}: ${parsed.error}, skipped`);
+        continue;
+      }
+      const name = typeof parsed.data.name === "string" ? parsed.data.name.trim() : entry;
+      const description =
+        typeof parsed.data.description === "string"
+          ? parsed.data.description.trim().replace(/\s+/g, " ")
+          : "";
+      if (!SKILL_NAME.test(name)) {
+        warnings.push(
+          `skill ${path}: name ${JSON.stringify(name)} is not 1-64 letters, digits, '.', '_' or '-'`,
+        );
+        continue;
+      }
+      if (description === "") {
+        warnings.push(`skill ${path}: no description in its front matter, skipped`);
+        continue;
+      }
+      const earlier = seen.get(name);
+      if (earlier) {
+        warnings.push(`skill ${name}: ${path} is shadowed by ${earlier.path}`);
+        continue;
+      }
+      const skill: Skill = { name, description, dir: skillDir, path, scope };
+      seen.set(name, skill);
+      skills.push(skill);
+    }
+  }
+  return { skills, warnings };
+}
+
+/** The YAML front matter of a Markdown file, and the body after it. */
+export function frontMatter(
+  text: string,
+): { data: Record<string, unknown>; body: string } | { error: string } {
+  const match = /^\uFEFF?---[ \t]*\r?\n([\s\S]*?)\r?\n---[ \t]*(?:\r?\n|$)/.exec(text);
+  if (!match) return { error: "no YAML front matter (--- name/description ---) at its top" };
+  let data: unknown;
+  try {
+    data = parseYaml(match[1]!);
+  } catch (error) {
+    return { error: `bad YAML front matter (${(error as Error).message.split("\n")[0]})` };
+  }
+  if (data === null || data === undefined) data = {};
+  if (typeof data !== "object" || Array.isArray(data)) return { error: "front matter is not a YAML mapping" };
+  return { data: data as Record<string, unknown>, body: text.slice(match[0].length) };
+}
+
+/** The list's budget in characters for a context window of `contextWindow` tokens. */
+export function skillsBudgetChars(contextWindow: number | undefined): number {
+  return contextWindow === undefined || contextWindow <= 0
+    ? UNKNOWN_WINDOW_BUDGET_CHARS
+    : Math.floor(contextWindow * BUDGET_SHARE * CHARS_PER_TOKEN);
+}
+
+const LIST_HEADER =
+  "## Skills\n\n" +
+  "Skills are folders of instructions for particular tasks. When a task matches a skill's " +
+  "description, call the `skill` tool with its name first to read its full SKILL.md, then follow it. " +
+  "When the user writes $NAME, they ask for that skill (its SKILL.md is attached).\n";
+
+/**
+ * The skills list for the instructions: names and descriptions within `budgetChars`. Descriptions
+ * are shortened first (evenly); when even short ones do not fit, the last skills are left out and
+ * `omitted` counts them.
+ */
+export function skillsList(
+  skills: readonly Skill[],
+  budgetChars: number,
+): { text: string; omitted: number; shortened: boolean } {
+  if (skills.length === 0) return { text: "", omitted: 0, shortened: false };
+  const line = (skill: Skill, description: string): string => `- ${skill.name}: ${description}\n`;
+  const full = LIST_HEADER + skills.map((s) => line(s, s.description)).join("");
+  if (full.length <= budgetChars) return { text: full.trimEnd(), omitted: 0, shortened: false };
+  const MIN_DESCRIPTION = 60;
+  for (let count = skills.length; count > 0; count--) {
+    const kept = skills.slice(0, count);
+    const fixed = LIST_HEADER.length + kept.reduce((sum, s) => sum + line(s, "").length, 0);
+    const each = Math.floor((budgetChars - fixed) / count);
+    if (each < MIN_DESCRIPTION && count > 1) continue;
+    if (each < 1) continue;
+    const text = LIST_HEADER + kept.map((s) => line(s, shorten(s.description, each))).join("");
+    return { text: text.trimEnd(), omitted: skills.length - count, shortened: true };
+  }
+  return { text: "", omitted: skills.length, shortened: true };
+}
+
+function shorten(text: string, max: number): string {
+  return text.length <= max ? text : `${text.slice(0, Math.max(0, max - 1)).trimEnd()}…`;
+}
+
+/** The `skill` tool's answer: the skill's whole SKILL.md, or one of its other files. */
+export async function readSkill(skills: readonly Skill[], name: string, file?: string): Promise<string> {
+  const skill = skills.find((s) => s.name === name);
+  if (!skill) {
+    throw new Error(
+      `no skill named "${name}"` +
+        (skills.length > 0 ? `; the skills are ${skills.map((s) => s.name).join(", ")}` : "; there are none"),
+    );
+  }
+  if (file !== undefined && file !== "" && file !== "SKILL.md") {
+    const target = resolve(skill.dir, file);
+    const rel = relative(skill.dir, target);
+    if (rel === "" || rel.startsWith("..") || rel.startsWith(sep)) {
+      throw new Error(`${file}: not a file inside the skill's folder`);
+    }
+    const info = await stat(target).catch(() => undefined);
+    if (!info?.isFile()) throw new Error(`${file}: no such file in the skill ${name}`);
+    if (info.size > MAX_SKILL_BYTES) throw new Error(`${file}: larger than ${MAX_SKILL_BYTES} bytes`);
+    return readFile(target, "utf8");
+  }
+  const text = await readFile(skill.path, "utf8");
+  return `Skill ${skill.name} (folder ${skill.dir}; its other files can be read with the skill tool's file argument, or run from there)\n\n${text}`;
+}
+
+/** `$name` mentions of known skills in a prompt, each once, in order. */
+export function mentionedSkills(text: string, skills: readonly Skill[]): Skill[] {
+  const found: Skill[] = [];
+  for (const match of text.matchAll(/(?<![\w$])\$([A-Za-z0-9][A-Za-z0-9._-]*)/g)) {
+    const name = match[1]!.replace(/[.]+$/, "");
+    const skill = skills.find((s) => s.name === name);
+    if (skill && !found.includes(skill)) found.push(skill);
+  }
+  return found;
+}
+
+export const SKILL_TOOL_DEFINITION: Record<string, unknown> = {
+  type: "function",
+  name: "skill",
+  description:
+    "Reads a skill listed in the instructions: its whole SKILL.md (call this before using a skill), " +
+    "or with `file` another file of its folder (a reference, a script).",
+  parameters: {
+    type: "object",
+    properties: {
+      name: { type: "string", description: "The skill's name, as listed." },
+      file: {
+        type: "string",
+        description: "A file of the skill's folder, relative to it (default SKILL.md).",
+      },
+    },
+    required: ["name"],
+    additionalProperties: false,
+  },
+};
