@@ -11,6 +11,7 @@ import type { AgentEvent } from "../agent/agent.js";
 import type { ThreadItem } from "../agent/tools.js";
 import { describeSandbox } from "../agent/sandbox.js";
 import { startRuntime, type ClientFlags } from "./agent-runtime.js";
+import { describeInstructionFiles } from "../agent/context/session-context.js";
 
 export interface ExecOptions {
   json: boolean;
@@ -31,13 +32,29 @@ export async function runExec(task: string, flags: ClientFlags, options: ExecOpt
     ...(options.resume === undefined ? {} : { resume: options.resume }),
   });
   const { agent } = runtime;
-  if (options.json) out({ type: "thread.started", thread_id: runtime.session.meta.id });
-  else {
+  const context = runtime.context.summary();
+  if (options.json) {
+    // What the session loaded (AGENTS.md files, skills, prompts) rides on the first event.
+    out({
+      type: "thread.started",
+      thread_id: runtime.session.meta.id,
+      instructions: context.instructions.map(({ path, bytes, truncated }) => ({ path, bytes, truncated })),
+      skills: context.skills.map((skill) => skill.name),
+      prompts: context.prompts.map((prompt) => prompt.name),
+      ...(context.warnings.length > 0 ? { warnings: context.warnings } : {}),
+    });
+  } else {
     note(
       `${runtime.inProcess ? "in-process server" : runtime.serverUrl}, model ${agent.model}, approval ${runtime.approval}, ` +
         describeSandbox(runtime.sandbox),
     );
+    if (context.instructions.length > 0)
+      note(`instructions: ${describeInstructionFiles(context.instructions)}`);
+    if (context.skills.length > 0) note(`skills: ${context.skills.map((skill) => skill.name).join(", ")}`);
   }
+  if (!options.json) for (const warning of context.warnings) note(`warning: ${warning}`);
+  // `spark exec "/NAME args"` runs the custom prompt NAME.
+  const prompt = task.startsWith("/") ? runtime.context.expandPrompt(task) : undefined;
 
   let midLine = false;
   agent.on((event: AgentEvent) => {
@@ -90,7 +107,7 @@ export async function runExec(task: string, flags: ClientFlags, options: ExecOpt
   process.on("SIGINT", onSignal);
   process.on("SIGTERM", onSignal);
   try {
-    const ok = await agent.submit(task);
+    const ok = await agent.submit(prompt ?? task);
     return ok ? 0 : 1;
   } finally {
     process.off("SIGINT", onSignal);
