@@ -13,7 +13,13 @@ import { detectSandbox, type Sandbox } from "../agent/sandbox.js";
 import { SessionFile } from "../agent/session-file.js";
 import type { ApprovalAnswer, ApprovalRequest } from "../agent/tools.js";
 import { Workspace } from "../agent/workspace.js";
+import { SessionContext } from "../agent/context/session-context.js";
 import { defaultDataDir } from "../store/data-dir.js";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { sparkHome } from "../agent/context/spark-home.js";
+import { HookRunner } from "../agent/hooks/runner.js";
+import { McpManager, type McpServerStatus } from "../agent/mcp/manager.js";
 import { ConfigError, resolveSettings, type ResolvedSettings } from "./config.js";
 
 export const DEFAULT_INSTRUCTIONS = `You are Spark, a fast coding agent working with a user in their terminal, in the workspace at WORKSPACE.
@@ -57,6 +63,12 @@ export interface Runtime {
   /** True when the server runs in this process. */
   inProcess: boolean;
   resumedItems: number;
+  /** The configured MCP servers (`/status`), when there are any. */
+  mcp?: McpManager;
+  /** The project's AGENTS.md files, skills and custom prompts, loaded once for this session. */
+  context: SessionContext;
+  /** The tiers (model names) the server lists at `/v1/models`; undefined when it could not be read. */
+  models: string[] | undefined;
   close(): Promise<void>;
 }
 
@@ -75,9 +87,32 @@ export interface ResolvedClient {
   dataDir: string;
 }
 
+/**
+ * The config file the clients read: `--config`, else SPARK_CONFIG, else the user config
+ * `SPARK_HOME/config.json` (`~/.spark/config.json`) when there is one. (`spark serve` reads only
+ * the first two.) A workspace's own files are never read as config: hooks and MCP servers run
+ * commands, and a cloned repository must not run commands on open.
+ */
+export function withUserConfig(serve: Record<string, unknown>): Record<string, unknown> {
+  if (serve.config !== undefined || process.env.SPARK_CONFIG) return serve;
+  const file = join(sparkHome(), "config.json");
+  return existsSync(file) ? { ...serve, config: file } : serve;
+}
+
+/** A line for the user about an MCP server's state (undefined for states not worth a line). */
+export function describeMcpStatus(status: McpServerStatus): string | undefined {
+  if (status.state === "ready") {
+    return `MCP server ${status.name}: ${status.tools.length} tool${status.tools.length === 1 ? "" : "s"}`;
+  }
+  if (status.state === "failed") {
+    return `MCP server ${status.name} failed, its tools are unavailable: ${status.error ?? "no reason given"}`;
+  }
+  return undefined;
+}
+
 /** Flags, then environment (SPARK_SERVER, SPARK_API_KEY), then the config file's `client`. */
 export function resolveClient(flags: ClientFlags, interactive: boolean): ResolvedClient {
-  const settings = resolveSettings(flags.serve);
+  const settings = resolveSettings(withUserConfig(flags.serve));
   const fromFile = settings.client ?? {};
   const apiKeyEnv = flags.apiKeyEnv ?? fromFile.apiKeyEnv ?? "SPARK_API_KEY";
   const server = flags.server ?? (process.env.SPARK_SERVER || undefined) ?? fromFile.server;
@@ -133,10 +168,56 @@ export async function startInProcessServer(
   });
   const url = await server.listen();
   const started = performance.now();
-  await Promise.all(models.engines().map((engine) => engine.start()));
+  try {
+    await Promise.all(models.engines().map((engine) => engine.start()));
+  } catch (error) {
+    // An engine that cannot load (no model file, offline) must not leave the port open: the
+    // listening socket would keep the process alive after the UI quits.
+    await server.close().catch(() => {});
+    throw error;
+  }
   const ms = Math.round(performance.now() - started);
   if (ms > 200) progress(`engine ready in ${ms} ms`);
   return { url, close: () => server.close() };
+}
+
+/** A model the server lists at `/v1/models`: its name and, when it says, its context window. */
+export interface ServedModel {
+  id: string;
+  contextWindow?: number;
+}
+
+/** The server's `/v1/models`, or undefined when it cannot be read (old server, network). */
+export async function fetchModels(
+  serverUrl: string,
+  apiKey: string | undefined,
+): Promise<ServedModel[] | undefined> {
+  try {
+    const response = await fetch(`${httpBaseUrl(serverUrl)}/models`, {
+      headers: apiKey ? { authorization: `Bearer ${apiKey}` } : {},
+      signal: AbortSignal.timeout(5000),
+    });
+    if (!response.ok) return undefined;
+    const body = (await response.json()) as { data?: { id?: unknown; context_window?: unknown }[] };
+    if (!Array.isArray(body.data)) return undefined;
+    return body.data.flatMap((m) =>
+      typeof m.id !== "string"
+        ? []
+        : typeof m.context_window === "number"
+          ? [{ id: m.id, contextWindow: m.context_window }]
+          : [{ id: m.id }],
+    );
+  } catch {
+    return undefined;
+  }
+}
+
+/** The context window of `model` in `models` (else the `spark` tier's), if the server says. */
+export function contextWindowOf(
+  models: readonly ServedModel[] | undefined,
+  model: string,
+): number | undefined {
+  return (models?.find((m) => m.id === model) ?? models?.find((m) => m.id === "spark"))?.contextWindow;
 }
 
 /** The context window of `model` from the server's `/v1/models` (`context_window`), if it says. */
@@ -145,18 +226,27 @@ export async function fetchContextWindow(
   apiKey: string | undefined,
   model: string,
 ): Promise<number | undefined> {
-  try {
-    const response = await fetch(`${httpBaseUrl(serverUrl)}/models`, {
-      headers: apiKey ? { authorization: `Bearer ${apiKey}` } : {},
-      signal: AbortSignal.timeout(5000),
-    });
-    if (!response.ok) return undefined;
-    const body = (await response.json()) as { data?: { id?: string; context_window?: number }[] };
-    const entry = body.data?.find((m) => m.id === model) ?? body.data?.find((m) => m.id === "spark");
-    return typeof entry?.context_window === "number" ? entry.context_window : undefined;
-  } catch {
-    return undefined;
-  }
+  return contextWindowOf(await fetchModels(serverUrl, apiKey), model);
+}
+
+/**
+ * The session's AGENTS.md files, skills and custom prompts for the working directory `cwd`, with
+ * the config's `client.projectDocFallbackFilenames` and `client.projectDocMaxBytes`.
+ */
+export function loadSessionContext(
+  client: ResolvedClient,
+  cwd: string,
+  contextWindow: number | undefined,
+): Promise<SessionContext> {
+  const fromFile = client.settings.client ?? {};
+  return SessionContext.load({
+    cwd,
+    ...(fromFile.projectDocFallbackFilenames
+      ? { fallbackFilenames: fromFile.projectDocFallbackFilenames }
+      : {}),
+    ...(fromFile.projectDocMaxBytes === undefined ? {} : { maxBytes: fromFile.projectDocMaxBytes }),
+    ...(contextWindow === undefined ? {} : { contextWindow }),
+  });
 }
 
 /** The workspace at `root`; a usage error naming it when it is not a directory. */
@@ -209,12 +299,29 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     await closeServer?.();
     throw error;
   }
-  const [sandbox, contextWindow] = await Promise.all([
-    sandboxPromise,
-    client.contextWindow ?? fetchContextWindow(serverUrl, client.apiKey, client.tier),
-  ]);
+  const [sandbox, models] = await Promise.all([sandboxPromise, fetchModels(serverUrl, client.apiKey)]);
+  const contextWindow = client.contextWindow ?? contextWindowOf(models, client.tier);
+  const context = await loadSessionContext(client, workspace.root, contextWindow);
   const session =
     resumed?.file ?? SessionFile.create(client.dataDir, { cwd: workspace.root, model: client.tier });
+  const mcpServers = client.settings.mcpServers ?? {};
+  const mcp =
+    Object.keys(mcpServers).length > 0
+      ? new McpManager(mcpServers, {
+          cwd: workspace.root,
+          onStatus: (status) => {
+            const line = describeMcpStatus(status);
+            if (line !== undefined) options.progress(line);
+          },
+        })
+      : undefined;
+  const hooks = client.settings.hooks
+    ? new HookRunner(client.settings.hooks, {
+        cwd: workspace.root,
+        sessionId: session.meta.id,
+        transcriptPath: session.path,
+      })
+    : undefined;
   const agent = new Agent({
     socket,
     reconnect: connect,
@@ -226,13 +333,19 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
       approval: client.approval,
       allowEnv: client.allowEnv,
       ...(options.ask ? { ask: options.ask } : {}),
+      skills: context.skills,
+      ...(mcp?.active ? { mcp } : {}),
+      ...(hooks && hooks.size > 0 ? { hooks } : {}),
     },
     model: client.tier,
-    instructions: DEFAULT_INSTRUCTIONS.replace("WORKSPACE", workspace.root),
+    instructions: context.instructions(DEFAULT_INSTRUCTIONS.replace("WORKSPACE", workspace.root)),
+    attachments: (text) => context.attachments(text),
     contextWindow: contextWindow ?? 8192,
     autoCompact: client.autoCompact,
     ...(resumed ? { transcript: resumed.transcript } : {}),
   });
+  // Servers start now, in the background: the prompt never waits for them, the first turn does.
+  mcp?.start();
   agent.on((event: AgentEvent) => {
     if (event.type !== "transcript.changed") return;
     if (event.reset) session.reset(event.items);
@@ -247,9 +360,12 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     serverUrl,
     inProcess: closeServer !== undefined,
     resumedItems: resumed?.transcript.length ?? 0,
+    context,
+    models: models?.map((m) => m.id),
+    ...(mcp ? { mcp } : {}),
     async close() {
       agent.close();
-      await closeServer?.();
+      await Promise.all([mcp?.close(), closeServer?.()]);
     },
   };
 }

@@ -4,14 +4,22 @@
  *
  * Keys while the model generates: Enter steers it with what you typed (`response.steer`), Tab
  * queues the message for after the turn, Esc interrupts. Ctrl-T toggles the tier (spark ⇄ deep).
- * Commands: /model, /compact, /new, /variants N, /status, /help, /quit.
+ * Ctrl-J or Shift+Enter starts a new line of the message; Tab completes /commands, tier names and
+ * `@` file paths (an `@path` in a sent message attaches that workspace file).
+ * Commands: /tier, /model, /compact, /new, /variants N, /status, /retry, /help, /quit.
+ *
+ * Words: a *tier* is a model name the server lists at `/v1/models` (spark, deep, auto); the *model*
+ * is the GGUF file an in-process server loads (`spark --model FILE.gguf`).
  *
  * Startup draws the prompt first and connects (or starts the in-process server) afterwards, so the
- * prompt is ready at once; messages sent before the connection is up wait for it.
+ * prompt is ready at once; messages sent before the connection is up wait for it. When the server
+ * cannot start or be reached, the UI stays up: /retry, /model FILE.gguf and /quit still work.
  */
 import type { Agent, AgentEvent, ResponseObject } from "../agent/agent.js";
 import type { ApprovalAnswer, ApprovalRequest, ThreadItem } from "../agent/tools.js";
 import type { ClientFlags, Runtime } from "../cli/agent-runtime.js";
+import { describeInstructionFiles } from "../agent/context/session-context.js";
+import type { Workspace } from "../agent/workspace.js";
 import { decodeKeys, type Key } from "./keys.js";
 import { Screen, visibleWidth } from "./screen.js";
 import { bold, contextMeter, cyan, dim, green, inverse, red, tierLabel, yellow } from "./style.js";
@@ -25,6 +33,16 @@ export interface TuiOptions {
 const PROMPT = "› ";
 const STEER_PROMPT = "steer › ";
 const MAX_VARIANTS = 4;
+/** The tiers every Spark server serves; others (config aliases) are known once connected. */
+const BUILTIN_TIERS = ["spark", "deep", "auto"];
+const COMMANDS = ["tier", "model", "compact", "new", "variants", "status", "skills", "retry", "help", "quit"];
+/** An attached file (`@path`) is sent whole up to this many characters, cut after. */
+const ATTACH_MAX_CHARS = 64 * 1024;
+/** Keyboard modes asked for at start and undone at exit: bracketed paste (a pasted block is one
+ * key), the kitty keyboard protocol's "disambiguate" flag and xterm's modifyOtherKeys (so that
+ * Shift+Enter is not plain Enter). Terminals that do not know them ignore them. */
+const KEYBOARD_ON = "\x1b[?2004h\x1b[>1u\x1b[>4;1m";
+const KEYBOARD_OFF = "\x1b[?2004l\x1b[<u\x1b[>4m";
 
 type Phase = "starting" | "ready" | "waiting" | "queued" | "generating" | "tools" | "approval" | "failed";
 
@@ -69,6 +87,8 @@ class TuiApp {
   #route: string | undefined;
   /** True while this UI starts a turn it has already echoed (so `turn.started` does not echo it). */
   #echoed = false;
+  /** The workspace's files for `@` completion, listed once on first use. */
+  #files: Promise<string[]> | undefined;
 
   constructor(
     private readonly flags: ClientFlags,
@@ -84,8 +104,7 @@ class TuiApp {
     process.stdin.on("data", (data: string) => this.#onInput(data));
     process.stdin.resume();
     process.stdout.on("resize", () => this.#render());
-    // Bracketed paste: a pasted block arrives as one key, so its newlines do not send it.
-    process.stdout.write("\x1b[?2004h");
+    process.stdout.write(KEYBOARD_ON);
     this.#screen.line(
       `${bold("Spark")} ${dim(`· ${this.flags.cd ?? process.cwd()} · Enter send/steer · Tab queue · Esc interrupt · Ctrl-T tier · /help`)}`,
     );
@@ -95,6 +114,8 @@ class TuiApp {
   }
 
   async #connect(): Promise<void> {
+    this.#phase = "starting";
+    this.#render();
     try {
       const { startRuntime } = await import("../cli/agent-runtime.js");
       const runtime = await startRuntime({
@@ -109,6 +130,12 @@ class TuiApp {
       });
       this.#runtime = runtime;
       this.#agent = runtime.agent;
+      if (runtime.models && !runtime.models.includes(this.#model)) {
+        this.#screen.line(
+          yellow(`tier ${this.#model} is not served here (${runtime.models.join(", ")}); using spark`),
+        );
+        this.#model = "spark";
+      }
       runtime.agent.setModel(this.#model);
       runtime.agent.on((event) => this.#onAgentEvent(event));
       const { describeSandbox } = await import("../agent/sandbox.js");
@@ -118,6 +145,7 @@ class TuiApp {
             `${describeSandbox(runtime.sandbox)} · session ${runtime.session.meta.id}`,
         ),
       );
+      this.#showContext(runtime);
       if (runtime.resumedItems > 0) await this.#showResumed();
       this.#phase = "ready";
       this.#render();
@@ -125,13 +153,56 @@ class TuiApp {
       if (this.options.prompt) waiting.unshift({ text: this.options.prompt });
       for (const message of waiting) this.#send(message.text, message.variants);
     } catch (error) {
+      // The UI stays up: the prompt, /retry, /model FILE.gguf and /quit keep working.
       this.#phase = "failed";
-      this.#screen.line(red(`✗ ${error instanceof Error ? error.message : String(error)}`));
-      this.#screen.line(
-        dim("Check --server / SPARK_SERVER, the engine options, or run `spark serve` to see why."),
-      );
-      await this.#quit(2);
+      const message = error instanceof Error ? error.message : String(error);
+      // The engine's hints name `spark serve --model`; in this UI the same flag is `spark --model`.
+      this.#screen.line(red(`✗ ${message.replaceAll("spark serve --model", "spark --model")}`));
+      for (const line of await this.#failureHelp()) this.#screen.line(dim(line));
+      this.#render();
     }
+  }
+
+  /** What to do when the server could not start or be reached, in this UI's own commands. */
+  async #failureHelp(): Promise<string[]> {
+    let server: string | undefined;
+    try {
+      const { resolveClient } = await import("../cli/agent-runtime.js");
+      server = resolveClient(this.flags, true).server;
+    } catch {
+      return ["Fix the setting above and start spark again; /quit leaves."];
+    }
+    const waiting = this.#waitingForConnection.length;
+    return [
+      server === undefined
+        ? "Not connected: /model FILE.gguf loads a model file you have · /retry tries again · /quit leaves."
+        : `Not connected to ${server}: /retry tries again · /quit leaves.`,
+      server === undefined
+        ? "Next time: `spark --model FILE.gguf`, or `spark --server URL` to use a running `spark serve`."
+        : "Start the server with `spark serve`, or pick another with `spark --server URL`.",
+      ...(waiting > 0 ? [`${waiting} message${waiting === 1 ? "" : "s"} wait for the connection.`] : []),
+    ];
+  }
+
+  /** What the session loaded from the project: AGENTS.md files (with sizes), skills, prompts, warnings. */
+  #showContext(runtime: Runtime): void {
+    const context = runtime.context.summary();
+    if (context.instructions.length > 0)
+      this.#screen.line(dim(`instructions: ${describeInstructionFiles(context.instructions)}`));
+    if (context.skills.length > 0 || context.prompts.length > 0)
+      this.#screen.line(
+        dim(
+          [
+            context.skills.length > 0 ? `skills: ${context.skills.map((s) => `$${s.name}`).join(" ")}` : "",
+            context.prompts.length > 0
+              ? `prompts: ${context.prompts.map((p) => `/${p.name}`).join(" ")}`
+              : "",
+          ]
+            .filter((part) => part !== "")
+            .join(" · "),
+        ),
+      );
+    for (const warning of context.warnings) this.#screen.line(yellow(`⚠ ${warning}`));
   }
 
   async #showResumed(): Promise<void> {
@@ -158,8 +229,11 @@ class TuiApp {
     switch (key.name) {
       case "enter":
         return this.#enter(false);
+      case "ctrl-j":
+      case "newline":
+        return this.#insert("\n");
       case "tab":
-        return this.#enter(true);
+        return void this.#tab();
       case "escape":
         if (this.#variants) return this.#agent?.interrupt();
         if (this.#agent?.busy) {
@@ -253,6 +327,13 @@ class TuiApp {
   #enter(queue: boolean): void {
     const text = this.#input.trim();
     if (text === "") return;
+    if (this.#phase === "failed" && !text.startsWith("/")) {
+      // Kept in the prompt: it can be sent once /retry or /model connects.
+      this.#screen.line(
+        yellow("not connected: /retry, /model FILE.gguf or /quit (the message stays in the prompt)"),
+      );
+      return this.#render();
+    }
     const agent = this.#agent;
     // The hot path: a steer goes on the wire before anything is drawn.
     if (!queue && agent?.busy && !text.startsWith("/") && !this.#variants) {
@@ -274,6 +355,119 @@ class TuiApp {
     this.#send(text, variants);
   }
 
+  /**
+   * Tab: completes the word before the caret when it is a /command, a tier after /tier, or an
+   * `@path`; otherwise (nothing to complete) it queues the message. Several candidates: their common
+   * start, and the candidates listed.
+   */
+  async #tab(): Promise<void> {
+    const before = this.#input.slice(0, this.#caret);
+    let word: RegExpExecArray | null;
+    let candidates: string[];
+    let prefix: string;
+    if ((word = /^\/([\w.-]*)$/.exec(before))) {
+      prefix = word[1]!;
+      candidates = [...COMMANDS, ...(this.#runtime?.context.prompts.map((p) => p.name) ?? [])];
+    } else if ((word = /^\/tier\s+(\S*)$/.exec(before))) {
+      prefix = word[1]!;
+      candidates = this.#tiers();
+    } else if ((word = /(?:^|\s)@(\S*)$/.exec(before))) {
+      prefix = word[1]!;
+      candidates = await this.#workspaceFiles(prefix);
+    } else return this.#enter(true);
+    const matches = candidates.filter((c) => c.startsWith(prefix));
+    if (matches.length === 0) {
+      this.#notice = `no match for ${prefix === "" ? "that" : prefix}`;
+      return this.#render();
+    }
+    const common = matches.reduce((a, b) => {
+      let i = 0;
+      while (i < a.length && i < b.length && a[i] === b[i]) i++;
+      return a.slice(0, i);
+    });
+    // A single match is complete: a space after it (a path that is a folder keeps going).
+    const completion = matches.length === 1 && !common.endsWith("/") ? `${common} ` : common;
+    this.#input =
+      this.#input.slice(0, this.#caret - prefix.length) + completion + this.#input.slice(this.#caret);
+    this.#caret += completion.length - prefix.length;
+    this.#notice = "";
+    if (matches.length > 1) {
+      const shown = matches.slice(0, 12).join("  ");
+      this.#screen.line(dim(matches.length > 12 ? `${shown}  … ${matches.length - 12} more` : shown));
+    }
+    this.#render();
+  }
+
+  /** The tiers /tier accepts: the server's list once connected, the built-in ones before. */
+  #tiers(): string[] {
+    return this.#runtime?.models ?? BUILTIN_TIERS;
+  }
+
+  /**
+   * Completions for `@prefix`: the workspace's files (as `list_files` sees them: .gitignore and
+   * secrets skipped) under the prefix's folder, a folder shown once as `dir/`.
+   */
+  async #workspaceFiles(prefix: string): Promise<string[]> {
+    const workspace = await this.#workspace();
+    if (!workspace) return [];
+    const { listFiles } = await import("../agent/file-tools.js");
+    this.#files ??= listFiles(workspace, { limit: 20_000 }).then(
+      (list) => list.files,
+      () => [],
+    );
+    const dir = prefix.slice(0, prefix.lastIndexOf("/") + 1);
+    const out = new Set<string>();
+    for (const file of await this.#files) {
+      if (!file.startsWith(dir)) continue;
+      const slash = file.indexOf("/", dir.length);
+      out.add(slash < 0 ? file : file.slice(0, slash + 1));
+    }
+    return [...out].sort();
+  }
+
+  /** The workspace, also before the server is up (file completion needs no server). */
+  async #workspace(): Promise<Workspace | undefined> {
+    if (this.#runtime) return this.#runtime.workspace;
+    try {
+      const { Workspace } = await import("../agent/workspace.js");
+      return await Workspace.open(this.flags.cd ?? process.cwd());
+    } catch {
+      return undefined;
+    }
+  }
+
+  /**
+   * The message as sent: `text`, then each `@path` that names a workspace text file, attached
+   * whole (cut past ATTACH_MAX_CHARS). Paths that are not readable files stay plain text.
+   */
+  async #withAttachments(text: string): Promise<string> {
+    const paths = [
+      ...new Set([...text.matchAll(/(?:^|\s)@(\S+)/g)].map((m) => m[1]!.replace(/[.,;:!?)]+$/, ""))),
+    ];
+    if (paths.length === 0) return text;
+    const workspace = await this.#workspace();
+    if (!workspace) return text;
+    const { readFile } = await import("../agent/file-tools.js");
+    const parts = [text];
+    for (const path of paths) {
+      try {
+        const file = await readFile(workspace, { path, limit: 100_000 });
+        const cut = file.text.length > ATTACH_MAX_CHARS;
+        const body = cut ? file.text.slice(0, ATTACH_MAX_CHARS) : file.text;
+        const fence = body.includes("```") ? "````" : "```";
+        parts.push(
+          `Attached file ${path}${cut || file.truncated ? " (cut; read_file has the rest)" : ""}:\n${fence}\n${body}\n${fence}`,
+        );
+        this.#screen.line(
+          dim(`attached ${path} (${file.totalLines} lines${cut || file.truncated ? ", cut" : ""})`),
+        );
+      } catch {
+        // Not a file in the workspace (an e-mail address, a decorator…): left as typed.
+      }
+    }
+    return parts.join("\n\n");
+  }
+
   #remember(text: string): void {
     if (this.#history[this.#history.length - 1] !== text) this.#history.push(text);
     this.#historyIndex = -1;
@@ -286,12 +480,21 @@ class TuiApp {
       this.#screen.line(dim(`${PROMPT}${text}  (sent once connected)`));
       return this.#render();
     }
-    this.#screen.line(cyan(`${PROMPT}${text}`));
+    this.#screen.line(cyan(echo(text)));
     if (variants !== undefined) return void this.#runVariants(variants, text);
     this.#phase = "waiting";
     this.#render();
+    if (/(?:^|\s)@\S/.test(text)) return void this.#submitWithAttachments(agent, text);
     this.#echoed = true;
     void agent.submit(text);
+    this.#echoed = false;
+  }
+
+  async #submitWithAttachments(agent: Agent, text: string): Promise<void> {
+    const message = await this.#withAttachments(text);
+    this.#render();
+    this.#echoed = true;
+    void agent.submit(message);
     this.#echoed = false;
   }
 
@@ -345,13 +548,46 @@ class TuiApp {
       case "help":
       case "?":
         for (const help of HELP) this.#screen.line(dim(help));
+        for (const prompt of this.#runtime?.context.prompts ?? []) {
+          const usage = `/${prompt.name}${prompt.argumentHint ? ` ${prompt.argumentHint}` : ""}`;
+          this.#screen.line(dim(`${usage.padEnd(12)} ${prompt.description} (custom prompt)`));
+        }
         break;
+      case "skills": {
+        const skills = this.#runtime?.context.skills ?? [];
+        if (skills.length === 0)
+          this.#screen.line(
+            dim("no skills (folders with a SKILL.md in .agents/skills/ or ~/.agents/skills/)"),
+          );
+        for (const skill of skills)
+          this.#screen.line(`${bold(`$${skill.name}`)} ${dim(`${skill.description} · ${skill.path}`)}`);
+        break;
+      }
+      case "tier": {
+        const tiers = this.#tiers();
+        if (!args[0]) {
+          this.#screen.line(
+            dim(`tier: ${this.#model} (of ${tiers.join(", ")}; Ctrl-T toggles spark ⇄ deep)`),
+          );
+        } else if (!tiers.includes(args[0])) {
+          // Refused at once, not at the next message: the names are the server's /v1/models.
+          this.#screen.line(
+            yellow(
+              `unknown tier ${args[0]}: ${this.#runtime?.models ? "this server serves" : "the tiers are"} ${tiers.join(", ")} (Tab completes)`,
+            ),
+          );
+        } else this.#setModel(args[0]);
+        break;
+      }
       case "model":
-      case "tier":
-        if (args[0]) this.#setModel(args[0]);
-        else
-          this.#screen.line(dim(`model: ${this.#model} (spark, deep or auto; Ctrl-T toggles spark ⇄ deep)`));
-        break;
+        return this.#modelCommand(args.join(" "));
+      case "retry":
+        if (this.#phase !== "failed") {
+          this.#screen.line(dim(this.#agent ? "connected already" : "connecting…"));
+          break;
+        }
+        void this.#connect();
+        return;
       case "new":
       case "clear":
         if (!needIdle()) break;
@@ -400,10 +636,12 @@ class TuiApp {
           dim(
             [
               `server: ${runtime.inProcess ? `in process (${runtime.serverUrl})` : runtime.serverUrl}`,
-              `model: ${this.#model} · approval: ${runtime.approval} · ${describeSandbox(runtime.sandbox)}`,
+              `tier: ${this.#model} (of ${this.#tiers().join(", ")}) · approval: ${runtime.approval} · ${describeSandbox(runtime.sandbox)}`,
               `context: ${runtime.agent.contextTokens} of ${runtime.agent.contextWindow} tokens, ${runtime.agent.transcript.length} items`,
               `session: ${runtime.session.meta.id} (${runtime.session.path})`,
               `workspace: ${runtime.workspace.root}`,
+              `instructions: ${describeInstructionFiles(runtime.context.summary().instructions)}`,
+              `skills: ${runtime.context.skills.length} · custom prompts: ${runtime.context.prompts.length}`,
             ].join("\n"),
           ),
         );
@@ -412,8 +650,50 @@ class TuiApp {
       case "quit":
       case "exit":
         return this.#quit(0);
-      default:
+      default: {
+        // A custom prompt (.spark/prompts/NAME.md): sent with its placeholders filled.
+        const expanded = this.#runtime?.context.expandPrompt(line);
+        if (expanded !== undefined) {
+          if (!needIdle()) break;
+          this.#screen.line(dim(`/${name}: custom prompt`));
+          return this.#send(expanded);
+        }
         this.#screen.line(yellow(`unknown command /${name}; /help lists them`));
+      }
+    }
+    this.#render();
+  }
+
+  /**
+   * `/model FILE.gguf`: the model file the in-process server loads. It can change while not
+   * connected (the model could not load): the server starts again with that file. A tier name here
+   * points at /tier.
+   */
+  async #modelCommand(file: string): Promise<void> {
+    if (this.#tiers().includes(file)) {
+      this.#screen.line(yellow(`${file} is a tier: /tier ${file} (/model takes a GGUF model file)`));
+    } else if (file === "") {
+      const chosen = this.flags.serve.model;
+      this.#screen.line(
+        dim(
+          `model file: ${typeof chosen === "string" ? chosen : "the server's (set one with `spark --model FILE.gguf`)"}; the tier is ${this.#model} (/tier)`,
+        ),
+      );
+    } else if (this.#phase !== "failed") {
+      this.#screen.line(
+        yellow(
+          this.#agent
+            ? `the model file is chosen at start: spark --model ${file} (/tier switches between the server's tiers)`
+            : "wait for the server to start (or fail) first",
+        ),
+      );
+    } else if (this.flags.server !== undefined || process.env.SPARK_SERVER) {
+      this.#screen.line(yellow("the remote server chooses its model; /retry connects again"));
+    } else {
+      this.flags.serve.model = file;
+      this.#screen.line(dim(`loading ${file}…`));
+      void this.#connect();
+      return;
     }
     this.#render();
   }
@@ -421,7 +701,7 @@ class TuiApp {
   #setModel(model: string): void {
     this.#model = model;
     this.#agent?.setModel(model);
-    this.#notice = `model ${model}${this.#agent?.busy ? " from the next request" : ""}`;
+    this.#notice = `tier ${model}${this.#agent?.busy ? " from the next request" : ""}`;
     this.#render();
   }
 
@@ -506,7 +786,7 @@ class TuiApp {
         // A turn the agent started by itself (queued messages after a turn): show what it sends.
         if (this.#echoed || event.input === "") return;
         this.#screen.endLine();
-        this.#screen.line(cyan(`${PROMPT}${event.input}`));
+        this.#screen.line(cyan(echo(event.input)));
         break;
       case "response.started":
         if (event.lane !== "") return;
@@ -673,9 +953,14 @@ class TuiApp {
     const queued = this.#agent?.queuedMessages ?? [];
     if (queued.length > 0) lines.push(dim(`queued (Tab): ${queued.map((q) => `“${q}”`).join(" ")}`));
     let caret: number | undefined;
+    let caretLine: number | undefined;
     if (this.#approval) {
       const { request } = this.#approval;
-      lines.push(yellow(`${request.kind === "command" ? "Run" : "Apply patch"}: ${request.summary}`));
+      lines.push(
+        yellow(
+          `${request.kind === "command" ? "Run" : request.kind === "tool" ? "Call" : "Apply patch"}: ${request.summary}`,
+        ),
+      );
       if (request.reason) lines.push(dim(`  ${request.reason}`));
       lines.push(`${inverse(" y ")} yes  ${inverse(" a ")} always  ${inverse(" n ")} no`);
     } else {
@@ -684,11 +969,15 @@ class TuiApp {
         : this.#variantsNext
           ? `variants ${this.#variantsNext} › `
           : PROMPT;
-      const shown = this.#input.replace(/\n/g, "⏎");
-      lines.push(bold(prompt) + shown);
-      caret = visibleWidth(prompt) + visibleWidth(shown.slice(0, this.#caret));
+      // A multi-line message (Ctrl-J, Shift+Enter, a paste) shows its lines under the prompt.
+      const indent = " ".repeat(visibleWidth(prompt));
+      const inputLines = this.#input.split("\n");
+      const before = this.#input.slice(0, this.#caret).split("\n");
+      caretLine = lines.length + before.length - 1;
+      inputLines.forEach((line, i) => lines.push(i === 0 ? bold(prompt) + line : indent + line));
+      caret = indent.length + visibleWidth(before[before.length - 1]!);
     }
-    this.#screen.setFooter(lines, caret);
+    this.#screen.setFooter(lines, caret, caretLine);
     if (streaming) this.#screen.schedule();
     else this.#screen.draw();
   }
@@ -703,7 +992,7 @@ class TuiApp {
     if (session && (this.#agent?.transcript.length ?? 0) > 0) {
       process.stdout.write(dim(`session saved: spark resume ${session}`) + "\r\n");
     }
-    process.stdout.write("\x1b[?2004l");
+    process.stdout.write(KEYBOARD_OFF);
     process.stdin.setRawMode(false);
     process.stdin.pause();
     await this.#runtime?.close().catch(() => {});
@@ -713,15 +1002,24 @@ class TuiApp {
 
 const HELP = [
   "Enter        send; while the model writes, steer it with what you typed",
-  "Tab          queue the message for after the current turn",
+  "Ctrl-J       new line in the message (also Shift+Enter where the terminal tells it from Enter)",
+  "Tab          complete /commands, tiers and @files; else queue the message for after this turn",
+  "@path        attach a workspace file to the message (Tab completes the path)",
   "Esc          interrupt the model (or a running command)",
   "Ctrl-T       toggle the tier: spark (fast) ⇄ deep (thorough)",
   "Up/Down      message history · Ctrl-U clear · Ctrl-C twice quit",
-  "/model M     spark, deep or auto (the server's router picks per request)",
+  "/tier T      spark, deep or auto (the server's router picks per request), as /v1/models lists",
+  "/model FILE  the GGUF model file, when the in-process server could not load one",
   "/compact     summarize the conversation to free context · /new fresh conversation",
   "/variants N  N answers side by side for your next message (or /variants N message); pick one",
-  "/status      server, session, sandbox and context · /quit",
+  "/status      server, session, sandbox and context · /retry connect again · /quit",
+  "/skills      the skills found ($name in a message invokes one) · /NAME args runs a custom prompt",
 ];
+
+/** A sent message as echoed: the prompt, and its further lines indented under the first. */
+function echo(text: string): string {
+  return `${PROMPT}${text.replace(/\n/g, `\n${" ".repeat(PROMPT.length)}`)}`;
+}
 
 function pad(text: string, width: number): string {
   const w = visibleWidth(text);

@@ -30,7 +30,8 @@ export type Key =
         | "ctrl-l"
         | "ctrl-a"
         | "ctrl-e"
-        | "ctrl-j";
+        | "ctrl-j"
+        | "newline";
     }
   | { name: "unknown"; sequence: string };
 
@@ -54,6 +55,8 @@ const SEQUENCES: Record<string, Key["name"]> = {
   "\x1b[4~": "end",
   "\x1b[3~": "delete",
   "\x1b[Z": "shift-tab",
+  // Alt+Enter, and what terminals set up for Shift+Enter (VS Code, iTerm2 profiles) send: ESC CR.
+  "\x1b\r": "newline",
 };
 
 const CONTROLS: Record<string, Key["name"]> = {
@@ -94,6 +97,12 @@ export function decodeKeys(data: string): Key[] {
     const ch = data[i]!;
     if (ch === "\x1b") {
       flush();
+      const modified = modifiedKey(data.slice(i));
+      if (modified) {
+        keys.push(modified.key);
+        i += modified.length;
+        continue;
+      }
       const match = Object.keys(SEQUENCES).find((seq) => data.startsWith(seq, i));
       if (match) {
         keys.push({ name: SEQUENCES[match]! } as Key);
@@ -131,4 +140,53 @@ export function decodeKeys(data: string): Key[] {
   }
   flush();
   return keys;
+}
+
+/* eslint-disable no-control-regex -- escape sequences start with ESC */
+/** The kitty keyboard protocol: `CSI code[:alternates] [; modifiers[:event]] [; text] u`. */
+const KITTY_KEY = /^\x1b\[(\d+)(?::[\d:]*)?(?:;(\d+)(?::\d+)?)?(?:;[\d:]*)?u/;
+/** xterm's modifyOtherKeys (also tmux's extended keys): `CSI 27 ; modifiers ; code ~`. */
+const XTERM_MODIFIED_KEY = /^\x1b\[27;(\d+);(\d+)~/;
+/* eslint-enable no-control-regex */
+
+/**
+ * A key a terminal reports with its modifiers (the UI asks for these at start so that Shift+Enter
+ * differs from Enter): Shift, Alt or Ctrl with Enter inserts a newline; Ctrl with a letter is that
+ * control key; Esc, Tab and Backspace are themselves. Undefined when `data` does not start with one.
+ */
+function modifiedKey(data: string): { key: Key; length: number } | undefined {
+  let code: number;
+  let modifiers: number;
+  let length: number;
+  const xterm = XTERM_MODIFIED_KEY.exec(data);
+  const kitty = xterm ? null : KITTY_KEY.exec(data);
+  if (xterm) {
+    modifiers = Number(xterm[1]) - 1;
+    code = Number(xterm[2]);
+    length = xterm[0].length;
+  } else if (kitty) {
+    code = Number(kitty[1]);
+    modifiers = kitty[2] === undefined ? 0 : Number(kitty[2]) - 1;
+    length = kitty[0].length;
+  } else return undefined;
+  const shift = (modifiers & 1) !== 0;
+  const alt = (modifiers & 2) !== 0;
+  const ctrl = (modifiers & 4) !== 0;
+  const named = (name: Key["name"]): { key: Key; length: number } => ({ key: { name } as Key, length });
+  if (code === 13) return named(shift || alt || ctrl ? "newline" : "enter");
+  if (code === 9) return named(shift ? "shift-tab" : "tab");
+  if (code === 27) return named("escape");
+  if (code === 127 || code === 8) return named("backspace");
+  if (ctrl && !alt && code < 128 && /[a-z@[\\\]^_]/i.test(String.fromCharCode(code))) {
+    const control = String.fromCharCode(code & 0x1f);
+    const name = CONTROLS[control];
+    return name ? named(name) : { key: { name: "unknown", sequence: data.slice(0, length) }, length };
+  }
+  // Kitty's functional keys (keypad, media…) use the private use area 57344 and up: not text.
+  const printable = code >= 32 && code <= 0x10ffff && !(code >= 0xd800 && code <= 0xf8ff) && code !== 127;
+  if (!ctrl && !alt && printable) {
+    const text = String.fromCodePoint(code);
+    return { key: { name: "text", text: shift ? text.toUpperCase() : text }, length };
+  }
+  return { key: { name: "unknown", sequence: data.slice(0, length) }, length };
 }

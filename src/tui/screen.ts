@@ -30,8 +30,9 @@ export class Screen {
   /** The output line being streamed (no newline yet). */
   #partial = "";
   #footer: string[] = [];
-  /** Where the caret goes on the footer's last line, in columns from its start. */
+  /** Where the caret goes: a footer line (default the last) and columns from its start. */
   #caretColumn: number | undefined;
+  #caretLine: number | undefined;
   /** Rows the live region took at the last draw, and the caret's row within it. */
   #liveRows = 0;
   #caretRow = 0;
@@ -82,9 +83,11 @@ export class Screen {
     this.schedule();
   }
 
-  setFooter(lines: string[], caretColumn?: number): void {
+  /** `caretLine`: the index in `lines` of the line the caret goes on (a multi-line prompt); default the last. */
+  setFooter(lines: string[], caretColumn?: number, caretLine?: number): void {
     this.#footer = lines;
     this.#caretColumn = caretColumn;
+    this.#caretLine = caretLine;
   }
 
   /** Draws on the next frame (streaming). */
@@ -122,7 +125,19 @@ export class Screen {
     const endRow =
       lastWidth > 0 && lastWidth % columns === 0 ? lastRows - 1 : Math.floor(lastWidth / columns);
     let caretRowInLast = endRow;
-    if (this.#caretColumn !== undefined && this.#caretColumn < lastWidth) {
+    const caretIndex =
+      this.#caretLine === undefined ? live.length - 1 : live.length - this.#footer.length + this.#caretLine;
+    if (caretIndex >= 0 && caretIndex < live.length - 1 && this.#caretColumn !== undefined) {
+      // The caret on an earlier line: count the rows from its line's start to the last line's end.
+      let above = 0;
+      for (const line of live.slice(caretIndex, -1)) {
+        above += Math.max(1, Math.ceil(visibleWidth(line) / columns));
+      }
+      const row = Math.floor(this.#caretColumn / columns);
+      const col = this.#caretColumn % columns;
+      frame += `\x1b[${above + endRow - row}A\r${col > 0 ? `\x1b[${col}C` : ""}`;
+      caretRowInLast = endRow - (above + endRow - row);
+    } else if (this.#caretColumn !== undefined && this.#caretColumn < lastWidth) {
       const row = Math.floor(this.#caretColumn / columns);
       const col = this.#caretColumn % columns;
       if (row < endRow) frame += `\x1b[${endRow - row}A`;
