@@ -44,8 +44,8 @@ export function addClientOptions(command: Command): Command {
       "environment variable holding the server's API key (default SPARK_API_KEY)",
     )
     .option(
-      "--tier <model>",
-      "spark (fast), deep (thorough) or auto (the server's router picks); default spark",
+      "--tier <tier>",
+      "which of the server's models answers: spark (fast), deep (thorough) or auto (the server's router picks), or another name its /v1/models lists; default spark",
     )
     .addOption(
       new Option("--approval <mode>", "what runs without asking (default on-request; exec: never)").choices([
@@ -88,7 +88,8 @@ export function addClientOptions(command: Command): Command {
         "script",
       ]),
     )
-    .option("--model <path>", "in-process server: GGUF model file (llama)")
+    .option("--model <file.gguf>", "in-process server: the GGUF model file (llama engine) (env SPARK_MODEL)")
+    .option("--no-download", "in-process server: never download the default model (env SPARK_DOWNLOAD=0)")
     .option("--script <file>", "in-process server: JSON Lines script (script engine)")
     .option("--rate <tokens/s>", "in-process server: script streaming rate", number)
     .option("--upstream <url>", "in-process server: OpenAI-compatible upstream (openai engine)")

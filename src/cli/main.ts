@@ -1,9 +1,12 @@
 /** The `spark` command line. */
+import { readFileSync } from "node:fs";
 import { Command, InvalidArgumentError, Option } from "commander";
 import { ConfigError, DEFAULT_SETTINGS, ENV_NAMES } from "./setting-names.js";
 import { addClientOptions, clientFlags } from "./client-options.js";
 import { keysCommand } from "./keys-command.js";
 import { lspCommand } from "./lsp-command.js";
+import { mcpCommand } from "./mcp-command.js";
+import { setupCommand } from "./setup-command.js";
 
 const log = (line: string): void => {
   process.stderr.write(`spark: ${line}\n`);
@@ -34,11 +37,24 @@ function number(value: string): number {
   if (!Number.isFinite(n)) throw new InvalidArgumentError("expected a number");
   return n;
 }
+/** This package's version, from its package.json (two folders up from src/cli or dist/cli). */
+function packageVersion(): string {
+  try {
+    const json = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as {
+      version?: unknown;
+    };
+    return typeof json.version === "string" ? json.version : "unknown";
+  } catch {
+    return "unknown";
+  }
+}
+
 export function buildProgram(): Command {
   const program = new Command("spark")
     .description(
       "Spark: a real-time coding agent you steer while it types (this command), and the OpenAI-compatible server behind it (spark serve)",
     )
+    .version(`spark ${packageVersion()}`, "-V, --version", "print the version and exit")
     .showHelpAfterError()
     .enablePositionalOptions()
     // Usage errors exit 2 like bad settings; --help and --version exit 0.
@@ -89,8 +105,8 @@ export function buildProgram(): Command {
       `directory of the response database (default ~/.local/share/spark) ${env("dataDir")}`,
     )
     .option(
-      "--model <path>",
-      `llama: GGUF model file; default: cached or downloaded small coder model ${env("model")}`,
+      "--model <file.gguf>",
+      `llama: the GGUF model file; default: cached or downloaded small coder model ${env("model")}`,
     )
     .option("--no-download", `llama: never download the default model ${env("download")}`)
     .option("--threads <n>", `llama: decode threads; default: measured at start ${env("threads")}`, integer)
@@ -215,6 +231,8 @@ Examples:
     });
   program.addCommand(keysCommand(DEFAULT_KEY_FILE));
   program.addCommand(lspCommand());
+  program.addCommand(mcpCommand());
+  program.addCommand(setupCommand());
 
   // The interactive UI is the default command: `spark` or `spark "first message"`.
   addClientOptions(program)
@@ -222,12 +240,17 @@ Examples:
     .addHelpText(
       "after",
       `
-In the UI: Enter sends (while the model writes, it steers it), Tab queues a message for after the
-turn, Esc interrupts, Ctrl-T toggles the tier spark/deep; /model, /compact, /new, /variants N,
-/status, /help, /quit.
+In the UI: Enter sends (while the model writes, it steers it), Ctrl-J or Shift+Enter starts a new
+line, Tab completes /commands, tiers and @files (else queues the message for after the turn), Esc
+interrupts, Ctrl-T toggles the tier spark/deep; /tier, /model, /compact, /new, /variants N,
+/status, /retry, /help, /quit.
+
+Words: a tier is one of the server's model names (spark, deep, auto: GET /v1/models); the model is
+the GGUF file the in-process server loads (--model FILE.gguf).
 
 Examples:
   spark                                   # on the current directory, in-process server
+  spark --model ./qwen2.5-coder-1.5b.gguf # with a model file you have
   spark --server http://gpu-box:8484 --tier auto
   spark exec "add a test for parseArgs"   # one task, no questions (spark exec --help)
   spark resume                            # continue the newest saved session`,
