@@ -5,6 +5,7 @@
 import assert from "node:assert/strict";
 import { request as httpRequest } from "node:http";
 import { createServer as createNetServer, type AddressInfo } from "node:net";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { textOf, WsClient } from "./helpers/ws-client.js";
@@ -14,6 +15,7 @@ import {
   file,
   LISTENING,
   readSse,
+  REPO_ROOT,
   runToExit,
   SAFETY_TIMEOUT_MS,
   startServer,
@@ -82,6 +84,28 @@ test("serve --help mentions every option", async () => {
   ]) {
     assert.match(stdout, new RegExp(`${option}\\b(?!-)`), `help should mention ${option}`);
   }
+});
+
+test("spark --version prints the package's version and exits 0", async () => {
+  const { version } = JSON.parse(readFileSync(join(REPO_ROOT, "package.json"), "utf8")) as {
+    version: string;
+  };
+  for (const flag of ["--version", "-V"]) {
+    const { code, stdout } = await runToExit([flag]);
+    assert.equal(code, 0);
+    assert.equal(stdout, `spark ${version}\n`);
+  }
+});
+
+test("one vocabulary in --help: --tier takes a tier, --model a GGUF file, in spark and spark serve", async () => {
+  const tui = await runToExit(["--help"]);
+  assert.equal(tui.code, 0);
+  assert.match(tui.stdout, /--tier <tier>/);
+  assert.doesNotMatch(tui.stdout, /--tier <model>/, "the tier is not called a model");
+  assert.match(tui.stdout, /--model <file\.gguf>/);
+  assert.match(tui.stdout, /\/tier\b/);
+  const serve = await runToExit(["serve", "--help"]);
+  assert.match(serve.stdout, /--model <file\.gguf>/);
 });
 
 test("SIGTERM during a stream ends it with exactly one terminal event and exits 0", async () => {
