@@ -202,7 +202,11 @@ export class Agent {
       options.applyModel === false || options.tools.rewrite
         ? options.tools
         : { ...options.tools, rewrite: (request, signal) => this.#rewrite(request, signal) };
-    this.#tools = new ToolRunner(this.#toolContext, () => this.#nextItemId());
+    this.#tools = new ToolRunner(
+      this.#toolContext,
+      () => this.#nextItemId(),
+      (message) => this.#reportError(message),
+    );
     this.#socket = options.socket;
     this.#attach(options.socket);
   }
@@ -413,7 +417,8 @@ export class Agent {
 
   #startTurn(text: string, first?: ResponseObject): Promise<boolean> {
     this.#busy = true;
-    const done = this.#turn(text, first).then((end) => {
+    const done = this.#turn(text, first).then(async (end) => {
+      await this.#stopHooks(end);
       // Not busy before the end is announced: listeners may start the next turn at once.
       this.#busy = false;
       this.#emit(end);
@@ -440,6 +445,23 @@ export class Agent {
       text === "" ? [...dangling, ...carried] : [...dangling, ...carried, userMessage(text), ...attached];
     const maxRounds = this.options.maxRounds ?? 200;
     try {
+      const hooks = this.#toolContext.hooks;
+      if (hooks && text !== "") {
+        const outcome = await hooks.run("UserPromptSubmit", { prompt: text });
+        for (const failure of outcome.failures) this.#reportError(failure);
+        if (outcome.blocked !== undefined) {
+          return {
+            type: "turn.failed",
+            error: {
+              message: `blocked by a UserPromptSubmit hook: ${outcome.blocked}`,
+              code: "hook_blocked",
+            },
+          };
+        }
+      }
+      // MCP servers start in the background with the session; the first request waits until each
+      // is ready or has failed (bounded by its startup timeout), so the model sees their tools.
+      await this.#toolContext.mcp?.ready();
       for (let round = 0; ; round++) {
         let response: ResponseObject;
         if (round === 0 && first) response = first;
@@ -820,6 +842,23 @@ export class Agent {
     const added = [...input, ...output];
     this.#transcript.push(...added);
     this.#emit({ type: "transcript.changed", items: this.#transcript, reset: false, added });
+  }
+
+  /** The user's Stop hooks, when a turn ends; their failures are reported, never fatal. */
+  async #stopHooks(end: TurnEnd): Promise<void> {
+    const hooks = this.#toolContext.hooks;
+    if (!hooks) return;
+    const outcome = await hooks.run("Stop", {
+      stop_hook_active: false,
+      status:
+        end.type === "turn.completed" ? "completed" : end.type === "turn.failed" ? "failed" : "interrupted",
+    });
+    for (const failure of outcome.failures) this.#reportError(failure);
+  }
+
+  /** Something went wrong beside the conversation (a hook that failed): an `error` item. */
+  #reportError(message: string): void {
+    this.#emit({ type: "item.completed", item: { id: this.#nextItemId(), type: "error", message } });
   }
 
   #nextItemId(): string {

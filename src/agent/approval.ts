@@ -666,3 +666,32 @@ export function decidePatch(mode: ApprovalMode, context: PatchContext): Approval
   if (mode !== "untrusted") return { action: "run" };
   return needsApproval("In untrusted mode file edits need approval", context.interactive);
 }
+
+export interface McpToolContext {
+  /** The MCP server of the tool. */
+  server: string;
+  /** The server is marked `trusted` in the config. */
+  trusted: boolean;
+  /** A user is there to answer an approval prompt. */
+  interactive: boolean;
+}
+
+/**
+ * A call of an MCP server's tool. What such a tool does is the server's business, outside the
+ * sandbox: it runs without asking only when the user marked its server `trusted`; otherwise it asks
+ * (`on-request`, `untrusted`), and where no one can be asked (`never`, `spark exec`) it is refused.
+ */
+export function decideMcpTool(mode: ApprovalMode, context: McpToolContext): ApprovalDecision {
+  if (context.trusted) return { action: "run" };
+  const reason = `MCP server "${context.server}" is not trusted, so its tools run only with the user's approval`;
+  if (context.interactive && mode !== "never") return { action: "ask", reason };
+  const why = context.interactive
+    ? "approval mode `never` does not ask"
+    : "that is not possible in non-interactive mode (spark exec)";
+  return {
+    action: "refuse",
+    reason:
+      `${reason}, and ${why}. Do not retry it; find another way or tell the user. The user can set ` +
+      `"trusted": true on the server in the config file's mcpServers to let its tools run.`,
+  };
+}

@@ -4,7 +4,14 @@
  * the TUI and `spark exec --json`) and the output text the model sees next.
  */
 import { applyPatch, protectedWrites } from "./apply-patch.js";
-import { decideCommand, decidePatch, type ApprovalDecision, type ApprovalMode } from "./approval.js";
+import {
+  decideCommand,
+  decideMcpTool,
+  decidePatch,
+  type ApprovalDecision,
+  type ApprovalMode,
+} from "./approval.js";
+import type { Hooks } from "./hooks/runner.js";
 import { listFiles, readFile, searchFiles } from "./file-tools.js";
 import type { Sandbox } from "./sandbox.js";
 import { commandEnvironment } from "./secrets.js";
@@ -12,6 +19,7 @@ import { formatCommandOutput, runCommand } from "./shell.js";
 import { readFile as readFileBytes } from "node:fs/promises";
 import { protectedPart } from "./protected-paths.js";
 import { ToolError, writeFileAtomic, type Workspace } from "./workspace.js";
+import { readSkill, SKILL_TOOL_DEFINITION, type Skill } from "./context/skills.js";
 
 export type { ThreadItem } from "./thread-item.js";
 import type { ThreadItem } from "./thread-item.js";
@@ -30,8 +38,8 @@ export type ApprovalAnswer = "yes" | "no" | "always";
 export type ApprovalReply = ApprovalAnswer | { answer: "no"; reason: string };
 
 export interface ApprovalRequest {
-  kind: "command" | "patch";
-  /** The command line, or the files a patch touches. */
+  kind: "command" | "patch" | "tool";
+  /** The command line, the files a patch touches, or an MCP tool and its arguments. */
   summary: string;
   reason: string;
 }
@@ -49,6 +57,24 @@ export interface RewriteResult {
   incomplete?: string;
   /** What the server verified while drafting from the original (Predicted Outputs), if it says. */
   prediction?: { accepted: number; rejected: number };
+}
+
+/**
+ * The MCP servers' tools (mcp/manager.ts): named `mcp__SERVER__TOOL`, defined by the servers that
+ * are ready, called through the same approvals as a command.
+ */
+export interface McpTools {
+  /** Resolves when every server has started or failed (the agent waits before a turn's first request). */
+  ready(): Promise<void>;
+  definitions(): Record<string, unknown>[];
+  /** The configured server a tool name belongs to. */
+  serverOf(name: string): string | undefined;
+  trusted(name: string): boolean;
+  call(
+    name: string,
+    args: Record<string, unknown>,
+    signal: AbortSignal,
+  ): Promise<{ text: string; isError: boolean }>;
 }
 
 export interface ToolContext {
@@ -71,6 +97,12 @@ export interface ToolContext {
    * `edit_file` tool; present, it adds that tool. The agent provides it.
    */
   rewrite?: (request: RewriteRequest, signal: AbortSignal) => Promise<RewriteResult>;
+  /** The session's skills (see context/skills.ts); any present adds the `skill` tool that reads them. */
+  skills?: readonly Skill[];
+  /** The MCP servers' tools, when the config names servers. */
+  mcp?: McpTools;
+  /** The user's hooks (PreToolUse, PostToolUse around every call; the agent runs the others). */
+  hooks?: Hooks;
 }
 
 export interface ToolRun {
@@ -207,6 +239,8 @@ export function toolDefinitions(context: ToolContext): readonly Record<string, u
   const extra = [
     ...(context.rewrite ? [EDIT_FILE_DEFINITION] : []),
     ...(context.delegate ? [DELEGATE_DEFINITION] : []),
+    ...(context.skills && context.skills.length > 0 ? [SKILL_TOOL_DEFINITION] : []),
+    ...(context.mcp ? context.mcp.definitions() : []),
   ];
   return extra.length > 0 ? [...TOOL_DEFINITIONS, ...extra] : TOOL_DEFINITIONS;
 }
@@ -216,15 +250,88 @@ export class ToolRunner {
   /** Keys of the requests the user answered "always": `command:LINE`, `patch`, `patch:protected:PATHS`. */
   readonly #always = new Set<string>();
   #nextItem: () => string;
+  /** Tells the user something went wrong beside the call (a hook that failed). */
+  #report: (message: string) => void;
 
   constructor(
     private readonly context: ToolContext,
     nextItemId: () => string,
+    report: (message: string) => void = () => {},
   ) {
     this.#nextItem = nextItemId;
+    this.#report = report;
   }
 
+  /**
+   * Runs one call between the user's PreToolUse hooks (which may block it: the model gets the
+   * reason as the tool's output) and PostToolUse hooks (whose exit-2 text joins the output).
+   */
   async run(call: ToolCall, signal: AbortSignal, onStarted: (item: ThreadItem) => void): Promise<ToolRun> {
+    const hooks = this.context.hooks;
+    if (!hooks) return this.#dispatch(call, signal, onStarted);
+    const fields = { tool_name: call.name, tool_input: hookToolInput(call) };
+    const pre = await hooks.run("PreToolUse", fields, call.name);
+    for (const failure of pre.failures) this.#report(failure);
+    if (pre.blocked !== undefined) return this.#blocked(call, pre.blocked);
+    const run = await this.#dispatch(call, signal, onStarted);
+    const post = await hooks.run("PostToolUse", { ...fields, tool_response: run.output.output }, call.name);
+    for (const failure of post.failures) this.#report(failure);
+    if (post.feedback !== undefined) {
+      run.output = {
+        ...run.output,
+        output: `${String(run.output.output)}\n\n[PostToolUse hook] ${post.feedback}`,
+      };
+    }
+    return run;
+  }
+
+  /** A call a PreToolUse hook blocked: declined, with the hook's reason for the model. */
+  #blocked(call: ToolCall, reason: string): ToolRun {
+    const id = this.#nextItem();
+    const text = `Blocked by the user's PreToolUse hook: ${reason}`;
+    const output = {
+      type: call.kind === "custom" ? "custom_tool_call_output" : "function_call_output",
+      call_id: call.callId,
+      output: text,
+    };
+    let completed: ThreadItem;
+    if (call.name === "shell") {
+      let command = call.input;
+      try {
+        const parsed = JSON.parse(call.input) as { command?: unknown };
+        if (typeof parsed.command === "string") command = parsed.command;
+        else if (Array.isArray(parsed.command)) command = parsed.command.join(" ");
+      } catch {
+        // Shown as sent.
+      }
+      completed = {
+        id,
+        type: "command_execution",
+        command,
+        aggregated_output: text,
+        exit_code: null,
+        status: "declined",
+      };
+    } else if (call.name === "apply_patch" || call.name === "edit_file") {
+      completed = { id, type: "file_change", changes: [], status: "declined", error: text };
+    } else {
+      completed = {
+        id,
+        type: "tool_call",
+        tool: call.name,
+        arguments: call.input,
+        status: "failed",
+        result: text,
+      };
+    }
+    return { completed, output };
+  }
+
+  async #dispatch(
+    call: ToolCall,
+    signal: AbortSignal,
+    onStarted: (item: ThreadItem) => void,
+  ): Promise<ToolRun> {
     const id = this.#nextItem();
     const outputType = call.kind === "custom" ? "custom_tool_call_output" : "function_call_output";
     const reply = (text: string): Record<string, unknown> => ({
@@ -235,6 +342,8 @@ export class ToolRunner {
     try {
       if (call.name === "apply_patch") return await this.#patch(id, call, onStarted, reply);
       const args = parseArguments(call);
+      if (this.context.mcp && call.name.startsWith("mcp__"))
+        return await this.#mcpCall(id, call, args, signal, onStarted, reply);
       if (call.name === "edit_file" && this.context.rewrite)
         return await this.#editFile(id, args, signal, onStarted, reply);
       if (call.name === "shell") return await this.#shell(id, args, signal, onStarted, reply);
@@ -277,6 +386,12 @@ export class ToolRunner {
         if (found.matches.length === 0) text = "no matches";
       } else if (call.name === "delegate" && this.context.delegate) {
         text = await this.context.delegate(stringArg(args, "task"));
+      } else if (call.name === "skill" && this.context.skills && this.context.skills.length > 0) {
+        text = await readSkill(
+          this.context.skills,
+          stringArg(args, "name"),
+          optionalString(args, "file").file,
+        );
       } else {
         throw new ToolError(
           "invalid_argument",
@@ -419,6 +534,60 @@ export class ToolRunner {
     };
   }
 
+  async #mcpCall(
+    id: string,
+    call: ToolCall,
+    args: Record<string, unknown>,
+    signal: AbortSignal,
+    onStarted: (item: ThreadItem) => void,
+    reply: (text: string) => Record<string, unknown>,
+  ): Promise<ToolRun> {
+    const mcp = this.context.mcp!;
+    const item = (status: "in_progress" | "completed" | "failed", result?: string): ThreadItem => ({
+      id,
+      type: "tool_call",
+      tool: call.name,
+      arguments: call.input,
+      status,
+      ...(result === undefined ? {} : { result }),
+    });
+    const server = mcp.serverOf(call.name);
+    if (server === undefined) {
+      const message = `unknown tool "${call.name}": no MCP server of that name is configured`;
+      return { completed: item("failed", message), output: reply(message) };
+    }
+    const decision = decideMcpTool(this.context.approval, {
+      server,
+      trusted: mcp.trusted(call.name),
+      interactive: this.context.ask !== undefined,
+    });
+    const declined = await this.#approve(
+      decision,
+      {
+        kind: "tool",
+        summary: `${call.name} ${call.input}`.slice(0, 500),
+        reason: decision.action === "ask" ? decision.reason : "",
+      },
+      `tool:${call.name}`,
+    );
+    if (declined !== undefined) {
+      return { completed: item("failed", declined), output: reply(`Tool not run: ${declined}`) };
+    }
+    const started = item("in_progress");
+    onStarted(started);
+    try {
+      const result = await mcp.call(call.name, args, signal);
+      return {
+        started,
+        completed: item(result.isError ? "failed" : "completed", summarize(result.text)),
+        output: reply(result.text),
+      };
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      return { started, completed: item("failed", message), output: reply(message) };
+    }
+  }
+
   async #editFile(
     id: string,
     args: Record<string, unknown>,
@@ -543,6 +712,16 @@ export class ToolRunner {
       const message = errorText(error);
       return { started, completed: item("failed", touched, message), output: reply(message) };
     }
+  }
+}
+
+/** A call's input as a hook sees it (`tool_input`): the JSON arguments, or `{input}` for raw text. */
+function hookToolInput(call: ToolCall): unknown {
+  if (call.kind === "custom") return { input: call.input };
+  try {
+    return JSON.parse(call.input || "{}") as unknown;
+  } catch {
+    return { input: call.input };
   }
 }
 

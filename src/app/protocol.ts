@@ -7,7 +7,16 @@
 import type { ThreadItem } from "../agent/thread-item.js";
 
 /** `queued`: a background task waiting for a free slot (see `MAX_RUNNING_BACKGROUND`). */
-export type TaskState = "idle" | "queued" | "running" | "approval" | "done" | "failed" | "interrupted";
+export type TaskState =
+  | "idle"
+  | "queued"
+  | "running"
+  | "approval"
+  | "done"
+  /** The last answer was cut off (context full, output token limit): see `TaskSummary.cutOff`. */
+  | "incomplete"
+  | "failed"
+  | "interrupted";
 
 export interface TaskSummary {
   id: string;
@@ -23,6 +32,16 @@ export interface TaskSummary {
   updatedAt: string;
   /** The task that delegated this one, if any. */
   parent?: string;
+  /** Why the last answer was cut off (state `incomplete`): `context full` or `output token limit`. */
+  cutOff?: string;
+}
+
+/** Whether the Spark server the agents use answers (`spark app --server URL`; see `ServerWatch`). */
+export interface ServerHealth {
+  url: string;
+  reachable: boolean;
+  /** Why it is not (`connection refused`, …). */
+  error?: string;
 }
 
 /** One line of a unified diff, for display. */
@@ -45,13 +64,15 @@ export interface FileDiff {
  * `assistant` entry whose `id` they name.
  */
 export type LogEntry =
-  | { kind: "user"; id: string; text: string; steer?: boolean }
-  | { kind: "assistant"; id: string; text: string; streaming: boolean; model?: string }
+  /** `pending`: held while the Spark server is unreachable; sent once it answers. */
+  | { kind: "user"; id: string; text: string; steer?: boolean; pending?: boolean }
+  /** `cutOff`: the answer ended incomplete (why, as in `TaskSummary.cutOff`). */
+  | { kind: "assistant"; id: string; text: string; streaming: boolean; model?: string; cutOff?: string }
   | { kind: "item"; id: string; item: ThreadItem; diffs?: FileDiff[] }
   | {
       kind: "approval";
       id: string;
-      request: { kind: "command" | "patch"; summary: string; reason: string };
+      request: { kind: "command" | "patch" | "tool"; summary: string; reason: string };
       answer?: "yes" | "always" | "no";
       denyReason?: string;
     }
@@ -79,6 +100,16 @@ export interface TaskStatus {
   queued: string[];
 }
 
+/** What the app's agents know of the project (see src/agent/context): shown in the task header and composer menu. */
+export interface ProjectContext {
+  /** The AGENTS.md files loaded, root first, with the bytes of each that the model gets. */
+  instructions: { label: string; bytes: number; truncated: boolean }[];
+  skills: { name: string; description: string }[];
+  /** Custom prompts, run as `/NAME args` from the composer. */
+  prompts: { name: string; description: string; argumentHint?: string }[];
+  warnings: string[];
+}
+
 export type ClientMessage =
   | { type: "hello" }
   | { type: "task.create"; model: string; text?: string; background?: boolean; title?: string }
@@ -101,7 +132,14 @@ export type ClientMessage =
   | { type: "keep"; task: string };
 
 export type ServerMessage =
-  | { type: "hello"; workspace: string; models: string[]; tasks: TaskSummary[]; version: string }
+  | {
+      type: "hello";
+      workspace: string;
+      models: string[];
+      tasks: TaskSummary[];
+      version: string;
+      context?: ProjectContext;
+    }
   | { type: "tasks"; tasks: TaskSummary[] }
   /** One task was created or changed (the list is not sent again on each change). */
   | { type: "task.updated"; summary: TaskSummary }

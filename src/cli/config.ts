@@ -9,6 +9,8 @@
 import { readFileSync } from "node:fs";
 import { z } from "zod";
 import { ConfigError, DEFAULT_SETTINGS, ENV_NAMES } from "./setting-names.js";
+import { hooksSchema } from "../agent/hooks/config.js";
+import { mcpServersSchema } from "../agent/mcp/config.js";
 
 export { ConfigError, DEFAULT_SETTINGS, ENV_NAMES };
 
@@ -127,6 +129,17 @@ export const clientSettingsSchema = z.strictObject({
   network: z.boolean().optional(),
   sandboxAllowSecrets: z.boolean().optional(),
   allowEnv: z.array(z.string().min(1)).optional(),
+  /** Names tried after AGENTS.override.md and AGENTS.md in each directory (e.g. CLAUDE.md). */
+  projectDocFallbackFilenames: z
+    .array(
+      z
+        .string()
+        .regex(/^[^/\\]+$/, "must be a file name, not a path")
+        .refine((n) => n !== "." && n !== ".."),
+    )
+    .optional(),
+  /** Byte cap of the AGENTS.md files together (default 32768); 0 loads none. */
+  projectDocMaxBytes: z.number().int().min(0).optional(),
 });
 export type ClientSettings = z.infer<typeof clientSettingsSchema>;
 
@@ -176,6 +189,10 @@ export const serveSettingsSchema = z.strictObject({
   requestTimeout: z.coerce.number().positive().max(86_400),
   allowedHosts: nameList,
   allowedOrigins: nameList,
+  /** The agent's MCP servers (clients only; `serve` ignores them). */
+  mcpServers: mcpServersSchema.optional(),
+  /** The agent's hooks (clients only; `serve` ignores them). */
+  hooks: hooksSchema.optional(),
 });
 export type ServeSettings = z.infer<typeof serveSettingsSchema>;
 
@@ -186,7 +203,15 @@ const LIST_FLAGS: Record<string, string> = {
 };
 
 /** Settings only a config file can hold (structured values). */
-const FILE_ONLY: readonly string[] = ["models", "keys", "limits", "client", "upstreams"];
+const FILE_ONLY: readonly string[] = [
+  "models",
+  "keys",
+  "limits",
+  "client",
+  "upstreams",
+  "mcpServers",
+  "hooks",
+];
 
 const BOOLEAN_SETTINGS: readonly string[] = ["download", "websocket", "allowUnauthenticated"];
 

@@ -28,7 +28,10 @@ export const DEFAULT_SETTINGS = {
 
 /** Environment variable for each setting. */
 export const ENV_NAMES: Record<
-  Exclude<keyof ServeSettings, "models" | "keys" | "limits" | "client" | "upstreams">,
+  Exclude<
+    keyof ServeSettings,
+    "models" | "keys" | "limits" | "client" | "upstreams" | "mcpServers" | "hooks"
+  >,
   string
 > = {
   host: "SPARK_HOST",

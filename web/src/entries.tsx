@@ -163,7 +163,11 @@ function Approval(props: {
   return (
     <div class={`approval${entry.answer ? " answered" : ""}`} data-entry={entry.id}>
       <div class="approval-head">
-        {entry.request.kind === "command" ? "Run this command?" : "Apply this patch?"}
+        {entry.request.kind === "command"
+          ? "Run this command?"
+          : entry.request.kind === "tool"
+            ? "Call this tool?"
+            : "Apply this patch?"}
       </div>
       <code class="summary">{entry.request.summary}</code>
       {entry.request.reason ? <div class="reason">{entry.request.reason}</div> : null}

@@ -1,0 +1,402 @@
+/**
+ * The agent's MCP client: the servers of the config's `mcpServers`, reached through the official
+ * SDK (`@modelcontextprotocol/sdk`) over stdio or streamable HTTP, and their tools offered to the
+ * model as function tools named `mcp__SERVER__TOOL` with the servers' JSON schemas.
+ *
+ * Contracts:
+ * - Servers start once per session, in the background, on the first `start()` (or `ready()`); the
+ *   SDK is imported only then, so a session without servers loads none of it. `ready()` waits
+ *   until every server has connected and listed its tools or failed (each bounded by its
+ *   `startupTimeoutMs`): the agent waits for it before a turn's first request, never before the
+ *   prompt is drawn.
+ * - A server that fails to start, crashes or hangs costs only its own tools: its state says why
+ *   (`onStatus` tells the user), and a call of one of its tools fails with that reason as the tool
+ *   error the model sees. A call that outlives `toolTimeoutMs` fails and is cancelled.
+ * - `close()` stops every server (stdio: stdin closed, then SIGTERM, then SIGKILL, as the SDK
+ *   does); nothing is left running after the session.
+ */
+import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
+import type { McpServerConfig, McpServersConfig } from "./config.js";
+
+export type McpServerState = "disabled" | "idle" | "starting" | "ready" | "failed" | "stopped";
+
+export interface McpServerStatus {
+  name: string;
+  transport: "stdio" | "http";
+  state: McpServerState;
+  trusted: boolean;
+  /** The names the model sees (`mcp__NAME__TOOL`) of a ready server's tools. */
+  tools: { name: string; tool: string; description: string }[];
+  /** Why it failed or stopped. */
+  error?: string;
+}
+
+export interface McpCallResult {
+  text: string;
+  /** The server reported the call as failed (`isError`). */
+  isError: boolean;
+}
+
+/** A tool call that cannot be made (no such server or tool, the server failed, a timeout). */
+export class McpToolError extends Error {
+  override readonly name = "McpToolError";
+}
+
+export const DEFAULT_STARTUP_TIMEOUT_MS = 30_000;
+export const DEFAULT_TOOL_TIMEOUT_MS = 120_000;
+/** Most characters of a tool's output the model gets. */
+const MAX_OUTPUT_CHARS = 64 * 1024;
+/** The tail of a stdio server's stderr kept for its error messages. */
+const STDERR_TAIL = 2000;
+
+interface ToolEntry {
+  /** The name the model sees. */
+  name: string;
+  /** The server's own name of the tool. */
+  tool: string;
+  description: string;
+  inputSchema: Record<string, unknown>;
+}
+
+class McpServer {
+  state: McpServerState;
+  error: string | undefined;
+  tools: ToolEntry[] = [];
+  #client: Client | undefined;
+  #transport: Transport | undefined;
+  #started: Promise<void> | undefined;
+  #stderr = "";
+  #closing = false;
+
+  constructor(
+    readonly name: string,
+    readonly config: McpServerConfig,
+    private readonly cwd: string,
+    private readonly onChange: (server: McpServer) => void,
+  ) {
+    this.state = config.enabled === false ? "disabled" : "idle";
+  }
+
+  get transportKind(): "stdio" | "http" {
+    return "url" in this.config ? "http" : "stdio";
+  }
+
+  start(): Promise<void> {
+    if (this.state === "disabled") return Promise.resolve();
+    this.#started ??= this.#start();
+    return this.#started;
+  }
+
+  async #start(): Promise<void> {
+    this.#set("starting");
+    const timeoutMs = this.config.startupTimeoutMs ?? DEFAULT_STARTUP_TIMEOUT_MS;
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      const connect = this.#connect(timeoutMs);
+      const deadline = new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(new Error(`did not start within ${timeoutMs} ms (startupTimeoutMs)`)),
+          timeoutMs,
+        );
+      });
+      await Promise.race([connect, deadline]);
+      if (this.#closing) return;
+      this.#set("ready");
+    } catch (error) {
+      if (this.#closing) return;
+      this.error = this.#describe(error);
+      this.#set("failed");
+      void this.#shutdown();
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async #connect(timeoutMs: number): Promise<void> {
+    const [{ Client }, transport] = await Promise.all([
+      import("@modelcontextprotocol/sdk/client/index.js"),
+      this.#makeTransport(),
+    ]);
+    const client = new Client({ name: "spark", version: "0.1.0" }, { capabilities: {} });
+    this.#client = client;
+    this.#transport = transport;
+    client.onclose = () => {
+      if (this.#closing || this.state === "failed") return;
+      // It went away on its own: a crash, or the HTTP server gone.
+      this.error = this.#describe(new Error("the server closed the connection"));
+      if (this.state === "ready" || this.state === "starting") this.#set("failed");
+    };
+    await client.connect(transport, { timeout: timeoutMs });
+    const tools: ToolEntry[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await client.listTools(cursor === undefined ? {} : { cursor }, { timeout: timeoutMs });
+      for (const tool of page.tools) {
+        tools.push({
+          name: toolName(this.name, tool.name),
+          tool: tool.name,
+          description: tool.description ?? tool.title ?? "",
+          inputSchema: tool.inputSchema as Record<string, unknown>,
+        });
+      }
+      cursor = page.nextCursor;
+    } while (cursor !== undefined && tools.length < 1000);
+    this.tools = tools;
+  }
+
+  async #makeTransport(): Promise<Transport> {
+    const config = this.config;
+    if ("url" in config) {
+      const { StreamableHTTPClientTransport } =
+        await import("@modelcontextprotocol/sdk/client/streamableHttp.js");
+      return new StreamableHTTPClientTransport(
+        new URL(config.url),
+        config.headers ? { requestInit: { headers: config.headers } } : {},
+      );
+    }
+    const { StdioClientTransport } = await import("@modelcontextprotocol/sdk/client/stdio.js");
+    const transport = new StdioClientTransport({
+      command: config.command,
+      args: config.args ?? [],
+      ...(config.env ? { env: config.env } : {}),
+      cwd: config.cwd ?? this.cwd,
+      // Never the terminal's: it would write over the TUI. Its tail explains a failure.
+      stderr: "pipe",
+    });
+    transport.stderr?.on("data", (chunk: Buffer) => {
+      this.#stderr = (this.#stderr + chunk.toString("utf8")).slice(-STDERR_TAIL);
+    });
+    return transport;
+  }
+
+  async call(entry: ToolEntry, args: Record<string, unknown>, signal: AbortSignal): Promise<McpCallResult> {
+    const client = this.#client;
+    if (this.state !== "ready" || !client) throw new McpToolError(this.unavailable());
+    const timeoutMs = this.config.toolTimeoutMs ?? DEFAULT_TOOL_TIMEOUT_MS;
+    let result: Awaited<ReturnType<Client["callTool"]>>;
+    try {
+      result = await client.callTool({ name: entry.tool, arguments: args }, undefined, {
+        timeout: timeoutMs,
+        signal,
+      });
+    } catch (error) {
+      if (signal.aborted) throw new McpToolError("interrupted by the user");
+      // A crash during the call shows as a closed connection: say so, with the server's last words.
+      const state = this.state as McpServerState;
+      if (state === "failed") throw new McpToolError(this.unavailable());
+      const message = error instanceof Error ? error.message : String(error);
+      if (/timed out|timeout/i.test(message)) {
+        throw new McpToolError(
+          `MCP server "${this.name}" did not answer ${entry.tool} within ${timeoutMs} ms (toolTimeoutMs); the call was cancelled`,
+        );
+      }
+      throw new McpToolError(`MCP server "${this.name}" failed to run ${entry.tool}: ${message}`);
+    }
+    return { text: resultText(result), isError: result.isError === true };
+  }
+
+  /** Why this server's tools cannot be called now. */
+  unavailable(): string {
+    switch (this.state) {
+      case "disabled":
+        return `MCP server "${this.name}" is disabled in the config`;
+      case "failed":
+        return `MCP server "${this.name}" is not available: ${this.error ?? "it failed"}`;
+      case "stopped":
+        return `MCP server "${this.name}" was stopped`;
+      default:
+        return `MCP server "${this.name}" is still starting`;
+    }
+  }
+
+  status(): McpServerStatus {
+    return {
+      name: this.name,
+      transport: this.transportKind,
+      state: this.state,
+      trusted: this.config.trusted === true,
+      tools: this.tools.map((t) => ({ name: t.name, tool: t.tool, description: t.description })),
+      ...(this.error === undefined ? {} : { error: this.error }),
+    };
+  }
+
+  async close(): Promise<void> {
+    this.#closing = true;
+    if (this.state !== "disabled" && this.state !== "failed") this.state = "stopped";
+    await this.#started?.catch(() => {});
+    await this.#shutdown();
+  }
+
+  async #shutdown(): Promise<void> {
+    const client = this.#client;
+    const transport = this.#transport;
+    this.#client = undefined;
+    this.#transport = undefined;
+    try {
+      if (client) await client.close();
+      else await transport?.close();
+    } catch {
+      // Closing a connection that already broke.
+    }
+  }
+
+  #set(state: McpServerState): void {
+    this.state = state;
+    this.onChange(this);
+  }
+
+  #describe(error: unknown): string {
+    let message = error instanceof Error ? error.message : String(error);
+    if ((error as NodeJS.ErrnoException | undefined)?.code === "ENOENT" && "command" in this.config) {
+      message = `cannot run ${this.config.command}: not found`;
+    }
+    const tail = this.#stderr.trim().split("\n").slice(-3).join(" | ");
+    return tail ? `${message} (stderr: ${tail.slice(-500)})` : message;
+  }
+}
+
+/** `mcp__SERVER__TOOL`, within the 64 characters of `[A-Za-z0-9_-]` a function name may have. */
+export function toolName(server: string, tool: string): string {
+  return `mcp__${server}__${tool.replace(/[^A-Za-z0-9_-]/g, "_")}`.slice(0, 64);
+}
+
+/** A tool result as the model's text: text parts as they are, other parts as a placeholder. */
+function resultText(result: Record<string, unknown>): string {
+  const content = Array.isArray(result.content) ? (result.content as Record<string, unknown>[]) : [];
+  const parts: string[] = [];
+  for (const part of content) {
+    switch (part.type) {
+      case "text":
+        parts.push(String(part.text ?? ""));
+        break;
+      case "image":
+      case "audio": {
+        const bytes = typeof part.data === "string" ? Math.floor((part.data.length * 3) / 4) : 0;
+        parts.push(`[${part.type}: ${String(part.mimeType ?? "unknown type")}, ${bytes} bytes, not shown]`);
+        break;
+      }
+      case "resource": {
+        const resource = (part.resource ?? {}) as { uri?: unknown; text?: unknown };
+        parts.push(
+          typeof resource.text === "string" ? resource.text : `[resource ${String(resource.uri ?? "")}]`,
+        );
+        break;
+      }
+      case "resource_link":
+        parts.push(`[resource link: ${String(part.uri ?? "")}${part.name ? ` (${String(part.name)})` : ""}]`);
+        break;
+      default:
+        parts.push(`[${String(part.type)} content]`);
+    }
+  }
+  if (parts.length === 0 && result.structuredContent !== undefined) {
+    parts.push(JSON.stringify(result.structuredContent));
+  }
+  if (parts.length === 0 && "toolResult" in result) parts.push(JSON.stringify(result.toolResult));
+  const text = parts.join("\n");
+  return text.length > MAX_OUTPUT_CHARS
+    ? `${text.slice(0, MAX_OUTPUT_CHARS)}\n[output truncated: ${text.length} characters]`
+    : text;
+}
+
+export interface McpManagerOptions {
+  /** Where stdio servers run unless their `cwd` says (the workspace). */
+  cwd: string;
+  /** A server's state changed (starting, ready, failed): the user is told. */
+  onStatus?: (status: McpServerStatus) => void;
+}
+
+/** The MCP tools seam of the agent (see tools.ts `ToolContext.mcp`). */
+export class McpManager {
+  readonly #servers: McpServer[];
+  #starting: Promise<void> | undefined;
+
+  constructor(config: McpServersConfig, options: McpManagerOptions) {
+    this.#servers = Object.entries(config).map(
+      ([name, entry]) =>
+        new McpServer(name, entry, options.cwd, (server) => options.onStatus?.(server.status())),
+    );
+  }
+
+  /** Whether any server is configured and enabled. */
+  get active(): boolean {
+    return this.#servers.some((server) => server.state !== "disabled");
+  }
+
+  /** Starts every enabled server in the background (once). */
+  start(): void {
+    this.#starting ??= Promise.all(this.#servers.map((server) => server.start())).then(() => {});
+  }
+
+  /** Resolves when every server is ready or has failed. */
+  ready(): Promise<void> {
+    this.start();
+    return this.#starting!;
+  }
+
+  list(): McpServerStatus[] {
+    return this.#servers.map((server) => server.status());
+  }
+
+  /** The function tools of the servers that are ready. */
+  definitions(): Record<string, unknown>[] {
+    const definitions: Record<string, unknown>[] = [];
+    for (const server of this.#servers) {
+      if (server.state !== "ready") continue;
+      for (const tool of server.tools) {
+        definitions.push({
+          type: "function",
+          name: tool.name,
+          description: `${tool.description} (MCP server "${server.name}")`.trim(),
+          parameters: { type: "object", properties: {}, ...tool.inputSchema },
+          strict: false,
+        });
+      }
+    }
+    return definitions;
+  }
+
+  /** The server a `mcp__SERVER__…` name belongs to (whatever its state), if one is configured. */
+  serverOf(name: string): string | undefined {
+    return this.#find(name)?.name;
+  }
+
+  /** Whether calls of this tool run without asking (its server is `trusted`). */
+  trusted(name: string): boolean {
+    return this.#find(name)?.config.trusted === true;
+  }
+
+  /** Calls a tool; an `McpToolError` (for the model) when it cannot. */
+  async call(name: string, args: Record<string, unknown>, signal: AbortSignal): Promise<McpCallResult> {
+    const server = this.#find(name);
+    if (!server) throw new McpToolError(`no MCP server is configured for the tool ${name}`);
+    // A call before the server finished starting waits for it (bounded by its startup timeout).
+    if (server.state === "idle" || server.state === "starting") await server.start();
+    if (server.state !== "ready") throw new McpToolError(server.unavailable());
+    const entry = server.tools.find((tool) => tool.name === name);
+    if (!entry) {
+      const names = server.tools.map((tool) => tool.name).join(", ");
+      throw new McpToolError(
+        `MCP server "${server.name}" has no tool ${name}; its tools: ${names || "none"}`,
+      );
+    }
+    return server.call(entry, args, signal);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.#servers.map((server) => server.close()));
+  }
+
+  #find(name: string): McpServer | undefined {
+    if (!name.startsWith("mcp__")) return undefined;
+    // The longest matching name wins (`a` and `a__b` are both possible server names).
+    let found: McpServer | undefined;
+    for (const server of this.#servers) {
+      if (name.startsWith(`mcp__${server.name}__`) && (!found || server.name.length > found.name.length)) {
+        found = server;
+      }
+    }
+    return found;
+  }
+}
