@@ -134,4 +134,8 @@ export default tseslint.config(
     files: ["web/build.mjs"],
     languageOptions: { globals: { URL: "readonly", console: "readonly" } },
   },
+  {
+    files: ["scripts/*.mjs"],
+    languageOptions: { globals: { URL: "readonly", console: "readonly", process: "readonly" } },
+  },
 );
