@@ -172,8 +172,35 @@ function StatusBar(props: { status: TaskStatus | undefined; task: TaskSummary })
   );
 }
 
+/** The composer's own commands, listed in its menu with the project's custom prompts. */
+const COMPOSER_COMMANDS: { name: string; description: string; argumentHint?: string }[] = [
+  { name: "compact", description: "summarize the conversation to free context" },
+  { name: "new", description: "a fresh context: the model no longer sees the conversation" },
+  { name: "variants", description: "N answers side by side", argumentHint: "N message" },
+];
+
+/** The entries of the composer's `/` menu for what is typed so far (a `/word`, nothing after it). */
+function menuEntries(
+  text: string,
+  prompts: readonly { name: string; description: string; argumentHint?: string }[],
+): { name: string; description: string; argumentHint?: string; prompt: boolean }[] {
+  const typed = /^\/([\w.-]*)$/.exec(text);
+  if (!typed) return [];
+  const prefix = typed[1]!;
+  return [
+    ...COMPOSER_COMMANDS.map((c) => ({ ...c, prompt: false })),
+    ...prompts.map((p) => ({ ...p, prompt: true })),
+  ].filter((entry) => entry.name.startsWith(prefix));
+}
+
 function Composer(props: { task: TaskSummary }): preact.JSX.Element {
   const [text, setText] = useState("");
+  const { context } = useStore();
+  const menu = menuEntries(text, context?.prompts ?? []);
+  const pick = (name: string): void => {
+    setText(`/${name} `);
+    ref.current?.focus();
+  };
   const [variants, setVariants] = useState(1);
   const ref = useRef<HTMLTextAreaElement>(null);
   const running = props.task.state === "running" || props.task.state === "approval";
@@ -204,6 +231,24 @@ function Composer(props: { task: TaskSummary }): preact.JSX.Element {
   };
   return (
     <div class="composer">
+      {menu.length > 0 ? (
+        <ul class="composer-menu" role="listbox">
+          {menu.map((entry) => (
+            <li key={entry.name}>
+              <button class="menu-item" onClick={() => pick(entry.name)}>
+                <span class="menu-name">
+                  /{entry.name}
+                  {entry.argumentHint ? <span class="menu-hint"> {entry.argumentHint}</span> : null}
+                </span>
+                <span class="menu-description">
+                  {entry.description}
+                  {entry.prompt ? " · custom prompt" : ""}
+                </span>
+              </button>
+            </li>
+          ))}
+        </ul>
+      ) : null}
       <textarea
         ref={ref}
         class="input"
@@ -216,7 +261,10 @@ function Composer(props: { task: TaskSummary }): preact.JSX.Element {
         value={text}
         onInput={(e) => setText((e.target as HTMLTextAreaElement).value)}
         onKeyDown={(e) => {
-          if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+          if (e.key === "Tab" && menu.length > 0) {
+            e.preventDefault();
+            pick(menu[0]!.name);
+          } else if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
             e.preventDefault();
             submit(performance.timeOrigin + e.timeStamp);
           } else if (e.key === "Escape" && running) {
@@ -284,6 +332,40 @@ function Composer(props: { task: TaskSummary }): preact.JSX.Element {
   );
 }
 
+function formatBytes(bytes: number): string {
+  return bytes < 1024 ? `${bytes} B` : `${(bytes / 1024).toFixed(1)} KiB`;
+}
+
+/** The AGENTS.md files the task's agent got (names and sizes), its skills, and any warning. */
+function ProjectContextBadge(props: {
+  context: ReturnType<typeof getState>["context"];
+}): preact.JSX.Element | null {
+  const context = props.context;
+  if (!context || (context.instructions.length === 0 && context.skills.length === 0)) return null;
+  const files = context.instructions.map(
+    (f) => `${f.label} (${formatBytes(f.bytes)}${f.truncated ? ", cut" : ""})`,
+  );
+  const title = [
+    files.length > 0 ? `Instructions: ${files.join(", ")}` : "No AGENTS.md",
+    context.skills.length > 0 ? `Skills: ${context.skills.map((s) => `$${s.name}`).join(" ")}` : "",
+    ...context.warnings.map((w) => `⚠ ${w}`),
+  ]
+    .filter((line) => line !== "")
+    .join("\n");
+  return (
+    <span class={`project-context${context.warnings.length > 0 ? " warn" : ""}`} title={title}>
+      {files.length > 0 ? files.join(" · ") : null}
+      {context.skills.length > 0 ? (
+        <span class="skills-count">
+          {files.length > 0 ? " · " : ""}
+          {context.skills.length} skill{context.skills.length === 1 ? "" : "s"}
+        </span>
+      ) : null}
+      {context.warnings.length > 0 ? " ⚠" : ""}
+    </span>
+  );
+}
+
 function TaskHeader(props: {
   task: TaskSummary;
   models: string[];
@@ -291,6 +373,7 @@ function TaskHeader(props: {
 }): preact.JSX.Element {
   const [renaming, setRenaming] = useState(false);
   const [title, setTitle] = useState(props.task.title);
+  const { context } = useStore();
   return (
     <header class="task-header">
       {renaming ? (
@@ -321,6 +404,7 @@ function TaskHeader(props: {
           {props.task.title}
         </h1>
       )}
+      <ProjectContextBadge context={context} />
       <ModelPicker task={props.task} models={props.models} status={props.status} />
       <div class="header-actions">
         <button class="review-button" onClick={() => send({ type: "review", task: props.task.id })}>

@@ -4,7 +4,14 @@
  * entry (see `streams`), so a fast answer re-renders no component per token.
  */
 import { useEffect, useState } from "preact/hooks";
-import type { FileDiff, LogEntry, ServerMessage, TaskStatus, TaskSummary } from "../../src/app/protocol.js";
+import type {
+  FileDiff,
+  LogEntry,
+  ProjectContext,
+  ServerMessage,
+  TaskStatus,
+  TaskSummary,
+} from "../../src/app/protocol.js";
 import type { ConnectionState } from "./connection.js";
 
 export interface Toast {
@@ -26,6 +33,8 @@ export interface AppState {
   review: { task: string; files: FileDiff[]; source: string } | undefined;
   toasts: Toast[];
   error: string | undefined;
+  /** The project's AGENTS.md files, skills and custom prompts, as the app server loaded them. */
+  context: ProjectContext | undefined;
 }
 
 let state: AppState = {
@@ -39,6 +48,7 @@ let state: AppState = {
   review: undefined,
   toasts: [],
   error: undefined,
+  context: undefined,
 };
 const listeners = new Set<() => void>();
 
@@ -111,13 +121,30 @@ function taskList(raw: unknown): TaskSummary[] {
     .filter((task) => task.id !== "");
 }
 
+/** The hello's project context, its lists kept only where they are lists (an older server sends none). */
+function projectContext(raw: ProjectContext | undefined): ProjectContext | undefined {
+  if (typeof raw !== "object" || raw === null) return undefined;
+  const list = <T>(value: unknown): T[] => (Array.isArray(value) ? (value as T[]) : []);
+  return {
+    instructions: list(raw.instructions),
+    skills: list(raw.skills),
+    prompts: list(raw.prompts),
+    warnings: list(raw.warnings),
+  };
+}
+
 /** Newest first, as the server lists them. */
 const newestFirst = (a: TaskSummary, b: TaskSummary): number => b.createdAt.localeCompare(a.createdAt);
 
 export function apply(message: ServerMessage, receivedAt: number): void {
   switch (message.type) {
     case "hello":
-      setState({ workspace: message.workspace, models: message.models, tasks: taskList(message.tasks) });
+      setState({
+        workspace: message.workspace,
+        models: message.models,
+        tasks: taskList(message.tasks),
+        context: projectContext(message.context),
+      });
       return;
     case "tasks": {
       const tasks = taskList(message.tasks);
