@@ -1,0 +1,341 @@
+/**
+ * What the agent knows of the project (src/agent/context), end to end: real `spark exec --json`
+ * processes with an in-process server on the openai engine, whose upstream is a fake
+ * OpenAI-compatible server in this test that records every Chat Completions request. What the
+ * model would see (the system message, the tools, the user messages) is checked there, at the
+ * network boundary: nested AGENTS.md files with an override and a fallback name, the byte cap and
+ * its warning, a skill read on demand with the `skill` tool, `$name` invocation, and a custom
+ * prompt with arguments.
+ */
+import assert from "node:assert/strict";
+import { once } from "node:events";
+import { mkdirSync, writeFileSync } from "node:fs";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { dirname, join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { file, freshDir, jsonLines, runToExit } from "./helpers/cli.js";
+import { skillsBudgetChars, skillsList, type Skill } from "../src/agent/context/skills.js";
+
+interface ChatMessage {
+  role: string;
+  content?: unknown;
+  tool_calls?: unknown[];
+}
+interface ChatRequest {
+  messages: ChatMessage[];
+  tools?: { type: string; function?: { name: string } }[];
+}
+type Turn = { text: string } | { call: { name: string; arguments: Record<string, unknown> } };
+
+/** A fake upstream: `GET /v1/models`, and streamed chat completions answered from `turns` in order. */
+class FakeUpstream {
+  readonly requests: ChatRequest[] = [];
+  turns: Turn[] = [];
+  #server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (chunk: Buffer) => chunks.push(chunk));
+    req.on("end", () => {
+      if (req.method === "GET" && req.url?.endsWith("/models")) {
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(JSON.stringify({ object: "list", data: [{ id: "fake-model", object: "model" }] }));
+        return;
+      }
+      if (req.method !== "POST" || !req.url?.endsWith("/chat/completions")) {
+        res.writeHead(404).end();
+        return;
+      }
+      this.requests.push(JSON.parse(Buffer.concat(chunks).toString("utf8")) as ChatRequest);
+      const turn = this.turns.shift() ?? { text: "(no more turns)" };
+      const chunk = (delta: Record<string, unknown>, finish: string | null = null): string =>
+        `data: ${JSON.stringify({
+          id: "chatcmpl-1",
+          object: "chat.completion.chunk",
+          choices: [{ index: 0, delta, finish_reason: finish }],
+        })}\n\n`;
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      if ("text" in turn) res.write(chunk({ role: "assistant", content: turn.text }) + chunk({}, "stop"));
+      else {
+        res.write(
+          chunk({
+            tool_calls: [
+              {
+                index: 0,
+                id: `call_${this.requests.length}`,
+                type: "function",
+                function: { name: turn.call.name, arguments: JSON.stringify(turn.call.arguments) },
+              },
+            ],
+          }) + chunk({}, "tool_calls"),
+        );
+      }
+      res.end("data: [DONE]\n\n");
+    });
+  });
+
+  async start(): Promise<string> {
+    this.#server.listen(0, "127.0.0.1");
+    await once(this.#server, "listening");
+    return `http://127.0.0.1:${(this.#server.address() as AddressInfo).port}/v1`;
+  }
+
+  close(): Promise<void> {
+    this.#server.closeAllConnections();
+    return new Promise((resolve) => this.#server.close(() => resolve()));
+  }
+}
+
+function write(path: string, text: string): void {
+  mkdirSync(dirname(path), { recursive: true });
+  writeFileSync(path, text);
+}
+
+function text(content: unknown): string {
+  if (typeof content === "string") return content;
+  if (Array.isArray(content))
+    return content
+      .map((part: { text?: unknown }) => (typeof part.text === "string" ? part.text : ""))
+      .join("");
+  return "";
+}
+
+/** The instructions the model got: the request's system (or developer) messages. */
+function systemText(request: ChatRequest): string {
+  return request.messages
+    .filter((m) => m.role === "system" || m.role === "developer")
+    .map((m) => text(m.content))
+    .join("\n");
+}
+
+function userTexts(request: ChatRequest): string[] {
+  return request.messages.filter((m) => m.role === "user").map((m) => text(m.content));
+}
+
+interface ThreadStarted {
+  type: "thread.started";
+  instructions: { path: string; bytes: number; truncated: boolean }[];
+  skills: string[];
+  prompts: string[];
+  warnings?: string[];
+}
+
+describe("project context reaches the model", () => {
+  const upstream = new FakeUpstream();
+  let upstreamUrl = "";
+  before(async () => {
+    upstreamUrl = await upstream.start();
+  });
+  after(() => upstream.close());
+
+  /** Runs `spark exec --json TASK` in `cwd` with the given homes; returns its events. */
+  async function exec(
+    cwd: string,
+    task: string,
+    homes: { home: string; sparkHome: string },
+    config: Record<string, unknown> = {},
+  ): Promise<{ events: Record<string, unknown>[]; started: ThreadStarted; stderr: string }> {
+    const configFile = file(`config-${Math.random().toString(36).slice(2)}.json`, JSON.stringify(config));
+    const result = await runToExit(
+      [
+        "exec",
+        "--json",
+        "--engine",
+        "openai",
+        "--upstream",
+        upstreamUrl,
+        "--sandbox",
+        "off",
+        "--config",
+        configFile,
+        "--cd",
+        cwd,
+        task,
+      ],
+      { HOME: homes.home, SPARK_HOME: homes.sparkHome },
+    );
+    assert.equal(result.code, 0, `spark exec failed:\n${result.stderr}\n${result.stdout}`);
+    const events = jsonLines(result.stdout);
+    const started = events[0] as unknown as ThreadStarted;
+    assert.equal(started.type, "thread.started");
+    return { events, started, stderr: result.stderr };
+  }
+
+  function homes(): { home: string; sparkHome: string } {
+    const home = freshDir("home-");
+    return { home, sparkHome: join(home, ".spark") };
+  }
+
+  test("nested AGENTS.md files, an override and a fallback name: root first, in every request", async () => {
+    const outside = freshDir("outside-");
+    write(join(outside, "AGENTS.md"), "OUTSIDE-THE-REPO rule\n");
+    const repo = join(outside, "repo");
+    mkdirSync(join(repo, ".git"), { recursive: true });
+    write(join(repo, "AGENTS.md"), "ROOT-RULE: run npm test.\n");
+    write(join(repo, "pkg", "AGENTS.md"), "PKG-PLAIN rule, shadowed by the override\n");
+    write(join(repo, "pkg", "AGENTS.override.md"), "PKG-OVERRIDE rule\n");
+    write(join(repo, "pkg", "app", "AGENTS.md"), "  \n");
+    write(join(repo, "pkg", "app", "CLAUDE.md"), "CLAUDE-FALLBACK rule\n");
+    const h = homes();
+    write(join(h.sparkHome, "AGENTS.md"), "GLOBAL-PLAIN rule\n");
+    write(join(h.sparkHome, "AGENTS.override.md"), "GLOBAL-OVERRIDE rule\n");
+
+    upstream.requests.length = 0;
+    upstream.turns = [{ call: { name: "list_files", arguments: {} } }, { text: "ok" }];
+    const { started } = await exec(join(repo, "pkg", "app"), "hello", h, {
+      client: { projectDocFallbackFilenames: ["CLAUDE.md"] },
+    });
+
+    assert.deepEqual(
+      started.instructions.map((f) => f.path),
+      [
+        join(h.sparkHome, "AGENTS.override.md"),
+        join(repo, "AGENTS.md"),
+        join(repo, "pkg", "AGENTS.override.md"),
+        join(repo, "pkg", "app", "CLAUDE.md"),
+      ],
+    );
+    assert.deepEqual(
+      started.instructions.map((f) => f.bytes),
+      [21, 25, 18, 21],
+    );
+    assert.equal(upstream.requests.length, 2, "a tool round and the answer");
+    for (const request of upstream.requests) {
+      const system = systemText(request);
+      const order = ["GLOBAL-OVERRIDE", "ROOT-RULE", "PKG-OVERRIDE", "CLAUDE-FALLBACK"].map((mark) =>
+        system.indexOf(mark),
+      );
+      assert.ok(
+        order.every((at) => at >= 0),
+        `every file is in the instructions:\n${system}`,
+      );
+      assert.deepEqual(
+        [...order].sort((a, b) => a - b),
+        order,
+        "global first, then root down to the working directory",
+      );
+      for (const absent of ["GLOBAL-PLAIN", "PKG-PLAIN", "OUTSIDE-THE-REPO"])
+        assert.ok(!system.includes(absent), `${absent} must not be loaded`);
+      // Instructions, not conversation: no user message carries them.
+      assert.ok(!userTexts(request).some((t) => t.includes("ROOT-RULE")));
+    }
+  });
+
+  test("the byte cap cuts the last file and says so", async () => {
+    const repo = freshDir("capped-");
+    mkdirSync(join(repo, ".git"));
+    write(join(repo, "AGENTS.md"), `FIRST ${"a".repeat(74)}\n`); // 81 bytes
+    write(join(repo, "sub", "AGENTS.md"), `SECOND-KEPT ${"b".repeat(30)}SECOND-CUT\n`);
+    const h = homes();
+    upstream.requests.length = 0;
+    upstream.turns = [{ text: "ok" }];
+    const { started } = await exec(join(repo, "sub"), "hello", h, { client: { projectDocMaxBytes: 100 } });
+    assert.deepEqual(
+      started.instructions.map((f) => [f.bytes, f.truncated]),
+      [
+        [81, false],
+        [19, true],
+      ],
+    );
+    assert.ok(
+      started.warnings?.some((w) => /cut at 100 bytes: sub\/AGENTS\.md truncated \(19 of 53 bytes\)/.test(w)),
+    );
+    const system = systemText(upstream.requests[0]!);
+    assert.ok(system.includes("SECOND-KEPT"));
+    assert.ok(!system.includes("SECOND-CUT"));
+  });
+
+  test("skills: the list in the instructions, SKILL.md read on demand with the skill tool", async () => {
+    const repo = freshDir("skills-");
+    mkdirSync(join(repo, ".git"));
+    write(
+      join(repo, ".agents", "skills", "lint-fix", "SKILL.md"),
+      "---\nname: lint-fix\ndescription: Fixes lint errors the project's way.\n---\nLINT-BODY\n",
+    );
+    const h = homes();
+    write(
+      join(h.home, ".agents", "skills", "deploy", "SKILL.md"),
+      "---\nname: deploy\ndescription: >\n  Deploys the app to staging\n  with the release script.\n---\n# Deploy\nDEPLOY-BODY: run scripts/release.sh\n",
+    );
+    write(join(h.home, ".agents", "skills", "deploy", "notes.md"), "DEPLOY-NOTES\n");
+    upstream.requests.length = 0;
+    upstream.turns = [
+      { call: { name: "skill", arguments: { name: "deploy" } } },
+      { call: { name: "skill", arguments: { name: "deploy", file: "notes.md" } } },
+      { text: "deployed" },
+    ];
+    const { started } = await exec(repo, "ship it to staging", h);
+    assert.deepEqual(started.skills, ["lint-fix", "deploy"]);
+    const [first, second, third] = upstream.requests;
+    const system = systemText(first!);
+    assert.match(system, /- deploy: Deploys the app to staging with the release script\./);
+    assert.match(system, /- lint-fix: Fixes lint errors/);
+    assert.ok(!system.includes("DEPLOY-BODY"), "only names and descriptions up front");
+    assert.ok(first!.tools?.some((t) => t.function?.name === "skill"));
+    const toolOutputs = (request: ChatRequest): string =>
+      request.messages
+        .filter((m) => m.role === "tool")
+        .map((m) => text(m.content))
+        .join("\n");
+    assert.match(toolOutputs(second!), /DEPLOY-BODY: run scripts\/release\.sh/);
+    assert.match(toolOutputs(third!), /DEPLOY-NOTES/);
+  });
+
+  test("$name attaches the skill's SKILL.md to the prompt", async () => {
+    const repo = freshDir("mention-");
+    mkdirSync(join(repo, ".git"));
+    write(
+      join(repo, ".agents", "skills", "release-notes", "SKILL.md"),
+      "---\nname: release-notes\ndescription: Writes release notes.\n---\nNOTES-BODY: group by feature\n",
+    );
+    const h = homes();
+    upstream.requests.length = 0;
+    upstream.turns = [{ text: "ok" }];
+    await exec(repo, "use $release-notes for v2", h);
+    const users = userTexts(upstream.requests[0]!);
+    assert.equal(users[0], "use $release-notes for v2");
+    assert.match(users[1] ?? "", /<skill name="release-notes"[\s\S]*NOTES-BODY: group by feature/);
+  });
+
+  test("a custom prompt with arguments: /NAME fills $1, $2 and $ARGUMENTS", async () => {
+    const repo = freshDir("prompts-");
+    mkdirSync(join(repo, ".git"));
+    write(
+      join(repo, ".spark", "prompts", "review.md"),
+      "---\ndescription: Review a file\nargument-hint: FILE FOCUS\n---\nReview $1 focusing on $2. (all: $ARGUMENTS; cost $$5)\n",
+    );
+    const h = homes();
+    write(join(h.sparkHome, "prompts", "hello.md"), "Say hello\n");
+    upstream.requests.length = 0;
+    upstream.turns = [{ text: "ok" }];
+    const { started } = await exec(repo, '/review src/a.ts "error handling"', h);
+    assert.deepEqual(started.prompts, ["review", "hello"]);
+    assert.deepEqual(userTexts(upstream.requests[0]!), [
+      'Review src/a.ts focusing on error handling. (all: src/a.ts "error handling"; cost $5)',
+    ]);
+  });
+});
+
+test("20 skills fit the list's budget (about 2% of the context window)", () => {
+  const skills: Skill[] = Array.from({ length: 20 }, (_, i) => ({
+    name: `skill-${i + 1}`,
+    description: `Does task number ${i + 1} the way this project wants it: ${"details ".repeat(12)}`.trim(),
+    dir: `/skills/skill-${i + 1}`,
+    path: `/skills/skill-${i + 1}/SKILL.md`,
+    scope: "project",
+  }));
+  for (const window of [32_768, 131_072]) {
+    const budget = skillsBudgetChars(window);
+    const list = skillsList(skills, budget);
+    assert.ok(
+      list.text.length <= budget,
+      `${list.text.length} chars within ${budget} for a ${window}-token window`,
+    );
+    assert.equal(list.omitted, 0, "every skill is named");
+    for (const skill of skills) assert.ok(list.text.includes(`- ${skill.name}: `));
+  }
+  // Too small for all (2% of 8K tokens): descriptions shrink first, then the last ones are left out.
+  const budget = skillsBudgetChars(8192);
+  const tiny = skillsList(skills, budget);
+  assert.ok(tiny.text.length <= budget && tiny.omitted > 0 && tiny.omitted < 20);
+  assert.equal(skillsBudgetChars(undefined), 8000, "Codex's figure when the window is unknown");
+});
