@@ -71,6 +71,30 @@ describe("decodeKeys", () => {
     assert.deepEqual(decodeKeys("hi\tthere\x7f\b\x1b[Dé😀\x15\x17\r\n"), expected);
   });
 
+  test("Shift+Enter in its common encodings is a newline key; plain Enter in them stays Enter", () => {
+    // kitty keyboard protocol, xterm modifyOtherKeys (tmux extended keys), ESC CR (Alt+Enter, VS Code).
+    for (const sequence of ["\x1b[13;2u", "\x1b[27;2;13~", "\x1b\r", "\x1b[13;5u", "\x1b[13;3u"]) {
+      assert.deepEqual(decodeKeys(sequence), [{ name: "newline" }], JSON.stringify(sequence));
+    }
+    assert.deepEqual(decodeKeys("\x1b[13u"), [{ name: "enter" }]);
+    assert.deepEqual(decodeKeys("a\x1b[13;2ub\n"), [
+      { name: "text", text: "a" },
+      { name: "newline" },
+      { name: "text", text: "b" },
+      { name: "ctrl-j" },
+    ]);
+  });
+
+  test("keys the kitty protocol reports as CSI u: Esc, Ctrl-letters, Shift+Tab, text; functional keys are not text", () => {
+    assert.deepEqual(
+      decodeKeys("\x1b[27u\x1b[99;5u\x1b[116;5u\x1b[9;2u\x1b[127u").map((k) => k.name),
+      ["escape", "ctrl-c", "ctrl-t", "shift-tab", "backspace"],
+    );
+    assert.deepEqual(decodeKeys("\x1b[27;5;99~"), [{ name: "ctrl-c" }]);
+    assert.deepEqual(decodeKeys("\x1b[97;2u"), [{ name: "text", text: "A" }]);
+    assert.equal(decodeKeys("\x1b[57399u")[0]?.name, "unknown");
+  });
+
   test("control keys: Ctrl-T, Ctrl-C, Ctrl-D, Ctrl-L, Ctrl-A, Ctrl-E", () => {
     assert.deepEqual(decodeKeys("\x14"), [{ name: "ctrl-t" }]);
     assert.deepEqual(

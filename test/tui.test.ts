@@ -8,7 +8,7 @@
  * (several seconds at the script's rate) that the key always lands before their end.
  */
 import assert from "node:assert/strict";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { file, freshDir, jsonLines } from "./helpers/cli.js";
@@ -80,6 +80,8 @@ describe("the interactive UI in a terminal", { skip: tmuxMissing ?? false }, () 
       args: ["--engine", "script", "--script", scriptPath, "--rate", String(rate), ...extra],
       cwd,
       dataDir,
+      // Wide enough that the long answer (about 250 characters) fits one row: the UI wraps at words.
+      columns: 300,
     });
     return { term, cwd, dataDir };
   }
@@ -156,14 +158,14 @@ describe("the interactive UI in a terminal", { skip: tmuxMissing ?? false }, () 
     assert.doesNotMatch(term.screen(), LONG_TAIL);
   });
 
-  test("Ctrl-T toggles the tier spark ⇄ deep; /model auto sets auto", async () => {
+  test("Ctrl-T toggles the tier spark ⇄ deep; /tier auto sets auto", async () => {
     const short = script("tier.jsonl", [[message("Tier answer one.")], [message("Tier answer two.")]]);
     const { term } = startSpark(short, [], 40);
     await term.ready();
     assert.match(term.statusLine(), /^⚡ spark │/);
     term.press("C-t");
     await term.waitFor(() => /^◆ deep │ ready │/.test(term.statusLine()), "◆ deep");
-    assert.match(term.statusLine(), /│ model deep$/);
+    assert.match(term.statusLine(), /│ tier deep$/);
     term.type("in deep");
     term.press("Enter");
     await term.waitFor("Tier answer one.", "an answer in the deep tier");
@@ -172,7 +174,7 @@ describe("the interactive UI in a terminal", { skip: tmuxMissing ?? false }, () 
 
     term.press("C-t");
     await term.waitFor(() => /^⚡ spark │/.test(term.statusLine()), "⚡ spark again");
-    term.type("/model auto");
+    term.type("/tier auto");
     term.press("Enter");
     await term.waitFor(() => /^⟳ auto │ ready │/.test(term.statusLine()), "⟳ auto");
     term.type("in auto");
@@ -255,6 +257,131 @@ describe("the interactive UI in a terminal", { skip: tmuxMissing ?? false }, () 
     await term.waitFor("After choosing.", "the next answer, after the chosen one");
     await until(() => userMessages(dataDir).length === 2, "two user messages in the session file");
     assert.deepEqual(userMessages(dataDir), ["pick one", "more"]);
+  });
+
+  test("when the model cannot load, the UI stays usable: the hint names spark --model, /retry tries again, /quit exits 0", async () => {
+    const cwd = freshDir("ws-");
+    const term = tmux.start({
+      args: ["--engine", "llama", "--no-download"],
+      cwd,
+      dataDir: freshDir("data-"),
+      // An empty model cache: no model file, and no download.
+      env: { SPARK_CACHE_DIR: freshDir("cache-") },
+    });
+    const failedPrompt = (screen: string): boolean => {
+      const lines = screen.split("\n");
+      return /^⚡ spark │ not connected/.test(lines.at(-2) ?? "") && lines.at(-1) === "›";
+    };
+    // Loading the engine's native code can take a while on a loaded machine.
+    // Lines wrap at word boundaries: the hints are read with the wrapping undone.
+    const screen = (await term.waitFor(failedPrompt, "the not-connected prompt", 60_000)).replace(
+      /\s+/g,
+      " ",
+    );
+    assert.match(screen, /automatic download is disabled/);
+    assert.match(screen, /`spark --model \/path\/to\/model\.gguf`/, "the hint in this UI's own flags");
+    assert.doesNotMatch(screen, /spark serve --model/);
+    assert.match(screen, /\/model FILE\.gguf .*\/retry .*\/quit/);
+
+    // Typing works: a message is refused with what to do and stays in the prompt.
+    term.type("hello");
+    term.press("Enter");
+    await term.waitFor(/^not connected: \/retry, \/model FILE\.gguf or \/quit/m, "the not-connected notice");
+    assert.equal(term.lastLine(), "› hello");
+    term.press("C-u");
+    term.type("/retry");
+    term.press("Enter");
+    await term.waitFor(
+      (s) => s.split("\n").filter((l) => l.includes("automatic download is disabled")).length === 2,
+      "the second attempt's error",
+      60_000,
+    );
+    await term.waitFor(failedPrompt, "the prompt again");
+    term.type("/quit");
+    term.press("Enter");
+    const end = await term.waitFor(/^EXITED \d+$/m, "the process to end", 30_000);
+    assert.match(end, /^EXITED 0$/m);
+  });
+
+  test("/tier banana is refused at once with the server's tiers; Tab completes a tier; /model deep points at /tier", async () => {
+    const short = script("tiers.jsonl", [[message("Tier check answer.")]]);
+    const { term } = startSpark(short, [], 40);
+    await term.ready();
+    term.type("/tier banana");
+    term.press("Enter");
+    await term.waitFor(
+      /^unknown tier banana: this server serves (\S+, )*deep\b.*\(Tab completes\)$/m,
+      "the refusal",
+    );
+    assert.match(term.statusLine(), /^⚡ spark │ ready/, "the tier did not change");
+    term.type("/model deep");
+    term.press("Enter");
+    await term.waitFor(/^deep is a tier: \/tier deep/m, "the pointer to /tier");
+    term.type("/tier de");
+    term.press("Tab");
+    await term.waitFor(() => term.lastLine() === "› /tier deep", "the completed tier");
+    term.press("Enter");
+    await term.waitFor(() => /^◆ deep │ ready/.test(term.statusLine()), "◆ deep");
+    term.type("hi");
+    term.press("Enter");
+    await term.waitFor("Tier check answer.", "an answer in the deep tier");
+    await term.idle();
+    assert.doesNotMatch(term.screen(), /^✗/m, "no failure");
+  });
+
+  test("Ctrl-J and Shift+Enter (CSI 13;2u, xterm's CSI 27;2;13~) start new lines; Enter sends one multi-line message", async () => {
+    const short = script("lines.jsonl", [[message("Got your lines.")]]);
+    const { term, dataDir } = startSpark(short, [], 40);
+    await term.ready();
+    term.type("line one");
+    term.press("C-j");
+    term.type("line two");
+    await term.waitFor(
+      (s) => /^› line one\n {2}line two$/m.test(s),
+      "the prompt on two lines, the second under the first",
+    );
+    term.sendBytes("\x1b[13;2u");
+    term.type("line three");
+    term.sendBytes("\x1b[27;2;13~");
+    term.type("line four");
+    await term.waitFor(() => term.lastLine() === "  line four", "the fourth line of the prompt");
+    term.press("Enter");
+    await term.waitFor("Got your lines.", "the answer");
+    await term.idle();
+    assert.match(
+      term.screen(),
+      /^› line one\n {2}line two\n {2}line three\n {2}line four\nGot your lines\.$/m,
+    );
+    await until(() => userMessages(dataDir).length === 1, "the message in the session file");
+    assert.deepEqual(userMessages(dataDir), ["line one\nline two\nline three\nline four"]);
+  });
+
+  test("@ completes a workspace file path with Tab; the file is attached to the message", async () => {
+    const short = script("attach.jsonl", [[message("Read it.")]]);
+    const { term, cwd, dataDir } = startSpark(short, [], 40);
+    mkdirSync(join(cwd, "src"));
+    writeFileSync(join(cwd, "src", "search.py"), "def search(xs, x):\n    return x in xs\n");
+    writeFileSync(join(cwd, "src", "setup.py"), "print('setup')\n");
+    await term.ready();
+    term.type("explain @sr");
+    term.press("Tab");
+    await term.waitFor(() => term.lastLine() === "› explain @src/", "the folder completed");
+    term.type("se");
+    term.press("Tab");
+    await term.waitFor(/^src\/search\.py {2}src\/setup\.py$/m, "both candidates listed");
+    term.type("a");
+    term.press("Tab");
+    await term.waitFor(() => term.lastLine() === "› explain @src/search.py", "the file completed");
+    term.type("please");
+    term.press("Enter");
+    await term.waitFor(/^attached src\/search\.py \(2 lines\)$/m, "the attachment notice");
+    await term.waitFor("Read it.", "the answer");
+    await until(() => userMessages(dataDir).length === 1, "the message in the session file");
+    const [sent] = userMessages(dataDir);
+    assert.match(
+      sent!,
+      /^explain @src\/search\.py please\n\nAttached file src\/search\.py:\n```\ndef search\(xs, x\):\n {4}return x in xs\n```$/,
+    );
   });
 
   test("/new starts over; /quit exits with 0 and names the saved session", async () => {

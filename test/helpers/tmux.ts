@@ -46,11 +46,14 @@ export class TmuxServer {
     dataDir: string;
     columns?: number;
     rows?: number;
+    /** More environment variables for spark (SPARK_CACHE_DIR…). */
+    env?: Record<string, string>;
   }): Terminal {
     const name = `t${++this.#sessions}`;
     const command = [
       "env",
       `SPARK_DATA_DIR=${shellQuote(options.dataDir)}`,
+      ...Object.entries(options.env ?? {}).map(([key, value]) => `${key}=${shellQuote(value)}`),
       shellQuote(process.execPath),
       shellQuote(SPARK_BIN),
       ...options.args.map(shellQuote),
@@ -97,6 +100,17 @@ export class Terminal {
     this.server.tmux("send-keys", "-t", this.name, ...keys);
   }
 
+  /** Sends these bytes as the terminal would (a key sequence tmux has no name for, e.g. CSI 13;2u). */
+  sendBytes(bytes: string): void {
+    this.server.tmux(
+      "send-keys",
+      "-t",
+      this.name,
+      "-H",
+      ...[...Buffer.from(bytes)].map((b) => b.toString(16)),
+    );
+  }
+
   /** The whole screen and scrollback as plain text, wrapped lines joined, trailing spaces cut. */
   screen(): string {
     return this.server
@@ -129,6 +143,7 @@ export class Terminal {
   async waitFor(
     check: string | RegExp | ((screen: string) => boolean),
     what = String(check),
+    timeoutMs = WAIT_MS,
   ): Promise<string> {
     const test =
       typeof check === "string"
@@ -136,20 +151,23 @@ export class Terminal {
         : check instanceof RegExp
           ? (s: string) => check.test(s)
           : check;
-    const deadline = Date.now() + WAIT_MS;
+    const deadline = Date.now() + timeoutMs;
     for (;;) {
       const screen = this.screen();
       if (test(screen)) return screen;
-      if (Date.now() > deadline) throw new Error(`waited ${WAIT_MS} ms for ${what}; the screen:\n${screen}`);
+      if (Date.now() > deadline)
+        throw new Error(`waited ${timeoutMs} ms for ${what}; the screen:\n${screen}`);
       await sleep(40);
     }
   }
 
   /** Waits until the UI is connected (the "in-process server · … · session ID" line) and idle. */
   async ready(): Promise<string> {
-    const screen = await this.waitFor(/^in-process server · .* · session (\S+)$/m, "the connection line");
+    // The line may wrap at a word boundary (the UI wraps its lines itself): match across lines.
+    const line = /^in-process server · [^\n]*(?:\n[^\n]*)?? · session (\S+)$/m;
+    const screen = await this.waitFor(line, "the connection line");
     await this.idle();
-    return /^in-process server · .* · session (\S+)$/m.exec(screen)![1]!;
+    return line.exec(screen)![1]!;
   }
 
   /** Waits until no turn runs: the status says ready and the prompt is the idle `› `. */
