@@ -249,7 +249,8 @@ describe("project context reaches the model", () => {
     mkdirSync(join(repo, ".git"));
     write(
       join(repo, ".agents", "skills", "lint-fix", "SKILL.md"),
-      "---\nname: lint-fix\ndescription: Fixes lint errors the project's way.\n---\nLINT-BODY\n",
+      // An unquoted ": " (invalid YAML, common in hand-written files) still reads as key: value.
+      "---\nname: lint-fix\ndescription: Fixes lint errors: the project's way.\n---\nLINT-BODY\n",
     );
     const h = homes();
     write(
@@ -268,7 +269,7 @@ describe("project context reaches the model", () => {
     const [first, second, third] = upstream.requests;
     const system = systemText(first!);
     assert.match(system, /- deploy: Deploys the app to staging with the release script\./);
-    assert.match(system, /- lint-fix: Fixes lint errors/);
+    assert.match(system, /- lint-fix: Fixes lint errors: the project's way\./);
     assert.ok(!system.includes("DEPLOY-BODY"), "only names and descriptions up front");
     assert.ok(first!.tools?.some((t) => t.function?.name === "skill"));
     const toolOutputs = (request: ChatRequest): string =>
