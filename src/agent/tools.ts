@@ -70,6 +70,8 @@ export interface McpTools {
   /** The configured server a tool name belongs to. */
   serverOf(name: string): string | undefined;
   trusted(name: string): boolean;
+  /** Why the tool cannot be called at all (its server is disabled or failed), if so. */
+  unavailable(name: string): string | undefined;
   call(
     name: string,
     args: Record<string, unknown>,
@@ -556,6 +558,9 @@ export class ToolRunner {
       const message = `unknown tool "${call.name}": no MCP server of that name is configured`;
       return { completed: item("failed", message), output: reply(message) };
     }
+    const unavailable = mcp.unavailable(call.name);
+    if (unavailable !== undefined)
+      return { completed: item("failed", unavailable), output: reply(unavailable) };
     const decision = decideMcpTool(this.context.approval, {
       server,
       trusted: mcp.trusted(call.name),

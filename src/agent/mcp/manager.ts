@@ -272,7 +272,7 @@ function resultText(result: Record<string, unknown>): string {
         break;
       case "image":
       case "audio": {
-        const bytes = typeof part.data === "string" ? Math.floor((part.data.length * 3) / 4) : 0;
+        const bytes = typeof part.data === "string" ? Buffer.byteLength(part.data, "base64") : 0;
         parts.push(`[${part.type}: ${String(part.mimeType ?? "unknown type")}, ${bytes} bytes, not shown]`);
         break;
       }
@@ -360,6 +360,18 @@ export class McpManager {
   /** The server a `mcp__SERVER__…` name belongs to (whatever its state), if one is configured. */
   serverOf(name: string): string | undefined {
     return this.#find(name)?.name;
+  }
+
+  /**
+   * Why this tool cannot be called at all (no such server, disabled, failed), so that no one is
+   * asked to approve a call that cannot happen; undefined while it can be (or is still starting).
+   */
+  unavailable(name: string): string | undefined {
+    const server = this.#find(name);
+    if (!server) return `no MCP server is configured for the tool ${name}`;
+    return server.state === "disabled" || server.state === "failed" || server.state === "stopped"
+      ? server.unavailable()
+      : undefined;
   }
 
   /** Whether calls of this tool run without asking (its server is `trusted`). */
