@@ -143,14 +143,13 @@ const waitInteractive = (page: Page): Promise<unknown> =>
 
 const readProbe = (page: Page): Promise<Probe> => page.evaluate("window.__sparkBench") as Promise<Probe>;
 
-/** Opens a fresh context on `url` and clicks "New task": the composer is ready. */
+/** Opens a fresh context on `url`: the new task's composer is ready (its first message creates it). */
 async function openNewTask(browser: Browser, url: string): Promise<Page> {
   const context = await browser.newContext({ viewport: VIEWPORT });
   const page = await context.newPage();
   await page.goto(`${url}?bench`);
   await waitInteractive(page);
-  await page.locator(".new-task-big").click();
-  await page.locator("textarea.input").waitFor();
+  await page.locator(".welcome textarea.input").waitFor();
   return page;
 }
 
@@ -239,7 +238,7 @@ async function coldLoad(browser: Browser, dir: string, loads: number, log: Log):
         html: performance.getEntriesByType("navigation")[0]?.responseEnd ?? NaN,
         dcl: performance.getEntriesByType("navigation")[0]?.domContentLoadedEventEnd ?? NaN,
         load: performance.getEntriesByType("navigation")[0]?.loadEventEnd ?? NaN,
-        welcome: document.querySelector(".new-task-big") !== null,
+        welcome: document.querySelector(".welcome textarea.input") !== null,
       })`)) as {
         fcp: number;
         interactive: number;
@@ -249,7 +248,7 @@ async function coldLoad(browser: Browser, dir: string, loads: number, log: Log):
         welcome: boolean;
       };
       await context.close();
-      if (!times.welcome) throw new Error("the cold page shows no welcome view (.new-task-big)");
+      if (!times.welcome) throw new Error("the cold page shows no welcome view (.welcome's composer)");
       if (round === 0) continue; // the first load warms the browser's own caches (not the page's)
       paint.push(times.fcp);
       interactive.push(times.interactive);

@@ -89,10 +89,10 @@ async function openApp(url: string): Promise<Page> {
   return page;
 }
 
+/** "+ New task": the composer of a task that is created with its first message. */
 async function newTask(page: Page): Promise<void> {
-  const before = await page.locator(".task-item").count();
-  await page.locator(before === 0 ? ".new-task-big" : ".new-task").click();
-  await page.locator(".task-item").nth(before).waitFor();
+  await page.locator(".new-task").click();
+  await page.locator(".welcome").waitFor();
   await page.locator("textarea.input").waitFor();
 }
 
@@ -389,7 +389,7 @@ describe("spark app in a browser", { timeout: 180_000 }, () => {
     await page.locator(".login .error", { hasText: "not one" }).waitFor();
     await page.locator(".login input").fill("sk-app-test-key");
     await page.locator(".login button").click();
-    await page.locator(".new-task-big").waitFor();
+    await page.locator(".welcome textarea.input").waitFor();
     assert.ok(!page.url().includes("sk-app-test-key"));
     await newTask(page);
     await sendText(page, "hello");
@@ -533,7 +533,7 @@ describe("spark serve --app with keys", { timeout: 180_000 }, () => {
     const page = await openApp(`${server.url}/`);
     await page.locator(".login input").fill(aliceKey);
     await page.locator(".login button").click();
-    await page.locator(".new-task-big").waitFor();
+    await page.locator(".welcome textarea.input").waitFor();
     // Bob signs in after her, and watches.
     const bob = await appSocket(server.url, await signIn(server.url, bobKey));
     await waitUntil(() => bob.messages.some((m) => m.type === "hello"));

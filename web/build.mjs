@@ -24,5 +24,6 @@ const result = await build({
 });
 await copyFile(`${here}src/style.css`, `${here}dist/app.css`);
 await copyFile(`${here}index.html`, `${here}dist/index.html`);
+await copyFile(`${here}favicon.svg`, `${here}dist/favicon.svg`);
 const bytes = Object.values(result.metafile.outputs).reduce((sum, output) => sum + output.bytes, 0);
 console.log(`web: built dist/ (app.js ${Math.round(bytes / 1024)} KiB before gzip)`);

@@ -26,14 +26,16 @@ import { WebSocketServer, type WebSocket } from "ws";
 import { z } from "zod";
 import { OriginPolicy } from "../server/origin-policy.js";
 import { expectationFailed, originForm } from "../server/request-target.js";
-import type { ClientMessage, ServerMessage } from "./protocol.js";
+import type { ClientMessage, ProjectContext, ServerMessage } from "./protocol.js";
+import type { SessionContext } from "../agent/context/session-context.js";
 import { Outbox } from "./outbox.js";
+import { ServerWatch } from "./server-watch.js";
 import { TaskManager, type ManagerContext } from "./task-manager.js";
 
 /** The built front end: `web/dist` beside `src/` and `dist/`. */
 export const WEB_DIST = fileURLToPath(new URL("../../web/dist/", import.meta.url));
 
-export interface AppServerOptions extends Omit<ManagerContext, "broadcast" | "apiKey"> {
+export interface AppServerOptions extends Omit<ManagerContext, "broadcast" | "apiKey" | "serverReachable"> {
   host: string;
   port: number;
   /** When set, browsers must sign in with it; the agents use it with the Spark server. */
@@ -51,6 +53,11 @@ export interface AppServerOptions extends Omit<ManagerContext, "broadcast" | "ap
   models?: string[];
   /** Where the built front end is (default web/dist). */
   webDir?: string;
+  /**
+   * The Spark server runs elsewhere (`spark app --server URL`): watch whether it answers, tell the
+   * browsers, and send the messages held while it was down once it is back (see `ServerWatch`).
+   */
+  watchServer?: boolean;
 }
 
 const COOKIE = "spark_app";
@@ -139,6 +146,8 @@ export class AppServer {
   /** Mounted with keys: each owner's key, as last signed in with, for its tasks' agents. */
   readonly #ownerKeys = new Map<string, string>();
   #url = "";
+  /** Set with `watchServer`. */
+  readonly serverWatch: ServerWatch | undefined;
 
   constructor(private readonly options: AppServerOptions) {
     const keyed = options.accessKey !== undefined || options.verifyKey !== undefined;
@@ -161,7 +170,15 @@ export class AppServer {
       ...options,
       apiKey: (owner) => (owner === undefined ? this.#agentKey : this.#ownerKeys.get(owner)),
       broadcast: (message, owner) => this.#broadcast(message, owner),
+      serverReachable: () =>
+        this.serverWatch?.check().then((health) => health.reachable) ?? Promise.resolve(true),
     });
+    if (options.watchServer) {
+      this.serverWatch = new ServerWatch(options.serverUrl, (server) => {
+        this.#broadcastAll({ type: "server", server });
+        if (server.reachable) this.tasks.sendHeld();
+      });
+    }
   }
 
   /** The paths the app serves (for a server it is mounted on). */
@@ -231,6 +248,7 @@ export class AppServer {
   }
 
   async close(): Promise<void> {
+    this.serverWatch?.close();
     for (const client of this.#clients.keys()) client.terminate();
     this.tasks.close();
     const server = this.#server;
@@ -284,7 +302,10 @@ export class AppServer {
       sendJson(response, 405, errorBody("method_not_allowed", `${request.method} is not allowed here`));
       return;
     }
-    const file = this.#files.get(url.pathname === "/" ? "/index.html" : url.pathname);
+    // Browsers ask for /favicon.ico on pages that name no icon: it is the app's SVG one.
+    const path =
+      url.pathname === "/" ? "/index.html" : url.pathname === "/favicon.ico" ? "/favicon.svg" : url.pathname;
+    const file = this.#files.get(path);
     if (!file) {
       sendJson(response, 404, errorBody("not_found", `no such page: ${url.pathname.slice(0, 200)}`));
       return;
@@ -384,6 +405,8 @@ export class AppServer {
       models: this.options.models ?? ["spark", "deep", "auto"],
       tasks: this.tasks.summaries(owner),
       version: "1",
+      ...(this.serverWatch ? { server: this.serverWatch.health } : {}),
+      ...(this.options.project ? { context: projectContext(this.options.project) } : {}),
     });
     // Bounded per browser: one that falls behind is sent `hello` again once it has caught up.
     const outbox: Outbox = new Outbox(ws, () => outbox.send(JSON.stringify(hello())));
@@ -435,6 +458,12 @@ export class AppServer {
     });
   }
 
+  /** Sends to every socket (what is not about any one owner's tasks: the Spark server's health). */
+  #broadcastAll(message: ServerMessage): void {
+    const data = JSON.stringify(message);
+    for (const outbox of this.#outboxes.values()) outbox.send(data);
+  }
+
   /** Sends to the sockets signed in as `owner` only. */
   #broadcast(message: ServerMessage, owner: string | undefined): void {
     const outboxes: Outbox[] = [];
@@ -470,4 +499,15 @@ function sendJson(response: ServerResponse, status: number, body: unknown): void
     "x-content-type-options": "nosniff",
   });
   response.end(data);
+}
+
+/** What the browser is shown of the project's context (no absolute paths beyond the labels). */
+function projectContext(project: SessionContext): ProjectContext {
+  const summary = project.summary();
+  return {
+    instructions: summary.instructions.map(({ label, bytes, truncated }) => ({ label, bytes, truncated })),
+    skills: summary.skills.map(({ name, description }) => ({ name, description })),
+    prompts: summary.prompts,
+    warnings: summary.warnings,
+  };
 }

@@ -139,7 +139,11 @@ export type ServerMessage =
       tasks: TaskSummary[];
       version: string;
       context?: ProjectContext;
+      /** Absent when the server runs in this process (always there). */
+      server?: ServerHealth;
     }
+  /** The Spark server became unreachable, or answers again. */
+  | { type: "server"; server: ServerHealth }
   | { type: "tasks"; tasks: TaskSummary[] }
   /** One task was created or changed (the list is not sent again on each change). */
   | { type: "task.updated"; summary: TaskSummary }

@@ -22,7 +22,7 @@ export type ManagerContext = Omit<TaskContext, "delegate" | "changed" | "broadca
 /** Most variants (parallel lanes) one request may ask for. */
 const MAX_VARIANTS = 4;
 /** States a turn ends in. */
-const ENDED = new Set<TaskState>(["done", "failed", "interrupted"]);
+const ENDED = new Set<TaskState>(["done", "incomplete", "failed", "interrupted"]);
 /** Background tasks running at once in a workspace; more wait, queued. */
 export const MAX_RUNNING_BACKGROUND = 4;
 /** Background tasks running or waiting in a workspace; more are refused. */
@@ -64,6 +64,11 @@ export class TaskManager {
         this.#report(`${join(dir, name)} was skipped: ${(error as Error).message}`);
       }
     }
+  }
+
+  /** Sends the messages held while the Spark server was unreachable (see `Task.sendHeld`). */
+  sendHeld(): void {
+    for (const task of this.#tasks.values()) if (task.holding) void task.sendHeld();
   }
 
   /** What was wrong with the saved tasks at start-up (each names its file). */

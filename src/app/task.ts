@@ -17,6 +17,9 @@ import type { Sandbox } from "../agent/sandbox.js";
 import { readRegularFile, SessionFile } from "../agent/session-file.js";
 import type { ApprovalReply, ApprovalRequest, ThreadItem } from "../agent/tools.js";
 import type { Workspace } from "../agent/workspace.js";
+import type { Hooks } from "../agent/hooks/runner.js";
+import type { McpManager } from "../agent/mcp/manager.js";
+import type { SessionContext } from "../agent/context/session-context.js";
 import { TextBuffer } from "../protocol/text-buffer.js";
 import { ChangeRecord, reviewDiffs, type FileChange } from "./change-record.js";
 import { z } from "zod";
@@ -36,11 +39,22 @@ export interface TaskContext {
   allowEnv: readonly string[];
   dataDir: string;
   instructions: string;
+  /**
+   * The project's AGENTS.md files, skills and custom prompts, loaded once for the app (already in
+   * `instructions`): every task, background and delegated ones included, gets its skills.
+   */
+  project?: SessionContext;
   autoCompact: number;
+  /** The app's MCP servers (started once for the app), when the config names any. */
+  mcp?: McpManager;
+  /** The user's hooks (from the user's config only). */
+  hooks?: Hooks;
   /** The context window of a model, from the server's `/v1/models`. */
   contextWindow(model: string): Promise<number>;
   /** Sends a message to every connected browser. */
   broadcast(message: ServerMessage): void;
+  /** Whether the Spark server answers now (probed; always true for one in this process). */
+  serverReachable(): Promise<boolean>;
   /** Starts a background deep task (the `delegate` tool and the button). */
   delegate(parent: Task, text: string): Promise<TaskSummary>;
   /** The task's summary changed (state, title, files): the task list is sent again. */
@@ -56,7 +70,16 @@ interface SavedTask {
   record: Record<string, FileChange>;
 }
 
-const TASK_STATES = ["idle", "queued", "running", "approval", "done", "failed", "interrupted"] as const;
+const TASK_STATES = [
+  "idle",
+  "queued",
+  "running",
+  "approval",
+  "done",
+  "incomplete",
+  "failed",
+  "interrupted",
+] as const;
 
 /**
  * A saved task as read back (`ID.json`). What identifies the task and what a review or revert
@@ -73,6 +96,7 @@ const savedTask = z.object({
     createdAt: z.string().optional().catch(undefined),
     updatedAt: z.string().optional().catch(undefined),
     parent: z.string().optional().catch(undefined),
+    cutOff: z.string().optional().catch(undefined),
   }),
   owner: z.string().optional(),
   workspace: z.string(),
@@ -112,10 +136,22 @@ export class Task {
   /** Its text: deltas join here, not on the entry (see `TextBuffer`); `entries` copies it back. */
   #streamingText = new TextBuffer();
   readonly #approvals = new Map<string, (reply: ApprovalReply) => void>();
+  /**
+   * Messages sent while the Spark server was unreachable, shown as `pending` user entries (ids):
+   * sent, as one turn, once it answers (`sendHeld`), so that nothing typed is lost.
+   */
+  readonly #held: string[] = [];
+  #sendingHeld = false;
+  /** Why the main lane's last response ended incomplete (see `cutOffReason`), until the turn ends. */
+  #cutOff: string | undefined;
+  /** Live tokens per second while an answer streams: deltas since the first token, and when. */
+  #live = { firstAt: 0, deltas: 0, sentAt: 0 };
   #variantsEntry: Extract<LogEntry, { kind: "variants" }> | undefined;
   /** `choose()` starts a turn whose user message is already shown. */
   #quietTurn = false;
   #closed = false;
+  /** The MCP servers' failures were reported in this task. */
+  #mcpReported = false;
   /** Deleted: nothing about this task is written, or sent, again (late agent events included). */
   #deleted = false;
   #saveFailed = false;
@@ -288,6 +324,8 @@ export class Task {
       const entry = byId.get(entryId)!;
       if (entry.kind === "assistant") entry.streaming = false;
       if (entry.kind === "approval" && entry.answer === undefined) entry.answer = "no";
+      // Held for a server that did not answer before the app stopped: still to be sent.
+      if (entry.kind === "user" && entry.pending) task.#held.push(entry.id);
       task.entries.push(entry);
     }
     task.#entryCounter = Math.max(counter, order.length);
@@ -340,7 +378,13 @@ export class Task {
         ask: (request) => this.#ask(request),
         // Background tasks do not delegate further.
         ...(this.summary.background ? {} : { delegate: async (text: string) => this.#delegate(text) }),
+        ...(this.context.project ? { skills: this.context.project.skills } : {}),
+        ...(this.context.mcp?.active ? { mcp: this.context.mcp } : {}),
+        ...(this.context.hooks ? { hooks: this.context.hooks } : {}),
       },
+      ...(this.context.project
+        ? { attachments: (text: string) => this.context.project!.attachments(text) }
+        : {}),
       model: this.summary.model,
       instructions: this.context.instructions,
       contextWindow,
@@ -349,14 +393,31 @@ export class Task {
     });
     this.status.contextWindow = contextWindow;
     agent.on((event) => this.#onAgentEvent(event));
+    // A server that failed costs only its tools; the task says which, and why, once.
+    const mcp = this.context.mcp;
+    if (mcp?.active && !this.#mcpReported) {
+      this.#mcpReported = true;
+      void mcp.ready().then(() => {
+        for (const line of mcp.failures()) this.#notice("error", line);
+      });
+    }
     if (this.#closed) agent.close();
     this.#agent = agent;
     return agent;
   }
 
-  /** Enter: starts a turn, or steers the one running. */
-  async send(text: string, sentAt?: number): Promise<void> {
-    const agent = await this.agent();
+  /** Enter: starts a turn, or steers the one running. `/NAME args` runs a custom prompt. */
+  async send(typed: string, sentAt?: number): Promise<void> {
+    const text = this.#expand(typed);
+    // Behind held messages, or with the server down: held too, in order.
+    if (this.#held.length > 0) return this.#hold(text);
+    let agent: Agent;
+    try {
+      agent = await this.agent();
+    } catch (error) {
+      if (await this.context.serverReachable()) throw error;
+      return this.#hold(text);
+    }
     if (agent.busy) {
       this.#add({ kind: "user", id: this.#nextId(), text, steer: true });
       agent.steer(text);
@@ -373,9 +434,50 @@ export class Task {
     void agent.submit(text);
   }
 
+  /** Holds a message until the Spark server answers: shown at once, marked as waiting. */
+  #hold(text: string): void {
+    const id = this.#nextId();
+    this.#held.push(id);
+    this.#titleFrom(text);
+    this.#add({ kind: "user", id, text, pending: true });
+  }
+
+  /** Whether messages wait for the Spark server. */
+  get holding(): boolean {
+    return this.#held.length > 0;
+  }
+
+  /**
+   * The Spark server answers again: the held messages go out as one turn (their entries are already
+   * shown, so the turn adds none). If it cannot connect yet, they stay held for the next try.
+   */
+  async sendHeld(): Promise<void> {
+    if (this.#held.length === 0 || this.#sendingHeld || this.#deleted) return;
+    this.#sendingHeld = true;
+    try {
+      const agent = await this.agent();
+      if (agent.busy) return;
+      const texts: string[] = [];
+      for (const id of this.#held.splice(0)) {
+        const entry = this.entries.find((e) => e.id === id);
+        if (entry?.kind !== "user") continue;
+        texts.push(entry.text);
+        delete entry.pending;
+        this.#add(entry);
+      }
+      if (texts.length === 0) return;
+      this.#quietTurn = true;
+      void agent.submit(texts.join("\n\n"));
+    } catch {
+      // Still unreachable: the next change of the server's health tries again.
+    } finally {
+      this.#sendingHeld = false;
+    }
+  }
+
   async queue(text: string): Promise<void> {
     const agent = await this.agent();
-    agent.queue(text);
+    agent.queue(this.#expand(text));
     this.status.queued = [...agent.queuedMessages];
     this.#sendStatus();
   }
@@ -395,6 +497,11 @@ export class Task {
     this.status.contextWindow = await this.context.contextWindow(model);
     this.#touch();
     this.#sendStatus();
+  }
+
+  /** A custom prompt's text for `/NAME args`; any other text as it is. */
+  #expand(text: string): string {
+    return (text.startsWith("/") ? this.context.project?.expandPrompt(text) : undefined) ?? text;
   }
 
   /** A task still named "New task" takes its first message as its title. */
@@ -553,6 +660,8 @@ export class Task {
         if (!this.#quietTurn && event.input !== "")
           this.#add({ kind: "user", id: this.#nextId(), text: event.input });
         this.#quietTurn = false;
+        this.#cutOff = undefined;
+        delete this.summary.cutOff;
         this.status.queued = [...(this.#agent?.queuedMessages ?? [])];
         this.#setState("running");
         this.#sendStatus();
@@ -569,11 +678,13 @@ export class Task {
       case "first_token":
         if (event.lane !== "") return;
         this.status.ttftMs = event.ms;
+        this.#live = { firstAt: performance.now(), deltas: 0, sentAt: performance.now() };
         this.#sendStatus();
         return;
       case "text.delta": {
         if (event.lane !== "" || !this.#streaming) return;
         this.#streamingText.append(event.delta);
+        this.#liveRate();
         this.context.broadcast({
           type: "delta",
           task: this.id,
@@ -593,6 +704,10 @@ export class Task {
         if (event.ttftMs !== undefined) this.status.ttftMs = event.ttftMs;
         if (event.tokensPerSecond !== undefined) this.status.tokensPerSecond = event.tokensPerSecond;
         this.status.contextTokens = event.contextTokens;
+        this.#cutOff =
+          event.status === "incomplete"
+            ? cutOffReason(event.reason, event.contextTokens, this.status.contextWindow)
+            : undefined;
         this.#sendStatus();
         return;
       case "steer":
@@ -612,9 +727,14 @@ export class Task {
         this.#failure = undefined;
         if (event.type === "turn.failed") this.#notice("error", event.error.message);
         if (event.type === "turn.interrupted" && failure === undefined) this.#notice("info", "stopped");
+        const cutOff = event.type === "turn.completed" ? this.#cutOff : undefined;
+        this.#cutOff = undefined;
+        if (cutOff !== undefined && failure === undefined) this.#markCutOff(cutOff);
         const state: TaskState =
           event.type === "turn.completed" && failure === undefined
-            ? "done"
+            ? cutOff === undefined
+              ? "done"
+              : "incomplete"
             : event.type === "turn.failed" || failure !== undefined
               ? "failed"
               : "interrupted";
@@ -734,6 +854,35 @@ export class Task {
     this.#streamingText = new TextBuffer();
   }
 
+  /**
+   * Deltas are about tokens: the rate so far is sent at most twice a second while the answer
+   * streams (the status bar shows it live, not only once the answer is done).
+   */
+  #liveRate(): void {
+    const live = this.#live;
+    live.deltas++;
+    const now = performance.now();
+    if (live.firstAt === 0 || now - live.sentAt < 500 || now - live.firstAt < 250) return;
+    live.sentAt = now;
+    this.status.tokensPerSecond = live.deltas / ((now - live.firstAt) / 1000);
+    this.#sendStatus();
+  }
+
+  /** The turn's answer was cut off: its entry, the task and a notice with the next step say so. */
+  #markCutOff(why: string): void {
+    const last = [...this.entries].reverse().find((e) => e.kind === "assistant");
+    if (last?.kind === "assistant") this.#add({ ...last, cutOff: why });
+    this.summary.cutOff = why;
+    this.#notice(
+      "error",
+      why === "context full"
+        ? `Cut off: context full (${this.status.contextTokens} of ${this.status.contextWindow} tokens). ` +
+            "Next: Compact (/compact) to summarize the conversation so far, or start a New context (/new), then ask it to continue."
+        : "Cut off: the answer reached the output token limit. Next: send “continue” to have it go on " +
+            "(or raise the model's maxOutputTokens in the server's config).",
+    );
+  }
+
   #notice(level: "info" | "error", text: string): void {
     this.#add({ kind: "notice", id: this.#nextId(), level, text });
   }
@@ -817,4 +966,21 @@ export class Task {
 function titleOf(text: string): string {
   const line = text.trim().split("\n")[0] ?? "";
   return line.length > 60 ? `${line.slice(0, 57)}…` : line || "New task";
+}
+
+/**
+ * Why a response ended incomplete, in the user's words; undefined when it was not cut off (stopped
+ * or steered). The server says `max_output_tokens` both when the output limit was reached and when
+ * the context filled up; a context (nearly) full tells them apart.
+ */
+export function cutOffReason(
+  reason: string | undefined,
+  contextTokens: number,
+  contextWindow: number,
+): string | undefined {
+  if (reason === undefined || reason === "cancelled" || reason === "steered" || reason === "interrupted")
+    return undefined;
+  if (/context/i.test(reason)) return "context full";
+  if (contextWindow > 0 && contextTokens >= contextWindow * 0.95) return "context full";
+  return "output token limit";
 }

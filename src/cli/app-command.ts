@@ -7,6 +7,7 @@ import {
   clientSandbox,
   DEFAULT_INSTRUCTIONS,
   fetchContextWindow,
+  loadSessionContext,
   openWorkspace,
   resolveClient,
   startInProcessServer,
@@ -16,7 +17,11 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import type { KeyRing } from "../core/keys.js";
 import { defaultDataDir } from "../store/data-dir.js";
+import { SessionContext } from "../agent/context/session-context.js";
 import { ConfigError, type ResolvedSettings } from "./config.js";
+import { HookRunner } from "../agent/hooks/runner.js";
+import { McpManager } from "../agent/mcp/manager.js";
+import { describeMcpStatus } from "./agent-runtime.js";
 
 export interface AppFlags {
   host: string;
@@ -47,6 +52,26 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
   const sandbox = await sandboxPromise;
   const { AppServer } = await import("../app/app-server.js");
   const url = serverUrl;
+  const windows = contextWindows(url, client.apiKey, client.contextWindow);
+  // Loaded once for the app: every task (background and delegated ones too) gets the same.
+  const project = await loadSessionContext(client, workspace.root, await windows(client.tier));
+  for (const warning of project.warnings) log(`warning: ${warning}`);
+  // MCP servers start once for the app, in the background; every task shares them.
+  const mcpServers = client.settings.mcpServers ?? {};
+  const mcp =
+    Object.keys(mcpServers).length > 0
+      ? new McpManager(mcpServers, {
+          cwd: workspace.root,
+          onStatus: (status) => {
+            const line = describeMcpStatus(status);
+            if (line !== undefined) log(line);
+          },
+        })
+      : undefined;
+  mcp?.start();
+  const hooks = client.settings.hooks
+    ? new HookRunner(client.settings.hooks, { cwd: workspace.root })
+    : undefined;
   const allowedHosts = app.allowedHosts ?? client.settings.allowedHosts;
   const allowedOrigins = app.allowedOrigins ?? client.settings.allowedOrigins;
   let appServer;
@@ -63,13 +88,30 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
       approval: client.approval,
       allowEnv: client.allowEnv,
       dataDir: client.dataDir,
-      instructions: appInstructions(workspace.root),
+      instructions: project.instructions(appInstructions(workspace.root)),
+      project,
       autoCompact: client.autoCompact,
-      contextWindow: contextWindows(url, client.apiKey, client.contextWindow),
+      ...(mcp ? { mcp } : {}),
+      ...(hooks && hooks.size > 0 ? { hooks } : {}),
+      contextWindow: windows,
+      ...(closeServer === undefined ? { watchServer: true } : {}),
     });
   } catch (error) {
     await closeServer?.();
     throw new ConfigError((error as Error).message);
+  }
+  // `--server URL` with nothing there: said now (not quiet: it is why nothing will answer), and
+  // watched; what is typed in the meantime waits in its task and goes out once the server answers.
+  const watch = appServer.serverWatch;
+  if (watch) {
+    const health = await watch.check();
+    if (!health.reachable) {
+      process.stderr.write(
+        `spark app: the Spark server at ${url} is unreachable (${health.error ?? "no answer"}): ` +
+          "start it (spark serve), or pass --server with its URL; messages typed in the app wait and are sent once it answers\n",
+      );
+    }
+    watch.start();
   }
   // One task's bug must not end the others: an error that escapes is logged and the app goes on.
   process.on("unhandledRejection", (reason: unknown) => log(`internal error: ${String(reason)}`));
@@ -87,6 +129,8 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
     throw new ConfigError(`the app cannot listen on ${app.host}:${app.port}: ${(error as Error).message}`);
   }
   process.stdout.write(`spark app on ${appUrl} (workspace ${workspace.root})\n`);
+  // Messages held when the app last stopped go out now if the server answers.
+  if (!watch || watch.health.reachable) appServer.tasks.sendHeld();
   if (sandbox.kind === "none") log(`commands run without a sandbox: ${sandbox.reason}`);
   if (client.apiKey !== undefined) log("browsers sign in with the key in SPARK_API_KEY");
   await new Promise<void>((resolve) => {
@@ -95,7 +139,7 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
     process.once("SIGTERM", stop);
   });
   await appServer.close();
-  await closeServer?.();
+  await Promise.all([mcp?.close(), closeServer?.()]);
   return 0;
 }
 
@@ -113,9 +157,11 @@ function contextWindows(
   return async (model) => {
     const cached = known.get(model);
     if (cached !== undefined) return cached;
-    const found = fixed ?? (await fetchContextWindow(serverUrl, apiKey, model)) ?? 8192;
-    known.set(model, found);
-    return found;
+    const asked = fixed ?? (await fetchContextWindow(serverUrl, apiKey, model));
+    // Not known (the server did not answer): asked again next time, not fixed at the fallback.
+    if (asked === undefined) return 8192;
+    known.set(model, asked);
+    return asked;
   };
 }
 
@@ -147,6 +193,18 @@ export async function mountApp(
 ): Promise<MountedApp> {
   const workspace = await openWorkspace(dir);
   const dataDir = server.settings.dataDir ?? defaultDataDir();
+  const project = await SessionContext.load({
+    cwd: workspace.root,
+    ...(server.settings.client?.projectDocFallbackFilenames
+      ? { fallbackFilenames: server.settings.client.projectDocFallbackFilenames }
+      : {}),
+    ...(server.settings.client?.projectDocMaxBytes === undefined
+      ? {}
+      : { maxBytes: server.settings.client.projectDocMaxBytes }),
+    ...(server.contextWindow?.("spark") === undefined
+      ? {}
+      : { contextWindow: server.contextWindow("spark")! }),
+  });
   const sandbox = await detectSandbox({ network: false, hide: [dataDir] });
   const { AppServer } = await import("../app/app-server.js");
   let app;
@@ -173,7 +231,8 @@ export async function mountApp(
       approval: "on-request",
       allowEnv: [],
       dataDir,
-      instructions: appInstructions(workspace.root),
+      instructions: project.instructions(appInstructions(workspace.root)),
+      project,
       autoCompact: 0.8,
       contextWindow: server.contextWindow
         ? async (model: string) => server.contextWindow?.(model) ?? 8192

@@ -11,8 +11,16 @@ export function Entry(props: { entry: LogEntry; task: string; send: Send }): pre
   switch (entry.kind) {
     case "user":
       return (
-        <div class={`msg user${entry.steer ? " steer" : ""}`} data-entry={entry.id}>
+        <div
+          class={`msg user${entry.steer ? " steer" : ""}${entry.pending ? " pending" : ""}`}
+          data-entry={entry.id}
+        >
           {entry.steer ? <span class="badge">steer</span> : null}
+          {entry.pending ? (
+            <span class="badge waiting" title="the Spark server is unreachable: sent once it answers">
+              waiting for the server
+            </span>
+          ) : null}
           <div class="text">{entry.text}</div>
         </div>
       );
@@ -65,8 +73,18 @@ function Assistant(props: { entry: Extract<LogEntry, { kind: "assistant" }> }): 
     <div class="msg assistant" data-entry={entry.id} data-streaming={entry.streaming ? "true" : "false"}>
       {entry.model ? <div class="model">{entry.model}</div> : null}
       <div class="markdown" ref={ref} />
+      {entry.cutOff ? <div class="cut-off">cut off: {entry.cutOff}</div> : null}
     </div>
   );
+}
+
+/** A short Markdown text (a toast's summary), rendered and sanitized like an answer. */
+export function MarkdownSummary(props: { text: string; class?: string }): preact.JSX.Element {
+  const ref = useRef<HTMLDivElement>(null);
+  useEffect(() => {
+    if (ref.current) renderInto(ref.current, props.text);
+  }, [props.text]);
+  return <div class={`markdown ${props.class ?? ""}`} ref={ref} />;
 }
 
 function Item(props: { entry: Extract<LogEntry, { kind: "item" }> }): preact.JSX.Element {

@@ -6,7 +6,7 @@ import { render } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 import type { ClientMessage, TaskStatus, TaskSummary } from "../../src/app/protocol.js";
 import { Connection } from "./connection.js";
-import { Diff, Entry } from "./entries.js";
+import { Diff, Entry, MarkdownSummary } from "./entries.js";
 import { apply, getState, setState, useStore } from "./store.js";
 
 const connection = new Connection(
@@ -21,29 +21,60 @@ const connection = new Connection(
       performance.mark("spark-interactive");
     }
     if (message.type === "task.log" && awaitingCreate && message.entries.length === 0) {
+      const then = awaitingCreate.then;
       awaitingCreate = false;
       openTask(message.task);
+      if (then) send(then(message.task));
     }
   },
   (state) => setState({ connection: state }),
 );
 
-function send(message: ClientMessage): void {
-  if (!connection.send(message)) setState({ error: "not connected to the app server; reconnecting…" });
+/** Sends to the app server; false (and a banner) when it is not connected: the caller keeps the text. */
+function send(message: ClientMessage): boolean {
+  if (connection.send(message)) return true;
+  setState({
+    error: "not connected to the app server: your text is kept in the composer; send again once connected",
+  });
+  return false;
 }
 
 function openTask(id: string): void {
-  setState({ current: id, review: undefined });
+  setState((s) => ({
+    current: id,
+    review: undefined,
+    drawer: false,
+    // Opened: its approval toast has done its job.
+    toasts: s.toasts.filter((t) => !(t.kind === "approval" && t.task === id)),
+  }));
   history.replaceState(null, "", `#task=${encodeURIComponent(id)}`);
   send({ type: "task.open", task: id });
 }
 
-/** A task this browser asked for: it opens once the server created it. */
-let awaitingCreate = false;
+/** A task this browser asked for: it opens once the server created it (then `then` is sent). */
+let awaitingCreate: false | { then?: (task: string) => ClientMessage } = false;
 
-function newTask(model: string): void {
-  awaitingCreate = true;
-  send({ type: "task.create", model });
+/**
+ * "+ New task": the empty composer of a task not created yet. The task is created with its first
+ * message, so the list never fills with empty "New task" entries.
+ */
+function newTask(): void {
+  setState({ current: undefined, review: undefined, drawer: false, draftModel: currentModel() });
+  history.replaceState(null, "", location.pathname + location.search);
+  requestAnimationFrame(() => document.querySelector<HTMLTextAreaElement>("textarea.input")?.focus());
+}
+
+/** The first message of a new task: the server creates it with this text, and it opens. */
+function createTask(model: string, text: string, variants = 1): boolean {
+  if (variants > 1) {
+    // Variants are asked of an existing task: created empty, then asked.
+    if (!send({ type: "task.create", model })) return false;
+    awaitingCreate = { then: (task) => ({ type: "variants", task, count: variants, text }) };
+    return true;
+  }
+  if (!send({ type: "task.create", model, text })) return false;
+  awaitingCreate = {};
+  return true;
 }
 
 const STATE_LABEL: Record<string, string> = {
@@ -52,6 +83,7 @@ const STATE_LABEL: Record<string, string> = {
   running: "running",
   approval: "waiting for approval",
   done: "done",
+  incomplete: "cut off",
   failed: "failed",
   interrupted: "stopped",
 };
@@ -60,7 +92,7 @@ function Sidebar(props: { tasks: TaskSummary[]; current: string | undefined }): 
   return (
     <aside class="sidebar">
       <div class="brand">⚡ Spark</div>
-      <button class="new-task primary" onClick={() => newTask(currentModel())}>
+      <button class="new-task primary" onClick={() => newTask()}>
         + New task
       </button>
       <ul class="task-list">
@@ -71,7 +103,7 @@ function Sidebar(props: { tasks: TaskSummary[]; current: string | undefined }): 
             data-task={task.id}
             onClick={() => openTask(task.id)}
           >
-            <div class="task-title">
+            <div class="task-title" title={task.title}>
               {task.background ? (
                 <span class="bg" title="background task">
                   ◐{" "}
@@ -81,7 +113,9 @@ function Sidebar(props: { tasks: TaskSummary[]; current: string | undefined }): 
             </div>
             <div class="task-meta">
               <span class={`tier ${task.model}`}>{task.model}</span>
-              <span class="state">{STATE_LABEL[task.state] ?? task.state}</span>
+              <span class="state" title={task.cutOff ? `cut off: ${task.cutOff}` : undefined}>
+                {STATE_LABEL[task.state] ?? task.state}
+              </span>
               {task.changedFiles.length > 0 ? (
                 <span class="files">
                   {task.changedFiles.length} file{task.changedFiles.length === 1 ? "" : "s"}
@@ -193,7 +227,11 @@ function menuEntries(
   ].filter((entry) => entry.name.startsWith(prefix));
 }
 
-function Composer(props: { task: TaskSummary }): preact.JSX.Element {
+/**
+ * The composer of the open task, or (no `task`) of a new one: its first message creates it with
+ * `model`. Text leaves the composer only once it was handed to the app server.
+ */
+function Composer(props: { task?: TaskSummary; model?: string }): preact.JSX.Element {
   const [text, setText] = useState("");
   const { context } = useStore();
   const menu = menuEntries(text, context?.prompts ?? []);
@@ -203,32 +241,31 @@ function Composer(props: { task: TaskSummary }): preact.JSX.Element {
   };
   const [variants, setVariants] = useState(1);
   const ref = useRef<HTMLTextAreaElement>(null);
-  const running = props.task.state === "running" || props.task.state === "approval";
-  /** The composer's text, trimmed, and the composer emptied; undefined when there is none. */
-  const take = (): string | undefined => {
+  const task = props.task;
+  const running = task?.state === "running" || task?.state === "approval";
+  /** Runs `deliver` with the composer's text (trimmed); the composer empties only if it was sent. */
+  const take = (deliver: (value: string) => boolean): void => {
     const value = text.trim();
-    if (value === "") return undefined;
-    setText("");
-    return value;
+    if (value !== "" && deliver(value)) setText("");
   };
-  const submit = (sentAt?: number): void => {
-    const value = take();
-    if (value === undefined) return;
-    if (value === "/compact") return send({ type: "compact", task: props.task.id });
-    if (value === "/new") return send({ type: "new_context", task: props.task.id });
-    const variantsCommand = /^\/variants\s+(\d)\s+([\s\S]+)$/.exec(value);
-    if (variantsCommand) {
-      return send({
-        type: "variants",
-        task: props.task.id,
-        count: Number(variantsCommand[1]),
-        text: variantsCommand[2]!,
-      });
-    }
-    if (variants > 1 && !running)
-      return send({ type: "variants", task: props.task.id, count: variants, text: value });
-    send({ type: "send", task: props.task.id, text: value, ...(sentAt === undefined ? {} : { sentAt }) });
-  };
+  const submit = (sentAt?: number): void =>
+    take((value) => {
+      if (!task) return createTask(props.model ?? "spark", value, variants);
+      if (value === "/compact") return send({ type: "compact", task: task.id });
+      if (value === "/new") return send({ type: "new_context", task: task.id });
+      const variantsCommand = /^\/variants\s+(\d)\s+([\s\S]+)$/.exec(value);
+      if (variantsCommand) {
+        return send({
+          type: "variants",
+          task: task.id,
+          count: Number(variantsCommand[1]),
+          text: variantsCommand[2]!,
+        });
+      }
+      if (variants > 1 && !running)
+        return send({ type: "variants", task: task.id, count: variants, text: value });
+      return send({ type: "send", task: task.id, text: value, ...(sentAt === undefined ? {} : { sentAt }) });
+    });
   return (
     <div class="composer">
       {menu.length > 0 ? (
@@ -267,13 +304,13 @@ function Composer(props: { task: TaskSummary }): preact.JSX.Element {
           } else if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
             e.preventDefault();
             submit(performance.timeOrigin + e.timeStamp);
-          } else if (e.key === "Escape" && running) {
-            send({ type: "stop", task: props.task.id });
+          } else if (e.key === "Escape" && running && task) {
+            send({ type: "stop", task: task.id });
           }
         }}
       />
       <div class="composer-actions">
-        {running ? (
+        {running && task ? (
           <>
             <button class="steer-button primary" onClick={() => submit()}>
               Steer
@@ -281,14 +318,11 @@ function Composer(props: { task: TaskSummary }): preact.JSX.Element {
             <button
               class="queue-button"
               title="Send after this turn"
-              onClick={() => {
-                const value = take();
-                if (value !== undefined) send({ type: "queue", task: props.task.id, text: value });
-              }}
+              onClick={() => take((value) => send({ type: "queue", task: task.id, text: value }))}
             >
               Queue
             </button>
-            <button class="stop-button danger" onClick={() => send({ type: "stop", task: props.task.id })}>
+            <button class="stop-button danger" onClick={() => send({ type: "stop", task: task.id })}>
               Stop
             </button>
           </>
@@ -313,20 +347,23 @@ function Composer(props: { task: TaskSummary }): preact.JSX.Element {
         <button
           class="background-button"
           title="Hand this to the deep tier in the background; keep working here"
-          onClick={() => {
-            const value = take();
-            if (value !== undefined)
-              send({ type: "task.create", model: "deep", text: value, background: true });
-          }}
+          onClick={() =>
+            take((value) => send({ type: "task.create", model: "deep", text: value, background: true }))
+          }
         >
-          ◐ Background (deep)
+          ◐ <span class="long">Background (deep)</span>
+          <span class="short">Deep</span>
         </button>
-        <button class="small" title="/compact" onClick={() => send({ type: "compact", task: props.task.id })}>
-          Compact
-        </button>
-        <button class="small" title="/new" onClick={() => send({ type: "new_context", task: props.task.id })}>
-          New context
-        </button>
+        {task ? (
+          <>
+            <button class="small" title="/compact" onClick={() => send({ type: "compact", task: task.id })}>
+              Compact
+            </button>
+            <button class="small" title="/new" onClick={() => send({ type: "new_context", task: task.id })}>
+              New <span class="long">context</span>
+            </button>
+          </>
+        ) : null}
       </div>
     </div>
   );
@@ -532,6 +569,13 @@ function Login(): preact.JSX.Element {
   );
 }
 
+const TOAST_STATE: Record<string, string> = {
+  done: "finished",
+  incomplete: "cut off",
+  failed: "failed",
+  interrupted: "stopped",
+};
+
 function App(): preact.JSX.Element {
   const state = useStore();
   const task = state.tasks.find((t) => t.id === state.current);
@@ -548,11 +592,35 @@ function App(): preact.JSX.Element {
     return () => window.removeEventListener("keydown", onKey);
   }, []);
   if (state.connection === "unauthenticated") return <Login />;
+  const server = state.server;
   return (
-    <div class="layout">
+    <div class={`layout${state.drawer ? " drawer-open" : ""}`}>
       <Sidebar tasks={state.tasks} current={state.current} />
+      {/* Narrow screens: the task list is a drawer over the page; this closes it. */}
+      <div class="drawer-backdrop" onClick={() => setState({ drawer: false })} />
       <main class="main">
+        <div class="topbar">
+          <button
+            class="drawer-toggle"
+            title="Tasks"
+            aria-label="Tasks"
+            onClick={() => setState((s) => ({ drawer: !s.drawer }))}
+          >
+            ☰
+          </button>
+          <span class="brand">⚡ Spark</span>
+          <span class="topbar-title">{task?.title ?? "New task"}</span>
+          <button class="new-task-top" title="New task" aria-label="New task" onClick={() => newTask()}>
+            +
+          </button>
+        </div>
         {state.connection !== "open" ? <div class="banner">Connecting to the app server…</div> : null}
+        {server && !server.reachable ? (
+          <div class="banner server-down" role="status">
+            The Spark server at {server.url} is unreachable ({server.error ?? "no answer"}). Messages you send
+            wait in their task and go out once it answers; start it with <code>spark serve</code>.
+          </div>
+        ) : null}
         {state.error ? (
           <div class="banner error" onClick={() => setState({ error: undefined })}>
             {state.error}
@@ -567,32 +635,56 @@ function App(): preact.JSX.Element {
             <Composer key={task.id} task={task} />
           </>
         ) : (
-          <div class="welcome">
-            <h1>⚡ Spark</h1>
-            <p class="workspace">{state.workspace}</p>
-            <button class="primary new-task-big" onClick={() => newTask("spark")}>
-              Start a task
-            </button>
-          </div>
+          <>
+            <div class="welcome">
+              <h1>⚡ Spark</h1>
+              <p class="workspace">{state.workspace}</p>
+              <p class="hint">What should we do in this workspace? Your first message starts a new task.</p>
+              <label class="draft-model">
+                Model{" "}
+                <select
+                  class="model-select"
+                  value={state.draftModel}
+                  onChange={(e) => setState({ draftModel: (e.target as HTMLSelectElement).value })}
+                >
+                  {state.models.map((m) => (
+                    <option key={m} value={m}>
+                      {m}
+                    </option>
+                  ))}
+                </select>
+              </label>
+            </div>
+            <Composer key="draft" model={state.draftModel} />
+          </>
         )}
       </main>
       <div class="toasts">
         {state.toasts.map((toast) => (
-          <div key={toast.id} class={`toast ${toast.state}`} data-task={toast.task}>
+          <div key={toast.id} class={`toast ${toast.kind} ${toast.state}`} data-task={toast.task}>
             <strong>
-              Background task {toast.state === "done" ? "finished" : toast.state}: {toast.title}
+              {toast.kind === "approval"
+                ? "Waiting for approval"
+                : `Background task ${TOAST_STATE[toast.state] ?? toast.state}`}
+              : {toast.title}
             </strong>
-            <div class="toast-text">{toast.text}</div>
+            <MarkdownSummary class="toast-text" text={toast.text} />
             <div class="toast-actions">
-              <button
-                onClick={() => {
-                  openTask(toast.task);
-                  send({ type: "review", task: toast.task });
-                  setState((s) => ({ toasts: s.toasts.filter((t) => t.id !== toast.id) }));
-                }}
-              >
-                Review
-              </button>
+              {toast.kind === "approval" ? (
+                <button class="primary open-task" onClick={() => openTask(toast.task)}>
+                  Open
+                </button>
+              ) : (
+                <button
+                  onClick={() => {
+                    openTask(toast.task);
+                    send({ type: "review", task: toast.task });
+                    setState((s) => ({ toasts: s.toasts.filter((t) => t.id !== toast.id) }));
+                  }}
+                >
+                  Review
+                </button>
+              )}
               <button
                 class="small"
                 onClick={() => setState((s) => ({ toasts: s.toasts.filter((t) => t.id !== toast.id) }))}

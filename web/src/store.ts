@@ -8,6 +8,7 @@ import type {
   FileDiff,
   LogEntry,
   ProjectContext,
+  ServerHealth,
   ServerMessage,
   TaskStatus,
   TaskSummary,
@@ -16,6 +17,8 @@ import type { ConnectionState } from "./connection.js";
 
 export interface Toast {
   id: number;
+  /** `finished`: a background task's turn ended; `approval`: a task not on screen waits for an answer. */
+  kind: "finished" | "approval";
   task: string;
   title: string;
   text: string;
@@ -33,6 +36,12 @@ export interface AppState {
   review: { task: string; files: FileDiff[]; source: string } | undefined;
   toasts: Toast[];
   error: string | undefined;
+  /** The Spark server's health, when it runs elsewhere (`--server URL`). */
+  server: ServerHealth | undefined;
+  /** Narrow screens: the task list is open over the page. */
+  drawer: boolean;
+  /** The model a new task (the composer with no task open) is created with. */
+  draftModel: string;
   /** The project's AGENTS.md files, skills and custom prompts, as the app server loaded them. */
   context: ProjectContext | undefined;
 }
@@ -48,6 +57,9 @@ let state: AppState = {
   review: undefined,
   toasts: [],
   error: undefined,
+  server: undefined,
+  drawer: false,
+  draftModel: "spark",
   context: undefined,
 };
 const listeners = new Set<() => void>();
@@ -144,7 +156,11 @@ export function apply(message: ServerMessage, receivedAt: number): void {
         models: message.models,
         tasks: taskList(message.tasks),
         context: projectContext(message.context),
+        server: message.server,
       });
+      return;
+    case "server":
+      setState({ server: message.server });
       return;
     case "tasks": {
       const tasks = taskList(message.tasks);
@@ -158,11 +174,12 @@ export function apply(message: ServerMessage, receivedAt: number): void {
       if (typeof message.summary !== "object" || message.summary === null) return;
       const summary = taskSummary(message.summary);
       if (summary.id === "") return;
-      setState((s) =>
-        s.tasks.some((t) => t.id === summary.id)
+      setState((s) => ({
+        ...(s.tasks.some((t) => t.id === summary.id)
           ? { tasks: s.tasks.map((t) => (t.id === summary.id ? summary : t)) }
-          : { tasks: [summary, ...s.tasks].sort(newestFirst) },
-      );
+          : { tasks: [summary, ...s.tasks].sort(newestFirst) }),
+        toasts: approvalToasts(s, summary),
+      }));
       return;
     }
     case "task.removed":
@@ -227,7 +244,14 @@ export function apply(message: ServerMessage, receivedAt: number): void {
       setState({ review: { task: message.task, files: message.files, source: message.source } });
       return;
     case "notify": {
-      const toast: Toast = { id: ++toastCounter, ...message };
+      const toast: Toast = {
+        id: ++toastCounter,
+        kind: "finished",
+        task: message.task,
+        title: message.title,
+        text: message.text,
+        state: message.state,
+      };
       setState((s) => ({ toasts: [...s.toasts, toast] }));
       if ("Notification" in window && Notification.permission === "granted") {
         new Notification(`Spark: ${message.title}`, { body: message.text.slice(0, 200) });
@@ -241,6 +265,26 @@ export function apply(message: ServerMessage, receivedAt: number): void {
       setState({ error: message.message });
       return;
   }
+}
+
+/**
+ * A task that is not on screen started waiting for an approval: a toast says so (with a button
+ * that opens it), and a system notification where allowed. Its toast goes once it waits no more.
+ */
+function approvalToasts(s: AppState, summary: TaskSummary): Toast[] {
+  const before = s.tasks.find((t) => t.id === summary.id);
+  const others = s.toasts.filter((t) => !(t.kind === "approval" && t.task === summary.id));
+  if (summary.state !== "approval") return others.length === s.toasts.length ? s.toasts : others;
+  if (before?.state === "approval") return s.toasts;
+  if (summary.id === s.current && document.visibilityState === "visible") return s.toasts;
+  if ("Notification" in window && Notification.permission === "granted") {
+    new Notification(`Spark: ${summary.title}`, { body: "waits for your approval" });
+  }
+  const text = summary.background ? "A background task waits for your approval." : "Waits for your approval.";
+  return [
+    ...others,
+    { id: ++toastCounter, kind: "approval", task: summary.id, title: summary.title, text, state: "approval" },
+  ];
 }
 
 /** Figures the benchmark reads (only with `?bench` in the page's URL). */
