@@ -73,6 +73,13 @@ describe("compaction", () => {
       `compacted ${resumed.usage!.input_tokens} vs full ${full.usage!.input_tokens} tokens`,
     );
     assert.ok(resumed.usage!.input_tokens > 20, "the summary and kept messages are part of the context");
+    // Spark says how large the compacted context is (the summary was extractive: no output tokens).
+    const contextTokens = (compacted as unknown as { context_tokens?: number }).context_tokens;
+    assert.equal(typeof contextTokens, "number");
+    assert.ok(
+      contextTokens! > 20 && contextTokens! <= resumed.usage!.input_tokens,
+      `context_tokens ${contextTokens} vs the next request's ${resumed.usage!.input_tokens} input tokens`,
+    );
   });
 
   test("compact continues a stored chain by previous_response_id", async () => {

@@ -384,6 +384,26 @@ describe("the interactive UI in a terminal", { skip: tmuxMissing ?? false }, () 
     );
   });
 
+  test("/compact reports the context's tokens before and after, as the server counts them", async () => {
+    const short = script("compact.jsonl", [[message("A first answer to compact away.")]]);
+    const { term } = startSpark(short, [], 40);
+    await term.ready();
+    term.type("please remember this long request about the parser module");
+    term.press("Enter");
+    await term.waitFor("A first answer to compact away.");
+    await term.idle();
+    term.type("/compact");
+    term.press("Enter");
+    const screen = (await term.waitFor(/context compacted:/, "the /compact report")).replace(/\s+/g, " ");
+    const report =
+      /context compacted: (\d+) → (\d+) tokens of (\d+) \(2 items → a summary and your latest 1 message\)/.exec(
+        screen,
+      );
+    assert.ok(report, screen);
+    assert.ok(Number(report[2]) > 0, "the compacted context is not 0 tokens");
+    assert.ok(Number(report[2]) < Number(report[3]));
+  });
+
   test("/new starts over; /quit exits with 0 and names the saved session", async () => {
     const short = script("quit.jsonl", [[message("Hello answer.")], [message("Second turn answer.")]]);
     const { term } = startSpark(short, [], 40);

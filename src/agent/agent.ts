@@ -335,9 +335,13 @@ export class Agent {
     this.#emit({ type: "transcript.changed", items: [], reset: true, added: [] });
   }
 
-  /** Compacts the conversation now (`/compact`) through `POST /v1/responses/compact`. */
-  async compact(): Promise<void> {
-    if (this.#transcript.length === 0) return;
+  /**
+   * Compacts the conversation now (`/compact`) through `POST /v1/responses/compact`. Resolves with
+   * the context's size after it: tokens when the server counts them (Spark's `context_tokens`), and
+   * items; undefined when there was nothing to compact.
+   */
+  async compact(): Promise<{ contextTokens: number | undefined; items: number } | undefined> {
+    if (this.#transcript.length === 0) return undefined;
     const headers: Record<string, string> = { "content-type": "application/json" };
     if (this.options.apiKey) headers.authorization = `Bearer ${this.options.apiKey}`;
     const response = await fetch(`${httpBaseUrl(this.options.serverUrl)}/responses/compact`, {
@@ -352,6 +356,7 @@ export class Agent {
     const body = (await response.json().catch(() => ({}))) as {
       output?: InputItem[];
       usage?: { input_tokens?: number; output_tokens?: number };
+      context_tokens?: number;
       error?: { message?: string; code?: string };
     };
     if (!response.ok || !Array.isArray(body.output)) {
@@ -362,9 +367,11 @@ export class Agent {
     }
     this.#transcript = body.output;
     this.#head = undefined;
-    this.#contextTokens = body.usage?.output_tokens ?? 0;
+    const counted = typeof body.context_tokens === "number" ? body.context_tokens : undefined;
+    this.#contextTokens = counted ?? body.usage?.output_tokens ?? 0;
     this.#emit({ type: "transcript.changed", items: this.#transcript, reset: true, added: [] });
     this.#emit({ type: "compacted", trigger: "manual", items: this.#transcript.length });
+    return { contextTokens: counted, items: this.#transcript.length };
   }
 
   /**

@@ -16,11 +16,13 @@ import {
   type ResponseObject,
   type ResponseUsage,
 } from "../protocol/responses.js";
+import { carriesImage } from "../engine/types.js";
 import {
   itemsFromResponsesInput,
   predictionText,
   toolChoiceFrom,
   toolsFromResponses,
+  unavailableTools,
 } from "./conversation.js";
 import {
   compactConversation,
@@ -103,7 +105,12 @@ export interface ResponsesServiceOptions {
   admission: Admission;
   /** The model used when a request names none. */
   defaultModel: string;
+  /** The server log (one line each); notes such as hosted tools a request asked for go there. */
+  log?: (line: string) => void;
 }
+
+/** Metadata values are at most 512 characters (OpenAI's limit). */
+const METADATA_VALUE_CHARS = 512;
 
 export class ResponsesService {
   private readonly models: ModelRegistry;
@@ -111,8 +118,11 @@ export class ResponsesService {
   private readonly store: ResponseStore;
   private readonly admission: Admission;
   private readonly defaultModel: string;
+  private readonly log: (line: string) => void;
+  private readonly loggedUnavailable = new Set<string>();
 
   constructor(options: ResponsesServiceOptions) {
+    this.log = options.log ?? (() => {});
     ({
       models: this.models,
       metrics: this.metrics,
@@ -162,12 +172,16 @@ export class ResponsesService {
 
     const tools = toolsFromResponses(body.tools);
     const prediction = predictionText(body.prediction);
-    const model = this.models.resolve(body.model ?? this.defaultModel, () => ({
-      items,
-      tools,
-      ...(prediction !== undefined ? { prediction } : {}),
-      ...(body.max_output_tokens != null ? { maxOutputTokens: body.max_output_tokens } : {}),
-    }));
+    const model = this.models.resolve(
+      body.model ?? this.defaultModel,
+      () => ({
+        items,
+        tools,
+        ...(prediction !== undefined ? { prediction } : {}),
+        ...(body.max_output_tokens != null ? { maxOutputTokens: body.max_output_tokens } : {}),
+      }),
+      { images: carriesImage(items) },
+    );
     const request: EngineRequest = {
       model: model.engineModel,
       items,
@@ -193,6 +207,17 @@ export class ResponsesService {
       metadata.spark_route_rule = model.route.rule;
       metadata.spark_route_reason = model.route.reason;
       this.metrics.routed.inc({ tier: model.route.tier, rule: model.route.rule });
+    }
+    // Hosted tools are accepted (Codex sends them) but never run here: say so, never pretend.
+    const unavailable = unavailableTools(body.tools);
+    if (unavailable.length > 0) {
+      const names = unavailable.join(",");
+      metadata.spark_unavailable_tools = names.slice(0, METADATA_VALUE_CHARS);
+      // Once per distinct set (Codex sends the same tools every turn): a note, not a flood.
+      if (!this.loggedUnavailable.has(names) && this.loggedUnavailable.size < 64) {
+        this.loggedUnavailable.add(names);
+        this.log(`hosted tools accepted but not available here (not run): ${shown(names, 200)}`);
+      }
     }
 
     const response: ResponseObject = {
@@ -491,6 +516,9 @@ export class ResponsesService {
       prepared.ticket?.release(charged);
     }
     const { state, usage } = compacted;
+    const contextTokens = await prepared.model.entry.engine
+      .countTokens(conversationText(compacted.pruned))
+      .catch(() => undefined);
     return {
       id: newId("resp"),
       object: "response.compaction",
@@ -506,6 +534,7 @@ export class ResponsesService {
         { id: newId("cmp"), type: "compaction", encrypted_content: encodeCompaction(state) },
       ],
       usage: usageOf(usage),
+      ...(contextTokens === undefined ? {} : { context_tokens: contextTokens }),
     };
   }
 

@@ -9,9 +9,21 @@ const textPart = z.looseObject({
   text: z.string().optional(),
   refusal: z.string().optional(),
 });
-/** Non-text parts (images, files, audio) are accepted and dropped: the engines here are text-only. */
-const otherPart = z.looseObject({ type: z.string() });
-const contentPart = z.union([textPart, otherPart]);
+/**
+ * An image: `image_url` is a data URL or an http(s) URL (checked when the input is normalized, see
+ * `core/conversation.ts`); `file_id` (the Files API) is refused there, Spark has no file store.
+ */
+const imagePart = z.looseObject({
+  type: z.literal("input_image"),
+  image_url: z.string().nullish(),
+  file_id: z.string().nullish(),
+  detail: z.enum(["auto", "low", "high"]).nullish(),
+});
+/** Other parts (files, audio) are accepted and carry no text. */
+const otherPart = z
+  .looseObject({ type: z.string() })
+  .refine((part) => part.type !== "input_image", { message: "malformed input_image part" });
+const contentPart = z.union([textPart, imagePart, otherPart]);
 
 const messageItem = z.looseObject({
   type: z.literal("message").optional(),
@@ -91,7 +103,10 @@ const customTool = z.looseObject({
   description: z.string().nullish(),
   format: z.record(z.string(), z.unknown()).nullish(),
 });
-/** Hosted tools (`web_search`, `namespace`, `local_shell`, …) are accepted and ignored. */
+/**
+ * Hosted tools (`web_search`, `file_search`, `local_shell`, …) are accepted for compatibility (Codex
+ * sends them) but never run: the response names them in `metadata.spark_unavailable_tools`.
+ */
 const otherTool = z
   .looseObject({ type: z.string() })
   .refine((tool) => tool.type !== "function" && tool.type !== "custom", { message: "malformed tool" });
@@ -221,6 +236,12 @@ export interface CompactedResponse {
     | CompactionItem
   )[];
   usage: ResponseUsage;
+  /**
+   * Spark's addition: the tokens of the context this compaction stands for (instructions, summary,
+   * kept messages), by the model's tokenizer: what the next request's input starts from. `usage`
+   * counts the summarizing itself (the conversation read, the summary written).
+   */
+  context_tokens?: number;
 }
 
 export type ItemStatus = "in_progress" | "completed" | "incomplete";

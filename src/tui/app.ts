@@ -21,8 +21,11 @@ import type { ClientFlags, Runtime } from "../cli/agent-runtime.js";
 import { describeInstructionFiles } from "../agent/context/session-context.js";
 import type { Workspace } from "../agent/workspace.js";
 import { decodeKeys, type Key } from "./keys.js";
+import { loadMarkdown, renderMarkdown } from "./markdown.js";
 import { Screen, visibleWidth } from "./screen.js";
 import { bold, contextMeter, cyan, dim, green, inverse, red, tierLabel, yellow } from "./style.js";
+import { describeCutOff, expandToolItem, summarizeToolItem } from "./tool-summary.js";
+import { padTo, truncate, wrapText } from "./wrap.js";
 
 export interface TuiOptions {
   prompt?: string;
@@ -35,7 +38,19 @@ const STEER_PROMPT = "steer › ";
 const MAX_VARIANTS = 4;
 /** The tiers every Spark server serves; others (config aliases) are known once connected. */
 const BUILTIN_TIERS = ["spark", "deep", "auto"];
-const COMMANDS = ["tier", "model", "compact", "new", "variants", "status", "skills", "retry", "help", "quit"];
+const COMMANDS = [
+  "tier",
+  "model",
+  "compact",
+  "new",
+  "variants",
+  "status",
+  "skills",
+  "retry",
+  "expand",
+  "help",
+  "quit",
+];
 /** An attached file (`@path`) is sent whole up to this many characters, cut after. */
 const ATTACH_MAX_CHARS = 64 * 1024;
 /** Keyboard modes asked for at start and undone at exit: bracketed paste (a pasted block is one
@@ -85,6 +100,10 @@ class TuiApp {
   #lastCtrlC = 0;
   /** The tier `auto` routed the latest response to. */
   #route: string | undefined;
+  /** The last tool call shown, for Ctrl-O and /expand. */
+  #lastTool: Exclude<ThreadItem, { type: "agent_message" } | { type: "error" }> | undefined;
+  /** Why the main answer of this turn stopped short, said when the turn ends. */
+  #cutOff: string | undefined;
   /** True while this UI starts a turn it has already echoed (so `turn.started` does not echo it). */
   #echoed = false;
   /** The workspace's files for `@` completion, listed once on first use. */
@@ -109,6 +128,8 @@ class TuiApp {
       `${bold("Spark")} ${dim(`· ${this.flags.cd ?? process.cwd()} · Enter send/steer · Tab queue · Esc interrupt · Ctrl-T tier · /help`)}`,
     );
     this.#render();
+    // Markdown rendering (marked, highlight.js) loads after the prompt is up; answers come later.
+    void loadMarkdown();
     void this.#connect();
     return done;
   }
@@ -213,7 +234,8 @@ class TuiApp {
     for (const item of messages.slice(-4)) {
       const text = messageText(item);
       const shown = text.length > 300 ? `${text.slice(0, 300)}…` : text;
-      this.#screen.line(item.role === "user" ? cyan(`${PROMPT}${shown}`) : shown);
+      if (item.role === "user") this.#screen.line(cyan(`${PROMPT}${shown}`));
+      else for (const row of renderMarkdown(shown, this.#screen.columns)) this.#screen.line(row);
     }
   }
 
@@ -298,6 +320,8 @@ class TuiApp {
       case "ctrl-l":
         process.stdout.write("\x1b[2J\x1b[H");
         return this.#render();
+      case "ctrl-o":
+        return this.#expand();
       default:
         return;
     }
@@ -600,13 +624,9 @@ class TuiApp {
         try {
           this.#notice = "compacting…";
           this.#render();
-          const before = agent!.contextTokens;
-          await agent!.compact();
-          this.#screen.line(
-            dim(
-              `context compacted: ${before} → ${agent!.contextTokens} tokens, ${agent!.transcript.length} items`,
-            ),
-          );
+          const before = { tokens: agent!.contextTokens, items: agent!.transcript.length };
+          const after = await agent!.compact();
+          this.#screen.line(dim(describeCompaction(before, after, agent!.contextWindow)));
         } catch (error) {
           this.#screen.line(red(`✗ ${(error as Error).message}`));
         }
@@ -647,6 +667,8 @@ class TuiApp {
         );
         break;
       }
+      case "expand":
+        return this.#expand();
       case "quit":
       case "exit":
         return this.#quit(0);
@@ -767,13 +789,27 @@ class TuiApp {
               .map((item) => `[${String(item.name)}]`)
           : [];
       const header = `${index + 1}${result instanceof Error ? ` ✗ ${result.message}` : ""}`;
-      return [header, ...wrap([text, ...calls].filter((t) => t !== "").join("\n"), width)];
+      const body = [
+        ...(text === "" ? [] : renderMarkdown(text, width)),
+        ...calls.flatMap((c) => wrapText(c, width)),
+      ];
+      return [truncate(header, width), ...body.map((row) => truncate(row, width))];
     });
     const rows = Math.max(...columns.map((c) => c.length));
     const start = Number.isFinite(height) ? Math.max(1, rows - height) : 1;
-    const out: string[] = [columns.map((c) => bold(pad(c[0] ?? "", width))).join(dim(" │ "))];
+    const out: string[] = [
+      columns
+        .map((c) => bold(padTo(c[0] ?? "", width)))
+        .join(dim(" │ "))
+        .trimEnd(),
+    ];
     for (let row = start; row < rows; row++) {
-      out.push(columns.map((c) => pad(c[row] ?? "", width)).join(dim(" │ ")));
+      out.push(
+        columns
+          .map((c) => padTo(c[row] ?? "", width))
+          .join(dim(" │ "))
+          .trimEnd(),
+      );
     }
     return out;
   }
@@ -812,7 +848,8 @@ class TuiApp {
       case "item.started":
         this.#screen.endLine();
         this.#phase = "tools";
-        if (event.item.type === "command_execution") this.#screen.line(cyan(`⚙ $ ${event.item.command}`));
+        if (event.item.type === "command_execution")
+          this.#screen.line(cyan(`⚙ ${summarizeToolItem(event.item)}`));
         break;
       case "item.completed":
         this.#showItem(event.item);
@@ -837,6 +874,14 @@ class TuiApp {
           this.#screen.endLine();
           this.#screen.line(dim("── steered ──"));
         }
+        // An answer that stopped short says so when the turn ends (not a plain "ready").
+        if (event.lane === "" && event.status === "incomplete") {
+          this.#cutOff = describeCutOff(
+            event.reason,
+            event.contextTokens,
+            this.#agent?.contextWindow ?? Infinity,
+          );
+        }
         break;
       case "compacted":
         // /compact reports its own result with token counts.
@@ -845,15 +890,19 @@ class TuiApp {
         break;
       case "turn.completed":
         this.#screen.endLine();
+        if (this.#cutOff) this.#screen.line(yellow(`⚠ ${this.#cutOff}`));
+        this.#cutOff = undefined;
         this.#phase = "ready";
         break;
       case "turn.interrupted":
+        this.#cutOff = undefined;
         this.#screen.endLine();
         this.#screen.line(yellow("■ interrupted"));
         this.#phase = "ready";
         this.#notice = "";
         break;
       case "turn.failed":
+        this.#cutOff = undefined;
         this.#screen.endLine();
         this.#screen.line(red(`✗ ${event.error.message}`));
         this.#phase = "ready";
@@ -865,6 +914,7 @@ class TuiApp {
   }
 
   #showItem(item: ThreadItem): void {
+    if (item.type !== "agent_message" && item.type !== "error") this.#lastTool = item;
     switch (item.type) {
       case "agent_message":
         this.#screen.endLine();
@@ -881,21 +931,19 @@ class TuiApp {
             : item.exit_code === 0
               ? green("  ✓ exit 0")
               : red(`  ✗ ${item.exit_code === null ? item.status : `exit ${item.exit_code}`}`);
-        if (item.status === "declined") this.#screen.line(cyan(`⚙ $ ${item.command}`));
-        if (lines.length > 6) this.#screen.line(dim(`  … ${lines.length - 6} more lines`));
+        if (item.status === "declined") this.#screen.line(cyan(`⚙ ${summarizeToolItem(item)}`));
+        if (lines.length > 6) this.#screen.line(dim(`  … ${lines.length - 6} more lines (Ctrl-O shows all)`));
         for (const line of shown) this.#screen.line(line);
         this.#screen.line(status);
         return;
       }
       case "file_change": {
-        const files = item.changes
-          .map((c) => `${c.kind === "add" ? "A" : c.kind === "delete" ? "D" : "M"} ${c.path}`)
-          .join(", ");
-        if (item.status === "completed") this.#screen.line(green(`✎ ${files}`));
+        const summary = summarizeToolItem(item);
+        if (item.status === "completed") this.#screen.line(green(`✎ ${summary}`));
         else
           this.#screen.line(
             red(
-              `✎ patch ${item.status}: ${files}${item.error ? `\n  ${item.error.replace(/\n/g, "\n  ")}` : ""}`,
+              `✎ patch ${item.status}: ${summary}${item.error ? `\n  ${item.error.replace(/\n/g, "\n  ")}` : ""}`,
             ),
           );
         return;
@@ -903,14 +951,22 @@ class TuiApp {
       case "tool_call":
         this.#screen.line(
           item.status === "failed"
-            ? red(`· ${item.tool} ${item.arguments}: ${item.result ?? "failed"}`)
-            : dim(`· ${item.tool} ${item.arguments}`),
+            ? red(`· ${summarizeToolItem(item)}: ${(item.result ?? "failed").split("\n")[0]}`)
+            : dim(`· ${summarizeToolItem(item)}`),
         );
         return;
       case "error":
         this.#screen.line(red(`✗ ${item.message}`));
         return;
     }
+  }
+
+  /** Ctrl-O, /expand: the last tool call in full (arguments, output). */
+  #expand(): void {
+    const item = this.#lastTool;
+    if (!item) this.#screen.lineAbove(dim("no tool call to expand yet"));
+    else for (const line of expandToolItem(item)) this.#screen.lineAbove(dim(line));
+    this.#render();
   }
 
   // ── drawing ────────────────────────────────────────────────────────────────────────────
@@ -949,19 +1005,19 @@ class TuiApp {
     if (this.#variants && !this.#variants.results) {
       lines.push(...this.#variantRows(Math.max(3, Math.min(12, this.#screen.rows - 8))));
     }
-    lines.push(this.#statusLine());
+    // The status line never wraps (a wrapped one left debris when redrawn): it is cut to fit.
+    const fit = this.#screen.columns - 1;
+    lines.push(truncate(this.#statusLine(), fit));
     const queued = this.#agent?.queuedMessages ?? [];
-    if (queued.length > 0) lines.push(dim(`queued (Tab): ${queued.map((q) => `“${q}”`).join(" ")}`));
+    if (queued.length > 0)
+      lines.push(truncate(dim(`queued (Tab): ${queued.map((q) => `“${q}”`).join(" ")}`), fit));
     let caret: number | undefined;
     let caretLine: number | undefined;
     if (this.#approval) {
       const { request } = this.#approval;
-      lines.push(
-        yellow(
-          `${request.kind === "command" ? "Run" : request.kind === "tool" ? "Call" : "Apply patch"}: ${request.summary}`,
-        ),
-      );
-      if (request.reason) lines.push(dim(`  ${request.reason}`));
+      const verb = request.kind === "command" ? "Run" : request.kind === "tool" ? "Call" : "Apply patch";
+      lines.push(...wrapText(yellow(`${verb}: ${request.summary}`), fit));
+      if (request.reason) lines.push(...wrapText(dim(`  ${request.reason}`), fit));
       lines.push(`${inverse(" y ")} yes  ${inverse(" a ")} always  ${inverse(" n ")} no`);
     } else {
       const prompt = this.#agent?.busy
@@ -1012,29 +1068,31 @@ const HELP = [
   "/model FILE  the GGUF model file, when the in-process server could not load one",
   "/compact     summarize the conversation to free context · /new fresh conversation",
   "/variants N  N answers side by side for your next message (or /variants N message); pick one",
+  "/expand      the last tool call in full: arguments and output (also Ctrl-O)",
   "/status      server, session, sandbox and context · /retry connect again · /quit",
   "/skills      the skills found ($name in a message invokes one) · /NAME args runs a custom prompt",
 ];
 
+/**
+ * What /compact did, in numbers that hold: the context's tokens before (the last answer's count)
+ * and after (the server's count of the compacted context, when it gives one), and what was kept.
+ */
+function describeCompaction(
+  before: { tokens: number; items: number },
+  after: { contextTokens: number | undefined; items: number } | undefined,
+  window: number,
+): string {
+  if (!after) return "nothing to compact yet";
+  const kept = after.items - 1;
+  const what = `${before.items} items → a summary${kept > 0 ? ` and your latest ${kept} message${kept === 1 ? "" : "s"}` : ""}`;
+  if (after.contextTokens === undefined) {
+    return `context compacted: ${what}; its size shows after the next answer`;
+  }
+  const from = before.tokens > 0 ? `${before.tokens} → ` : "";
+  return `context compacted: ${from}${after.contextTokens} tokens of ${window} (${what})`;
+}
+
 /** A sent message as echoed: the prompt, and its further lines indented under the first. */
 function echo(text: string): string {
   return `${PROMPT}${text.replace(/\n/g, `\n${" ".repeat(PROMPT.length)}`)}`;
-}
-
-function pad(text: string, width: number): string {
-  const w = visibleWidth(text);
-  return w >= width ? text : text + " ".repeat(width - w);
-}
-
-/** Wraps text into lines of at most `width` columns (hard wrap, newlines kept). */
-function wrap(text: string, width: number): string[] {
-  const out: string[] = [];
-  for (const line of text.split("\n")) {
-    if (line === "") {
-      out.push("");
-      continue;
-    }
-    for (let i = 0; i < line.length; i += width) out.push(line.slice(i, i + width));
-  }
-  return out;
 }
