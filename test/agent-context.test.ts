@@ -45,8 +45,12 @@ class FakeUpstream {
         res.writeHead(404).end();
         return;
       }
-      this.requests.push(JSON.parse(Buffer.concat(chunks).toString("utf8")) as ChatRequest);
-      const turn = this.turns.shift() ?? { text: "(no more turns)" };
+      const body = JSON.parse(Buffer.concat(chunks).toString("utf8")) as ChatRequest;
+      this.requests.push(body);
+      // A request without tools is the server's own (a compaction summary): it takes no turn.
+      const turn = body.tools?.length
+        ? (this.turns.shift() ?? { text: "(no more turns)" })
+        : { text: "SUMMARY" };
       const chunk = (delta: Record<string, unknown>, finish: string | null = null): string =>
         `data: ${JSON.stringify({
           id: "chatcmpl-1",
@@ -218,6 +222,32 @@ describe("project context reaches the model", () => {
       // Instructions, not conversation: no user message carries them.
       assert.ok(!userTexts(request).some((t) => t.includes("ROOT-RULE")));
     }
+  });
+
+  test("the instructions survive compaction: every request after it still carries them", async () => {
+    const repo = freshDir("compact-");
+    mkdirSync(join(repo, ".git"));
+    write(join(repo, "AGENTS.md"), "KEEP-ME rule\n");
+    const h = homes();
+    upstream.requests.length = 0;
+    upstream.turns = [
+      { call: { name: "list_files", arguments: {} } },
+      { call: { name: "list_files", arguments: {} } },
+      { text: "ok" },
+    ];
+    // A tiny threshold: the server compacts before each request past the first.
+    const { events } = await exec(repo, `hello ${"words ".repeat(40)}`, h, {
+      client: { contextWindow: 1000, autoCompact: 0.05 },
+    });
+    const answering = upstream.requests.filter((r) => r.tools?.length);
+    const summaries = upstream.requests.filter((r) => !r.tools?.length);
+    assert.ok(summaries.length > 0, "the server summarized the conversation");
+    assert.ok(
+      events.some((e) => e.type === "context.compacted"),
+      "and the agent took the compacted context",
+    );
+    assert.equal(answering.length, 3);
+    for (const request of answering) assert.match(systemText(request), /KEEP-ME rule/);
   });
 
   test("the byte cap cuts the last file and says so", async () => {
