@@ -97,7 +97,7 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
       ...(closeServer === undefined ? { watchServer: true } : {}),
     });
   } catch (error) {
-    await closeServer?.();
+    await Promise.all([mcp?.close(), closeServer?.()]);
     throw new ConfigError((error as Error).message);
   }
   // `--server URL` with nothing there: said now (not quiet: it is why nothing will answer), and

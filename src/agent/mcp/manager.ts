@@ -339,6 +339,16 @@ export class McpManager {
     return this.#servers.map((server) => server.status());
   }
 
+  /** A line for each server that failed: why its tools are unavailable. */
+  failures(): string[] {
+    return this.#servers
+      .filter((server) => server.state === "failed")
+      .map(
+        (server) =>
+          `MCP server ${server.name} failed, its tools are unavailable: ${server.error ?? "no reason given"}`,
+      );
+  }
+
   /** The function tools of the servers that are ready. */
   definitions(): Record<string, unknown>[] {
     const definitions: Record<string, unknown>[] = [];
