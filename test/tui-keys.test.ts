@@ -178,9 +178,9 @@ function fakeOutput(columns = 80, rows = 24) {
 }
 
 describe("Screen", () => {
-  test("visibleWidth ignores color codes and counts characters", () => {
-    assert.equal(visibleWidth("\x1b[1m\x1b[33m⚡ spark\x1b[39m\x1b[22m"), 7);
-    assert.equal(visibleWidth("é😀"), 2);
+  test("visibleWidth ignores color codes and counts columns (wide characters 2)", () => {
+    assert.equal(visibleWidth("\x1b[1m\x1b[33m⚡ spark\x1b[39m\x1b[22m"), 8);
+    assert.equal(visibleWidth("é😀"), 3);
   });
 
   test("finished lines go to the scrollback with \\r\\n, then the live region", () => {
@@ -188,6 +188,7 @@ describe("Screen", () => {
     const screen = new Screen(out);
     screen.line("hello");
     screen.print("a\nb\r\n");
+    screen.endLine();
     screen.setFooter(["status", "› "]);
     screen.draw();
     assert.deepEqual(out.writes, ["\r\x1b[Jhello\r\na\r\nb\r\nstatus\r\n› "]);
@@ -199,7 +200,7 @@ describe("Screen", () => {
     assert.equal(out.writes[1], "\r\x1b[1A\x1b[Jstatus\r\n› ");
   });
 
-  test("the line being streamed stays in the live region until its newline", () => {
+  test("the answer's unfinished block stays in the live region until the answer ends", () => {
     const out = fakeOutput();
     const screen = new Screen(out);
     screen.setFooter(["status", "› "]);
@@ -213,7 +214,8 @@ describe("Screen", () => {
     assert.equal(out.writes[1], "\r\x1b[2A\x1b[JFirst answer ends.\r\nNext\r\nstatus\r\n› ");
     screen.endLine();
     screen.draw();
-    assert.equal(out.writes[2], "\r\x1b[2A\x1b[JNext\r\nstatus\r\n› ");
+    assert.equal(out.writes[2], "\r\x1b[3A\x1b[JFirst answer ends.\r\nNext\r\nstatus\r\n› ");
+    assert.equal(screen.liveRows, 2);
   });
 
   test("lineAbove prints a whole line above the streamed line without ending it", () => {

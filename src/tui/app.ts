@@ -125,7 +125,7 @@ class TuiApp {
     process.stdout.on("resize", () => this.#render());
     process.stdout.write(KEYBOARD_ON);
     this.#screen.line(
-      `${bold("Spark")} ${dim(`· ${this.flags.cd ?? process.cwd()} · Enter send/steer · Tab queue · Esc interrupt · Ctrl-T tier · /help`)}`,
+      `${bold("Spark")} ${dim(`· ${this.flags.cd ?? process.cwd()} · Enter send/steer · Ctrl-J new line · Tab complete/queue · Esc interrupt · Ctrl-T tier · /help`)}`,
     );
     this.#render();
     // Markdown rendering (marked, highlight.js) loads after the prompt is up; answers come later.

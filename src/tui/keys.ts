@@ -28,6 +28,7 @@ export type Key =
         | "ctrl-u"
         | "ctrl-w"
         | "ctrl-l"
+        | "ctrl-o"
         | "ctrl-a"
         | "ctrl-e"
         | "ctrl-j"
@@ -71,6 +72,7 @@ const CONTROLS: Record<string, Key["name"]> = {
   "\x15": "ctrl-u",
   "\x17": "ctrl-w",
   "\x0c": "ctrl-l",
+  "\x0f": "ctrl-o",
   "\x01": "ctrl-a",
   "\x05": "ctrl-e",
 };
