@@ -96,6 +96,11 @@ export const modelEntrySchema = z.strictObject({
   upstreamApi: z.enum(["chat", "responses"]).optional(),
   /** Responses generated at once before the queue holds new ones. */
   capacity: positiveInteger.optional(),
+  /**
+   * The model sees images (an openai upstream serving a vision model): requests with images go to
+   * it (`auto`) or are refused by models without it (`image_unsupported`). llama cannot see.
+   */
+  vision: z.boolean().optional(),
   defaults: z
     .strictObject({
       temperature: z.number().min(0).max(2).optional(),

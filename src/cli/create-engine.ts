@@ -8,7 +8,9 @@ import type { Engine } from "../engine/types.js";
 import { ConfigError, type ModelEntrySettings, type ResolvedSettings } from "./config.js";
 
 /** What building one engine needs: the flat serve settings or one `models` entry. */
-type EngineSettings = Omit<ModelEntrySettings, "tier" | "capacity" | "defaults"> & { download?: boolean };
+type EngineSettings = Omit<ModelEntrySettings, "tier" | "capacity" | "defaults" | "vision"> & {
+  download?: boolean;
+};
 
 /** Responses an engine generates at once unless a model entry sets `capacity`. */
 function defaultCapacity(settings: EngineSettings): number {
@@ -47,7 +49,12 @@ export async function createModels(
   const engines = new Map<string, Engine>();
   const entries: ModelEntry[] = [];
   for (const [alias, entry] of declared) {
-    const { tier, capacity, defaults, ...engineSettings } = entry;
+    const { tier, capacity, defaults, vision, ...engineSettings } = entry;
+    // The llama engine renders text prompts only: a "vision" llama model would answer unseen images.
+    if (vision === true && engineSettings.engine === "llama")
+      throw new ConfigError(
+        `${source}: models.${alias}: the llama engine cannot see images; "vision": true needs an openai upstream that can`,
+      );
     // A top-level upstream timeout applies to every entry that does not set its own.
     const inherited =
       settings.upstreamTimeout !== undefined ? { upstreamTimeout: settings.upstreamTimeout } : {};
@@ -65,6 +72,7 @@ export async function createModels(
       engineModel: "spark",
       capacity: capacity ?? defaultCapacity(merged),
       defaults: { ...outputDefault, ...defaults },
+      ...(vision !== undefined ? { vision } : {}),
     });
   }
   for (const [tier, other] of [

@@ -169,6 +169,7 @@ export async function serve(allFlags: Record<string, unknown>): Promise<void> {
     host: settings.host,
     port: settings.port,
     maxBodyBytes: settings.maxBodyBytes,
+    log,
     websocket: settings.websocket && {
       maxConnectionMs: settings.websocketMaxMinutes * 60_000,
       historyBytesTotal: settings.websocketHistoryMib * MIB,

@@ -4,6 +4,7 @@
  */
 import type { EnginePart, EngineRequest, FinishReason, Usage } from "../engine/types.js";
 import { chatCompletionSchema, type ChatCompletionBody } from "../protocol/chat.js";
+import { carriesImage } from "../engine/types.js";
 import { itemsFromChatMessages, predictionText, toolChoiceFrom, toolsFromChat } from "./conversation.js";
 import type { Admission, Ticket } from "./admission.js";
 import { observeGeneration } from "./generation.js";
@@ -61,12 +62,16 @@ export class ChatCompletionsService {
     const tools = toolsFromChat(body.tools);
     const prediction = predictionText(body.prediction);
     const maxTokens = body.max_completion_tokens ?? body.max_tokens;
-    const resolved = this.models.resolve(body.model ?? this.defaultModel, () => ({
-      items,
-      tools,
-      ...(prediction !== undefined ? { prediction } : {}),
-      ...(maxTokens != null ? { maxOutputTokens: maxTokens } : {}),
-    }));
+    const resolved = this.models.resolve(
+      body.model ?? this.defaultModel,
+      () => ({
+        items,
+        tools,
+        ...(prediction !== undefined ? { prediction } : {}),
+        ...(maxTokens != null ? { maxOutputTokens: maxTokens } : {}),
+      }),
+      { images: carriesImage(items) },
+    );
     if (resolved.route) this.metrics.routed.inc({ tier: resolved.route.tier, rule: resolved.route.rule });
     const request: EngineRequest = {
       model: resolved.engineModel,

@@ -14,10 +14,21 @@
  *   3. a name one of the engines knows itself (an upstream's model id, a GGUF file's name), which
  *      takes the tier of the first alias bound to that engine.
  * Anything else is `404 model_not_found`; a known model whose engine is still loading is 503.
+ *
+ * Images: a request that carries one needs a model that can see (the entry's `vision`, else its
+ * engine's `capabilities.vision`). `auto` picks one (router rule `image_input`); an explicit model
+ * that cannot see is `400 image_unsupported`, naming the models that can. Never a silent answer
+ * from a model that never saw the image.
  */
 import type { Engine, EngineModel, EngineRequest } from "../engine/types.js";
 import { shown, SparkError } from "../protocol/errors.js";
-import { routeRequest, type RouteDecision, type RouteInput, type Tier } from "../router/route.js";
+import {
+  REASON_MAX_CHARS,
+  routeRequest,
+  type RouteDecision,
+  type RouteInput,
+  type Tier,
+} from "../router/route.js";
 
 export type { Tier } from "../router/route.js";
 
@@ -74,6 +85,13 @@ export interface ModelEntry {
   capacity: number;
   /** Applied when the request leaves the setting out. */
   defaults: ModelDefaults;
+  /** The model sees images (config `"vision": true`); absent: what the engine reports. */
+  vision?: boolean;
+}
+
+/** Whether the model behind an entry sees images. */
+export function canSee(entry: ModelEntry): boolean {
+  return entry.vision ?? entry.engine.capabilities.vision ?? false;
 }
 
 export interface ResolvedModel {
@@ -164,13 +182,21 @@ export class ModelRegistry {
    * Resolves a client's model name. `route` supplies the request for `auto`; it is only called then.
    * Throws 404 for unknown names and 503 while the engine loads.
    */
-  resolve(name: string, route?: () => RouteInput): ResolvedModel {
+  resolve(name: string, route?: () => RouteInput, needs: { images?: boolean } = {}): ResolvedModel {
     let entry = this.#entries.get(name);
     let decision: RouteDecision | undefined;
     let engineModel: string | undefined;
     if (name === AUTO_MODEL && route) {
       decision = routeRequest(route());
       entry = this.#byTier.get(decision.tier)!;
+      if (needs.images) {
+        const byText = decision;
+        const seeing = canSee(entry) ? entry : this.#seeing(byText.tier)[0];
+        if (!seeing) throw this.#imageUnsupported(undefined);
+        entry = seeing;
+        const reason = `The request carries an image: ${seeing.alias} can see (the text alone chose ${byText.tier} by ${byText.rule}).`;
+        decision = { tier: seeing.tier, rule: "image_input", reason: reason.slice(0, REASON_MAX_CHARS) };
+      }
     }
     if (entry) {
       engineModel = entry.engine.resolveModel(entry.engineModel);
@@ -195,11 +221,28 @@ export class ModelRegistry {
         "model",
       );
     }
+    if (needs.images && !canSee(entry)) throw this.#imageUnsupported(name);
     const status = entry.engine.status();
     if (!status.ready)
       throw SparkError.unavailable(`The ${entry.engine.kind} engine is not ready: ${status.detail}.`);
     const resolved: ResolvedModel = { name: decision ? entry.alias : name, entry, engineModel };
     if (decision) resolved.route = decision;
     return resolved;
+  }
+
+  /** Aliases of the models that see images, the given tier's first (configured before built-in). */
+  #seeing(tier?: Tier): ModelEntry[] {
+    const seeing = [...this.#entries.values()].filter(canSee);
+    return [...seeing.filter((e) => e.tier === tier), ...seeing.filter((e) => e.tier !== tier)];
+  }
+
+  #imageUnsupported(model: string | undefined): SparkError {
+    const seeing = this.#seeing().map((entry) => entry.alias);
+    const none = 'no configured model can see: declare one with "vision": true in the config\'s models.';
+    const message =
+      model === undefined || seeing.length === 0
+        ? `The request carries an image, and ${none}`
+        : `The model '${shown(model)}' cannot see images, and the request carries one. Models that can: ${seeing.join(", ")}.`;
+    return new SparkError(400, "invalid_request_error", "image_unsupported", message, "model");
   }
 }

@@ -10,11 +10,41 @@
  *   generating for a consumer that left.
  */
 
-/** One item of a normalized conversation, independent of the wire API it came from. */
+/**
+ * One item of a normalized conversation, independent of the wire API it came from.
+ *
+ * Images: a message or tool result that carries one has `parts`, its text and images in order;
+ * `text`/`output` is then still the text of all its text parts. Items without images have no
+ * `parts`. The core only sends items with images to a model that can see (the model entry's
+ * `vision`, or the engine's `capabilities.vision`); an engine that cannot see refuses them in
+ * `validateRequest` with a 400 `image_unsupported` rather than answer as if it had seen them.
+ */
 export type ConversationItem =
-  | { type: "message"; role: "system" | "developer" | "user" | "assistant"; text: string }
+  | {
+      type: "message";
+      role: "system" | "developer" | "user" | "assistant";
+      text: string;
+      parts?: readonly ContentPart[];
+    }
   | { type: "tool_call"; kind: ToolKind; callId: string; name: string; input: string }
-  | { type: "tool_result"; kind: ToolKind; callId: string; output: string };
+  | { type: "tool_result"; kind: ToolKind; callId: string; output: string; parts?: readonly ContentPart[] };
+
+/** A part of a message or tool result that carries images. */
+export type ContentPart = { type: "text"; text: string } | ImagePart;
+
+/** An image: a `data:image/…;base64,…` URL or an http(s) URL, as the client sent it. */
+export interface ImagePart {
+  type: "image";
+  url: string;
+  detail?: "auto" | "low" | "high";
+}
+
+/** Whether any item of a conversation carries an image. */
+export function carriesImage(items: readonly ConversationItem[]): boolean {
+  return items.some(
+    (item) => item.type !== "tool_call" && item.parts?.some((part) => part.type === "image") === true,
+  );
+}
 
 /** `function` tools take JSON arguments; `custom` (freeform) tools take raw text such as a patch. */
 export type ToolKind = "function" | "custom";
@@ -109,6 +139,8 @@ export interface EngineCapabilities {
   summaries: boolean;
   /** Serves fill-in-the-middle requests (`EngineRequest.fim`), at least for some of its models. */
   fim?: boolean;
+  /** Its models see images (`ConversationItem.parts`). A model entry's `vision` setting overrides it. */
+  vision?: boolean;
 }
 
 export interface EngineModel {

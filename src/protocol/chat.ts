@@ -1,7 +1,18 @@
 /** Wire shapes of the OpenAI Chat Completions API, validated leniently like the real API. */
 import { z } from "zod";
 
-const contentParts = z.array(z.looseObject({ type: z.string(), text: z.string().optional() }));
+/** An image: a data URL or an http(s) URL (checked when the messages are normalized, `core/conversation.ts`). */
+const imageUrlPart = z.looseObject({
+  type: z.literal("image_url"),
+  image_url: z.union([
+    z.string(),
+    z.looseObject({ url: z.string(), detail: z.enum(["auto", "low", "high"]).nullish() }),
+  ]),
+});
+const otherPart = z
+  .looseObject({ type: z.string(), text: z.string().optional() })
+  .refine((part) => part.type !== "image_url", { message: "malformed image_url part" });
+const contentParts = z.array(z.union([imageUrlPart, otherPart]));
 const content = z.union([z.string(), contentParts]).nullish();
 
 const toolCall = z.looseObject({

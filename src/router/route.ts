@@ -60,6 +60,10 @@
  *      unless it is a polite request to change code ("can you fix…?");
  *    - `single_file_edit`: a change verb with at most one file path named;
  *    - `default_interactive`: nothing points to deep.
+ * 5. `image_input`, applied after the rules above by the model registry (`core/model-registry.ts`),
+ *    which knows which models can see: a request that carries an image goes to a model that can
+ *    see, the chosen tier's own when it can, else the first configured one that can (its tier
+ *    then applies); the reason names the rule the text alone matched.
  *
  * `reason` is one ASCII sentence of at most {@link REASON_MAX_CHARS} characters citing the evidence
  * (the matched words, the path count, the tool-result count): it goes into an HTTP header and into the
@@ -102,7 +106,8 @@ export type RouteRule =
   | "short_tool_loop"
   | "question"
   | "single_file_edit"
-  | "default_interactive";
+  | "default_interactive"
+  | "image_input";
 
 /** Tool results since the latest user message from which a task counts as a long autonomous run. */
 export const LONG_RUN_TOOL_RESULTS = 8;

@@ -73,6 +73,8 @@ export type SparkServerOptions = (
   /** Time a client has to send its request headers, then its whole request (body included). */
   headersTimeoutMs?: number;
   requestTimeoutMs?: number;
+  /** The server log, one line each (`spark serve` writes it to stderr). */
+  log?: (line: string) => void;
 };
 
 type Handler = (context: RequestContext) => Promise<void>;
@@ -143,6 +145,7 @@ export class SparkServer {
       store: this.#store,
       admission: this.admission,
       defaultModel,
+      ...(options.log ? { log: options.log } : {}),
     });
     this.#chat = new ChatCompletionsService(this.models, this.metrics, this.admission, defaultModel);
     this.#completions = new CompletionsService(this.models, this.metrics, this.admission, defaultModel);

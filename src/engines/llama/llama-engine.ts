@@ -42,6 +42,7 @@ import type {
   EngineStatus,
   FinishReason,
 } from "../../engine/types.js";
+import { carriesImage } from "../../engine/types.js";
 import { SparkError } from "../../protocol/errors.js";
 import { AsyncQueue } from "./async-queue.js";
 import { toChatFunctions, toChatHistory } from "./chat-history.js";
@@ -379,6 +380,7 @@ export class LlamaEngine implements Engine {
    * `context_length_exceeded`, before anything is streamed. The rendered prompt is kept for `stream`.
    */
   validateRequest(request: EngineRequest): void {
+    refuseImages(request);
     if (!this.#status.ready) return;
     if (request.fim) {
       this.#fimPrompt(request);
@@ -526,6 +528,7 @@ export class LlamaEngine implements Engine {
   async *stream(request: EngineRequest, signal: AbortSignal): AsyncGenerator<EnginePart> {
     if (!this.#status.ready)
       throw SparkError.unavailable(`The llama engine is not ready: ${this.#status.detail}.`);
+    refuseImages(request);
     if (request.fim) {
       yield* this.#streamFim(request, signal);
       return;
@@ -689,6 +692,21 @@ function contextOrigin(size: number, trained: number, requested: number | undefi
       : "--context-size";
   if (size >= trained) return "the model's trained context; --context-size to set";
   return `the model's trained ${trained} reduced to fit free memory; --context-size or fewer --sequences to set`;
+}
+
+/**
+ * The prompt is rendered as text: an image would be dropped and the model would answer as if it
+ * had seen it. The core routes images to models that see; this is the engine's own guard.
+ */
+function refuseImages(request: EngineRequest): void {
+  if (!carriesImage(request.items)) return;
+  throw new SparkError(
+    400,
+    "invalid_request_error",
+    "image_unsupported",
+    'The llama engine cannot see images; send the image to a model configured with "vision": true.',
+    "input",
+  );
 }
 
 function contextLengthExceeded(contextSize: number, promptTokens: string): SparkError {

@@ -7,6 +7,7 @@
  * out of the JSON arguments as they arrive.
  */
 import type {
+  ContentPart,
   ConversationItem,
   EnginePart,
   EngineRequest,
@@ -73,11 +74,32 @@ function chatRequestBody(request: EngineRequest): Json {
 
 type ChatAssistantMessage = { role: "assistant"; content: string | null; tool_calls?: Json[] };
 
-/** Consecutive assistant items (text and tool calls of one turn) merge into one assistant message. */
+/** Text and image parts as Chat Completions content parts. */
+function chatContent(parts: readonly ContentPart[]): Json[] {
+  return parts.map((part) =>
+    part.type === "text"
+      ? { type: "text", text: part.text }
+      : { type: "image_url", image_url: { url: part.url, ...(part.detail ? { detail: part.detail } : {}) } },
+  );
+}
+
+/**
+ * Consecutive assistant items (text and tool calls of one turn) merge into one assistant message.
+ * Images (sent only to an upstream that sees, see `ConversationItem`) go as `image_url` parts; a
+ * tool message carries text only, so a tool result's images follow the turn's tool messages as one
+ * user message that names the call.
+ */
 function chatMessages(items: readonly ConversationItem[]): Json[] {
   const messages: Json[] = [];
   let assistant: ChatAssistantMessage | undefined;
+  let toolImages: Json[] = [];
+  const flushToolImages = (): void => {
+    if (toolImages.length === 0) return;
+    messages.push({ role: "user", content: toolImages });
+    toolImages = [];
+  };
   for (const item of items) {
+    if (item.type !== "tool_result") flushToolImages();
     if (item.type === "tool_call" || (item.type === "message" && item.role === "assistant")) {
       if (!assistant) {
         assistant = { role: "assistant", content: null };
@@ -98,11 +120,18 @@ function chatMessages(items: readonly ConversationItem[]): Json[] {
     assistant = undefined;
     if (item.type === "tool_result") {
       messages.push({ role: "tool", tool_call_id: item.callId, content: item.output });
+      const images = item.parts?.filter((part) => part.type === "image") ?? [];
+      if (images.length > 0)
+        toolImages.push(
+          { type: "text", text: `Images from the result of tool call ${item.callId}:` },
+          ...chatContent(images),
+        );
     } else {
       const role = item.role === "developer" ? "system" : item.role;
-      messages.push({ role, content: item.text });
+      messages.push({ role, content: item.parts ? chatContent(item.parts) : item.text });
     }
   }
+  flushToolImages();
   return messages;
 }
 

@@ -3,6 +3,7 @@
  * `response.*` events.
  */
 import type {
+  ContentPart,
   ConversationItem,
   EnginePart,
   EngineRequest,
@@ -51,10 +52,25 @@ function responsesRequestBody(request: EngineRequest): Json {
   return body;
 }
 
+/** Text and image parts as Responses content parts (images are sent only to an upstream that sees). */
+function responsesContent(parts: readonly ContentPart[], textType: "input_text" | "output_text"): Json[] {
+  return parts.map((part) =>
+    part.type === "text"
+      ? { type: textType, text: part.text }
+      : { type: "input_image", image_url: part.url, ...(part.detail ? { detail: part.detail } : {}) },
+  );
+}
+
 function responsesInputItem(item: ConversationItem): Json {
   switch (item.type) {
     case "message":
-      return { type: "message", role: item.role, content: item.text };
+      return {
+        type: "message",
+        role: item.role,
+        content: item.parts
+          ? responsesContent(item.parts, item.role === "assistant" ? "output_text" : "input_text")
+          : item.text,
+      };
     case "tool_call":
       return item.kind === "function"
         ? { type: "function_call", call_id: item.callId, name: item.name, arguments: item.input }
@@ -63,7 +79,7 @@ function responsesInputItem(item: ConversationItem): Json {
       return {
         type: item.kind === "function" ? "function_call_output" : "custom_tool_call_output",
         call_id: item.callId,
-        output: item.output,
+        output: item.parts ? responsesContent(item.parts, "input_text") : item.output,
       };
   }
 }
