@@ -14,7 +14,9 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { dirname, join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { file, freshDir, jsonLines, runToExit } from "./helpers/cli.js";
+import { file, freshDir, jsonLines, runToExit, spawnCli, stop, waitForStdout } from "./helpers/cli.js";
+import { WebSocket } from "ws";
+import type { ServerMessage } from "../src/app/protocol.js";
 import { skillsBudgetChars, skillsList, type Skill } from "../src/agent/context/skills.js";
 
 interface ChatMessage {
@@ -248,6 +250,89 @@ describe("project context reaches the model", () => {
     );
     assert.equal(answering.length, 3);
     for (const request of answering) assert.match(systemText(request), /KEEP-ME rule/);
+  });
+
+  test("the app: the hello names the files and prompts; tasks, background ones too, get the instructions", async () => {
+    const repo = freshDir("app-");
+    mkdirSync(join(repo, ".git"));
+    write(join(repo, "AGENTS.md"), "APP-RULE: be brief\n");
+    write(join(repo, ".spark", "prompts", "explain.md"), "Explain $1 to $2.\n");
+    write(
+      join(repo, ".agents", "skills", "tidy", "SKILL.md"),
+      "---\nname: tidy\ndescription: Tidies imports.\n---\nTIDY-BODY\n",
+    );
+    const h = homes();
+    upstream.requests.length = 0;
+    upstream.turns = [{ text: "foreground done" }, { text: "background done" }];
+    const app = spawnCli(
+      [
+        "app",
+        repo,
+        "--engine",
+        "openai",
+        "--upstream",
+        upstreamUrl,
+        "--sandbox",
+        "off",
+        "--port",
+        "0",
+        "--quiet",
+      ],
+      { HOME: h.home, SPARK_HOME: h.sparkHome },
+    );
+    try {
+      await waitForStdout(app, /spark app on (\S+)/);
+      const url = new URL(/spark app on (\S+)/.exec(app.stdout())![1]!);
+      const socket = new WebSocket(`ws://${url.host}/app/ws`, { headers: { origin: url.origin } });
+      const messages: ServerMessage[] = [];
+      const waiters: (() => void)[] = [];
+      socket.on("message", (data) => {
+        messages.push(JSON.parse(String(data)) as ServerMessage);
+        for (const wake of waiters.splice(0)) wake();
+      });
+      const next = async <T extends ServerMessage["type"]>(
+        type: T,
+        where: (m: Extract<ServerMessage, { type: T }>) => boolean = () => true,
+      ): Promise<Extract<ServerMessage, { type: T }>> => {
+        for (;;) {
+          const found = messages.find(
+            (m): m is Extract<ServerMessage, { type: T }> =>
+              m.type === type && where(m as Extract<ServerMessage, { type: T }>),
+          );
+          if (found) return found;
+          await new Promise<void>((resolve) => waiters.push(resolve));
+        }
+      };
+      const hello = await next("hello");
+      assert.deepEqual(hello.context?.instructions, [{ label: "AGENTS.md", bytes: 19, truncated: false }]);
+      assert.deepEqual(
+        hello.context?.prompts.map((p) => p.name),
+        ["explain"],
+      );
+      assert.deepEqual(
+        hello.context?.skills.map((s) => s.name),
+        ["tidy"],
+      );
+      socket.send(
+        JSON.stringify({ type: "task.create", model: "spark", text: "/explain closures newcomers" }),
+      );
+      await next("task.updated", (m) => m.summary.state === "done" && !m.summary.background);
+      socket.send(
+        JSON.stringify({ type: "task.create", model: "deep", text: "tidy the imports", background: true }),
+      );
+      await next("task.updated", (m) => m.summary.state === "done" && m.summary.background);
+      socket.close();
+      assert.equal(upstream.requests.length, 2);
+      const [foreground, background] = upstream.requests;
+      assert.deepEqual(userTexts(foreground!), ["Explain closures to newcomers."]);
+      for (const request of [foreground!, background!]) {
+        assert.match(systemText(request), /APP-RULE: be brief/);
+        assert.match(systemText(request), /- tidy: Tidies imports\./);
+        assert.ok(request.tools?.some((t) => t.function?.name === "skill"));
+      }
+    } finally {
+      await stop(app);
+    }
   });
 
   test("the byte cap cuts the last file and says so", async () => {
