@@ -4,22 +4,24 @@
  * its `apply_patch` tool, over WebSocket (`supports_websockets = true`) and over HTTP.
  *
  * Codex needs a model catalog entry for a custom model (without one it offers no `apply_patch`);
- * `test/fixtures/codex/models.json` holds the smallest entry Codex 0.169 accepts, for `spark` and for
+ * the catalog is the one `spark setup codex` writes (`codexCatalog()`), for `spark` and for
  * OpenAI's names of the tiers (`gpt-5.3-codex-spark`, `gpt-5.3-codex`), which Spark serves too.
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { after, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { codexCatalog } from "../src/cli/setup-command.js";
 import type { SparkServer } from "../src/server/http-server.js";
 import { startScriptServer } from "./helpers/servers.js";
 
 const CODEX_BIN =
   process.env.SPARK_CODEX_BIN || fileURLToPath(new URL("../node_modules/.bin/codex", import.meta.url));
-const CATALOG = fileURLToPath(new URL("./fixtures/codex/models.json", import.meta.url));
+const CATALOG = join(mkdtempSync(join(tmpdir(), "spark-codex-catalog-")), "spark-models.json");
+writeFileSync(CATALOG, JSON.stringify(codexCatalog()));
 /** Only to keep a broken run from hanging the suite; no assertion depends on it. */
 const SAFETY_TIMEOUT_MS = 120_000;
 
@@ -92,7 +94,7 @@ interface CodexRun {
   workspace: string;
 }
 
-const dirs: string[] = [];
+const dirs: string[] = [dirname(CATALOG)];
 after(() => {
   for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
 });
