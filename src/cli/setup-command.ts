@@ -157,7 +157,12 @@ export function planCodexConfig(
     // table header still comes after every top-level key.
     let at = topEnd;
     while (at > 0 && lines[at - 1]!.trim() === "") at--;
-    const block = [...(at > 0 ? [""] : []), "# Spark (spark setup codex)", ...added];
+    const block = [
+      ...(at > 0 ? [""] : []),
+      "# Spark (spark setup codex)",
+      ...added,
+      ...(at < lines.length && lines[at]!.trim() !== "" ? [""] : []),
+    ];
     lines.splice(at, 0, ...block);
   }
 
