@@ -157,6 +157,8 @@ function ModelPicker(props: {
       </button>
       <select
         class="model-select"
+        title="Tier: which of the server's models answers (spark, deep, auto)"
+        aria-label="Tier"
         value={task.model}
         onChange={(e) => send({ type: "model", task: task.id, model: (e.target as HTMLSelectElement).value })}
       >
@@ -641,7 +643,7 @@ function App(): preact.JSX.Element {
               <p class="workspace">{state.workspace}</p>
               <p class="hint">What should we do in this workspace? Your first message starts a new task.</p>
               <label class="draft-model">
-                Model{" "}
+                Tier{" "}
                 <select
                   class="model-select"
                   value={state.draftModel}
