@@ -356,6 +356,38 @@ describe("the interactive UI in a terminal", { skip: tmuxMissing ?? false }, () 
     assert.deepEqual(userMessages(dataDir), ["line one\nline two\nline three\nline four"]);
   });
 
+  test("Shift+Enter pressed in tmux with extended keys reaches the UI as a new line (it asks for modifyOtherKeys)", async () => {
+    // The server must exist for a server option; extended keys only for this test.
+    tmux.tmux("new-session", "-d", "-s", "extended-keys", "sleep 600");
+    tmux.tmux("set-option", "-s", "extended-keys", "on");
+    try {
+      const short = script("shift-enter.jsonl", [[message("Two lines seen.")]]);
+      const { term, dataDir } = startSpark(short, [], 40);
+      await term.ready();
+      term.type("first");
+      term.press("S-Enter");
+      term.type("second");
+      await term.waitFor(() => term.lastLine() === "  second", "the second line of the prompt");
+      term.press("Enter");
+      await term.waitFor("Two lines seen.", "the answer");
+      await until(() => userMessages(dataDir).length === 1, "the message in the session file");
+      assert.deepEqual(userMessages(dataDir), ["first\nsecond"]);
+    } finally {
+      tmux.tmux("set-option", "-s", "extended-keys", "off");
+    }
+  });
+
+  test("--tier banana falls back to spark at start, naming the server's tiers", async () => {
+    const short = script("bad-tier.jsonl", [[message("Fine.")]]);
+    const { term } = startSpark(short, ["--tier", "banana"], 40);
+    await term.ready();
+    assert.match(
+      term.screen().replace(/\s+/g, " "),
+      /tier banana is not served here \((\S+, )*deep\b.*\); using spark/,
+    );
+    assert.match(term.statusLine(), /^⚡ spark │ ready/);
+  });
+
   test("@ completes a workspace file path with Tab; the file is attached to the message", async () => {
     const short = script("attach.jsonl", [[message("Read it.")]]);
     const { term, cwd, dataDir } = startSpark(short, [], 40);
