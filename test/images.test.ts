@@ -6,8 +6,10 @@
  */
 import assert from "node:assert/strict";
 import { once } from "node:events";
+import { writeFileSync } from "node:fs";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { ConfigError, resolveSettings } from "../src/cli/config.js";
 import { createModels } from "../src/cli/create-engine.js";
@@ -15,7 +17,7 @@ import type { EngineRequest } from "../src/engine/types.js";
 import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
 import { SparkError } from "../src/protocol/errors.js";
 import { SparkServer } from "../src/server/http-server.js";
-import { file } from "./helpers/cli.js";
+import { file, freshDir, jsonLines, runToExit } from "./helpers/cli.js";
 import { MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
 import { WsClient } from "./helpers/ws-client.js";
 
@@ -354,3 +356,55 @@ test(
     }
   },
 );
+
+test("spark exec --image sends the picture as input_image: auto routes it to the model that sees", async () => {
+  const workspace = freshDir("ws-");
+  const image = join(workspace, "shot.png");
+  writeFileSync(image, Buffer.from(PNG.slice(PNG.indexOf(",") + 1), "base64"));
+  const before = eyes.bodies.length;
+  const run = await runToExit([
+    "exec",
+    "--json",
+    "-C",
+    workspace,
+    "--server",
+    url,
+    "--tier",
+    "auto",
+    "--image",
+    image,
+    "what is in this picture?",
+  ]);
+  assert.equal(run.code, 0, run.stderr + run.stdout);
+  const events = jsonLines(run.stdout);
+  const message = events.find((e) => e.type === "item.completed") as { item: { text?: string } } | undefined;
+  assert.equal(message?.item.text, "I see a red pixel");
+  assert.equal(eyes.bodies.length, before + 1);
+  const messages = eyes.bodies.at(-1)!.messages as { role: string; content: unknown }[];
+  const user = messages.findLast((m) => m.role === "user")!;
+  assert.deepEqual(user.content, [
+    { type: "text", text: "what is in this picture?" },
+    { type: "image_url", image_url: { url: PNG } },
+  ]);
+
+  // A model that cannot see: the turn fails with the server's reason, nothing is answered unseen.
+  const refused = await runToExit([
+    "exec",
+    "--json",
+    "-C",
+    workspace,
+    "--server",
+    url,
+    "--tier",
+    "spark",
+    "--image",
+    image,
+    "what is this?",
+  ]);
+  assert.equal(refused.code, 1, refused.stderr);
+  assert.match(refused.stdout, /image_unsupported|cannot see images/);
+
+  const missing = await runToExit(["exec", "-C", workspace, "--server", url, "--image", "nope.png", "hi"]);
+  assert.equal(missing.code, 2);
+  assert.match(missing.stderr, /--image nope\.png: no such file/);
+});

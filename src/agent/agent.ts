@@ -52,7 +52,11 @@ export interface TurnUsage {
 }
 
 export type AgentEvent =
-  | { type: "turn.started"; input: string }
+  | {
+      type: "turn.started";
+      input: string;
+      /** Images attached to the input (data URLs). */ images?: readonly string[];
+    }
   | {
       type: "response.started";
       responseId: string;
@@ -275,12 +279,16 @@ export class Agent {
    * Starts a turn with `text`, or steers the running one. Resolves when that turn ends: true when it
    * completed, false when it failed or was interrupted.
    */
-  submit(text: string): Promise<boolean> {
+  submit(text: string, images: readonly string[] = []): Promise<boolean> {
     if (this.#busy) {
-      this.steer(text);
+      if (images.length > 0) {
+        // A steer is text only: a message with images joins the next request instead.
+        this.#carry.push(userMessage(text, images));
+        this.#emit({ type: "steer", status: "deferred", text });
+      } else this.steer(text);
       return Promise.resolve(true);
     }
-    return this.#startTurn(text);
+    return this.#startTurn(text, undefined, images);
   }
 
   /** Sends `response.steer` for the response generating now (the hot path from a keystroke). */
@@ -422,9 +430,9 @@ export class Agent {
     return this.#startTurn(text, chosen.response);
   }
 
-  #startTurn(text: string, first?: ResponseObject): Promise<boolean> {
+  #startTurn(text: string, first?: ResponseObject, images: readonly string[] = []): Promise<boolean> {
     this.#busy = true;
-    const done = this.#turn(text, first).then(async (end) => {
+    const done = this.#turn(text, first, images).then(async (end) => {
       await this.#stopHooks(end);
       // Not busy before the end is announced: listeners may start the next turn at once.
       this.#busy = false;
@@ -437,19 +445,25 @@ export class Agent {
     return done;
   }
 
-  async #turn(text: string, first?: ResponseObject): Promise<TurnEnd> {
+  async #turn(text: string, first?: ResponseObject, images: readonly string[] = []): Promise<TurnEnd> {
     this.#interruptRequested = false;
     const carried = this.#carry.splice(0);
     const shown = [...carried.map(messageText).filter((t) => t !== ""), text].filter((t) => t !== "");
-    this.#emit({ type: "turn.started", input: shown.join("\n\n") });
+    this.#emit({
+      type: "turn.started",
+      input: shown.join("\n\n"),
+      ...(images.length > 0 ? { images } : {}),
+    });
     const usage = zeroUsage();
     const dangling = this.#danglingOutputs.splice(0);
     const attached =
       text.includes("$") && this.options.attachments
-        ? (await this.options.attachments(text).catch(() => [])).map(userMessage)
+        ? (await this.options.attachments(text).catch(() => [])).map((t) => userMessage(t))
         : [];
     let input: InputItem[] =
-      text === "" ? [...dangling, ...carried] : [...dangling, ...carried, userMessage(text), ...attached];
+      text === "" && images.length === 0
+        ? [...dangling, ...carried]
+        : [...dangling, ...carried, userMessage(text, images), ...attached];
     const maxRounds = this.options.maxRounds ?? 200;
     try {
       const hooks = this.#toolContext.hooks;
@@ -770,7 +784,7 @@ export class Agent {
     }
     if (reason === "steered") {
       // The successor's response.created follows on its own, with the steering input first.
-      pending.recordable = pending.steersInFlight.splice(0).map(userMessage);
+      pending.recordable = pending.steersInFlight.splice(0).map((t) => userMessage(t));
       pending.responseId = undefined;
       pending.firstTokenAt = undefined;
       pending.sentAt = performance.now();
@@ -882,8 +896,16 @@ export class Agent {
   }
 }
 
-export function userMessage(text: string): InputItem {
-  return { type: "message", role: "user", content: [{ type: "input_text", text }] };
+/** A user message; `images` (data or http(s) URLs) follow the text as `input_image` parts. */
+export function userMessage(text: string, images: readonly string[] = []): InputItem {
+  return {
+    type: "message",
+    role: "user",
+    content: [
+      ...(text !== "" || images.length === 0 ? [{ type: "input_text" as const, text }] : []),
+      ...images.map((image) => ({ type: "input_image" as const, image_url: image })),
+    ],
+  };
 }
 
 function toolOutput(call: ToolCall, text: string): InputItem {

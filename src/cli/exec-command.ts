@@ -10,15 +10,29 @@
 import type { AgentEvent } from "../agent/agent.js";
 import type { ThreadItem } from "../agent/tools.js";
 import { describeSandbox } from "../agent/sandbox.js";
+import { ImageFileError, imageDataUrl } from "../agent/images.js";
 import { startRuntime, type ClientFlags } from "./agent-runtime.js";
 import { describeInstructionFiles } from "../agent/context/session-context.js";
 
 export interface ExecOptions {
   json: boolean;
+  /** Image files attached to the task (`--image`), sent as `input_image` parts. */
+  images?: readonly string[];
   resume?: string | null;
 }
 
 export async function runExec(task: string, flags: ClientFlags, options: ExecOptions): Promise<number> {
+  // A bad image path is a usage error before anything starts.
+  const images: string[] = [];
+  for (const path of options.images ?? []) {
+    try {
+      images.push(await imageDataUrl(path));
+    } catch (error) {
+      if (!(error instanceof ImageFileError)) throw error;
+      process.stderr.write(`spark: --image ${error.message}\n`);
+      return 2;
+    }
+  }
   const out = (line: Record<string, unknown>): void => {
     process.stdout.write(`${JSON.stringify(line)}\n`);
   };
@@ -107,7 +121,7 @@ export async function runExec(task: string, flags: ClientFlags, options: ExecOpt
   process.on("SIGINT", onSignal);
   process.on("SIGTERM", onSignal);
   try {
-    const ok = await agent.submit(prompt ?? task);
+    const ok = await agent.submit(prompt ?? task, images);
     return ok ? 0 : 1;
   } finally {
     process.off("SIGINT", onSignal);

@@ -267,6 +267,11 @@ Examples:
       .argument("<task>", "what to do")
       .option("--json", "print one JSON event per line (thread, turn and item events)")
       .option(
+        "--image <path>",
+        "attach an image file (PNG, JPEG, GIF, WebP; repeatable), sent to a model that can see",
+        collect,
+      )
+      .option(
         "--resume <session>",
         'continue a saved session: its id (or the start of it), or "last" for the newest',
       ),
@@ -278,6 +283,7 @@ Examples:
   spark exec "add a test for parseArgs and run it"
   spark exec --json --approval never "fix the failing build" > events.jsonl
   spark exec --resume last "now run the tests"               # continue the newest session
+  spark exec --image screenshot.png "why is this button misaligned?"
   spark exec --engine script --script demo.jsonl "anything"   # deterministic, no model`,
     )
     .action(async (task: string, options: Record<string, unknown>, command: Command) => {
@@ -285,6 +291,7 @@ Examples:
       const resume = options.resume === "last" ? null : (options.resume as string | undefined);
       process.exitCode = await runExec(task, clientFlags(options, command), {
         json: options.json === true,
+        images: (options.image as string[] | undefined) ?? [],
         ...(resume === undefined ? {} : { resume }),
       });
     });
