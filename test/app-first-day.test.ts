@@ -71,7 +71,7 @@ async function waitForState(page: Page, label: string): Promise<void> {
   await page.locator(".task-item.current .state", { hasText: new RegExp(`^${label}$`) }).waitFor();
 }
 
-describe("spark app, the first day", { timeout: 180_000 }, () => {
+describe("spark app, the first day", { timeout: 900_000 }, () => {
   test("a reload mid-answer shows everything streamed so far, and so does one while an approval waits", async () => {
     const story = script("reload.jsonl", [
       message(LONG),
@@ -165,4 +165,212 @@ describe("spark app, the first day", { timeout: 180_000 }, () => {
     assert.equal(await page.locator(".msg.user", { hasText: "Hello while the server is down" }).count(), 1);
     await page.close();
   });
+
+  test("an answer cut off by the output token limit says so, with the next step, not done", async () => {
+    const story = script("cut.jsonl", [message(LONG)]);
+    const config = file(
+      "cut-config.json",
+      JSON.stringify({
+        models: { spark: { engine: "script", script: story, rate: 200, defaults: { maxOutputTokens: 8 } } },
+      }),
+    );
+    const app = await startApp(["--config", config]);
+    const page = await openApp(app.url);
+    await sendText(page, "Tell me everything");
+    await waitForState(page, "cut off");
+    const notice = page.locator(".notice", { hasText: "Cut off" });
+    await notice.waitFor();
+    assert.match(await notice.innerText(), /output token limit.*Next: send “continue”/s);
+    assert.match(await page.locator(".msg.assistant .cut-off").innerText(), /cut off: output token limit/);
+    assert.ok(!(await page.locator(".msg.assistant .markdown").innerText()).includes("OMEGA"));
+    await page.close();
+  });
+
+  test("a background task waiting for approval raises a toast that opens it; a finished one's toast renders Markdown", async () => {
+    const foreground = script("fg.jsonl", [
+      {
+        output: [
+          {
+            type: "function_call",
+            name: "delegate",
+            arguments: JSON.stringify({ task: "Create the notes file" }),
+          },
+        ],
+      },
+      message(`FOREGROUND ${LONG}`),
+    ]);
+    const background = script("bg.jsonl", [
+      {
+        output: [
+          { type: "function_call", name: "shell", arguments: JSON.stringify({ command: "touch notes.md" }) },
+        ],
+      },
+      message("Created it:\n\n```python\nprint('hello')\n```\n\nAll **done**."),
+    ]);
+    const config = file(
+      "bg-config.json",
+      JSON.stringify({
+        models: {
+          spark: { engine: "script", script: foreground, rate: 40 },
+          deep: { engine: "script", script: background, rate: 200 },
+        },
+      }),
+    );
+    const app = await startApp(["--config", config, "--approval", "untrusted"]);
+    const page = await openApp(app.url);
+    await sendText(page, "Hand the notes to the background");
+    const toast = page.locator(".toast.approval", { hasText: "Create the notes file" });
+    await toast.waitFor();
+    assert.match(await toast.innerText(), /waits for your approval/);
+    // The open task is marked more than the waiting one, whose state only colours its label.
+    const look = (selector: string): Promise<string> =>
+      page
+        .locator(selector)
+        .evaluate(
+          (element) => `${getComputedStyle(element).backgroundColor} ${getComputedStyle(element).boxShadow}`,
+        );
+    assert.equal(await look(".task-item.state-approval"), "rgba(0, 0, 0, 0) none");
+    assert.notEqual(await look(".task-item.current"), "rgba(0, 0, 0, 0) none");
+    await screenshot(page, "approval-toast");
+    await toast.locator("button", { hasText: "Open" }).click();
+    await page.locator(".task-item.current", { hasText: "Create the notes file" }).waitFor();
+    await toast.waitFor({ state: "detached" });
+    const approval = page.locator("div.approval:not(.answered)", { hasText: "Run this command?" });
+    await approval.waitFor();
+    await approval.locator("button", { hasText: "Approve once" }).click();
+    // Finished: its toast shows the answer rendered, not its Markdown source.
+    const finished = page.locator(".toast.finished", { hasText: "Create the notes file" });
+    await finished.waitFor();
+    const text = await finished.locator(".toast-text").innerText();
+    assert.ok(!text.includes("```") && !text.includes("**"), `raw Markdown in the toast: ${text}`);
+    assert.equal(await finished.locator(".toast-text pre code").count(), 1);
+    assert.equal(await finished.locator(".toast-text strong", { hasText: "done" }).count(), 1);
+    await page.close();
+  });
+
+  test("the first screen has a composer, New task leaves no empty entries, titles end in an ellipsis, live tok/s, a favicon", async () => {
+    const story = script("first.jsonl", [message(LONG)]);
+    const app = await startApp(["--engine", "script", "--script", story, "--rate", "40"]);
+    const favicon = await fetch(new URL("/favicon.svg", app.url));
+    assert.equal(favicon.status, 200);
+    assert.match(favicon.headers.get("content-type") ?? "", /image\/svg\+xml/);
+    assert.equal((await fetch(new URL("/favicon.ico", app.url))).status, 200);
+    const page = await openApp(app.url);
+    const missing: string[] = [];
+    page.on("response", (response) => {
+      if (response.status() === 404) missing.push(response.url());
+    });
+    await page.reload();
+    // The first screen: a composer, ready to type in.
+    await page.locator(".welcome textarea.input").waitFor();
+    await screenshot(page, "welcome");
+    // New task twice, nothing sent: no task is created.
+    await page.locator(".new-task").click();
+    await page.locator(".new-task").click();
+    assert.equal(await page.locator(".task-item").count(), 0);
+    const title = "A rather long first message that will not fit in the sidebar at all, so it is cut";
+    await sendText(page, title);
+    await page.locator(".task-item.current").waitFor();
+    // Live tokens per second while the answer streams.
+    await page.locator('.msg.assistant[data-streaming="true"]').waitFor();
+    await page.locator(".status-bar .tps", { hasText: /^\d+ tok\/s$/ }).waitFor();
+    assert.equal(await page.locator(".task-item").count(), 1);
+    const cut = await page.locator(".task-item.current .task-title").evaluate((element) => ({
+      overflow: getComputedStyle(element).textOverflow,
+      clipped: element.scrollWidth > element.clientWidth,
+    }));
+    assert.deepEqual(cut, { overflow: "ellipsis", clipped: true });
+    // The open task is marked more strongly than any state colour.
+    const marked = await page
+      .locator(".task-item.current")
+      .evaluate((element) => getComputedStyle(element).boxShadow);
+    assert.notEqual(marked, "none");
+    await page.locator(".new-task").click();
+    await page.locator(".welcome textarea.input").waitFor();
+    assert.equal(await page.locator(".task-item").count(), 1, "New task created nothing");
+    assert.deepEqual(missing, []);
+    await page.close();
+  });
+
+  test("on a phone (390x844): no sideways scroll, the transcript takes the width, diffs scroll in their box, every composer control on screen", async () => {
+    const wide = "x".repeat(300);
+    const edits = script("phone.jsonl", [
+      {
+        output: [
+          {
+            type: "custom_tool_call",
+            name: "apply_patch",
+            input: `*** Begin Patch\n*** Add File: wide.txt\n+${wide}\n+short line\n*** End Patch`,
+          },
+        ],
+      },
+      message(`Wrote wide.txt. ${LONG}`),
+    ]);
+    const app = await startApp([
+      "--engine",
+      "script",
+      "--script",
+      edits,
+      "--rate",
+      "40",
+      "--approval",
+      "never",
+    ]);
+    const page = await openApp(app.url, { width: 390, height: 844 });
+    await page.locator(".welcome textarea.input").waitFor();
+    await assertFits(page);
+    await screenshot(page, "phone-welcome");
+    await sendText(page, "Write a wide file");
+    await page.locator(".tool.patch.completed .diff").waitFor();
+    await page.locator('.msg.assistant[data-streaming="true"]').waitFor();
+    await assertFits(page);
+    // The diff scrolls sideways inside its own box.
+    const diff = await page.locator(".tool.patch .diff-body").evaluate((element) => ({
+      scrolls: element.scrollWidth > element.clientWidth,
+      width: element.getBoundingClientRect().width,
+    }));
+    assert.ok(diff.scrolls && diff.width <= 390, `diff box: ${JSON.stringify(diff)}`);
+    await screenshot(page, "phone-task");
+    // The task list is a drawer: closed, it takes no width; opened, it lists the task.
+    assert.equal(await page.locator(".sidebar").isVisible(), false);
+    await page.locator(".drawer-toggle").click();
+    await page.locator(".sidebar .task-item").waitFor();
+    // Slid in all the way (a short transition).
+    await page.waitForFunction(() => document.querySelector(".sidebar")!.getBoundingClientRect().left === 0);
+    await screenshot(page, "phone-drawer");
+    await page.locator(".sidebar .task-item").click();
+    await page.locator(".sidebar").waitFor({ state: "hidden" });
+    await page.close();
+  });
 });
+
+/** The page does not scroll sideways, the transcript (or first screen) is wide, every composer control is on screen. */
+async function assertFits(page: Page): Promise<void> {
+  const layout = await page.evaluate(() => {
+    const root = document.documentElement;
+    const column = document.querySelector(".transcript") ?? document.querySelector(".main");
+    return {
+      scrollWidth: Math.max(root.scrollWidth, document.body.scrollWidth),
+      width: root.clientWidth,
+      column: column?.getBoundingClientRect().width ?? 0,
+    };
+  });
+  assert.ok(layout.scrollWidth <= layout.width, `the page scrolls sideways: ${JSON.stringify(layout)}`);
+  assert.ok(layout.column >= 300, `the transcript column is ${layout.column} px wide`);
+  const controls = page.locator(".composer textarea, .composer-actions button, .composer-actions select");
+  const count = await controls.count();
+  assert.ok(count >= 3, `only ${count} composer controls`);
+  const viewport = page.viewportSize()!;
+  for (let i = 0; i < count; i++) {
+    const control = controls.nth(i);
+    assert.ok(await control.isVisible(), `composer control ${i} is hidden`);
+    const box = (await control.boundingBox())!;
+    assert.ok(
+      box.x >= 0 &&
+        box.y >= 0 &&
+        box.x + box.width <= viewport.width &&
+        box.y + box.height <= viewport.height,
+      `composer control ${i} (${await control.innerText().catch(() => "")}) is off screen: ${JSON.stringify(box)}`,
+    );
+  }
+}

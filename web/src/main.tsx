@@ -99,7 +99,8 @@ function Sidebar(props: { tasks: TaskSummary[]; current: string | undefined }): 
         {props.tasks.map((task) => (
           <li
             key={task.id}
-            class={`task-item${task.id === props.current ? " current" : ""} ${task.state}`}
+            // `state-…`: a bare state name would take that name's styles (`.approval` is the approval card).
+            class={`task-item${task.id === props.current ? " current" : ""} state-${task.state}`}
             data-task={task.id}
             onClick={() => openTask(task.id)}
           >
@@ -639,25 +640,27 @@ function App(): preact.JSX.Element {
         ) : (
           <>
             <div class="welcome">
-              <h1>⚡ Spark</h1>
-              <p class="workspace">{state.workspace}</p>
-              <p class="hint">What should we do in this workspace? Your first message starts a new task.</p>
-              <label class="draft-model">
-                Tier{" "}
-                <select
-                  class="model-select"
-                  value={state.draftModel}
-                  onChange={(e) => setState({ draftModel: (e.target as HTMLSelectElement).value })}
-                >
-                  {state.models.map((m) => (
-                    <option key={m} value={m}>
-                      {m}
-                    </option>
-                  ))}
-                </select>
-              </label>
+              <div class="welcome-head">
+                <h1>⚡ Spark</h1>
+                <p class="workspace">{state.workspace}</p>
+                <p class="hint">What should we do in this workspace? Your first message starts a new task.</p>
+                <label class="draft-model">
+                  Tier{" "}
+                  <select
+                    class="model-select"
+                    value={state.draftModel}
+                    onChange={(e) => setState({ draftModel: (e.target as HTMLSelectElement).value })}
+                  >
+                    {state.models.map((m) => (
+                      <option key={m} value={m}>
+                        {m}
+                      </option>
+                    ))}
+                  </select>
+                </label>
+              </div>
+              <Composer key="draft" model={state.draftModel} />
             </div>
-            <Composer key="draft" model={state.draftModel} />
           </>
         )}
       </main>
