@@ -10,7 +10,8 @@
  *   7. cancel latency: WebSocket closed to engine stopped (script and llama engines);
  *   8. what keys, `model: "auto"` routing, rate limits and queue bookkeeping add per request;
  *   9. 1,000 concurrent WebSocket sessions: p99 inter-token time, memory per session, errors;
- *  10. the `spark` TUI: launch to ready prompt, vs a bare Node prompt;
+ *  10. the `spark` TUI: launch to ready prompt, vs a bare Node prompt; 10b. a 2,000-line Markdown
+ *      answer streamed into its renderer at 1,000 tok/s: the longest frame;
  *  11. the `spark` TUI: Enter on a steer to `response.steer` on the wire, vs a minimal client;
  *  12. upstream replicas: routing policies on a simulated fleet with prefix KV caches, failover when
  *      a replica dies (real engine, real sockets), and the routing decision's cost;
@@ -45,7 +46,7 @@ import { table, type FigureResult, type FigureRow } from "./report.js";
 import { addedLatency, relayThroughput } from "./script-figures.js";
 import { sessionScale } from "./scale-figures.js";
 import { tenancyOverhead } from "./tenancy-figures.js";
-import { launchFigure, steerKeystrokeFigure } from "./tui-figures.js";
+import { launchFigure, markdownStreamFigure, steerKeystrokeFigure } from "./tui-figures.js";
 import { steeringAndCancel, toolLoop } from "./ws-figures.js";
 
 const { values: args } = parseArgs({
@@ -175,6 +176,8 @@ const tuiRounds = args.quick ? 5 : 15;
 if (only.has(10)) {
   log(`\n10. spark TUI launch to ready prompt, in a pseudo-terminal (${tuiRounds} launches after 1 warm-up)`);
   results.tuiLaunch = await launchFigure({ rounds: tuiRounds }, log);
+  log(`\n10b. spark TUI: a 2,000-line Markdown answer streamed into its renderer at 1,000 tok/s (real time)`);
+  results.tuiMarkdown = await markdownStreamFigure({ lines: 2000 }, log);
 }
 if (only.has(11)) {
   log(

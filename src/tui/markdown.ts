@@ -63,6 +63,13 @@ export function loadMarkdown(): Promise<void> {
     );
     // `breaks`: a single newline is a line break, as the model wrote it (a terminal has no reflow to gain).
     lex = (source) => Lexer.lex(source, { gfm: true, breaks: true });
+    // highlight.js compiles a language's grammar on its first use (up to 45 ms for Java): do it
+    // now, one language per event-loop turn, rather than in the frame that shows the first fence.
+    for (const name of Object.keys(LANGUAGES)) {
+      await new Promise((resolve) => setImmediate(resolve));
+      hl.highlight("x = 1", { language: name, ignoreIllegals: true });
+    }
+    lex("# a\n\n- *b* `c`\n\n| d |\n|---|\n| e |\n");
     hljs = hl;
   })();
   return loading;
