@@ -311,6 +311,7 @@ describe("MCP servers in spark exec", { timeout: 240_000 }, () => {
       /MCP server crashy failed, its tools are unavailable: .*cannot open its database/,
     );
     assert.match(run.stderr, /MCP server stuck failed/);
+    assert.equal(run.stderr.match(/MCP server crashy failed/g)?.length, 1, "said once");
     const pids = pidsIn(pidFile);
     assert.equal(pids.length, 3, "each server started once");
     await allGone(pids);

@@ -15,15 +15,17 @@
  * prompt is ready at once; messages sent before the connection is up wait for it. When the server
  * cannot start or be reached, the UI stays up: /retry, /model FILE.gguf and /quit still work.
  */
+import { basename } from "node:path";
 import type { Agent, AgentEvent, ResponseObject } from "../agent/agent.js";
 import type { ApprovalAnswer, ApprovalRequest, ThreadItem } from "../agent/tools.js";
 import type { ClientFlags, Runtime } from "../cli/agent-runtime.js";
 import { describeInstructionFiles } from "../agent/context/session-context.js";
+import { imageDataUrl, pastedImagePath } from "../agent/images.js";
 import type { Workspace } from "../agent/workspace.js";
 import { decodeKeys, type Key } from "./keys.js";
 import { loadMarkdown, renderMarkdown } from "./markdown.js";
 import { Screen, visibleWidth } from "./screen.js";
-import { bold, contextMeter, cyan, dim, green, inverse, red, tierLabel, yellow } from "./style.js";
+import { bold, contextMeter, cyan, dim, green, inverse, magenta, red, tierLabel, yellow } from "./style.js";
 import { describeCutOff, expandToolItem, summarizeToolItem } from "./tool-summary.js";
 import { padTo, truncate, wrapText } from "./wrap.js";
 
@@ -46,6 +48,7 @@ const COMMANDS = [
   "variants",
   "status",
   "skills",
+  "image",
   "retry",
   "expand",
   "help",
@@ -88,6 +91,8 @@ class TuiApp {
   #phase: Phase = "starting";
   #notice = "";
   readonly #waitingForConnection: { text: string; variants?: number }[] = [];
+  /** Images attached (`/image PATH`, a pasted path) for the next message: data URLs and names. */
+  #images: { name: string; url: string }[] = [];
   #approval: { request: ApprovalRequest; resolve: (answer: ApprovalAnswer) => void } | undefined;
   #variants: VariantPanel | undefined;
   #variantsNext: number | undefined;
@@ -187,20 +192,27 @@ class TuiApp {
   /** What to do when the server could not start or be reached, in this UI's own commands. */
   async #failureHelp(): Promise<string[]> {
     let server: string | undefined;
+    let llama: boolean;
     try {
       const { resolveClient } = await import("../cli/agent-runtime.js");
-      server = resolveClient(this.flags, true).server;
+      const client = resolveClient(this.flags, true);
+      server = client.server;
+      llama = client.settings.engine === "llama";
     } catch {
       return ["Fix the setting above and start spark again; /quit leaves."];
     }
     const waiting = this.#waitingForConnection.length;
     return [
-      server === undefined
-        ? "Not connected: /model FILE.gguf loads a model file you have · /retry tries again · /quit leaves."
-        : `Not connected to ${server}: /retry tries again · /quit leaves.`,
-      server === undefined
-        ? "Next time: `spark --model FILE.gguf`, or `spark --server URL` to use a running `spark serve`."
-        : "Start the server with `spark serve`, or pick another with `spark --server URL`.",
+      server !== undefined
+        ? `Not connected to ${server}: /retry tries again · /quit leaves.`
+        : llama
+          ? "Not connected: /model FILE.gguf loads a model file you have · /retry tries again · /quit leaves."
+          : "Not connected: /retry tries again · /quit leaves.",
+      server !== undefined
+        ? "Start the server with `spark serve`, or pick another with `spark --server URL`."
+        : llama
+          ? "Next time: `spark --model FILE.gguf`, or `spark --server URL` to use a running `spark serve`."
+          : "Fix the engine's settings (above), or use a running server: `spark --server URL`.",
       ...(waiting > 0 ? [`${waiting} message${waiting === 1 ? "" : "s"} wait for the connection.`] : []),
     ];
   }
@@ -281,8 +293,12 @@ class TuiApp {
       case "ctrl-t":
         return this.#setModel(this.#model === "spark" ? "deep" : "spark");
       case "text":
-      case "paste":
+      case "paste": {
+        // A pasted (or dropped) path of an image file attaches the image instead of its path.
+        const imagePath = key.name === "paste" ? pastedImagePath(key.text) : undefined;
+        if (imagePath) return void this.#attachImage(imagePath);
         return this.#insert(key.name === "paste" ? key.text.replace(/\r\n?/g, "\n") : key.text);
+      }
       case "backspace":
         if (this.#caret > 0) {
           this.#input = this.#input.slice(0, this.#caret - 1) + this.#input.slice(this.#caret);
@@ -506,20 +522,47 @@ class TuiApp {
     }
     this.#screen.line(cyan(echo(text)));
     if (variants !== undefined) return void this.#runVariants(variants, text);
+    const images = this.#takeImages();
     this.#phase = "waiting";
     this.#render();
-    if (/(?:^|\s)@\S/.test(text)) return void this.#submitWithAttachments(agent, text);
+    if (/(?:^|\s)@\S/.test(text)) return void this.#submitWithAttachments(agent, text, images);
     this.#echoed = true;
-    void agent.submit(text);
+    void agent.submit(text, images);
     this.#echoed = false;
   }
 
-  async #submitWithAttachments(agent: Agent, text: string): Promise<void> {
+  async #submitWithAttachments(agent: Agent, text: string, images: string[] = []): Promise<void> {
     const message = await this.#withAttachments(text);
     this.#render();
     this.#echoed = true;
-    void agent.submit(message);
+    void agent.submit(message, images);
     this.#echoed = false;
+  }
+
+  /** Reads an image file for the next message (`/image PATH`, a pasted path) and says so. */
+  async #attachImage(path: string): Promise<void> {
+    try {
+      const url = await imageDataUrl(path, this.flags.cd ?? process.cwd());
+      const name = basename(path);
+      this.#images.push({ name, url });
+      const kib = Math.max(1, Math.round((url.length * 3) / 4 / 1024));
+      this.#screen.line(
+        `${magenta(`[image: ${name}]`)} ${dim(`${kib} KiB attached to your next message (a model that can see answers: /tier auto)`)}`,
+      );
+    } catch (error) {
+      this.#screen.line(
+        yellow(`image not attached: ${error instanceof Error ? error.message : String(error)}`),
+      );
+    }
+    this.#render();
+  }
+
+  /** The attached images for the message being sent (shown in the transcript), then none. */
+  #takeImages(): string[] {
+    const images = this.#images.splice(0);
+    if (images.length > 0)
+      this.#screen.line(magenta(`  ${images.map((image) => `[image: ${image.name}]`).join(" ")}`));
+    return images.map((image) => image.url);
   }
 
   #onApprovalKey(key: Key): void {
@@ -577,6 +620,20 @@ class TuiApp {
           this.#screen.line(dim(`${usage.padEnd(12)} ${prompt.description} (custom prompt)`));
         }
         break;
+      case "image": {
+        const path = line
+          .slice(1 + (name?.length ?? 0))
+          .trim()
+          .replace(/^(['"])(.*)\1$/, "$2");
+        if (!path) {
+          this.#screen.line(
+            dim("/image PATH attaches an image file (PNG, JPEG, GIF, WebP) to your next message"),
+          );
+          break;
+        }
+        await this.#attachImage(path);
+        break;
+      }
       case "skills": {
         const skills = this.#runtime?.context.skills ?? [];
         if (skills.length === 0)
@@ -662,6 +719,14 @@ class TuiApp {
               `workspace: ${runtime.workspace.root}`,
               `instructions: ${describeInstructionFiles(runtime.context.summary().instructions)}`,
               `skills: ${runtime.context.skills.length} · custom prompts: ${runtime.context.prompts.length}`,
+              ...(runtime.mcp
+                ? [
+                    `MCP servers: ${runtime.mcp
+                      .list()
+                      .map((m) => `${m.name} ${m.state === "ready" ? `(${m.tools.length} tools)` : m.state}`)
+                      .join(", ")}`,
+                  ]
+                : []),
             ].join("\n"),
           ),
         );
@@ -711,6 +776,10 @@ class TuiApp {
       );
     } else if (this.flags.server !== undefined || process.env.SPARK_SERVER) {
       this.#screen.line(yellow("the remote server chooses its model; /retry connects again"));
+    } else if (this.flags.serve.engine !== undefined && this.flags.serve.engine !== "llama") {
+      this.#screen.line(
+        yellow(`the ${String(this.flags.serve.engine)} engine loads no model file; /retry tries again`),
+      );
     } else {
       this.flags.serve.model = file;
       this.#screen.line(dim(`loading ${file}…`));
@@ -889,6 +958,8 @@ class TuiApp {
           this.#screen.line(dim(`context compacted automatically: ${event.items} items kept`));
         break;
       case "turn.completed":
+        // The turn may have added or removed files: `@` completion lists them again.
+        this.#files = undefined;
         this.#screen.endLine();
         if (this.#cutOff) this.#screen.line(yellow(`⚠ ${this.#cutOff}`));
         this.#cutOff = undefined;
@@ -1061,6 +1132,7 @@ const HELP = [
   "Ctrl-J       new line in the message (also Shift+Enter where the terminal tells it from Enter)",
   "Tab          complete /commands, tiers and @files; else queue the message for after this turn",
   "@path        attach a workspace file to the message (Tab completes the path)",
+  "/image PATH  attach an image to the next message (or paste an image file's path)",
   "Esc          interrupt the model (or a running command)",
   "Ctrl-T       toggle the tier: spark (fast) ⇄ deep (thorough)",
   "Up/Down      message history · Ctrl-U clear · Ctrl-C twice quit",

@@ -105,6 +105,11 @@ class McpServer {
       this.#set("ready");
     } catch (error) {
       if (this.#closing) return;
+      // A server that exits while starting was already reported (by onclose), with the better reason.
+      if ((this.state as McpServerState) === "failed") {
+        void this.#shutdown();
+        return;
+      }
       this.error = this.#describe(error);
       this.#set("failed");
       void this.#shutdown();
