@@ -19,6 +19,7 @@ import { SparkError } from "../src/protocol/errors.js";
 import { SparkServer } from "../src/server/http-server.js";
 import { file, freshDir, jsonLines, runToExit } from "./helpers/cli.js";
 import { MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
+import { distMissing, TmuxServer, tmuxMissing } from "./helpers/tmux.js";
 import { WsClient } from "./helpers/ws-client.js";
 
 /** A 1x1 PNG. */
@@ -408,3 +409,51 @@ test("spark exec --image sends the picture as input_image: auto routes it to the
   assert.equal(missing.code, 2);
   assert.match(missing.stderr, /--image nope\.png: no such file/);
 });
+
+test(
+  "the TUI: /image PATH and a pasted image path attach images, shown in the transcript and sent as input_image",
+  { skip: tmuxMissing ?? false },
+  async () => {
+    const missing = distMissing();
+    assert.equal(missing, undefined, missing);
+    const tmux = new TmuxServer();
+    try {
+      const cwd = freshDir("ws-");
+      writeFileSync(join(cwd, "shot.png"), Buffer.from(PNG.slice(PNG.indexOf(",") + 1), "base64"));
+      const pasted = join(cwd, "pasted image.png");
+      writeFileSync(pasted, Buffer.from(PNG.slice(PNG.indexOf(",") + 1), "base64"));
+      const term = tmux.start({ args: ["--server", url, "--tier", "auto"], cwd, dataDir: freshDir("data-") });
+      await term.waitFor(
+        () => / │ ready( │|$)/.test(term.statusLine()) && term.lastLine().startsWith("›"),
+        "ready",
+      );
+      term.type("/image shot.png");
+      term.press("Enter");
+      await term.waitFor(/\[image: shot\.png\] \d+ KiB attached to your next message/, "the attached line");
+      const before = eyes.bodies.length;
+      term.type("what is in this picture?");
+      term.press("Enter");
+      const screen = await term.waitFor("I see a red pixel", "the answer of the model that sees");
+      assert.match(screen, /^› what is in this picture\?\n\s+\[image: shot\.png\]$/m);
+      assert.equal(eyes.bodies.length, before + 1);
+      const sent = eyes.bodies.at(-1)!.messages as { role: string; content: unknown }[];
+      assert.deepEqual(sent.findLast((m) => m.role === "user")!.content, [
+        { type: "text", text: "what is in this picture?" },
+        { type: "image_url", image_url: { url: PNG } },
+      ]);
+
+      // A dropped file: the terminal pastes its quoted path (bracketed paste).
+      await term.waitFor(() => / │ ready( │|$)/.test(term.statusLine()), "ready again");
+      tmux.tmux("set-buffer", "-b", "img", `'${pasted}'`);
+      tmux.tmux("paste-buffer", "-p", "-b", "img", "-t", term.name);
+      await term.waitFor("[image: pasted image.png]", "the pasted image attached");
+      assert.ok(!term.lastLine().includes("pasted image.png"), "the path is not typed into the prompt");
+      term.type("and this one?");
+      term.press("Enter");
+      await term.waitFor((s) => s.split("I see a red pixel").length === 3, "the second answer");
+      assert.equal(eyes.bodies.length, before + 2);
+    } finally {
+      tmux.kill();
+    }
+  },
+);
