@@ -85,6 +85,38 @@ export default tseslint.config(
     },
   },
   {
+    // The agent's rooms for MCP and hooks are reached through its tool and session seams (tools.ts's
+    // ToolContext, the runtime that starts a session); they never reach back into the turn loop, the
+    // tools or the approvals. They are clients too: the server's layers stay out.
+    files: ["src/agent/mcp/**", "src/agent/hooks/**"],
+    rules: {
+      "no-restricted-imports": [
+        "error",
+        {
+          patterns: [
+            {
+              group: [
+                "**/server/**",
+                "**/core/**",
+                "**/engines/**",
+                "**/engine/**",
+                "**/store/**",
+                "**/router/**",
+                "**/cli/**",
+              ],
+              message: "The client reaches the server only through the Responses API (responses-socket.ts).",
+            },
+            {
+              regex: "^\\.\\./[^/]+\\.js$",
+              message:
+                "MCP and hooks are reached through the agent's seams; they do not import the agent's own modules.",
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
     // The app server is a client of the Spark server like the TUI: it reaches it only over the wire.
     // It shares the server's origin policy and request-target parsing (the same checks guard both).
     files: ["src/app/**"],
