@@ -6,7 +6,11 @@
  * answer streams (sampled from /proc every 50 ms until the task is saved as done, plus a second)
  * minus its RSS just before the request. Goal: under +64 MiB.
  *
- * Runnable alone: `node --import tsx bench/app-slow-reader.ts` prints the figure as JSON.
+ * `{ read: true }` measures the same answer with a browser that reads everything, for comparison:
+ * what remains with a paused browser beyond that is what the slow browser itself costs.
+ *
+ * Runnable alone: `node --import tsx bench/app-slow-reader.ts` prints the figure as JSON (with
+ * `--control`, the reading browser's figure too).
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -89,7 +93,7 @@ function taskFinished(dataDir: string): boolean {
   });
 }
 
-export async function slowReaderFigure(): Promise<{ rssGrowthMiB: number }> {
+export async function slowReaderFigure(options: { read?: boolean } = {}): Promise<{ rssGrowthMiB: number }> {
   const dir = mkdtempSync(join(tmpdir(), "spark-slow-reader-"));
   const workspace = join(dir, "workspace");
   const dataDir = join(dir, "data");
@@ -143,7 +147,8 @@ export async function slowReaderFigure(): Promise<{ rssGrowthMiB: number }> {
     let peak = baseline;
     ws.send(JSON.stringify({ type: "task.create", model: "spark", text: "write a lot" }));
     // The browser stops reading: nothing more is taken off the socket.
-    if (!process.env.READ_ALL) ws.pause();
+    if (options.read) ws.on("message", () => {});
+    else ws.pause();
     const deadline = Date.now() + ANSWER_TIMEOUT_MS;
     let finishedAt: number | undefined;
     while (Date.now() < deadline && child.exitCode === null) {
@@ -164,5 +169,8 @@ export async function slowReaderFigure(): Promise<{ rssGrowthMiB: number }> {
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const figure = await slowReaderFigure();
-  process.stdout.write(`${JSON.stringify(figure)}\n`);
+  const control = process.argv.includes("--control") ? await slowReaderFigure({ read: true }) : undefined;
+  process.stdout.write(
+    `${JSON.stringify(control ? { ...figure, readingBrowserRssGrowthMiB: control.rssGrowthMiB } : figure)}\n`,
+  );
 }
