@@ -340,6 +340,11 @@ describe("spark app, the first day", { timeout: 900_000 }, () => {
     await screenshot(page, "phone-drawer");
     await page.locator(".sidebar .task-item").click();
     await page.locator(".sidebar").waitFor({ state: "hidden" });
+    // The review's diffs fit the same way.
+    await page.locator(".review-button").click();
+    await page.locator(".review .diff[data-path='wide.txt']").waitFor();
+    await assertFits(page);
+    await screenshot(page, "phone-review");
     await page.close();
   });
 });

@@ -80,7 +80,7 @@ const LONG =
 
 async function openApp(url: string): Promise<Page> {
   const browser = await launchBrowser();
-  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  const page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
   // Every wait is for a condition, bounded by the test's own timeout, not playwright's 30 s: on a
   // loaded machine a correct page may take longer than that, and a wrong one never gets there.
   page.setDefaultTimeout(0);
