@@ -19,7 +19,19 @@ import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/
 import { z } from "zod";
 import { decideMcpTool } from "../src/agent/approval.js";
 import type { ThreadItem } from "../src/agent/tools.js";
-import { file, freshDir, jsonLines, REPO_ROOT, runToExit, startServer, stop } from "./helpers/cli.js";
+import WebSocket from "ws";
+import type { LogEntry, ServerMessage } from "../src/app/protocol.js";
+import {
+  file,
+  firstLine,
+  freshDir,
+  jsonLines,
+  REPO_ROOT,
+  runToExit,
+  spawnCli,
+  startServer,
+  stop,
+} from "./helpers/cli.js";
 
 const EVERYTHING = join(REPO_ROOT, "node_modules/@modelcontextprotocol/server-everything/dist/index.js");
 const TEST_SERVER = join(REPO_ROOT, "test/fixtures/mcp/test-server.mjs");
@@ -496,5 +508,74 @@ describe("spark mcp list and the config", { timeout: 120_000 }, () => {
       cfg,
     ]);
     await stop(server);
+  });
+});
+
+describe("MCP servers in spark app", { timeout: 240_000 }, () => {
+  test("a task calls a server's tool; a server that failed is a notice in the task; nothing outlives the app", async () => {
+    const pidFile = join(freshDir("pids-"), "pids");
+    const cfg = config({
+      mcpServers: {
+        tools: { command: process.execPath, args: [TEST_SERVER, "tools", pidFile], trusted: true },
+        crashy: { command: process.execPath, args: [TEST_SERVER, "crash", pidFile], trusted: true },
+      },
+    });
+    const app = spawnCli(
+      [
+        "app",
+        freshDir("ws-"),
+        "--port",
+        "0",
+        "--quiet",
+        "--sandbox",
+        "off",
+        "--engine",
+        "script",
+        "--script",
+        script([{ call: "mcp__tools__add", args: { a: 40, b: 2 } }, { text: "it is 42" }]),
+        "--config",
+        cfg,
+      ],
+      { SPARK_HOME: freshDir("home-") },
+    );
+    try {
+      const line = await firstLine(app);
+      const url = new URL(/^spark app on (\S+) /.exec(line)![1]!);
+      const socket = new WebSocket(`ws://${url.host}/app/ws`, { headers: { origin: url.origin } });
+      const messages: ServerMessage[] = [];
+      let changed: () => void = () => {};
+      socket.on("message", (data) => {
+        messages.push(JSON.parse(String(data)) as ServerMessage);
+        changed();
+      });
+      await once(socket, "open");
+      const until = (predicate: () => boolean): Promise<void> =>
+        new Promise((resolve) => {
+          if (predicate()) return resolve();
+          changed = () => {
+            if (predicate()) resolve();
+          };
+        });
+      socket.send(JSON.stringify({ type: "task.create", model: "spark", text: "add them" }));
+      const entries = (): LogEntry[] =>
+        messages.flatMap((m) => (m.type === "entry" ? [m.entry] : m.type === "task.log" ? m.entries : []));
+      const toolDone = (): boolean =>
+        entries().some(
+          (e) => e.kind === "item" && e.item.type === "tool_call" && e.item.status === "completed",
+        );
+      const notice = (): boolean =>
+        entries().some((e) => e.kind === "notice" && /MCP server crashy failed/.test(e.text));
+      await until(() => toolDone() && notice());
+      const tool = entries().findLast(
+        (e) => e.kind === "item" && e.item.type === "tool_call" && e.item.status === "completed",
+      );
+      assert.equal(tool?.kind === "item" && tool.item.type === "tool_call" ? tool.item.result : "", "42");
+      const failure = entries().find((e) => e.kind === "notice" && /MCP server crashy/.test(e.text));
+      assert.match(failure?.kind === "notice" ? failure.text : "", /cannot open its database/);
+      socket.terminate();
+    } finally {
+      await stop(app);
+    }
+    await allGone(pidsIn(pidFile));
   });
 });
