@@ -6,7 +6,7 @@
  * real UI in tmux (test/helpers/tmux.ts), read back with capture-pane.
  */
 import assert from "node:assert/strict";
-import { writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { file, freshDir } from "./helpers/cli.js";
@@ -284,6 +284,17 @@ describe("the UI's layout in a terminal", { skip: tmuxMissing ?? false }, () => 
   }
 
   const colored = (name: string): string => tmux.tmux("capture-pane", "-p", "-e", "-S", "-", "-t", name);
+  /** With SPARK_TUI_CAPTURES=DIR, the screens are saved there: NAME.txt as text, NAME.ans with colors (docs/tui/). */
+  const capture = (term: { name: string; screen(): string }, name: string): void => {
+    const dir = process.env.SPARK_TUI_CAPTURES;
+    if (!dir) return;
+    mkdirSync(dir, { recursive: true });
+    // The temporary directories differ on each run: shown as ~/project.
+    const tidy = (text: string) =>
+      text.replace(/\/tmp\/spark-cli-test-\w+\/ws-\w+/g, "~/project").trimEnd() + "\n";
+    writeFileSync(join(dir, `${name}.txt`), tidy(term.screen()));
+    writeFileSync(join(dir, `${name}.ans`), tidy(colored(term.name)));
+  };
   const statusLines = (screen: string): string[] => screen.split("\n").filter((line) => STATUS.test(line));
 
   test("an answer's Markdown is rendered: no raw ``` or **, a bullet list, the code colored", async () => {
@@ -313,6 +324,7 @@ describe("the UI's layout in a terminal", { skip: tmuxMissing ?? false }, () => 
       .split("\n")
       .find((line) => stripAnsi(line).startsWith("The existing"))!;
     assert.ok(existing.includes(`${ESC}[1mexisting`), "bold");
+    capture(term, "markdown");
   });
 
   test("at 40 columns words wrap at word boundaries, CJK included", async () => {
@@ -337,6 +349,7 @@ describe("the UI's layout in a terminal", { skip: tmuxMissing ?? false }, () => 
       }
     }
     assert.equal(rows.join("").replace(/ /g, ""), text.replace(/ /g, ""));
+    capture(term, "wrap-40-columns");
   });
 
   test("at 110 columns the status line is one row with no debris, also after a resize; cut with … when narrow", async () => {
@@ -378,6 +391,7 @@ describe("the UI's layout in a terminal", { skip: tmuxMissing ?? false }, () => 
     screen = term.screen();
     assert.equal(statusLines(screen).length, 1, screen);
     assert.equal(screen.split("\n").filter((l) => l.startsWith("› typing")).length, 1, screen);
+    capture(term, "status-110-columns");
   });
 
   test("an answer taller than the screen leaves exactly one status line, and every line of it once", async () => {
@@ -407,27 +421,44 @@ describe("the UI's layout in a terminal", { skip: tmuxMissing ?? false }, () => 
     const screen = await term.waitFor(/^⚠ cut off: /m, "the cut-off line");
     assert.match(screen, /^⚠ cut off: the output token limit — say “continue” for the rest/m);
     await term.idle();
+    capture(term, "cut-off");
   });
 
   test("tool calls show as one line each; Ctrl-O expands the last one", async () => {
-    const read = {
+    const call = (name: string, args: object) => ({
       type: "function_call",
-      name: "read_file",
-      arguments: JSON.stringify({ path: "notes.txt" }),
-    };
-    const { term, cwd } = start(script("tools.jsonl", [[read], [message("Read it.")]]));
+      name,
+      arguments: JSON.stringify(args),
+    });
+    const answer = "The notes say **hello**; `wc` counts `2` lines:\n\n- `one`\n- `two`";
+    const { term, cwd } = start(
+      script("tools.jsonl", [
+        [call("read_file", { path: "notes.txt" })],
+        [call("search", { pattern: "hello", path: "." })],
+        [call("shell", { command: "printf 'one\\ntwo\\n' | tee out.txt | wc -l" })],
+        [message(answer)],
+      ]),
+      { extra: ["--approval", "never"] },
+    );
     writeFileSync(join(cwd, "notes.txt"), "hello notes\n");
     await term.ready();
-    term.type("read notes");
+    term.type("read the notes and count");
     term.press("Enter");
-    await term.waitFor("Read it.");
+    await term.waitFor(/^• two$/m, "the answer's end");
     await term.idle();
     let screen = term.screen();
     assert.match(screen, /^· read notes\.txt$/m);
-    assert.ok(!screen.includes('{"path"'), "no raw JSON");
+    assert.match(screen, /^· search \/hello\/ in \.$/m);
+    assert.match(screen, /^⚙ \$ printf 'one\\ntwo\\n' \| tee out\.txt \| wc -l$/m);
+    assert.ok(!screen.includes('{"'), "no raw JSON");
     term.press("C-o");
-    screen = await term.waitFor(/^ {2}arguments:$/m, "the expanded call");
-    assert.match(screen, /^ {6}"path": "notes\.txt"$/m);
+    screen = await term.waitFor(/^ {2}output:$/m, "the expanded command");
+    assert.match(screen, /^ {2}command: printf/m);
+    assert.match(screen, /^ {4}2$/m);
+    term.type("/expand");
+    term.press("Enter");
+    await term.waitFor((s) => s.split("\n").filter((l) => l === "  output:").length === 2, "/expand");
+    capture(term, "tools");
   });
 
   test("/variants: the grid's header appears once", async () => {
@@ -437,6 +468,7 @@ describe("the UI's layout in a terminal", { skip: tmuxMissing ?? false }, () => 
     term.press("Enter");
     const screen = await term.waitFor("choose an answer: 1-2", "the choice");
     assert.equal(screen.split("\n").filter((l) => /^1 +│ 2$/.test(l)).length, 1, screen);
+    capture(term, "variants");
     term.press("Escape");
   });
 });

@@ -880,7 +880,8 @@ class TuiApp {
           .trimEnd(),
       );
     }
-    return out;
+    // On a terminal too narrow for the columns' minimum width, cut the rows rather than wrap them.
+    return out.map((row) => truncate(row, this.#screen.columns));
   }
 
   // ── agent events ───────────────────────────────────────────────────────────────────────

@@ -132,7 +132,7 @@ export function describeCutOff(
     contextTokens >= contextWindow * 0.95;
   if (full) return "cut off: context full — /compact or /new to continue";
   if (reason === "max_output_tokens" || reason === "length")
-    return "cut off: the output token limit — say “continue” for the rest (or raise --max-output-tokens)";
+    return "cut off: the output token limit — say “continue” for the rest";
   if (reason === "server_shutdown")
     return "cut off: the server shut down — send the message again once it is back";
   if (reason === "connection_limit_reached" || reason === "client_disconnected")
