@@ -704,5 +704,7 @@ function App(): preact.JSX.Element {
   );
 }
 
-render(<App />, document.getElementById("root")!);
+// The socket first: its handshake overlaps the first render (the hello it brings is what makes the
+// page interactive, figure 21).
 connection.open();
+render(<App />, document.getElementById("root")!);
