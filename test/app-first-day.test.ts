@@ -166,6 +166,19 @@ describe("spark app, the first day", { timeout: 900_000 }, () => {
     await page.close();
   });
 
+  test("with the app's own server gone, Enter keeps the text in the composer and says so", async () => {
+    const story = script("gone.jsonl", [message("ok")]);
+    const app = await startApp(["--engine", "script", "--script", story]);
+    const page = await openApp(app.url);
+    await page.locator(".welcome textarea.input").waitFor();
+    await stop(app);
+    await page.locator(".banner", { hasText: "Connecting to the app server" }).waitFor();
+    await sendText(page, "Do not lose me");
+    await page.locator(".banner.error", { hasText: "kept in the composer" }).waitFor();
+    assert.equal(await page.locator("textarea.input").inputValue(), "Do not lose me");
+    await page.close();
+  });
+
   test("an answer cut off by the output token limit says so, with the next step, not done", async () => {
     const story = script("cut.jsonl", [message(LONG)]);
     const config = file(
