@@ -424,6 +424,22 @@ describe("the UI's layout in a terminal", { skip: tmuxMissing ?? false }, () => 
     capture(term, "cut-off");
   });
 
+  test("an answer cut short with the context full says /compact or /new", async () => {
+    // A context window (the client's setting) that the answer fills: the output limit was the context's.
+    const config = file("small-context.json", JSON.stringify({ client: { contextWindow: 120 } }));
+    const long = "This answer is far too long for the context that the client says the model has.";
+    const { term } = start(script("full.jsonl", [[message(long)]]), {
+      extra: ["--config", config],
+      env: { SPARK_MAX_OUTPUT_TOKENS: "5" },
+    });
+    await term.ready();
+    term.type("go");
+    term.press("Enter");
+    const screen = await term.waitFor(/^⚠ cut off: /m, "the cut-off line");
+    assert.match(screen, /^⚠ cut off: context full — \/compact or \/new to continue$/m);
+    await term.idle();
+  });
+
   test("tool calls show as one line each; Ctrl-O expands the last one", async () => {
     const call = (name: string, args: object) => ({
       type: "function_call",

@@ -878,8 +878,10 @@ export class Task {
       why === "context full"
         ? `Cut off: context full (${this.status.contextTokens} of ${this.status.contextWindow} tokens). ` +
             "Next: Compact (/compact) to summarize the conversation so far, or start a New context (/new), then ask it to continue."
-        : "Cut off: the answer reached the output token limit. Next: send “continue” to have it go on " +
-            "(or raise the model's maxOutputTokens in the server's config).",
+        : why === "output token limit"
+          ? "Cut off: the answer reached the output token limit. Next: send “continue” to have it go on " +
+            "(or raise the model's maxOutputTokens in the server's config)."
+          : `Cut off: ${why}. Next: send “continue” to have it go on.`,
     );
   }
 
@@ -978,9 +980,9 @@ export function cutOffReason(
   contextTokens: number,
   contextWindow: number,
 ): string | undefined {
-  if (reason === undefined || reason === "cancelled" || reason === "steered" || reason === "interrupted")
-    return undefined;
+  if (reason === undefined || reason === "cancelled" || reason === "steered") return undefined;
   if (/context/i.test(reason)) return "context full";
+  if (reason !== "max_output_tokens") return reason.replace(/_/g, " "); // server_shutdown, …
   if (contextWindow > 0 && contextTokens >= contextWindow * 0.95) return "context full";
   return "output token limit";
 }

@@ -67,6 +67,8 @@ type Phase = "starting" | "ready" | "waiting" | "queued" | "generating" | "tools
 interface VariantPanel {
   texts: string[];
   results: (ResponseObject | Error)[] | undefined;
+  /** Each column's Markdown rows, for the text length and width they were rendered at (one render per change). */
+  rendered?: { length: number; width: number; rows: string[] }[];
 }
 
 export async function runTui(flags: ClientFlags, options: TuiOptions): Promise<number> {
@@ -843,6 +845,16 @@ class TuiApp {
     this.#echoed = false;
   }
 
+  #variantMarkdown(panel: VariantPanel, index: number, width: number): string[] {
+    const text = panel.texts[index] ?? "";
+    const cache = (panel.rendered ??= []);
+    const hit = cache[index];
+    if (hit && hit.length === text.length && hit.width === width) return hit.rows;
+    const rows = text === "" ? [] : renderMarkdown(text, width);
+    cache[index] = { length: text.length, width, rows };
+    return rows;
+  }
+
   /** The variants side by side, each in its own column, the last `height` rows. */
   #variantRows(height: number): string[] {
     const panel = this.#variants;
@@ -859,7 +871,7 @@ class TuiApp {
           : [];
       const header = `${index + 1}${result instanceof Error ? ` ✗ ${result.message}` : ""}`;
       const body = [
-        ...(text === "" ? [] : renderMarkdown(text, width)),
+        ...this.#variantMarkdown(panel, index, width),
         ...calls.flatMap((c) => wrapText(c, width)),
       ];
       return [truncate(header, width), ...body.map((row) => truncate(row, width))];
