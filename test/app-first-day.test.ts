@@ -11,6 +11,7 @@ import type { Page } from "playwright-core";
 import { file, firstLine, freshDir, spawnCli, startServer, stop, type Cli } from "./helpers/cli.js";
 import { launchBrowser } from "./helpers/browser.js";
 import { closedPort } from "./helpers/ports.js";
+import { cutOffReason } from "../src/app/task.js";
 
 /** Past every test's timeout: a slow test fails on its own timeout, never on a child killed under it. */
 const CHILD_SAFETY_MS = 300_000;
@@ -392,3 +393,13 @@ async function assertFits(page: Page): Promise<void> {
     );
   }
 }
+
+test("cutOffReason: the output limit, a full context, a server's reason; not a stop or a steer", () => {
+  assert.equal(cutOffReason("max_output_tokens", 100, 8192), "output token limit");
+  assert.equal(cutOffReason("max_output_tokens", 8100, 8192), "context full");
+  assert.equal(cutOffReason("context_length_exceeded", 10, 8192), "context full");
+  assert.equal(cutOffReason("server_shutdown", 10, 8192), "server shutdown");
+  assert.equal(cutOffReason("cancelled", 8100, 8192), undefined);
+  assert.equal(cutOffReason("steered", 8100, 8192), undefined);
+  assert.equal(cutOffReason(undefined, 8100, 8192), undefined);
+});
