@@ -3,6 +3,7 @@
  * speed) and against itself without its KV prefix cache (time to first token of a continued turn).
  */
 import { availableParallelism } from "node:os";
+import { performance } from "node:perf_hooks";
 import { getLlama, LlamaLogLevel, type LlamaContext, type LlamaContextSequence } from "node-llama-cpp";
 import type { ConversationItem, EngineRequest } from "../src/engine/types.js";
 import { LlamaEngine } from "../src/engines/llama/llama-engine.js";

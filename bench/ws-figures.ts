@@ -102,7 +102,7 @@ const isTerminal = (e: Event): boolean =>
 async function readSse(response: Response): Promise<Event> {
   const decoder = new TextDecoder();
   let buffer = "";
-  for await (const chunk of response.body as AsyncIterable<Uint8Array>) {
+  for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
     buffer += decoder.decode(chunk, { stream: true });
     let end: number;
     while ((end = buffer.indexOf("\n\n")) >= 0) {

@@ -154,7 +154,11 @@ async function until(condition: () => boolean): Promise<void> {
 }
 
 function rateLimitsOf(headers: Headers): Record<string, string> {
-  return Object.fromEntries([...headers].filter(([name]) => name.startsWith("x-ratelimit-")));
+  const limits: Record<string, string> = {};
+  headers.forEach((value, name) => {
+    if (name.startsWith("x-ratelimit-")) limits[name] = value;
+  });
+  return limits;
 }
 
 /** A Go-style duration (`59.412s`, `1m0s`, `20ms`) of more than nothing and at most a minute. */
