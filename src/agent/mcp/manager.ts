@@ -123,7 +123,22 @@ class McpServer {
       import("@modelcontextprotocol/sdk/client/index.js"),
       this.#makeTransport(),
     ]);
-    const client = new Client({ name: "spark", version: "0.1.0" }, { capabilities: {} });
+    const client = new Client(
+      { name: "spark", version: "0.1.0" },
+      {
+        capabilities: {},
+        // A server that changes its tools says so: the next request offers the new list.
+        listChanged: {
+          tools: {
+            onChanged: (error, tools) => {
+              if (error || !tools || this.#closing) return;
+              this.tools = tools.map((tool) => this.#entry(tool));
+              this.onChange(this);
+            },
+          },
+        },
+      },
+    );
     this.#client = client;
     this.#transport = transport;
     client.onclose = () => {
@@ -137,17 +152,24 @@ class McpServer {
     let cursor: string | undefined;
     do {
       const page = await client.listTools(cursor === undefined ? {} : { cursor }, { timeout: timeoutMs });
-      for (const tool of page.tools) {
-        tools.push({
-          name: toolName(this.name, tool.name),
-          tool: tool.name,
-          description: tool.description ?? tool.title ?? "",
-          inputSchema: tool.inputSchema as Record<string, unknown>,
-        });
-      }
+      for (const tool of page.tools) tools.push(this.#entry(tool));
       cursor = page.nextCursor;
     } while (cursor !== undefined && tools.length < 1000);
     this.tools = tools;
+  }
+
+  #entry(tool: {
+    name: string;
+    title?: string | undefined;
+    description?: string | undefined;
+    inputSchema: object;
+  }): ToolEntry {
+    return {
+      name: toolName(this.name, tool.name),
+      tool: tool.name,
+      description: tool.description ?? tool.title ?? "",
+      inputSchema: tool.inputSchema as Record<string, unknown>,
+    };
   }
 
   async #makeTransport(): Promise<Transport> {
@@ -239,6 +261,13 @@ class McpServer {
     this.#client = undefined;
     this.#transport = undefined;
     try {
+      // A streamable-HTTP session is ended on the server too (DELETE), briefly.
+      if (transport && "terminateSession" in transport && typeof transport.terminateSession === "function") {
+        await Promise.race([
+          (transport.terminateSession as () => Promise<void>).call(transport).catch(() => {}),
+          new Promise((resolve) => setTimeout(resolve, 1000).unref()),
+        ]);
+      }
       if (client) await client.close();
       else await transport?.close();
     } catch {
