@@ -666,7 +666,7 @@ function App(): preact.JSX.Element {
       </main>
       <div class="toasts">
         {state.toasts.map((toast) => (
-          <div key={toast.id} class={`toast ${toast.kind} ${toast.state}`} data-task={toast.task}>
+          <div key={toast.id} class={`toast kind-${toast.kind} state-${toast.state}`} data-task={toast.task}>
             <strong>
               {toast.kind === "approval"
                 ? "Waiting for approval"

@@ -150,15 +150,22 @@ const newestFirst = (a: TaskSummary, b: TaskSummary): number => b.createdAt.loca
 
 export function apply(message: ServerMessage, receivedAt: number): void {
   switch (message.type) {
-    case "hello":
-      setState({
+    case "hello": {
+      const tasks = taskList(message.tasks);
+      setState((s) => ({
         workspace: message.workspace,
         models: message.models,
-        tasks: taskList(message.tasks),
+        tasks,
         context: projectContext(message.context),
         server: message.server,
-      });
+        // A (re)loaded page hears of the tasks already waiting for approval (opening one drops its toast).
+        toasts: [
+          ...s.toasts.filter((t) => t.kind !== "approval"),
+          ...tasks.filter((t) => t.state === "approval").map(approvalToast),
+        ],
+      }));
       return;
+    }
     case "server":
       setState({ server: message.server });
       return;
@@ -280,11 +287,12 @@ function approvalToasts(s: AppState, summary: TaskSummary): Toast[] {
   if ("Notification" in window && Notification.permission === "granted") {
     new Notification(`Spark: ${summary.title}`, { body: "waits for your approval" });
   }
-  const text = summary.background ? "A background task waits for your approval." : "Waits for your approval.";
-  return [
-    ...others,
-    { id: ++toastCounter, kind: "approval", task: summary.id, title: summary.title, text, state: "approval" },
-  ];
+  return [...others, approvalToast(summary)];
+}
+
+function approvalToast(task: TaskSummary): Toast {
+  const text = task.background ? "A background task waits for your approval." : "Waits for your approval.";
+  return { id: ++toastCounter, kind: "approval", task: task.id, title: task.title, text, state: "approval" };
 }
 
 /** Figures the benchmark reads (only with `?bench` in the page's URL). */
