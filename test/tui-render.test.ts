@@ -143,6 +143,23 @@ describe("Markdown for the terminal", () => {
     assert.ok(tallest <= 4, `the live part had ${tallest} rows`);
   });
 
+  test("with no room left on screen (a tall prompt), the line still being written is not cut", () => {
+    const stream = new MarkdownStream();
+    const text = "A line that is written a few characters at a time and wraps over rows.";
+    const rows: string[] = [];
+    let live: string[] = [];
+    for (let i = 0; i < text.length; i += 2) {
+      stream.append(text.slice(i, i + 2));
+      const taken = stream.take(20, 0);
+      rows.push(...taken.done);
+      live = taken.live;
+      assert.ok(live.length <= 1);
+    }
+    rows.push(...stream.finish(20));
+    assert.equal(rows.map(stripAnsi).join(" "), text);
+    assert.equal(live.length, 1);
+  });
+
   test("a code block longer than the screen: each line is final as it completes, colored", () => {
     const stream = new MarkdownStream();
     const code = Array.from({ length: 200 }, (_, i) => `x_${i} = ${i}  # line ${i}`).join("\n");

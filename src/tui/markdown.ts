@@ -413,8 +413,9 @@ export class MarkdownStream {
         live = this.#liveRows(width);
       }
     }
-    if (live.length > maxLive) {
-      const extra = live.length - maxLive;
+    // The last row stays live whatever the room: it is the one still changing.
+    if (live.length > Math.max(1, maxLive)) {
+      const extra = live.length - Math.max(1, maxLive);
       this.#done.push(...live.slice(0, extra));
       this.#emittedRows += extra;
       live = live.slice(extra);
