@@ -233,7 +233,7 @@ describe("spark app, the first day", { timeout: 900_000 }, () => {
     const app = await startApp(["--config", config, "--approval", "untrusted"]);
     const page = await openApp(app.url);
     await sendText(page, "Hand the notes to the background");
-    const toast = page.locator(".toast.approval", { hasText: "Create the notes file" });
+    const toast = page.locator(".toast.kind-approval", { hasText: "Create the notes file" });
     await toast.waitFor();
     assert.match(await toast.innerText(), /waits for your approval/);
     // The open task is marked more than the waiting one, whose state only colours its label.
@@ -253,7 +253,7 @@ describe("spark app, the first day", { timeout: 900_000 }, () => {
     await approval.waitFor();
     await approval.locator("button", { hasText: "Approve once" }).click();
     // Finished: its toast shows the answer rendered, not its Markdown source.
-    const finished = page.locator(".toast.finished", { hasText: "Create the notes file" });
+    const finished = page.locator(".toast.kind-finished", { hasText: "Create the notes file" });
     await finished.waitFor();
     const text = await finished.locator(".toast-text").innerText();
     assert.ok(!text.includes("```") && !text.includes("**"), `raw Markdown in the toast: ${text}`);
