@@ -32,6 +32,7 @@ import {
   startServer,
   stop,
 } from "./helpers/cli.js";
+import { distMissing, TmuxServer, tmuxMissing } from "./helpers/tmux.js";
 
 const EVERYTHING = join(REPO_ROOT, "node_modules/@modelcontextprotocol/server-everything/dist/index.js");
 const TEST_SERVER = join(REPO_ROOT, "test/fixtures/mcp/test-server.mjs");
@@ -577,5 +578,52 @@ describe("MCP servers in spark app", { timeout: 240_000 }, () => {
       await stop(app);
     }
     await allGone(pidsIn(pidFile));
+  });
+});
+
+describe("MCP servers in the TUI", { skip: tmuxMissing ?? false, timeout: 240_000 }, () => {
+  test("an untrusted server's tool asks first (on-request), a failed server is a line on the screen, and quitting stops them all", async (t) => {
+    const missing = distMissing();
+    if (missing) return t.skip(missing);
+    const tmux = new TmuxServer();
+    try {
+      const pidFile = join(freshDir("pids-"), "pids");
+      const cfg = config({
+        mcpServers: {
+          tools: { command: process.execPath, args: [TEST_SERVER, "tools", pidFile] },
+          crashy: { command: process.execPath, args: [TEST_SERVER, "crash", pidFile] },
+        },
+      });
+      const ui = tmux.start({
+        args: [
+          "--engine",
+          "script",
+          "--script",
+          script([{ call: "mcp__tools__add", args: { a: 19, b: 23 } }, { text: "the sum is 42" }]),
+          "--config",
+          cfg,
+        ],
+        cwd: freshDir("ws-"),
+        dataDir: freshDir("data-"),
+        env: { SPARK_HOME: freshDir("home-") },
+      });
+      await ui.ready();
+      // The UI wraps long lines itself: match across them.
+      await ui.waitFor(
+        /MCP server crashy failed, its tools are unavailable:[\s\S]*cannot open\s+its\s+database/,
+      );
+      ui.type("add them");
+      ui.press("Enter");
+      await ui.waitFor(/Call: mcp__tools__add \{"a":19,"b":23\}/);
+      await ui.waitFor(/MCP server "tools" is not trusted/);
+      ui.type("y");
+      await ui.waitFor("the sum is 42");
+      ui.press("C-c");
+      ui.press("C-c");
+      await ui.waitFor("EXITED");
+      await allGone(pidsIn(pidFile));
+    } finally {
+      tmux.kill();
+    }
   });
 });
