@@ -83,6 +83,12 @@ class AppClient {
       if (received.type === "hello") for (const task of received.tasks) this.tasks.set(task.id, task);
       if (received.type === "task.updated") this.tasks.set(received.summary.id, received.summary);
       if (received.type === "task.removed") this.tasks.delete(received.task);
+      // The whole list (what the app sent before per-task updates): understood too, so that these
+      // tests show what they check against an app of either kind.
+      if (received.type === "tasks") {
+        this.tasks.clear();
+        for (const task of received.tasks) this.tasks.set(task.id, task);
+      }
       this.messages.push(received);
       const index = this.messages.length - 1;
       this.#waiters = this.#waiters.filter((waiter) => {
@@ -126,12 +132,31 @@ class AppClient {
     return (log as Extract<ServerMessage, { type: "task.log" }>).task;
   }
 
-  async waitForState(task: string, states: readonly string[]): Promise<TaskSummary> {
-    await this.next(
-      (m) => m.type === "task.updated" && m.summary.id === task && states.includes(m.summary.state),
-      0,
+  /** The first message from `from` on that shows `task` in a state `accept` takes. */
+  async nextState(task: string, accept: (state: string) => boolean, from = 0): Promise<TaskSummary> {
+    const found = await this.next(
+      (m) =>
+        (m.type === "task.updated" && m.summary.id === task && accept(m.summary.state)) ||
+        (m.type === "tasks" && m.tasks.some((t) => t.id === task && accept(t.state))),
+      from,
     );
-    return this.tasks.get(task)!;
+    return found.type === "task.updated"
+      ? found.summary
+      : (found as Extract<ServerMessage, { type: "tasks" }>).tasks.find((t) => t.id === task)!;
+  }
+
+  waitForState(task: string, states: readonly string[]): Promise<TaskSummary> {
+    return this.nextState(task, (state) => states.includes(state));
+  }
+
+  /** The first message from `from` on that says `task` is gone. */
+  nextRemoved(task: string, from: number): Promise<ServerMessage> {
+    return this.next(
+      (m) =>
+        (m.type === "task.removed" && m.task === task) ||
+        (m.type === "tasks" && !m.tasks.some((t) => t.id === task)),
+      from,
+    );
   }
 
   async log(task: string): Promise<LogEntry[]> {
@@ -366,15 +391,8 @@ describe("the app under faults and floods", { timeout: 600_000 }, () => {
     // Removed: the session is written whole again.
     rmSync(sessions, { recursive: true, force: true });
     let from = client.send({ type: "send", task, text: "second" });
-    await client.next(
-      (m) => m.type === "task.updated" && m.summary.id === task && m.summary.state === "running",
-      from,
-    );
-    await client.next(
-      (m) => m.type === "task.updated" && m.summary.id === task && m.summary.state !== "running",
-      from,
-    );
-    assert.equal(client.tasks.get(task)?.state, "done");
+    const ended = await client.nextState(task, (state) => state === "done" || state === "failed", from);
+    assert.equal(ended.state, "done");
     const [sessionFile] = readdirSync(sessions);
     assert.ok(sessionFile);
     const session = readFileSync(join(sessions, sessionFile), "utf8");
@@ -389,10 +407,7 @@ describe("the app under faults and floods", { timeout: 600_000 }, () => {
       from,
     );
     assert.match(error.type === "error" ? error.message : "", /conversation could not be saved/);
-    await client.next(
-      (m) => m.type === "task.updated" && m.summary.id === task && m.summary.state === "failed",
-      from,
-    );
+    await client.nextState(task, (state) => state === "failed", from);
     assert.equal(app.child.exitCode, null);
     // A new task cannot start its session either: the browser is told, nothing ends.
     from = client.send({ type: "task.create", model: "spark" });
@@ -402,10 +417,7 @@ describe("the app under faults and floods", { timeout: 600_000 }, () => {
     // With room again, the task goes on and its session is whole.
     rmSync(sessions, { force: true });
     from = client.send({ type: "send", task, text: "fourth" });
-    await client.next(
-      (m) => m.type === "task.updated" && m.summary.id === task && m.summary.state === "done",
-      from,
-    );
+    await client.nextState(task, (state) => state === "done", from);
     const whole = readFileSync(join(sessions, sessionFile), "utf8");
     assert.ok(whole.includes("fourth"));
     client.close();
@@ -454,7 +466,7 @@ describe("the app under faults and floods", { timeout: 600_000 }, () => {
     const first = app.tasks.get(streaming)!;
     assert.equal(files(streaming, streaming).length, 3);
     const removed = client.send({ type: "task.delete", task: streaming });
-    await client.next((m) => m.type === "task.removed" && m.task === streaming, removed);
+    await client.nextRemoved(streaming, removed);
     await until(() => !first.busy, "the deleted task's turn to end");
     await nextTurn();
     assert.deepEqual(files(streaming, streaming), []);
@@ -472,7 +484,7 @@ describe("the app under faults and floods", { timeout: 600_000 }, () => {
     );
     const second = app.tasks.get(commanding)!;
     const deleted = client.send({ type: "task.delete", task: commanding });
-    await client.next((m) => m.type === "task.removed" && m.task === commanding, deleted);
+    await client.nextRemoved(commanding, deleted);
     // `sleep 600` is killed: the turn ends (a test that hangs here means the command was not).
     await until(() => !second.busy, "the deleted task's command to be stopped");
     await nextTurn();
