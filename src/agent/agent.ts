@@ -869,11 +869,14 @@ export class Agent {
   async #stopHooks(end: TurnEnd): Promise<void> {
     const hooks = this.#toolContext.hooks;
     if (!hooks) return;
-    const outcome = await hooks.run("Stop", {
-      stop_hook_active: false,
-      status:
-        end.type === "turn.completed" ? "completed" : end.type === "turn.failed" ? "failed" : "interrupted",
-    });
+    // Never fatal: whatever goes wrong is reported and the turn still ends.
+    const outcome = await hooks
+      .run("Stop", {
+        stop_hook_active: false,
+        status:
+          end.type === "turn.completed" ? "completed" : end.type === "turn.failed" ? "failed" : "interrupted",
+      })
+      .catch((error: unknown) => ({ failures: [`Stop hooks failed: ${String(error)}`] }));
     for (const failure of outcome.failures) this.#reportError(failure);
   }
 
