@@ -11,7 +11,7 @@ import {
   type ApprovalDecision,
   type ApprovalMode,
 } from "./approval.js";
-import type { Hooks } from "./hooks/runner.js";
+import type { HookOutcome, Hooks } from "./hooks/runner.js";
 import { listFiles, readFile, searchFiles } from "./file-tools.js";
 import type { Sandbox } from "./sandbox.js";
 import { commandEnvironment } from "./secrets.js";
@@ -272,11 +272,15 @@ export class ToolRunner {
     const hooks = this.context.hooks;
     if (!hooks) return this.#dispatch(call, signal, onStarted);
     const fields = { tool_name: call.name, tool_input: hookToolInput(call) };
-    const pre = await hooks.run("PreToolUse", fields, call.name);
+    // A hook runner that throws is a failure to report, never a reason to lose the call.
+    const failed = (error: unknown): HookOutcome => ({ failures: [`hooks failed: ${String(error)}`] });
+    const pre = await hooks.run("PreToolUse", fields, call.name).catch(failed);
     for (const failure of pre.failures) this.#report(failure);
     if (pre.blocked !== undefined) return this.#blocked(call, pre.blocked);
     const run = await this.#dispatch(call, signal, onStarted);
-    const post = await hooks.run("PostToolUse", { ...fields, tool_response: run.output.output }, call.name);
+    const post = await hooks
+      .run("PostToolUse", { ...fields, tool_response: run.output.output }, call.name)
+      .catch(failed);
     for (const failure of post.failures) this.#report(failure);
     if (post.feedback !== undefined) {
       run.output = {
