@@ -493,6 +493,12 @@ describe("spark mcp list and the config", { timeout: 120_000 }, () => {
     );
     assert.equal(noCommand.code, 2);
     assert.match(noCommand.stderr, /mcpServers\.x: must be \{"command"/);
+    const badArgs = await runToExit(
+      ["mcp", "list", "--config", config({ mcpServers: { x: { command: "y", args: "--flag" } } })],
+      { SPARK_HOME: freshDir("home-") },
+    );
+    assert.equal(badArgs.code, 2);
+    assert.match(badArgs.stderr, /mcpServers\.x\.args: .*expected array/);
     const cfg = config({
       mcpServers: { everything: { command: process.execPath, args: [EVERYTHING] } },
       hooks: { Stop: [{ command: "true" }] },

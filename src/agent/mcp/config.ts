@@ -35,9 +35,29 @@ export const httpServerSchema = z.strictObject({
   ...common,
 });
 
-/** One server: a command to run (stdio) or a URL (streamable HTTP). */
-const serverEntry = z.union([stdioServerSchema, httpServerSchema], {
-  error: 'must be {"command", "args"?, "env"?, "cwd"?} (stdio) or {"url", "headers"?} (streamable HTTP)',
+const SHAPE = 'must be {"command", "args"?, "env"?, "cwd"?} (stdio) or {"url", "headers"?} (streamable HTTP)';
+
+/**
+ * One server: a command to run (stdio) or a URL (streamable HTTP). The shape is picked by the key
+ * it has, so that a problem is reported in that shape's terms (`mcpServers.x.args: …`).
+ */
+const serverEntry = z.unknown().transform((value, ctx): McpServerConfig => {
+  const record = typeof value === "object" && value !== null && !Array.isArray(value) ? value : undefined;
+  const schema =
+    record && "url" in record
+      ? httpServerSchema
+      : record && "command" in record
+        ? stdioServerSchema
+        : undefined;
+  if (!schema) {
+    ctx.addIssue({ code: "custom", message: SHAPE });
+    return z.NEVER;
+  }
+  const parsed = schema.safeParse(value);
+  if (parsed.success) return parsed.data;
+  const issue = parsed.error.issues[0]!;
+  ctx.addIssue({ code: "custom", message: issue.message, path: issue.path });
+  return z.NEVER;
 });
 
 /** Server names become part of tool names (`mcp__NAME__TOOL`, at most 64 characters in all). */
