@@ -10,7 +10,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { file, freshDir } from "./helpers/cli.js";
-import { distMissing, TmuxServer, tmuxMissing } from "./helpers/tmux.js";
+import { distMissing, TmuxServer, tmuxMissing, type Terminal } from "./helpers/tmux.js";
 import { loadMarkdown, MarkdownStream, renderMarkdown } from "../src/tui/markdown.js";
 import { Screen } from "../src/tui/screen.js";
 import { describeCutOff, expandToolItem, summarizeToolItem } from "../src/tui/tool-summary.js";
@@ -141,6 +141,19 @@ describe("Markdown for the terminal", () => {
     rows.push(...stream.finish(60));
     assert.deepEqual(rows.map(stripAnsi), renderMarkdown(ANSWER, 60).map(stripAnsi));
     assert.ok(tallest <= 4, `the live part had ${tallest} rows`);
+  });
+
+  test("a paragraph taller than the room, after a blank line: every word once, in order", () => {
+    const words = Array.from({ length: 120 }, (_, i) => `w${i}`);
+    const text = `Intro line.\n\n${words.join(" ")}\n\nEnd.`;
+    const stream = new MarkdownStream();
+    const rows: string[] = [];
+    for (let i = 0; i < text.length; i += 5) {
+      stream.append(text.slice(i, i + 5));
+      rows.push(...stream.take(30, 4).done);
+    }
+    rows.push(...stream.finish(30));
+    assert.deepEqual(rows.map(stripAnsi), renderMarkdown(text, 30).map(stripAnsi));
   });
 
   test("with no room left on screen (a tall prompt), the line still being written is not cut", () => {
@@ -313,10 +326,15 @@ describe("the UI's layout in a terminal", { skip: tmuxMissing ?? false }, () => 
     writeFileSync(join(dir, `${name}.ans`), tidy(colored(term.name)));
   };
   const statusLines = (screen: string): string[] => screen.split("\n").filter((line) => STATUS.test(line));
+  /** Connected and idle (the connection line may wrap on a narrow terminal: its session id is matched across lines). */
+  const connected = async (term: Terminal): Promise<void> => {
+    await term.waitFor(/session\s+\d{8}T/, "the connection line");
+    await term.idle();
+  };
 
   test("an answer's Markdown is rendered: no raw ``` or **, a bullet list, the code colored", async () => {
     const { term } = start(script("md.jsonl", [[message(MARKDOWN_ANSWER)]]));
-    await term.ready();
+    await connected(term);
     term.type("fix it");
     term.press("Enter");
     await term.waitFor("That is all.", "the end of the answer");
@@ -348,8 +366,7 @@ describe("the UI's layout in a terminal", { skip: tmuxMissing ?? false }, () => 
     const text =
       "The existing function reads the configuration before the server starts listening. 这是一个很长的中文句子用来测试宽字符的换行是否正确。";
     const { term } = start(script("wrap.jsonl", [[message(text)]]), { columns: 40 });
-    await term.waitFor(/session\s+\d{8}T/, "the connection line");
-    await term.idle();
+    await connected(term);
     term.type("wrap");
     term.press("Enter");
     await term.waitFor("正确。", "the end of the answer");
@@ -369,42 +386,46 @@ describe("the UI's layout in a terminal", { skip: tmuxMissing ?? false }, () => 
     capture(term, "wrap-40-columns");
   });
 
-  test("at 110 columns the status line is one row with no debris, also after a resize; cut with … when narrow", async () => {
+  test("at 110 columns the status line is one row with no debris; narrower, it is cut with …; resizes leave nothing behind", async () => {
     const { term } = start(script("status.jsonl", [[message("First.")], [message("Second.")]]), {
       // The default tier: its ⚡ is two columns wide (counted as one, the line overflowed).
       columns: 110,
     });
-    await term.ready();
+    await connected(term);
     term.type("one");
     term.press("Enter");
     await term.waitFor("First.");
     await term.idle();
-    // A notice makes the status line as long as it gets; redraws while typing.
+    // A notice makes the status line about 100 columns long; arrow keys redraw it as it is.
     term.press("C-c");
     await term.waitFor(() => term.statusLine().includes("press Ctrl-C again"), "the notice");
-    for (const ch of "typing a few characters") term.type(ch);
-    await term.waitFor(/^› typing a few characters$/m, "the typed text");
+    for (let i = 0; i < 3; i++) term.press("Left");
     let screen = term.screen();
     assert.equal(statusLines(screen).length, 1, screen);
     for (const line of screen.split("\n")) assert.ok(visibleWidth(line) <= 110, line);
     assert.equal(screen.split("\n").at(-2), term.statusLine(), "the status line is right above the prompt");
 
-    // Output written between the resize and the UI hearing of it (SIGWINCH) cannot know the new
-    // width: wait for the UI's own redraw at 60 columns (the status line cut to fit) before typing.
-    tmux.tmux("resize-window", "-t", term.name, "-x", "60");
-    await term.waitFor(() => term.statusLine().endsWith("…"), "the redraw at 60 columns");
-    term.type("!");
-    await term.waitFor(/^› typing a few characters!$/m, "a redraw at 60 columns");
+    // Output written between a resize and the UI hearing of it (SIGWINCH) cannot know the new
+    // width: wait for the UI's own redraw (the status line cut to fit) before going on.
+    tmux.tmux("resize-window", "-t", term.name, "-x", "90");
+    await term.waitFor(() => term.statusLine().endsWith("…"), "the redraw at 90 columns");
+    term.press("Left");
     screen = term.screen();
     assert.equal(statusLines(screen).length, 1, screen);
-    const status = term.statusLine();
-    assert.ok(visibleWidth(status) <= 59, status);
-    assert.ok(status.endsWith("…"), `cut with an ellipsis: ${status}`);
+    assert.ok(visibleWidth(term.statusLine()) <= 89, term.statusLine());
+    assert.match(term.statusLine(), /│ press Ctrl-C ag.*…$/, "cut, not wrapped");
+
+    tmux.tmux("resize-window", "-t", term.name, "-x", "60");
+    await term.waitFor(() => visibleWidth(term.statusLine()) <= 59, "the redraw at 60 columns");
+    term.type("typing a few characters");
+    await term.waitFor(/^› typing a few characters$/m, "the typed text");
+    screen = term.screen();
+    assert.equal(statusLines(screen).length, 1, screen);
 
     tmux.tmux("resize-window", "-t", term.name, "-x", "110");
     await term.waitFor(() => !term.statusLine().endsWith("…"), "the redraw at 110 columns");
-    term.type("?");
-    await term.waitFor(/^› typing a few characters!\?$/m, "a redraw at 110 columns");
+    term.type("!");
+    await term.waitFor(/^› typing a few characters!$/m, "a redraw at 110 columns");
     screen = term.screen();
     assert.equal(statusLines(screen).length, 1, screen);
     assert.equal(screen.split("\n").filter((l) => l.startsWith("› typing")).length, 1, screen);
@@ -412,16 +433,22 @@ describe("the UI's layout in a terminal", { skip: tmuxMissing ?? false }, () => 
   });
 
   test("an answer taller than the screen leaves exactly one status line, and every line of it once", async () => {
-    const lines = Array.from({ length: 60 }, (_, i) => `Row ${i + 1} of the tall answer.`);
-    const { term } = start(script("tall.jsonl", [[message(lines.join("\n"))]]), { rows: 15 });
-    await term.ready();
+    // Short lines, then one paragraph without a newline that is taller than the screen by itself.
+    const lines = Array.from({ length: 30 }, (_, i) => `Row ${i + 1} of the tall answer.`);
+    const words = Array.from({ length: 200 }, (_, i) => `word${String(i).padStart(4, "0")}`);
+    const { term } = start(script("tall.jsonl", [[message(`${lines.join("\n")}\n\n${words.join(" ")}`)]]), {
+      rows: 15,
+      columns: 80,
+    });
+    await connected(term);
     term.type("tall");
     term.press("Enter");
-    await term.waitFor("Row 60 of the tall answer.", "the last row");
+    await term.waitFor("word0199", "the last word");
     await term.idle();
     const screen = term.screen();
     assert.equal(statusLines(screen).length, 1, screen);
     for (const line of lines) assert.equal(screen.split("\n").filter((l) => l === line).length, 1, line);
+    for (const word of words) assert.equal(screen.split(word).length, 2, `${word} once`);
     assert.equal(
       screen.split("\n").filter((l) => /^(steer )?›/.test(l)).length,
       2,
@@ -432,7 +459,7 @@ describe("the UI's layout in a terminal", { skip: tmuxMissing ?? false }, () => 
   test("an answer cut short says so, with the next step", async () => {
     const long = "This answer is far too long for the output limit that the server was given.";
     const { term } = start(script("cut.jsonl", [[message(long)]]), { env: { SPARK_MAX_OUTPUT_TOKENS: "5" } });
-    await term.ready();
+    await connected(term);
     term.type("go");
     term.press("Enter");
     const screen = await term.waitFor(/^⚠ cut off: /m, "the cut-off line");
@@ -449,7 +476,7 @@ describe("the UI's layout in a terminal", { skip: tmuxMissing ?? false }, () => 
       extra: ["--config", config],
       env: { SPARK_MAX_OUTPUT_TOKENS: "5" },
     });
-    await term.ready();
+    await connected(term);
     term.type("go");
     term.press("Enter");
     const screen = await term.waitFor(/^⚠ cut off: /m, "the cut-off line");
@@ -474,7 +501,7 @@ describe("the UI's layout in a terminal", { skip: tmuxMissing ?? false }, () => 
       { extra: ["--approval", "never"] },
     );
     writeFileSync(join(cwd, "notes.txt"), "hello notes\n");
-    await term.ready();
+    await connected(term);
     term.type("read the notes and count");
     term.press("Enter");
     await term.waitFor(/^• two$/m, "the answer's end");
@@ -496,7 +523,7 @@ describe("the UI's layout in a terminal", { skip: tmuxMissing ?? false }, () => 
 
   test("/variants: the grid's header appears once", async () => {
     const { term } = start(script("variants.jsonl", [[message("Alpha answer that is a little longer.")]]));
-    await term.ready();
+    await connected(term);
     term.type("/variants 2 pick");
     term.press("Enter");
     const screen = await term.waitFor("choose an answer: 1-2", "the choice");

@@ -404,23 +404,32 @@ export class MarkdownStream {
    */
   take(width: number, maxLive: number): { done: string[]; live: string[] } {
     this.#scan(width);
-    let live = this.#liveRows(width);
-    if (live.length > maxLive && !this.#fence) {
+    let rows = this.#liveRows(width);
+    // The blank row before this block, when it has not been written yet, takes a row of the room.
+    // The last row stays live whatever the room: it is the one still changing.
+    const room = (): number => Math.max(1, maxLive - (this.#gap && rows.length > 0 ? 1 : 0));
+    if (rows.length > room() && !this.#fence) {
       // Taller than the screen: cut the block at its last complete line (its rows are final).
       const end = this.#text.lastIndexOf("\n");
       if (end >= this.#blockStart) {
         this.#commitBlock(end + 1, width, false);
-        live = this.#liveRows(width);
+        rows = this.#liveRows(width);
       }
     }
-    // The last row stays live whatever the room: it is the one still changing.
-    if (live.length > Math.max(1, maxLive)) {
-      const extra = live.length - Math.max(1, maxLive);
-      this.#done.push(...live.slice(0, extra));
-      this.#emittedRows += extra;
-      live = live.slice(extra);
+    if (rows.length > room()) {
+      const extra = rows.length - room();
+      if (this.#fence) {
+        // A code line longer than the room: only its end is shown until it is complete.
+        rows = rows.slice(extra);
+      } else {
+        if (this.#gap) this.#done.push("");
+        this.#gap = false;
+        this.#done.push(...rows.slice(0, extra));
+        this.#emittedRows += extra;
+        rows = rows.slice(extra);
+      }
     }
-    return { done: this.#done.splice(0), live };
+    return { done: this.#done.splice(0), live: this.#gap && rows.length > 0 ? ["", ...rows] : rows };
   }
 
   /** The answer ended: everything left, as final rows. */
@@ -432,21 +441,16 @@ export class MarkdownStream {
     return this.#done.splice(0);
   }
 
+  /** The unfinished block's rows not yet final (without the blank row before it). */
   #liveRows(width: number): string[] {
     const tail = this.#text.slice(this.#scanned);
     if (this.#fence) {
       if (tail === "") return [];
-      const rows = codeLineRows(tail.slice(Math.min(this.#fence.indent, leadingSpaces(tail))), width);
-      return this.#withGap(rows);
+      return codeLineRows(tail.slice(Math.min(this.#fence.indent, leadingSpaces(tail))), width);
     }
     const source = this.#text.slice(this.#blockStart);
     if (source.trim() === "") return [];
-    const rows = renderMarkdown(source, width).slice(this.#emittedRows);
-    return this.#emittedRows > 0 ? rows : this.#withGap(rows);
-  }
-
-  #withGap(rows: string[]): string[] {
-    return this.#gap && rows.length > 0 ? ["", ...rows] : rows;
+    return renderMarkdown(source, width).slice(this.#emittedRows);
   }
 
   /** Follows complete lines: block boundaries, fences opening and closing, fence lines. */
