@@ -362,6 +362,34 @@ describe("the UI's layout in a terminal", { skip: tmuxMissing ?? false }, () => 
     capture(term, "markdown");
   });
 
+  test("a resumed session shows its last answers rendered too", async () => {
+    const story = script("resume.jsonl", [[message(MARKDOWN_ANSWER)], [message("Next.")]]);
+    const dataDir = freshDir("data-");
+    const first = tmux.start({
+      args: ["--engine", "script", "--script", story, "--rate", "400"],
+      cwd: freshDir("ws-"),
+      dataDir,
+    });
+    await connected(first);
+    first.type("fix it");
+    first.press("Enter");
+    await first.waitFor("That is all.");
+    await first.idle();
+    first.type("/quit");
+    first.press("Enter");
+    const id = /^session saved: spark resume (\S+)$/m.exec(
+      await first.waitFor(/^EXITED \d+$/m, "the exit"),
+    )![1]!;
+    const again = tmux.start({
+      args: ["resume", id, "--engine", "script", "--script", story, "--rate", "400"],
+      cwd: freshDir("ws-"),
+      dataDir,
+    });
+    const screen = await again.waitFor(/^That is all\.$/m, "the resumed answer");
+    assert.ok(!screen.includes("**") && !screen.includes("```"), screen);
+    assert.match(screen, /^• read the input$/m);
+  });
+
   test("at 40 columns words wrap at word boundaries, CJK included", async () => {
     const text =
       "The existing function reads the configuration before the server starts listening. 这是一个很长的中文句子用来测试宽字符的换行是否正确。";

@@ -242,6 +242,7 @@ class TuiApp {
 
   async #showResumed(): Promise<void> {
     const { messageText } = await import("../agent/agent.js");
+    await loadMarkdown(); // the saved answers are shown rendered, not as raw Markdown
     const agent = this.#agent!;
     const messages = agent.transcript.filter((item) => item.type === "message");
     this.#screen.line(dim(`resumed: ${agent.transcript.length} items; the last messages:`));
