@@ -1,10 +1,12 @@
 /**
- * Figures 10 and 11: the `spark` terminal UI, run for real in a pseudo-terminal (util-linux
+ * Figures 10, 10b and 11: the `spark` terminal UI, run for real in a pseudo-terminal (util-linux
  * `script`), against a floor measured the same way.
  *
  * 10. Launch to ready prompt: spawn → the prompt drawn and reading keys. Reference: a bare Node
  *     process that puts its terminal in raw mode and prints a prompt (what any Node CLI pays).
  *     Also reported: spawn → connected (the in-process server and script engine up).
+ * 10b. A 2,000-line Markdown answer streamed into the TUI's renderer at 1,000 tok/s: the longest
+ *     frame (see markdownStreamFigure).
  * 11. Keystroke to `response.steer` on the wire: Enter written to the terminal while a response
  *     streams → the steer frame arriving at a WebSocket relay in front of the server (in this
  *     process, same clock). Reference: a minimal Node process on the same kind of terminal that
