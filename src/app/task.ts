@@ -286,6 +286,7 @@ export class Task {
       createdAt,
       updatedAt: saved.summary.updatedAt ?? createdAt,
       ...(saved.summary.parent === undefined ? {} : { parent: saved.summary.parent }),
+      ...(saved.summary.cutOff === undefined ? {} : { cutOff: saved.summary.cutOff }),
     };
     const task = new Task(summary, opened.file, context, saved.record, opened.transcript, saved.owner);
     if (opened.file.meta.id !== saved.sessionId) task.#save();
