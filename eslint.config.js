@@ -170,4 +170,17 @@ export default tseslint.config(
     files: ["scripts/*.mjs"],
     languageOptions: { globals: { URL: "readonly", console: "readonly", process: "readonly" } },
   },
+  {
+    // Test fixtures run as plain Node programs (an MCP server over stdio, for example).
+    files: ["test/fixtures/**/*.mjs"],
+    languageOptions: {
+      globals: {
+        Buffer: "readonly",
+        console: "readonly",
+        process: "readonly",
+        setInterval: "readonly",
+        setTimeout: "readonly",
+      },
+    },
+  },
 );
