@@ -17,7 +17,8 @@ import type { EngineRequest } from "../src/engine/types.js";
 import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
 import { SparkError } from "../src/protocol/errors.js";
 import { SparkServer } from "../src/server/http-server.js";
-import { file, freshDir, jsonLines, runToExit } from "./helpers/cli.js";
+import { file, firstLine, freshDir, jsonLines, runToExit, spawnCli, stop } from "./helpers/cli.js";
+import { launchBrowser } from "./helpers/browser.js";
 import { MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
 import { distMissing, TmuxServer, tmuxMissing } from "./helpers/tmux.js";
 import { WsClient } from "./helpers/ws-client.js";
@@ -457,3 +458,63 @@ test(
     }
   },
 );
+
+test("the app: an attached and a pasted image are sent as input_image and shown as thumbnails in the transcript", async () => {
+  const workspace = freshDir("ws-");
+  const image = join(workspace, "shot.png");
+  writeFileSync(image, Buffer.from(PNG.slice(PNG.indexOf(",") + 1), "base64"));
+  const app = spawnCli(
+    ["app", workspace, "--port", "0", "--sandbox", "off", "--server", url, "--tier", "auto"],
+    { SPARK_DATA_DIR: freshDir("data-") },
+    300_000,
+  );
+  try {
+    const line = await firstLine(app);
+    const appUrl = /^spark app on (http:\/\/127\.0\.0\.1:\d+\/)/.exec(line)?.[1];
+    assert.ok(appUrl, `unexpected first line: ${line}\n${app.stderr()}`);
+    const browser = await launchBrowser();
+    const page = await browser.newPage({ viewport: { width: 1200, height: 800 } });
+    page.setDefaultTimeout(0);
+    await page.goto(appUrl);
+    // The attach button's file picker; the new task's tier is spark, which cannot see: said, not hidden.
+    await page.locator("input.image-picker").setInputFiles(image);
+    await page.locator(".composer .thumbnail img").waitFor();
+    await page.locator("textarea.input").fill("what is in this picture?");
+    await page.locator("textarea.input").press("Enter");
+    await page.getByText("The model 'spark' cannot see images").waitFor();
+    const user = page.locator(".msg.user", { hasText: "what is in this picture?" });
+    assert.equal(await user.locator(".thumbnail img").getAttribute("src"), PNG);
+    assert.equal(await page.locator(".composer .thumbnail").count(), 0, "the composer is emptied");
+
+    // Tier auto, and a pasted image (a screenshot on the clipboard): routed to the model that sees.
+    await page.locator("header .model-select, .model-select").first().selectOption("auto");
+    const before = eyes.bodies.length;
+    await page.locator("textarea.input").evaluate(
+      (textarea, data) => {
+        const bytes = Uint8Array.from(atob(data), (c) => c.charCodeAt(0));
+        const transfer = new DataTransfer();
+        transfer.items.add(new File([bytes], "clip.png", { type: "image/png" }));
+        textarea.dispatchEvent(
+          new ClipboardEvent("paste", { clipboardData: transfer, bubbles: true, cancelable: true }),
+        );
+      },
+      PNG.slice(PNG.indexOf(",") + 1),
+    );
+    await page.locator(".composer .thumbnail img").waitFor();
+    await page.locator("textarea.input").fill("and now?");
+    if (process.env.SPARK_APP_SCREENSHOTS)
+      await page.screenshot({ path: join(process.env.SPARK_APP_SCREENSHOTS, "images.png") });
+    await page.locator("textarea.input").press("Enter");
+    await page.locator(".msg.assistant", { hasText: "I see a red pixel" }).waitFor();
+    assert.equal(await page.locator(".msg.user .thumbnail img").count(), 2);
+    assert.equal(eyes.bodies.length, before + 1);
+    const sent = eyes.bodies.at(-1)!.messages as { role: string; content: unknown }[];
+    assert.deepEqual(sent.findLast((m) => m.role === "user")!.content, [
+      { type: "text", text: "and now?" },
+      { type: "image_url", image_url: { url: PNG } },
+    ]);
+    await page.close();
+  } finally {
+    await stop(app).catch(() => {});
+  }
+});

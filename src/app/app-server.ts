@@ -61,7 +61,11 @@ export interface AppServerOptions extends Omit<ManagerContext, "broadcast" | "ap
 }
 
 const COOKIE = "spark_app";
-const MAX_FRAME_BYTES = 1024 * 1024;
+/** A frame carries at most a message with its attached images (data URLs, see `images` below). */
+const MAX_FRAME_BYTES = 12 * 1024 * 1024;
+/** Images on one message, and the characters of each data URL (about 7.5 MiB of image). */
+const MAX_IMAGES = 4;
+const MAX_IMAGE_URL_CHARS = 10 * 1024 * 1024;
 const LOOPBACK = new Set(["127.0.0.1", "::1", "localhost"]);
 
 const text = z.string().max(200_000);
@@ -78,7 +82,29 @@ const clientMessage: z.ZodType<ClientMessage> = z.discriminatedUnion("type", [
   z.strictObject({ type: z.literal("task.open"), task: taskId }),
   z.strictObject({ type: z.literal("task.rename"), task: taskId, title: z.string().max(200) }),
   z.strictObject({ type: z.literal("task.delete"), task: taskId }),
-  z.strictObject({ type: z.literal("send"), task: taskId, text: text.min(1), sentAt: z.number().optional() }),
+  z
+    .strictObject({
+      type: z.literal("send"),
+      task: taskId,
+      text,
+      sentAt: z.number().optional(),
+      /** Pasted or attached images, as data URLs; the server routes them to a model that sees. */
+      images: z
+        .array(
+          z
+            .string()
+            .max(MAX_IMAGE_URL_CHARS)
+            .regex(
+              /^data:image\/(png|jpeg|gif|webp);base64,[A-Za-z0-9+/=]+$/,
+              "must be a base64 image data URL",
+            ),
+        )
+        .max(MAX_IMAGES)
+        .optional(),
+    })
+    .refine((message) => message.text.length > 0 || (message.images?.length ?? 0) > 0, {
+      message: "send needs text or an image",
+    }),
   z.strictObject({ type: z.literal("queue"), task: taskId, text: text.min(1) }),
   z.strictObject({ type: z.literal("stop"), task: taskId }),
   z.strictObject({ type: z.literal("model"), task: taskId, model: z.string().min(1).max(200) }),
@@ -420,8 +446,10 @@ export class AppServer {
     ws.on("error", gone);
     const reply = (message: ServerMessage): void => void outbox.send(JSON.stringify(message));
     reply(hello());
-    // Saved tasks that could not be read were skipped at start-up: say which, and why.
-    const problems = this.tasks.problems;
+    // Saved tasks that could not be read were skipped at start-up: say which, and why. Only to
+    // the single user: under keys a skipped file's owner is unknown, so its name (a task id) stays
+    // in the server's log instead of reaching every key.
+    const problems = owner === undefined ? this.tasks.problems : [];
     if (problems.length > 0) {
       reply({
         type: "error",

@@ -65,7 +65,15 @@ export interface FileDiff {
  */
 export type LogEntry =
   /** `pending`: held while the Spark server is unreachable; sent once it answers. */
-  | { kind: "user"; id: string; text: string; steer?: boolean; pending?: boolean }
+  | {
+      kind: "user";
+      id: string;
+      text: string;
+      steer?: boolean;
+      pending?: boolean;
+      /** Images sent with the message (data URLs), shown by the app's own component. */
+      images?: string[];
+    }
   /** `cutOff`: the answer ended incomplete (why, as in `TaskSummary.cutOff`). */
   | { kind: "assistant"; id: string; text: string; streaming: boolean; model?: string; cutOff?: string }
   | { kind: "item"; id: string; item: ThreadItem; diffs?: FileDiff[] }
@@ -117,7 +125,7 @@ export type ClientMessage =
   | { type: "task.rename"; task: string; title: string }
   | { type: "task.delete"; task: string }
   /** Starts a turn, or steers the running one (Enter). */
-  | { type: "send"; task: string; text: string; sentAt?: number }
+  | { type: "send"; task: string; text: string; sentAt?: number; images?: string[] }
   /** Sends after the running turn (the queue button). */
   | { type: "queue"; task: string; text: string }
   | { type: "stop"; task: string }

@@ -264,7 +264,7 @@ export class TaskManager {
         this.#broadcast({ type: "task.removed", task: task.id }, task.owner);
         return;
       case "send":
-        await task.send(message.text, message.sentAt);
+        await task.send(message.text, message.sentAt, message.images);
         return;
       case "queue":
         await task.queue(message.text);

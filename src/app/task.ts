@@ -408,16 +408,22 @@ export class Task {
   }
 
   /** Enter: starts a turn, or steers the one running. `/NAME args` runs a custom prompt. */
-  async send(typed: string, sentAt?: number): Promise<void> {
+  async send(typed: string, sentAt?: number, images: readonly string[] = []): Promise<void> {
     const text = this.#expand(typed);
     // Behind held messages, or with the server down: held too, in order.
-    if (this.#held.length > 0) return this.#hold(text);
+    if (this.#held.length > 0) return this.#hold(text, images);
     let agent: Agent;
     try {
       agent = await this.agent();
     } catch (error) {
       if (await this.context.serverReachable()) throw error;
-      return this.#hold(text);
+      return this.#hold(text, images);
+    }
+    if (agent.busy && images.length > 0) {
+      // A steer is text only: the message and its images join the next request.
+      this.#add({ kind: "user", id: this.#nextId(), text, steer: true, images: [...images] });
+      void agent.submit(text, images);
+      return;
     }
     if (agent.busy) {
       this.#add({ kind: "user", id: this.#nextId(), text, steer: true });
@@ -431,16 +437,22 @@ export class Task {
       });
       return;
     }
-    this.#titleFrom(text);
-    void agent.submit(text);
+    this.#titleFrom(text || "image");
+    void agent.submit(text, images);
   }
 
   /** Holds a message until the Spark server answers: shown at once, marked as waiting. */
-  #hold(text: string): void {
+  #hold(text: string, images: readonly string[] = []): void {
     const id = this.#nextId();
     this.#held.push(id);
-    this.#titleFrom(text);
-    this.#add({ kind: "user", id, text, pending: true });
+    this.#titleFrom(text || "image");
+    this.#add({
+      kind: "user",
+      id,
+      text,
+      pending: true,
+      ...(images.length > 0 ? { images: [...images] } : {}),
+    });
   }
 
   /** Whether messages wait for the Spark server. */
@@ -459,16 +471,18 @@ export class Task {
       const agent = await this.agent();
       if (agent.busy) return;
       const texts: string[] = [];
+      const images: string[] = [];
       for (const id of this.#held.splice(0)) {
         const entry = this.entries.find((e) => e.id === id);
         if (entry?.kind !== "user") continue;
         texts.push(entry.text);
+        images.push(...(entry.images ?? []));
         delete entry.pending;
         this.#add(entry);
       }
       if (texts.length === 0) return;
       this.#quietTurn = true;
-      void agent.submit(texts.join("\n\n"));
+      void agent.submit(texts.join("\n\n"), images);
     } catch {
       // Still unreachable: the next change of the server's health tries again.
     } finally {
@@ -658,8 +672,13 @@ export class Task {
         this.#saveTranscript(event);
         return;
       case "turn.started":
-        if (!this.#quietTurn && event.input !== "")
-          this.#add({ kind: "user", id: this.#nextId(), text: event.input });
+        if (!this.#quietTurn && (event.input !== "" || event.images))
+          this.#add({
+            kind: "user",
+            id: this.#nextId(),
+            text: event.input,
+            ...(event.images ? { images: [...event.images] } : {}),
+          });
         this.#quietTurn = false;
         this.#cutOff = undefined;
         delete this.summary.cutOff;

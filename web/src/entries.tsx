@@ -21,7 +21,8 @@ export function Entry(props: { entry: LogEntry; task: string; send: Send }): pre
               waiting for the server
             </span>
           ) : null}
-          <div class="text">{entry.text}</div>
+          {entry.text ? <div class="text">{entry.text}</div> : null}
+          {entry.images?.length ? <Thumbnails images={entry.images} /> : null}
         </div>
       );
     case "assistant":
@@ -243,6 +244,36 @@ function Variants(props: {
           </div>
         ))}
       </div>
+    </div>
+  );
+}
+
+/**
+ * Images the user attached, drawn by the app itself from data URLs (model answers go through
+ * DOMPurify, which keeps no <img>; the page's CSP allows `img-src data:` for these).
+ */
+export function Thumbnails(props: {
+  images: readonly string[];
+  onRemove?: (index: number) => void;
+}): preact.JSX.Element {
+  return (
+    <div class="thumbnails">
+      {props.images.map((url, index) =>
+        /^data:image\/(png|jpeg|gif|webp);base64,/.test(url) ? (
+          <span class="thumbnail" key={index}>
+            <img src={url} alt={`attached image ${index + 1}`} />
+            {props.onRemove ? (
+              <button
+                class="thumbnail-remove"
+                title="Remove this image"
+                onClick={() => props.onRemove!(index)}
+              >
+                ×
+              </button>
+            ) : null}
+          </span>
+        ) : null,
+      )}
     </div>
   );
 }

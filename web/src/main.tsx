@@ -6,7 +6,7 @@ import { render } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 import type { ClientMessage, TaskStatus, TaskSummary } from "../../src/app/protocol.js";
 import { Connection } from "./connection.js";
-import { Diff, Entry, MarkdownSummary } from "./entries.js";
+import { Diff, Entry, MarkdownSummary, Thumbnails } from "./entries.js";
 import { apply, getState, setState, useStore } from "./store.js";
 
 const connection = new Connection(
@@ -65,7 +65,13 @@ function newTask(): void {
 }
 
 /** The first message of a new task: the server creates it with this text, and it opens. */
-function createTask(model: string, text: string, variants = 1): boolean {
+function createTask(model: string, text: string, variants = 1, images: string[] = []): boolean {
+  if (images.length > 0) {
+    // A first message with images: the task is created empty, then sent the message.
+    if (!send({ type: "task.create", model })) return false;
+    awaitingCreate = { then: (task) => ({ type: "send", task, text, images }) };
+    return true;
+  }
   if (variants > 1) {
     // Variants are asked of an existing task: created empty, then asked.
     if (!send({ type: "task.create", model })) return false;
@@ -209,6 +215,11 @@ function StatusBar(props: { status: TaskStatus | undefined; task: TaskSummary })
   );
 }
 
+/** Images the composer attaches, as the app server accepts them. */
+const IMAGE_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+const MAX_IMAGES = 4;
+const MAX_IMAGE_BYTES = 7.5 * 1024 * 1024;
+
 /** The composer's own commands, listed in its menu with the project's custom prompts. */
 const COMPOSER_COMMANDS: { name: string; description: string; argumentHint?: string }[] = [
   { name: "compact", description: "summarize the conversation to free context" },
@@ -243,15 +254,45 @@ function Composer(props: { task?: TaskSummary; model?: string }): preact.JSX.Ele
     ref.current?.focus();
   };
   const [variants, setVariants] = useState(1);
+  const [images, setImages] = useState<string[]>([]);
   const ref = useRef<HTMLTextAreaElement>(null);
+  const picker = useRef<HTMLInputElement>(null);
   const task = props.task;
   const running = task?.state === "running" || task?.state === "approval";
+  /** Pasted, dropped or picked image files join the message as data URLs (at most 4). */
+  const attach = (files: Iterable<File>): void => {
+    for (const file of files) {
+      if (!IMAGE_TYPES.includes(file.type)) continue;
+      if (file.size > MAX_IMAGE_BYTES) {
+        setState({ error: `${file.name || "image"}: larger than 7.5 MiB, not attached` });
+        continue;
+      }
+      const reader = new FileReader();
+      reader.onload = () => {
+        const url = reader.result;
+        if (typeof url === "string") setImages((list) => (list.length < MAX_IMAGES ? [...list, url] : list));
+      };
+      reader.readAsDataURL(file);
+    }
+  };
   /** Runs `deliver` with the composer's text (trimmed); the composer empties only if it was sent. */
   const take = (deliver: (value: string) => boolean): void => {
     const value = text.trim();
     if (value !== "" && deliver(value)) setText("");
   };
-  const submit = (sentAt?: number): void =>
+  const submit = (sentAt?: number): void => {
+    const value = text.trim();
+    if (images.length > 0 && !value.startsWith("/")) {
+      // A message with images is always a plain send (a running task gets it after this turn).
+      const sent = task
+        ? send({ type: "send", task: task.id, text: value, images })
+        : createTask(props.model ?? "spark", value, 1, images);
+      if (sent) {
+        setText("");
+        setImages([]);
+      }
+      return;
+    }
     take((value) => {
       if (!task) return createTask(props.model ?? "spark", value, variants);
       if (value === "/compact") return send({ type: "compact", task: task.id });
@@ -269,8 +310,25 @@ function Composer(props: { task?: TaskSummary; model?: string }): preact.JSX.Ele
         return send({ type: "variants", task: task.id, count: variants, text: value });
       return send({ type: "send", task: task.id, text: value, ...(sentAt === undefined ? {} : { sentAt }) });
     });
+  };
   return (
-    <div class="composer">
+    <div
+      class="composer"
+      onDragOver={(e) => {
+        if (e.dataTransfer?.types.includes("Files")) e.preventDefault();
+      }}
+      onDrop={(e) => {
+        if (!e.dataTransfer?.files.length) return;
+        e.preventDefault();
+        attach(e.dataTransfer.files);
+      }}
+    >
+      {images.length > 0 ? (
+        <Thumbnails
+          images={images}
+          onRemove={(index) => setImages((list) => list.filter((_, i) => i !== index))}
+        />
+      ) : null}
       {menu.length > 0 ? (
         <ul class="composer-menu" role="listbox">
           {menu.map((entry) => (
@@ -300,6 +358,12 @@ function Composer(props: { task?: TaskSummary; model?: string }): preact.JSX.Ele
         }
         value={text}
         onInput={(e) => setText((e.target as HTMLTextAreaElement).value)}
+        onPaste={(e) => {
+          const files = [...(e.clipboardData?.files ?? [])].filter((file) => IMAGE_TYPES.includes(file.type));
+          if (files.length === 0) return;
+          e.preventDefault();
+          attach(files);
+        }}
         onKeyDown={(e) => {
           if (e.key === "Tab" && menu.length > 0) {
             e.preventDefault();
@@ -313,6 +377,26 @@ function Composer(props: { task?: TaskSummary; model?: string }): preact.JSX.Ele
         }}
       />
       <div class="composer-actions">
+        <input
+          ref={picker}
+          type="file"
+          class="image-picker"
+          accept={IMAGE_TYPES.join(",")}
+          multiple
+          hidden
+          onChange={(e) => {
+            const input = e.target as HTMLInputElement;
+            if (input.files) attach(input.files);
+            input.value = "";
+          }}
+        />
+        <button
+          class="attach-button"
+          title="Attach an image (or paste / drop one)"
+          onClick={() => picker.current?.click()}
+        >
+          + Image
+        </button>
         {running && task ? (
           <>
             <button class="steer-button primary" onClick={() => submit()}>
