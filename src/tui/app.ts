@@ -550,7 +550,7 @@ class TuiApp {
       this.#images.push({ name, url });
       const kib = Math.max(1, Math.round((url.length * 3) / 4 / 1024));
       this.#screen.line(
-        `${magenta(`[image: ${name}]`)} ${dim(`${kib} KiB attached to your next message (a model that can see answers: /tier auto)`)}`,
+        `${magenta(`[image: ${name}]`)} ${dim(`${kib} KiB attached to your next message${this.#model === "auto" ? "" : " (the tier must see images: /tier auto picks a model that does)"}`)}`,
       );
     } catch (error) {
       this.#screen.line(
