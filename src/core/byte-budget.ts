@@ -64,6 +64,9 @@ export function conversationBytes(items: readonly ConversationItem[]): number {
     if (item.type === "message") bytes += item.text.length * 2;
     else if (item.type === "tool_call") bytes += (item.input.length + item.name.length) * 2;
     else bytes += item.output.length * 2;
+    // Images (data URLs of up to megabytes) count too; their text parts are already in `text`.
+    if (item.type !== "tool_call")
+      for (const part of item.parts ?? []) if (part.type === "image") bytes += part.url.length * 2;
   }
   return bytes;
 }
