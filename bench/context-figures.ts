@@ -129,7 +129,7 @@ export async function skillsListTokens(log: Log): Promise<FigureResult> {
     const small = rows[0]!;
     return {
       row: {
-        figure: "skills list, 20 skills: added input tokens",
+        figure: "24. Skills list, 20 skills: added input tokens",
         spark: `+${fmt(large.tokens)} tokens (128K window), +${fmt(small.tokens)} (32K)`,
         reference: `budget ${fmt(large.budget)} / ${fmt(small.budget)} tokens (2%)`,
         comparison: `${fmt((large.tokens / large.window) * 100, 2)}% / ${fmt((small.tokens / small.window) * 100, 2)}% of the window`,

@@ -18,12 +18,11 @@ import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { fmt, type FigureResult, type Log } from "./report.js";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const SPARK = join(ROOT, "bin/spark.js");
-const roundsArg = process.argv.indexOf("--rounds");
-const ROUNDS = roundsArg > 0 ? Number(process.argv[roundsArg + 1]) : 10;
 
 function inTerminal(command: string, env: NodeJS.ProcessEnv): ChildProcessWithoutNullStreams {
   return spawn("script", ["-qfec", `stty cols 160 rows 40; exec ${command}`, "/dev/null"], {
@@ -80,84 +79,107 @@ function median(values: readonly number[]): number {
   return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
-const dir = mkdtempSync(join(tmpdir(), "spark-bench-mcp-"));
-try {
-  const workspace = join(dir, "ws");
-  mkdirSync(workspace);
-  for (let i = 1; i <= 20; i++) {
-    const skill = join(workspace, ".agents", "skills", `skill-${i}`);
-    mkdirSync(skill, { recursive: true });
-    writeFileSync(
-      join(skill, "SKILL.md"),
-      `---\nname: skill-${i}\ndescription: Does task number ${i} the way this project wants it done, with its checks.\n---\n\n# Skill ${i}\n\n${"Step by step instructions. ".repeat(40)}\n`,
-    );
-  }
-  const script = join(dir, "script.jsonl");
-  writeFileSync(script, `${JSON.stringify({ output: [{ type: "message", text: "hi" }] })}\n`);
-  const testServer = join(ROOT, "test/fixtures/mcp/test-server.mjs");
-  const config = join(dir, "config.json");
-  writeFileSync(
-    config,
-    JSON.stringify({
-      mcpServers: {
-        everything: {
-          command: process.execPath,
-          args: [join(ROOT, "node_modules/@modelcontextprotocol/server-everything/dist/index.js")],
-        },
-        first: { command: process.execPath, args: [testServer, "tools"] },
-        second: { command: process.execPath, args: [testServer, "tools"] },
-      },
-    }),
-  );
-  const emptyHome = join(dir, "home");
-  mkdirSync(emptyHome);
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    SPARK_DATA_DIR: join(dir, "data"),
-    SPARK_HOME: emptyHome,
-    NO_COLOR: "",
-  };
-  delete env.SPARK_CONFIG;
-  // Without: an empty workspace and no config; with: the skills' workspace and the config.
-  const bare = join(dir, "bare");
-  mkdirSync(bare);
-  const base = `node ${SPARK} --engine script --script ${script}`;
-  const results = {
-    plain: { prompt: [] as number[], connected: [] as number[] },
-    mcp: { prompt: [] as number[], connected: [] as number[], servers: [] as number[] },
-  };
-  for (let round = 0; round <= ROUNDS; round++) {
-    for (const arm of ["plain", "mcp"] as const) {
-      const t0 = performance.now();
-      const child = inTerminal(
-        arm === "plain" ? `${base} -C ${bare}` : `${base} -C ${workspace} --config ${config}`,
-        env,
+/** Figure 25: what 3 MCP servers and 20 skills add to the TUI's launch (goal: < 300 ms). */
+export async function mcpStartFigure(options: { rounds: number }, log: Log): Promise<FigureResult> {
+  const ROUNDS = options.rounds;
+  const dir = mkdtempSync(join(tmpdir(), "spark-bench-mcp-"));
+  try {
+    const workspace = join(dir, "ws");
+    mkdirSync(workspace);
+    for (let i = 1; i <= 20; i++) {
+      const skill = join(workspace, ".agents", "skills", `skill-${i}`);
+      mkdirSync(skill, { recursive: true });
+      writeFileSync(
+        join(skill, "SKILL.md"),
+        `---\nname: skill-${i}\ndescription: Does task number ${i} the way this project wants it done, with its checks.\n---\n\n# Skill ${i}\n\n${"Step by step instructions. ".repeat(40)}\n`,
       );
-      const needles: (string | ((seen: string) => boolean))[] = ["› ", "· session"];
-      // All three servers said they are ready (their tools listed), in the background.
-      if (arm === "mcp") needles.push((seen) => (seen.match(/MCP server \w+: \d+ tools/g) ?? []).length >= 3);
-      const [prompt, connected, servers] = watch(child, needles);
-      const times = await Promise.all([prompt!, connected!, ...(servers ? [servers] : [])]);
-      await stop(child);
-      if (round === 0) continue;
-      results[arm].prompt.push(times[0]! - t0);
-      results[arm].connected.push(times[1]! - t0);
-      if (arm === "mcp") results.mcp.servers.push(times[2]! - t0);
     }
+    const script = join(dir, "script.jsonl");
+    writeFileSync(script, `${JSON.stringify({ output: [{ type: "message", text: "hi" }] })}\n`);
+    const testServer = join(ROOT, "test/fixtures/mcp/test-server.mjs");
+    const config = join(dir, "config.json");
+    writeFileSync(
+      config,
+      JSON.stringify({
+        mcpServers: {
+          everything: {
+            command: process.execPath,
+            args: [join(ROOT, "node_modules/@modelcontextprotocol/server-everything/dist/index.js")],
+          },
+          first: { command: process.execPath, args: [testServer, "tools"] },
+          second: { command: process.execPath, args: [testServer, "tools"] },
+        },
+      }),
+    );
+    const emptyHome = join(dir, "home");
+    mkdirSync(emptyHome);
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      SPARK_DATA_DIR: join(dir, "data"),
+      SPARK_HOME: emptyHome,
+      NO_COLOR: "",
+    };
+    delete env.SPARK_CONFIG;
+    // Without: an empty workspace and no config; with: the skills' workspace and the config.
+    const bare = join(dir, "bare");
+    mkdirSync(bare);
+    const base = `node ${SPARK} --engine script --script ${script}`;
+    const results = {
+      plain: { prompt: [] as number[], connected: [] as number[] },
+      mcp: { prompt: [] as number[], connected: [] as number[], servers: [] as number[] },
+    };
+    for (let round = 0; round <= ROUNDS; round++) {
+      for (const arm of ["plain", "mcp"] as const) {
+        const t0 = performance.now();
+        const child = inTerminal(
+          arm === "plain" ? `${base} -C ${bare}` : `${base} -C ${workspace} --config ${config}`,
+          env,
+        );
+        const needles: (string | ((seen: string) => boolean))[] = ["› ", "· session"];
+        // All three servers said they are ready (their tools listed), in the background.
+        if (arm === "mcp")
+          needles.push((seen) => (seen.match(/MCP server \w+: \d+ tools/g) ?? []).length >= 3);
+        const [prompt, connected, servers] = watch(child, needles);
+        const times = await Promise.all([prompt!, connected!, ...(servers ? [servers] : [])]);
+        await stop(child);
+        if (round === 0) continue;
+        results[arm].prompt.push(times[0]! - t0);
+        results[arm].connected.push(times[1]! - t0);
+        if (arm === "mcp") results.mcp.servers.push(times[2]! - t0);
+      }
+    }
+    const row = (name: string, values: number[]): string =>
+      `   ${name.padEnd(44)} ${median(values).toFixed(0).padStart(6)} ms`;
+    log(`   medians of ${ROUNDS} launches each (after 1 warm-up):`);
+    log(row("without config → prompt", results.plain.prompt));
+    log(row("3 MCP servers + 20 skills → prompt", results.mcp.prompt));
+    log(row("without config → connected", results.plain.connected));
+    log(row("3 MCP servers + 20 skills → connected", results.mcp.connected));
+    log(row("3 MCP servers + 20 skills → all servers ready", results.mcp.servers));
+    const addedPrompt = median(results.mcp.prompt) - median(results.plain.prompt);
+    const addedConnected = median(results.mcp.connected) - median(results.plain.connected);
+    const worst = Math.max(addedPrompt, addedConnected);
+    return {
+      row: {
+        figure: "25. TUI launch, 3 MCP servers + 20 skills",
+        spark: `prompt ${fmt(median(results.mcp.prompt))} ms, connected ${fmt(median(results.mcp.connected))} ms`,
+        reference: `prompt ${fmt(median(results.plain.prompt))} ms, connected ${fmt(median(results.plain.connected))} ms (no config)`,
+        comparison: `+${fmt(addedPrompt)} / +${fmt(addedConnected)} ms; servers ready at ${fmt(median(results.mcp.servers))} ms`,
+        goal: "< 300 ms added",
+        met: worst < 300,
+      },
+      data: { rounds: ROUNDS, ...results, addedPrompt, addedConnected },
+    };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
   }
-  const row = (name: string, values: number[]): string =>
-    `${name.padEnd(44)} ${median(values).toFixed(0).padStart(6)} ms`;
-  console.log(`spark TUI launch, medians of ${ROUNDS} launches each (after 1 warm-up):`);
-  console.log(row("without config → prompt", results.plain.prompt));
-  console.log(row("3 MCP servers + 20 skills → prompt", results.mcp.prompt));
-  console.log(row("without config → connected", results.plain.connected));
-  console.log(row("3 MCP servers + 20 skills → connected", results.mcp.connected));
-  console.log(row("3 MCP servers + 20 skills → all servers ready", results.mcp.servers));
-  const addedPrompt = median(results.mcp.prompt) - median(results.plain.prompt);
-  const addedConnected = median(results.mcp.connected) - median(results.plain.connected);
-  console.log(
-    `added to the prompt: ${addedPrompt.toFixed(0)} ms; to the connection: ${addedConnected.toFixed(0)} ms (goal < 300 ms)`,
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  const roundsArg = process.argv.indexOf("--rounds");
+  const figure = await mcpStartFigure(
+    { rounds: roundsArg > 0 ? Number(process.argv[roundsArg + 1]) : 10 },
+    (line) => console.log(line),
   );
-} finally {
-  rmSync(dir, { recursive: true, force: true });
+  console.log(figure.row.comparison, figure.row.met ? "(goal met)" : "(goal NOT met)");
 }

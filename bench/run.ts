@@ -28,6 +28,8 @@
  *  21. the web app (`spark app`) in headless chromium: cold first paint and interactive, and the
  *      bundle's size; 22. a 20,000-token answer streamed at 1,000 tok/s: text on screen behind the
  *      socket, long tasks; 23. Enter on a steer to `response.steer` on the wire.
+ *  24. the project context: input tokens the skills list adds with 20 skills, vs its 2% budget;
+ *  25. the `spark` TUI's launch with 3 MCP servers and 20 skills configured, vs none (built CLI).
  *
  * Options: `--quick` (fewer iterations), `--json` (also write bench/results.json),
  * `--only 1,3` (run some figures only). Every server is in process on 127.0.0.1, port 0.
@@ -37,6 +39,8 @@ import { availableParallelism, cpus, loadavg, platform, arch, totalmem } from "n
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { appFigures } from "./app-figures.js";
+import { skillsListTokens } from "./context-figures.js";
+import { mcpStartFigure } from "./mcp-start.js";
 import { llamaFigures } from "./llama-figures.js";
 import { fimFigures } from "./fim-figures.js";
 import { speculationFigures } from "./speculation-figures.js";
@@ -65,7 +69,7 @@ const llamaConfig = args.quick
   : { decodeTokens: 200, decodeRounds: 15, reuseRounds: 9 };
 const wsConfig = args.quick ? { loopRounds: 3, steerRounds: 5 } : { loopRounds: 10, steerRounds: 15 };
 const only = new Set(
-  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23")
+  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25")
     .split(",")
     .map((s) => Number(s.trim())),
 );
@@ -241,6 +245,19 @@ if (appWanted.size > 0) {
     log,
   );
   for (const figure of figures) results[figure.row.figure] = figure;
+}
+
+if (only.has(24)) results.skillsList = await skillsListTokens(log);
+if (only.has(25)) {
+  log(`\n25. spark TUI launch with 3 MCP servers and 20 skills configured, vs none (bin/spark.js)`);
+  const built = fileURLToPath(new URL("../dist/cli/main.js", import.meta.url));
+  results.mcpStart = existsSync(built)
+    ? await mcpStartFigure({ rounds: args.quick ? 5 : 10 }, log)
+    : skipped(
+        "25. TUI launch, 3 MCP servers + 20 skills",
+        "dist/ is not built (npm run build)",
+        "< 300 ms added",
+      );
 }
 
 const seconds = (performance.now() - started) / 1000;
