@@ -359,6 +359,20 @@ test(
   },
 );
 
+test("GET /v1/models says which models see images (vision), auto when any does", async () => {
+  const response = await fetch(`${url}/v1/models`);
+  assert.equal(response.status, 200);
+  const body = (await response.json()) as { data: { id: string; vision?: boolean }[] };
+  const vision = Object.fromEntries(body.data.map((m) => [m.id, m.vision]));
+  assert.equal(vision.spark, false);
+  assert.equal(vision.deep, false);
+  assert.equal(vision.eyes, true);
+  assert.equal(vision["eyes-responses"], true);
+  assert.equal(vision.auto, true);
+  const one = (await (await fetch(`${url}/v1/models/eyes`)).json()) as { vision?: boolean };
+  assert.equal(one.vision, true);
+});
+
 test("spark exec --image sends the picture as input_image: auto routes it to the model that sees", async () => {
   const workspace = freshDir("ws-");
   const image = join(workspace, "shot.png");

@@ -369,9 +369,66 @@ describe("MCP servers in spark exec", { timeout: 240_000 }, () => {
     assert.match(afterCrash!.result!, /MCP server "fragile" is not available: .*crashing on purpose/);
     assert.equal(stillThere?.status, "completed", "the other server's tools still work");
     assert.equal(stillThere?.result, "3");
-    assert.equal(picture?.result, "here it is\n[image: image/png, 16 bytes, not shown]");
+    assert.equal(
+      picture?.result,
+      "here it is\n[image/png, 70 bytes: not shown, no model on this server can see images]",
+    );
     assert.match(run.stderr, /MCP server fragile failed/);
     await allGone(pidsIn(pidFile));
+  });
+
+  test("a tool's image goes to the model as an image part when the tier sees (auto routes it), else a placeholder says why", async () => {
+    const pixel =
+      "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+    const run = async (tier: string) => {
+      // The text-only model calls the tool; the one that sees answers once the image is in.
+      const text = await scriptedUpstream([{ call: "mcp__pics__picture", args: {} }, { text: "unseen" }]);
+      const eyes = await scriptedUpstream([{ text: "a single pixel" }]);
+      try {
+        const cfg = config({
+          models: {
+            spark: { engine: "openai", upstream: text.url },
+            deep: { engine: "openai", upstream: text.url, tier: "deep" },
+            eyes: { engine: "openai", upstream: eyes.url, vision: true },
+          },
+          mcpServers: { pics: { command: process.execPath, args: [TEST_SERVER, "tools"], trusted: true } },
+        });
+        const result = await exec(["--config", cfg, "--tier", tier, "show me the picture"]);
+        return { ...result, text: text.requests, eyes: eyes.requests };
+      } finally {
+        text.close();
+        eyes.close();
+      }
+    };
+
+    const auto = await run("auto");
+    assert.equal(auto.code, 0, auto.stderr);
+    assert.equal(auto.text.length, 1, "the request without an image went to the text-only model");
+    assert.equal(auto.eyes.length, 1, "the tool result with the image went to the model that sees");
+    const messages = auto.eyes[0]!.messages as { role: string; content: unknown }[];
+    assert.deepEqual(toolOutputs(auto.eyes[0]!), ["here it is"]);
+    assert.ok(
+      messages.some(
+        (m) =>
+          Array.isArray(m.content) &&
+          (m.content as unknown[]).some(
+            (part) =>
+              JSON.stringify(part) === JSON.stringify({ type: "image_url", image_url: { url: pixel } }),
+          ),
+      ),
+      JSON.stringify(messages),
+    );
+    const [shown] = toolItems(auto.events);
+    assert.equal(shown?.result, "here it is\n[image/png, 70 bytes: sent to the model]");
+
+    const spark = await run("spark");
+    assert.equal(spark.code, 0, spark.stderr);
+    assert.equal(spark.eyes.length, 0);
+    assert.equal(spark.text.length, 2, "no 400: the turn went on with the placeholder");
+    const reason =
+      "here it is\n[image/png, 70 bytes: not shown, the spark tier cannot see images; /tier auto routes to a model that can]";
+    assert.deepEqual(toolOutputs(spark.text[1]!), [reason]);
+    assert.ok(!JSON.stringify(spark.text[1]).includes("image_url"));
   });
 
   test("under approval never, an untrusted server's tool is refused with a clear tool error and never runs", async () => {

@@ -202,10 +202,12 @@ export class Agent {
   constructor(private readonly options: AgentOptions) {
     this.#transcript = [...(options.transcript ?? [])];
     this.#model = options.model;
+    // The tools ask for the model now (an MCP result's images go to it only when it sees).
+    const tools = { ...options.tools, model: () => this.#model };
     this.#toolContext =
       options.applyModel === false || options.tools.rewrite
-        ? options.tools
-        : { ...options.tools, rewrite: (request, signal) => this.#rewrite(request, signal) };
+        ? tools
+        : { ...tools, rewrite: (request, signal) => this.#rewrite(request, signal) };
     this.#tools = new ToolRunner(
       this.#toolContext,
       () => this.#nextItemId(),

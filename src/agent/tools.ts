@@ -76,7 +76,15 @@ export interface McpTools {
     name: string,
     args: Record<string, unknown>,
     signal: AbortSignal,
-  ): Promise<{ text: string; isError: boolean }>;
+  ): Promise<{ text: string; isError: boolean; images?: { mimeType: string; data: string }[] }>;
+}
+
+/** What the server says (`/v1/models` `vision`) about who sees images. */
+export interface VisionInfo {
+  /** The model asked about sees images. */
+  sees: boolean;
+  /** Some model of the server sees them (then `auto` routes an image to it). */
+  anySees: boolean;
 }
 
 export interface ToolContext {
@@ -105,6 +113,14 @@ export interface ToolContext {
   mcp?: McpTools;
   /** The user's hooks (PreToolUse, PostToolUse around every call; the agent runs the others). */
   hooks?: Hooks;
+  /** The session's model (tier) now; the agent provides it (it changes with `/tier`). */
+  model?: () => string;
+  /**
+   * Whether `model` sees images, from the server's `/v1/models`; undefined when the server does not
+   * say. An MCP result's images go to the model as `input_image` parts only when it sees: else
+   * the request would be refused (`image_unsupported`), so they become a placeholder saying why.
+   */
+  vision?: (model: string) => VisionInfo | undefined;
 }
 
 export interface ToolRun {
@@ -283,9 +299,14 @@ export class ToolRunner {
       .catch(failed);
     for (const failure of post.failures) this.#report(failure);
     if (post.feedback !== undefined) {
+      const note = `[PostToolUse hook] ${post.feedback}`;
+      const output = run.output.output;
       run.output = {
         ...run.output,
-        output: `${String(run.output.output)}\n\n[PostToolUse hook] ${post.feedback}`,
+        // An output with images is a list of parts: the note is one more text part.
+        output: Array.isArray(output)
+          ? [...(output as unknown[]), { type: "input_text", text: note }]
+          : `${String(output)}\n\n${note}`,
       };
     }
     return run;
@@ -586,11 +607,23 @@ export class ToolRunner {
     onStarted(started);
     try {
       const result = await mcp.call(call.name, args, signal);
-      return {
-        started,
-        completed: item(result.isError ? "failed" : "completed", summarize(result.text)),
-        output: reply(result.text),
-      };
+      const images = result.images ?? [];
+      const model = this.context.model?.() ?? "spark";
+      const vision = this.context.vision?.(model);
+      const sees = vision?.sees === true && images.length > 0;
+      const notes = images.map((image) => imageNote(image, sees ? undefined : unseenReason(model, vision)));
+      const shown = [result.text, ...notes].filter((line) => line !== "").join("\n");
+      const completed = item(result.isError ? "failed" : "completed", summarize(shown));
+      if (!sees) return { started, completed, output: reply(shown) };
+      // The text, then each image as a data URL: the server routes `auto` to a model that sees.
+      const parts = [
+        ...(result.text === "" ? [] : [{ type: "input_text", text: result.text }]),
+        ...images.map((image) => ({
+          type: "input_image",
+          image_url: `data:${image.mimeType};base64,${image.data}`,
+        })),
+      ];
+      return { started, completed, output: { ...reply(""), output: parts } };
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
       return { started, completed: item("failed", message), output: reply(message) };
@@ -787,6 +820,19 @@ function errorText(error: unknown): string {
 }
 
 /** Display text of a tool result: the first lines only. */
+/** `[image/png, 12 KB: …]`: an MCP result's image, shown to the model or not (`unseen` says why). */
+function imageNote(image: { mimeType: string; data: string }, unseen: string | undefined): string {
+  const bytes = Buffer.byteLength(image.data, "base64");
+  const size = bytes < 1024 ? `${bytes} bytes` : `${Math.round(bytes / 1024)} KB`;
+  return `[${image.mimeType}, ${size}: ${unseen === undefined ? "sent to the model" : `not shown, ${unseen}`}]`;
+}
+
+function unseenReason(model: string, vision: VisionInfo | undefined): string {
+  if (vision === undefined) return `the server does not say whether the ${model} tier can see images`;
+  if (!vision.anySees) return "no model on this server can see images";
+  return `the ${model} tier cannot see images; /tier auto routes to a model that can`;
+}
+
 function summarize(text: string): string {
   const lines = text.split("\n");
   return lines.length <= 20 ? text : `${lines.slice(0, 20).join("\n")}\n… ${lines.length - 20} more lines`;

@@ -11,7 +11,7 @@ import type { ApprovalMode } from "../agent/approval.js";
 import { ResponsesSocket, httpBaseUrl } from "../agent/responses-socket.js";
 import { detectSandbox, type Sandbox } from "../agent/sandbox.js";
 import { SessionFile } from "../agent/session-file.js";
-import type { ApprovalAnswer, ApprovalRequest } from "../agent/tools.js";
+import type { ApprovalAnswer, ApprovalRequest, VisionInfo } from "../agent/tools.js";
 import { Workspace } from "../agent/workspace.js";
 import { SessionContext } from "../agent/context/session-context.js";
 import { defaultDataDir } from "../store/data-dir.js";
@@ -185,6 +185,8 @@ export async function startInProcessServer(
 export interface ServedModel {
   id: string;
   contextWindow?: number;
+  /** It sees images (`vision`, a Spark extension); absent when the server does not say. */
+  vision?: boolean;
 }
 
 /** The server's `/v1/models`, or undefined when it cannot be read (old server, network). */
@@ -198,15 +200,17 @@ export async function fetchModels(
       signal: AbortSignal.timeout(5000),
     });
     if (!response.ok) return undefined;
-    const body = (await response.json()) as { data?: { id?: unknown; context_window?: unknown }[] };
+    const body = (await response.json()) as {
+      data?: { id?: unknown; context_window?: unknown; vision?: unknown }[];
+    };
     if (!Array.isArray(body.data)) return undefined;
-    return body.data.flatMap((m) =>
-      typeof m.id !== "string"
-        ? []
-        : typeof m.context_window === "number"
-          ? [{ id: m.id, contextWindow: m.context_window }]
-          : [{ id: m.id }],
-    );
+    return body.data.flatMap((m) => {
+      if (typeof m.id !== "string") return [];
+      const model: ServedModel = { id: m.id };
+      if (typeof m.context_window === "number") model.contextWindow = m.context_window;
+      if (typeof m.vision === "boolean") model.vision = m.vision;
+      return [model];
+    });
   } catch {
     return undefined;
   }
@@ -218,6 +222,13 @@ export function contextWindowOf(
   model: string,
 ): number | undefined {
   return (models?.find((m) => m.id === model) ?? models?.find((m) => m.id === "spark"))?.contextWindow;
+}
+
+/** Whether `model` sees images, by the server's `/v1/models`; undefined when it does not say. */
+export function visionOf(models: readonly ServedModel[] | undefined, model: string): VisionInfo | undefined {
+  const sees = models?.find((m) => m.id === model)?.vision;
+  if (sees === undefined) return undefined;
+  return { sees, anySees: models!.some((m) => m.vision === true) };
 }
 
 /** The context window of `model` from the server's `/v1/models` (`context_window`), if it says. */
@@ -336,6 +347,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
       skills: context.skills,
       ...(mcp?.active ? { mcp } : {}),
       ...(hooks && hooks.size > 0 ? { hooks } : {}),
+      vision: (model: string) => visionOf(models, model),
     },
     model: client.tier,
     instructions: context.instructions(DEFAULT_INSTRUCTIONS.replace("WORKSPACE", workspace.root)),

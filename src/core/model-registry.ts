@@ -89,7 +89,16 @@ export interface ModelEntry {
   vision?: boolean;
 }
 
+/** A model of `GET /v1/models`. */
+export interface ListedModel {
+  id: string;
+  ownedBy: string;
+  contextWindow?: number;
+  vision: boolean;
+}
+
 /** Whether the model behind an entry sees images. */
+
 export function canSee(entry: ModelEntry): boolean {
   return entry.vision ?? entry.engine.capabilities.vision ?? false;
 }
@@ -148,25 +157,29 @@ export class ModelRegistry {
   }
 
   /** Aliases (with the context window of the model behind them, when the engine reports one), `auto`, then engine models. */
-  list(): { id: string; ownedBy: string; contextWindow?: number }[] {
-    const models: { id: string; ownedBy: string; contextWindow?: number }[] = [...this.#entries.values()].map(
-      (entry) => {
-        const contextWindow = entry.engine.models().find((m) => m.id === entry.engineModel)?.contextSize;
-        return contextWindow === undefined
-          ? { id: entry.alias, ownedBy: "spark" }
-          : { id: entry.alias, ownedBy: "spark", contextWindow };
-      },
-    );
-    models.push({ id: AUTO_MODEL, ownedBy: "spark" });
+  /** The served models; `vision`: it sees images (`auto`: some model does, and it routes to it). */
+  list(): ListedModel[] {
+    const entries = [...this.#entries.values()];
+    const models: ListedModel[] = entries.map((entry) => {
+      const contextWindow = entry.engine.models().find((m) => m.id === entry.engineModel)?.contextSize;
+      const vision = canSee(entry);
+      return contextWindow === undefined
+        ? { id: entry.alias, ownedBy: "spark", vision }
+        : { id: entry.alias, ownedBy: "spark", contextWindow, vision };
+    });
+    models.push({ id: AUTO_MODEL, ownedBy: "spark", vision: entries.some(canSee) });
     const seen = new Set(models.map((m) => m.id));
     for (const engine of this.engines()) {
       for (const model of engine.models()) {
         if (seen.has(model.id)) continue;
         seen.add(model.id);
+        // An engine's own model name resolves through the first entry of an engine that knows it.
+        const entry = entries.find((e) => e.engine.resolveModel(model.id) !== undefined);
+        const vision = entry ? canSee(entry) : false;
         models.push(
           model.contextSize === undefined
-            ? { id: model.id, ownedBy: model.ownedBy }
-            : { id: model.id, ownedBy: model.ownedBy, contextWindow: model.contextSize },
+            ? { id: model.id, ownedBy: model.ownedBy, vision }
+            : { id: model.id, ownedBy: model.ownedBy, contextWindow: model.contextSize, vision },
         );
       }
     }

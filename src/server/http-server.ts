@@ -577,11 +577,16 @@ function setRateLimitHeaders(response: ServerResponse, snapshot: RateLimitSnapsh
   for (const [name, value] of Object.entries(rateLimitHeaders(snapshot))) response.setHeader(name, value);
 }
 
-/** `context_window` (a Spark extension) tells clients such as the `spark` TUI how full the context is. */
+/**
+ * Spark extensions: `context_window` tells clients such as the `spark` TUI how full the context
+ * is; `vision`, whether the model sees images (`auto`: some model does and gets them), so the agent
+ * sends an MCP tool's images only to a model that sees them.
+ */
 function modelObject(model: {
   id: string;
   ownedBy: string;
   contextWindow?: number;
+  vision?: boolean;
 }): Record<string, unknown> {
   const object: Record<string, unknown> = {
     id: model.id,
@@ -590,6 +595,7 @@ function modelObject(model: {
     owned_by: model.ownedBy,
   };
   if (model.contextWindow !== undefined) object.context_window = model.contextWindow;
+  if (model.vision !== undefined) object.vision = model.vision;
   return object;
 }
 

@@ -33,9 +33,21 @@ export interface McpServerStatus {
 }
 
 export interface McpCallResult {
+  /** The text parts, and placeholders for what is neither text nor an image. */
   text: string;
   /** The server reported the call as failed (`isError`). */
   isError: boolean;
+  /**
+   * The image parts (base64 `data`), in order: the tool runner sends them as `input_image` parts
+   * when the session's model can see, else as a placeholder that says why (agent/tools.ts).
+   */
+  images: McpImage[];
+}
+
+export interface McpImage {
+  mimeType: string;
+  /** Base64, as the server sent it. */
+  data: string;
 }
 
 /** A tool call that cannot be made (no such server or tool, the server failed, a timeout). */
@@ -220,7 +232,7 @@ class McpServer {
       }
       throw new McpToolError(`MCP server "${this.name}" failed to run ${entry.tool}: ${message}`);
     }
-    return { text: resultText(result), isError: result.isError === true };
+    return { text: resultText(result), isError: result.isError === true, images: resultImages(result) };
   }
 
   /** Why this server's tools cannot be called now. */
@@ -295,7 +307,20 @@ export function toolName(server: string, tool: string): string {
   return `mcp__${server}__${tool.replace(/[^A-Za-z0-9_-]/g, "_")}`.slice(0, 64);
 }
 
-/** A tool result as the model's text: text parts as they are, other parts as a placeholder. */
+/** A result's image parts (`{type: "image", data, mimeType}`); a part without base64 data is left out. */
+function resultImages(result: Record<string, unknown>): McpImage[] {
+  const content = Array.isArray(result.content) ? (result.content as Record<string, unknown>[]) : [];
+  return content.flatMap((part) =>
+    part.type === "image" && typeof part.data === "string" && part.data.length > 0
+      ? [{ mimeType: typeof part.mimeType === "string" ? part.mimeType : "image/png", data: part.data }]
+      : [],
+  );
+}
+
+/**
+ * A tool result as the model's text: text parts as they are, images left out (see `resultImages`),
+ * other parts as a placeholder.
+ */
 function resultText(result: Record<string, unknown>): string {
   const content = Array.isArray(result.content) ? (result.content as Record<string, unknown>[]) : [];
   const parts: string[] = [];
@@ -305,6 +330,9 @@ function resultText(result: Record<string, unknown>): string {
         parts.push(String(part.text ?? ""));
         break;
       case "image":
+        if (typeof part.data === "string" && part.data.length > 0) break;
+        parts.push(`[image: ${String(part.mimeType ?? "unknown type")}, no data, not shown]`);
+        break;
       case "audio": {
         const bytes = typeof part.data === "string" ? Buffer.byteLength(part.data, "base64") : 0;
         parts.push(`[${part.type}: ${String(part.mimeType ?? "unknown type")}, ${bytes} bytes, not shown]`);
