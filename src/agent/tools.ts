@@ -609,7 +609,7 @@ export class ToolRunner {
       const result = await mcp.call(call.name, args, signal);
       const images = result.images ?? [];
       const model = this.context.model?.() ?? "spark";
-      const vision = this.context.vision?.(model);
+      const vision = images.length > 0 ? this.context.vision?.(model) : undefined;
       const sees = vision?.sees === true && images.length > 0;
       const notes = images.map((image) => imageNote(image, sees ? undefined : unseenReason(model, vision)));
       const shown = [result.text, ...notes].filter((line) => line !== "").join("\n");

@@ -15,7 +15,7 @@ import type { ApprovalMode } from "../agent/approval.js";
 import { ResponsesSocket } from "../agent/responses-socket.js";
 import type { Sandbox } from "../agent/sandbox.js";
 import { readRegularFile, SessionFile } from "../agent/session-file.js";
-import type { ApprovalReply, ApprovalRequest, ThreadItem } from "../agent/tools.js";
+import type { ApprovalReply, ApprovalRequest, ThreadItem, VisionInfo } from "../agent/tools.js";
 import type { Workspace } from "../agent/workspace.js";
 import type { Hooks } from "../agent/hooks/runner.js";
 import type { McpManager } from "../agent/mcp/manager.js";
@@ -51,6 +51,8 @@ export interface TaskContext {
   hooks?: Hooks;
   /** The context window of a model, from the server's `/v1/models`. */
   contextWindow(model: string): Promise<number>;
+  /** Whether a model sees images, from the server's `/v1/models` (an MCP result's images). */
+  vision?(model: string): VisionInfo | undefined;
   /** Sends a message to every connected browser. */
   broadcast(message: ServerMessage): void;
   /** Whether the Spark server answers now (probed; always true for one in this process). */
@@ -382,6 +384,7 @@ export class Task {
         ...(this.context.project ? { skills: this.context.project.skills } : {}),
         ...(this.context.mcp?.active ? { mcp: this.context.mcp } : {}),
         ...(this.context.hooks ? { hooks: this.context.hooks } : {}),
+        ...(this.context.vision ? { vision: (model: string) => this.context.vision!(model) } : {}),
       },
       ...(this.context.project
         ? { attachments: (text: string) => this.context.project!.attachments(text) }

@@ -7,11 +7,14 @@ import {
   clientSandbox,
   DEFAULT_INSTRUCTIONS,
   fetchContextWindow,
+  fetchModels,
   loadSessionContext,
   openWorkspace,
   resolveClient,
   startInProcessServer,
+  visionOf,
   type ClientFlags,
+  type ServedModel,
 } from "./agent-runtime.js";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
@@ -22,6 +25,7 @@ import { ConfigError, type ResolvedSettings } from "./config.js";
 import { HookRunner } from "../agent/hooks/runner.js";
 import { McpManager } from "../agent/mcp/manager.js";
 import { describeMcpStatus } from "./agent-runtime.js";
+import type { VisionInfo } from "../agent/tools.js";
 
 export interface AppFlags {
   host: string;
@@ -94,6 +98,7 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
       ...(mcp ? { mcp } : {}),
       ...(hooks && hooks.size > 0 ? { hooks } : {}),
       contextWindow: windows,
+      vision: servedVision(url, client.apiKey),
       ...(closeServer === undefined ? { watchServer: true } : {}),
     });
   } catch (error) {
@@ -162,6 +167,29 @@ function contextWindows(
     if (asked === undefined) return 8192;
     known.set(model, asked);
     return asked;
+  };
+}
+
+/**
+ * Who sees images, by the server's `/v1/models`: read now, and again (in the background) while it
+ * could not be read, so a server that answers later is known from the next tool result on.
+ */
+function servedVision(
+  serverUrl: string,
+  apiKey: string | undefined,
+): (model: string) => VisionInfo | undefined {
+  let models: ServedModel[] | undefined;
+  let asking: Promise<void> | undefined;
+  const ask = (): void => {
+    asking ??= fetchModels(serverUrl, apiKey).then((served) => {
+      models = served;
+      asking = undefined;
+    });
+  };
+  ask();
+  return (model) => {
+    if (models === undefined) ask();
+    return visionOf(models, model);
   };
 }
 
@@ -237,6 +265,7 @@ export async function mountApp(
       contextWindow: server.contextWindow
         ? async (model: string) => server.contextWindow?.(model) ?? 8192
         : contextWindows(server.serverUrl, undefined, undefined),
+      vision: servedVision(server.serverUrl, undefined),
     });
   } catch (error) {
     throw new ConfigError(`--app: ${(error as Error).message}`);
