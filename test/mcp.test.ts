@@ -642,6 +642,58 @@ describe("MCP servers in spark app", { timeout: 240_000 }, () => {
     }
     await allGone(pidsIn(pidFile));
   });
+
+  test("an app task on auto: the tool's image reaches the model that sees", async () => {
+    const text = await scriptedUpstream([{ call: "mcp__pics__picture", args: {} }, { text: "unseen" }]);
+    const eyes = await scriptedUpstream([{ text: "a single pixel" }]);
+    const cfg = config({
+      models: {
+        spark: { engine: "openai", upstream: text.url },
+        deep: { engine: "openai", upstream: text.url, tier: "deep" },
+        eyes: { engine: "openai", upstream: eyes.url, vision: true },
+      },
+      mcpServers: { pics: { command: process.execPath, args: [TEST_SERVER, "tools"], trusted: true } },
+    });
+    const app = spawnCli(
+      ["app", freshDir("ws-"), "--port", "0", "--quiet", "--sandbox", "off", "--config", cfg],
+      { SPARK_HOME: freshDir("home-") },
+    );
+    try {
+      const line = await firstLine(app);
+      const url = new URL(/^spark app on (\S+) /.exec(line)![1]!);
+      const socket = new WebSocket(`ws://${url.host}/app/ws`, { headers: { origin: url.origin } });
+      const messages: ServerMessage[] = [];
+      let changed: () => void = () => {};
+      socket.on("message", (data) => {
+        messages.push(JSON.parse(String(data)) as ServerMessage);
+        changed();
+      });
+      await once(socket, "open");
+      const entries = (): LogEntry[] =>
+        messages.flatMap((m) => (m.type === "entry" ? [m.entry] : m.type === "task.log" ? m.entries : []));
+      const answered = (): boolean =>
+        entries().some((e) => e.kind === "assistant" && !e.streaming && e.text === "a single pixel");
+      socket.send(JSON.stringify({ type: "task.create", model: "auto", text: "show me the picture" }));
+      await new Promise<void>((resolve) => {
+        if (answered()) return resolve();
+        changed = () => {
+          if (answered()) resolve();
+        };
+      });
+      const tool = entries().findLast((e) => e.kind === "item" && e.item.type === "tool_call");
+      assert.equal(
+        tool?.kind === "item" && tool.item.type === "tool_call" ? tool.item.result : "",
+        "here it is\n[image/png, 70 bytes: sent to the model]",
+      );
+      assert.equal(eyes.requests.length, 1);
+      assert.match(JSON.stringify(eyes.requests[0]), /"image_url":\{"url":"data:image\/png;base64,/);
+      socket.terminate();
+    } finally {
+      await stop(app);
+      text.close();
+      eyes.close();
+    }
+  });
 });
 
 describe("MCP servers in the TUI", { skip: tmuxMissing ?? false, timeout: 240_000 }, () => {
