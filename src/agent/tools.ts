@@ -374,14 +374,7 @@ export class ToolRunner {
       if (call.name === "edit_file" && this.context.rewrite)
         return await this.#editFile(id, args, signal, onStarted, reply);
       if (call.name === "shell") return await this.#shell(id, args, signal, onStarted, reply);
-      const item = (status: "in_progress" | "completed" | "failed", result?: string): ThreadItem => ({
-        id,
-        type: "tool_call",
-        tool: call.name,
-        arguments: call.input,
-        status,
-        ...(result === undefined ? {} : { result }),
-      });
+      const item = toolCallItem(id, call);
       let text: string;
       if (call.name === "read_file") {
         const read = await readFile(this.context.workspace, {
@@ -570,14 +563,7 @@ export class ToolRunner {
     reply: (text: string) => Record<string, unknown>,
   ): Promise<ToolRun> {
     const mcp = this.context.mcp!;
-    const item = (status: "in_progress" | "completed" | "failed", result?: string): ThreadItem => ({
-      id,
-      type: "tool_call",
-      tool: call.name,
-      arguments: call.input,
-      status,
-      ...(result === undefined ? {} : { result }),
-    });
+    const item = toolCallItem(id, call);
     const server = mcp.serverOf(call.name);
     if (server === undefined) {
       const message = `unknown tool "${call.name}": no MCP server of that name is configured`;
@@ -836,4 +822,19 @@ function unseenReason(model: string, vision: VisionInfo | undefined): string {
 function summarize(text: string): string {
   const lines = text.split("\n");
   return lines.length <= 20 ? text : `${lines.slice(0, 20).join("\n")}\n… ${lines.length - 20} more lines`;
+}
+
+/** The transcript's item for a generic tool call, in the state given (with its result once known). */
+function toolCallItem(
+  id: string,
+  call: ToolCall,
+): (status: "in_progress" | "completed" | "failed", result?: string) => ThreadItem {
+  return (status, result) => ({
+    id,
+    type: "tool_call",
+    tool: call.name,
+    arguments: call.input,
+    status,
+    ...(result === undefined ? {} : { result }),
+  });
 }

@@ -110,6 +110,26 @@ export function describeMcpStatus(status: McpServerStatus): string | undefined {
   return undefined;
 }
 
+/**
+ * The session's MCP servers (none configured: undefined), each status change reported as a line.
+ * Not started: the caller starts them when its session is up.
+ */
+export function mcpManagerFor(
+  client: ResolvedClient,
+  cwd: string,
+  report: (line: string) => void,
+): McpManager | undefined {
+  const servers = client.settings.mcpServers ?? {};
+  if (Object.keys(servers).length === 0) return undefined;
+  return new McpManager(servers, {
+    cwd,
+    onStatus: (status) => {
+      const line = describeMcpStatus(status);
+      if (line !== undefined) report(line);
+    },
+  });
+}
+
 /** Flags, then environment (SPARK_SERVER, SPARK_API_KEY), then the config file's `client`. */
 export function resolveClient(flags: ClientFlags, interactive: boolean): ResolvedClient {
   const settings = resolveSettings(withUserConfig(flags.serve));
@@ -315,17 +335,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
   const context = await loadSessionContext(client, workspace.root, contextWindow);
   const session =
     resumed?.file ?? SessionFile.create(client.dataDir, { cwd: workspace.root, model: client.tier });
-  const mcpServers = client.settings.mcpServers ?? {};
-  const mcp =
-    Object.keys(mcpServers).length > 0
-      ? new McpManager(mcpServers, {
-          cwd: workspace.root,
-          onStatus: (status) => {
-            const line = describeMcpStatus(status);
-            if (line !== undefined) options.progress(line);
-          },
-        })
-      : undefined;
+  const mcp = mcpManagerFor(client, workspace.root, options.progress);
   const hooks = client.settings.hooks
     ? new HookRunner(client.settings.hooks, {
         cwd: workspace.root,

@@ -23,8 +23,7 @@ import { defaultDataDir } from "../store/data-dir.js";
 import { SessionContext } from "../agent/context/session-context.js";
 import { ConfigError, type ResolvedSettings } from "./config.js";
 import { HookRunner } from "../agent/hooks/runner.js";
-import { McpManager } from "../agent/mcp/manager.js";
-import { describeMcpStatus } from "./agent-runtime.js";
+import { mcpManagerFor } from "./agent-runtime.js";
 import type { VisionInfo } from "../agent/tools.js";
 
 export interface AppFlags {
@@ -61,17 +60,7 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
   const project = await loadSessionContext(client, workspace.root, await windows(client.tier));
   for (const warning of project.warnings) log(`warning: ${warning}`);
   // MCP servers start once for the app, in the background; every task shares them.
-  const mcpServers = client.settings.mcpServers ?? {};
-  const mcp =
-    Object.keys(mcpServers).length > 0
-      ? new McpManager(mcpServers, {
-          cwd: workspace.root,
-          onStatus: (status) => {
-            const line = describeMcpStatus(status);
-            if (line !== undefined) log(line);
-          },
-        })
-      : undefined;
+  const mcp = mcpManagerFor(client, workspace.root, log);
   mcp?.start();
   const hooks = client.settings.hooks
     ? new HookRunner(client.settings.hooks, { cwd: workspace.root })
