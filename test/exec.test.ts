@@ -744,6 +744,26 @@ test("without --json the answer streams to stdout and tool activity goes to stde
   assert.match(run.stderr, /done: \d+ input tokens \(0 cached\), \d+ output tokens/);
 });
 
+test("an answer cut off by the output token limit ends with cut off, not done", async () => {
+  const workspace = freshDir("ws-");
+  const scriptPath = script([
+    [say("one two three four five six seven eight nine ten eleven twelve thirteen")],
+  ]);
+  const config = join(freshDir("config-"), "spark.json");
+  writeFileSync(
+    config,
+    JSON.stringify({
+      models: { spark: { engine: "script", script: scriptPath, defaults: { maxOutputTokens: 4 } } },
+    }),
+  );
+  const run = await runToExit(["exec", "-C", workspace, "--config", config, "tell me"], {
+    SPARK_DATA_DIR: freshDir("data-"),
+  });
+  assert.equal(run.code, 0, run.stderr);
+  assert.match(run.stderr, /cut off \(the output token limit\): \d+ input tokens/);
+  assert.doesNotMatch(run.stderr, /\bdone:/);
+});
+
 test("the server closes the connection between requests (its lifetime limit): exec reconnects and sends the transcript", async () => {
   // Connections live 1.2 s; the command sleeps 2 s, so the answer's request needs a new one.
   const scriptPath = script([

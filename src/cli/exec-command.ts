@@ -71,6 +71,7 @@ export async function runExec(task: string, flags: ClientFlags, options: ExecOpt
   const prompt = task.startsWith("/") ? runtime.context.expandPrompt(task) : undefined;
 
   let midLine = false;
+  let cutOff: string | undefined;
   agent.on((event: AgentEvent) => {
     if (options.json) {
       const line = jsonEvent(event);
@@ -95,11 +96,17 @@ export async function runExec(task: string, flags: ClientFlags, options: ExecOpt
       case "compacted":
         note(`context compacted (${event.items} items kept)`);
         return;
+      case "response.done":
+        // An answer that stopped short ends the turn "cut off", never a plain "done".
+        if (event.lane === "" && event.status === "incomplete")
+          cutOff = cutOffReason(event.reason, event.contextTokens, agent.contextWindow);
+        return;
       case "turn.completed":
         note(
-          `done: ${event.usage.input_tokens} input tokens (${event.usage.cached_input_tokens} cached), ` +
+          `${cutOff ?? "done"}: ${event.usage.input_tokens} input tokens (${event.usage.cached_input_tokens} cached), ` +
             `${event.usage.output_tokens} output tokens`,
         );
+        cutOff = undefined;
         return;
       case "turn.failed":
         note(`failed: ${event.error.message}`);
@@ -178,4 +185,21 @@ function describeItem(item: ThreadItem): string {
     case "agent_message":
       return item.text;
   }
+}
+
+/** Why an answer stopped short, in exec's words (undefined: it was cancelled or steered on purpose). */
+function cutOffReason(
+  reason: string | undefined,
+  contextTokens: number,
+  contextWindow: number,
+): string | undefined {
+  if (reason === undefined || reason === "cancelled" || reason === "steered") return undefined;
+  if (
+    reason === "context_full" ||
+    reason === "context_length_exceeded" ||
+    contextTokens >= contextWindow * 0.95
+  )
+    return "cut off (context full: `spark resume` and /compact to continue)";
+  if (reason === "max_output_tokens" || reason === "length") return "cut off (the output token limit)";
+  return `cut off (${reason})`;
 }
