@@ -13,6 +13,7 @@ import { describeSandbox } from "../agent/sandbox.js";
 import { ImageFileError, imageDataUrl } from "../agent/images.js";
 import { startRuntime, type ClientFlags } from "./agent-runtime.js";
 import { describeInstructionFiles } from "../agent/context/session-context.js";
+import { cutOffOf } from "../agent/cut-off.js";
 
 export interface ExecOptions {
   json: boolean;
@@ -193,13 +194,9 @@ function cutOffReason(
   contextTokens: number,
   contextWindow: number,
 ): string | undefined {
-  if (reason === undefined || reason === "cancelled" || reason === "steered") return undefined;
-  if (
-    reason === "context_full" ||
-    reason === "context_length_exceeded" ||
-    contextTokens >= contextWindow * 0.95
-  )
-    return "cut off (context full: `spark resume` and /compact to continue)";
-  if (reason === "max_output_tokens" || reason === "length") return "cut off (the output token limit)";
-  return `cut off (${reason})`;
+  const cut = cutOffOf(reason, contextTokens, contextWindow);
+  if (cut === undefined) return undefined;
+  if (cut === "context_full") return "cut off (context full: `spark resume` and /compact to continue)";
+  if (cut === "output_limit") return "cut off (the output token limit)";
+  return `cut off (${cut.other})`;
 }

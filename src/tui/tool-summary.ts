@@ -4,6 +4,7 @@
  * its arguments and its output. Also the words for an answer that was cut off.
  */
 import type { ThreadItem } from "../agent/tools.js";
+import { cutOffOf } from "../agent/cut-off.js";
 
 type ToolItem = Exclude<ThreadItem, { type: "agent_message" } | { type: "error" }>;
 
@@ -121,18 +122,15 @@ export function expandToolItem(item: ToolItem): string[] {
  * do next, or undefined when the reason is not a cut (cancelled, steered).
  */
 export function describeCutOff(
-  reason: string | undefined,
+  serverReason: string | undefined,
   contextTokens: number,
   contextWindow: number,
 ): string | undefined {
-  if (reason === undefined || reason === "cancelled" || reason === "steered") return undefined;
-  const full =
-    reason === "context_full" ||
-    reason === "context_length_exceeded" ||
-    contextTokens >= contextWindow * 0.95;
-  if (full) return "cut off: context full — /compact or /new to continue";
-  if (reason === "max_output_tokens" || reason === "length")
-    return "cut off: the output token limit — say “continue” for the rest";
+  const cut = cutOffOf(serverReason, contextTokens, contextWindow);
+  if (cut === undefined) return undefined;
+  if (cut === "context_full") return "cut off: context full — /compact or /new to continue";
+  if (cut === "output_limit") return "cut off: the output token limit — say “continue” for the rest";
+  const reason = cut.other;
   if (reason === "server_shutdown")
     return "cut off: the server shut down — send the message again once it is back";
   if (reason === "connection_limit_reached" || reason === "client_disconnected")
