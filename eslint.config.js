@@ -4,6 +4,15 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 const outerLayers = ["**/engines/**", "**/server/**", "**/cli/**", "**/store/**"];
+// What a client of the wire protocol (agent, TUI, language server, app) never imports: the server's layers.
+const serverLayers = [
+  "**/server/**",
+  "**/core/**",
+  "**/engines/**",
+  "**/engine/**",
+  "**/store/**",
+  "**/router/**",
+];
 
 export default tseslint.config(
   {
@@ -69,14 +78,7 @@ export default tseslint.config(
         {
           patterns: [
             {
-              group: [
-                "**/server/**",
-                "**/core/**",
-                "**/engines/**",
-                "**/engine/**",
-                "**/store/**",
-                "**/router/**",
-              ],
+              group: serverLayers,
               message: "The client reaches the server only through the Responses API (responses-socket.ts).",
             },
           ],
@@ -95,15 +97,7 @@ export default tseslint.config(
         {
           patterns: [
             {
-              group: [
-                "**/server/**",
-                "**/core/**",
-                "**/engines/**",
-                "**/engine/**",
-                "**/store/**",
-                "**/router/**",
-                "**/cli/**",
-              ],
+              group: [...serverLayers, "**/cli/**"],
               message: "The client reaches the server only through the Responses API (responses-socket.ts).",
             },
             {

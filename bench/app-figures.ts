@@ -91,7 +91,8 @@ async function startApp(dir: string, name: string, script: string, rate: number)
   return { url: match[1]!, close: () => stop(child) };
 }
 
-function firstLine(child: ChildProcess, stderr: () => string): Promise<string> {
+/** The first line a `spark app` child prints (its URL), or why it never came. */
+export function firstLine(child: ChildProcess, stderr: () => string): Promise<string> {
   return new Promise((resolve, reject) => {
     const lines = createInterface({ input: child.stdout! });
     const timer = setTimeout(() => {
@@ -113,7 +114,8 @@ function firstLine(child: ChildProcess, stderr: () => string): Promise<string> {
   });
 }
 
-function stop(child: ChildProcess): Promise<void> {
+/** SIGTERM, then SIGKILL after 5 s; resolves once the child has exited. */
+export function stop(child: ChildProcess): Promise<void> {
   return new Promise((resolve) => {
     if (child.exitCode !== null || child.signalCode !== null) return resolve();
     const timer = setTimeout(() => child.kill("SIGKILL"), 5_000);

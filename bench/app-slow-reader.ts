@@ -12,14 +12,14 @@
  * Runnable alone: `node --import tsx bench/app-slow-reader.ts` prints the figure as JSON (with
  * `--control`, the reading browser's figure too).
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import WebSocket from "ws";
+import { firstLine, stop } from "./app-figures.js";
 
 const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
 const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:\d+\/) \(workspace .+\)$/;
@@ -37,40 +37,6 @@ function rssBytes(pid: number): number {
   } catch {
     return 0;
   }
-}
-
-function firstLine(child: ChildProcess, stderr: () => string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const lines = createInterface({ input: child.stdout! });
-    const timer = setTimeout(() => {
-      child.kill("SIGKILL");
-      reject(new Error(`spark app printed no line in 60 s; stderr: ${stderr().slice(-600)}`));
-    }, 60_000);
-    lines.once("line", (line) => {
-      clearTimeout(timer);
-      lines.close();
-      child.stdout!.resume();
-      resolve(line);
-    });
-    child.once("exit", (code, signal) => {
-      clearTimeout(timer);
-      reject(
-        new Error(`spark app exited (${code ?? signal}) before its URL; stderr: ${stderr().slice(-600)}`),
-      );
-    });
-  });
-}
-
-function stop(child: ChildProcess): Promise<void> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) return resolve();
-    const timer = setTimeout(() => child.kill("SIGKILL"), 5_000);
-    child.once("exit", () => {
-      clearTimeout(timer);
-      resolve();
-    });
-    child.kill("SIGTERM");
-  });
 }
 
 /** Whether the one task in `dataDir` is saved in a finished state. */
