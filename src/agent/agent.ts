@@ -136,6 +136,11 @@ export interface AgentOptions {
    * see `SessionContext.attachments`).
    */
   attachments?: (text: string) => Promise<string[]>;
+  /**
+   * The sampling temperature of the conversation's requests (a variant's place in the spread);
+   * absent, the server's default. File rewrites keep their own (0).
+   */
+  temperature?: number;
 }
 
 const APPLY_INSTRUCTIONS =
@@ -421,6 +426,21 @@ export class Agent {
     }
   }
 
+  /**
+   * Continues the conversation from items another agent produced: a picked variant's turn (its
+   * user message, tool calls and their outputs, its answer) joins the transcript as if this agent
+   * had run it. This connection's chain on the server does not hold them, so the next request sends
+   * the whole transcript. `contextTokens`: that agent's last count, for the meter.
+   */
+  adopt(items: readonly InputItem[], contextTokens?: number): void {
+    if (this.#busy) throw new AgentError("a turn is running; wait for it or press Esc first", "busy");
+    this.#variantResults = [];
+    this.#transcript.push(...items);
+    this.#head = undefined;
+    if (contextTokens !== undefined) this.#contextTokens = contextTokens;
+    this.#emit({ type: "transcript.changed", items: this.#transcript, reset: false, added: [...items] });
+  }
+
   /** Continues the conversation from variant `index` (0-based): records it and runs its tool calls. */
   choose(index: number): Promise<boolean> {
     const chosen = this.#variantResults[index];
@@ -585,6 +605,7 @@ export class Agent {
       tools: toolDefinitions(this.#toolContext),
       parallel_tool_calls: false,
       store: false,
+      ...(this.options.temperature === undefined ? {} : { temperature: this.options.temperature }),
       ...options.extra,
     };
     if (options.standalone) {

@@ -148,6 +148,17 @@ export const clientSettingsSchema = z.strictObject({
 });
 export type ClientSettings = z.infer<typeof clientSettingsSchema>;
 
+/** `variants`: how best-of-N variants run (src/agent/variants/runner.ts). */
+export const variantsSettingsSchema = z.strictObject({
+  /** A command run in each variant's workspace when it ends, under the sandbox (e.g. "npm test"). */
+  check: z.string().trim().min(1, "must be a command").optional(),
+  /** The check's time limit in milliseconds (default 300000). */
+  checkTimeoutMs: z.number().int().positive().max(3_600_000).optional(),
+  /** Variants running at once (default 4); the rest queue. */
+  concurrency: z.number().int().min(1).max(10).optional(),
+});
+export type VariantsSettings = z.infer<typeof variantsSettingsSchema>;
+
 export const serveSettingsSchema = z.strictObject({
   host: z.string().min(1),
   port: z.coerce.number().int().min(0).max(65535),
@@ -198,6 +209,8 @@ export const serveSettingsSchema = z.strictObject({
   mcpServers: mcpServersSchema.optional(),
   /** The agent's hooks (clients only; `serve` ignores them). */
   hooks: hooksSchema.optional(),
+  /** Best-of-N variants (clients only: the TUI's /variants, the app's variant cards). */
+  variants: variantsSettingsSchema.optional(),
 });
 export type ServeSettings = z.infer<typeof serveSettingsSchema>;
 
@@ -216,6 +229,7 @@ const FILE_ONLY: readonly string[] = [
   "upstreams",
   "mcpServers",
   "hooks",
+  "variants",
 ];
 
 const BOOLEAN_SETTINGS: readonly string[] = ["download", "websocket", "allowUnauthenticated"];

@@ -30,7 +30,7 @@ export const DEFAULT_SETTINGS = {
 export const ENV_NAMES: Record<
   Exclude<
     keyof ServeSettings,
-    "models" | "keys" | "limits" | "client" | "upstreams" | "mcpServers" | "hooks"
+    "models" | "keys" | "limits" | "client" | "upstreams" | "mcpServers" | "hooks" | "variants"
   >,
   string
 > = {
