@@ -18,7 +18,8 @@ import { CompletionCache } from "../src/lsp/completion-cache.js";
 import { EditRing } from "../src/lsp/edit-ring.js";
 import { clipPrefix, clipSuffix, postProcess } from "../src/lsp/fim-context.js";
 import { BoundedMessageReader, REFUSED_METHOD } from "../src/lsp/message-reader.js";
-import { finalRewrite, progressDelta, stripFence } from "../src/lsp/quick-edit.js";
+import { completionsBlocked, DEFAULT_EXCLUDE_PATTERNS, matchesAny } from "../src/lsp/file-filter.js";
+import { finalRewrite, progressDelta, quickEditMaxTokens, stripFence } from "../src/lsp/quick-edit.js";
 import { file, freshDir, runToExit, startServer, stop, type Cli } from "./helpers/cli.js";
 import {
   initialize,
@@ -567,12 +568,17 @@ describe("spark lsp quick edit of 100 KB", () => {
     const lsp = spawnLsp(["--server", server.url]);
     try {
       await initialize(lsp);
-      await open(lsp, "big.ts", "function big() {\n  todo();\n}\n");
+      // A selection as big as the rewrite: the output cap (twice the selection) leaves room for it.
+      const body = rewrite.replaceAll("compute", "calc");
+      await open(lsp, "big.ts", `function big() {\n${body}}\n`);
       const from = lsp.notifications.length;
       const result = await command(lsp, "spark.quickEdit", [
         {
           textDocument: { uri: uriOf("big.ts") },
-          range: { start: { line: 1, character: 0 }, end: { line: 2, character: 0 } },
+          range: {
+            start: { line: 1, character: 0 },
+            end: { line: 1 + body.split("\n").length - 1, character: 0 },
+          },
           instruction: "write it out",
         },
       ]);
@@ -780,6 +786,110 @@ describe("spark lsp against hostile or odd input", () => {
       await proxy.close();
       await stop(server);
     }
+  });
+});
+
+describe("spark lsp completion control and the quick-edit cap", () => {
+  const LONG = Array.from({ length: 1500 }, (_, i) => `word${i}`).join(" ");
+  const scriptFile = file(
+    "lsp-control-script.jsonl",
+    [{ output: [{ type: "message", text: LONG }] }, { completion: "done();" }]
+      .map((line) => JSON.stringify(line))
+      .join("\n"),
+  );
+  let server: Cli & { url: string };
+  let proxy: RecordingProxy;
+  let lsp: LspProcess;
+
+  before(async () => {
+    server = await startServer(["serve", "--engine", "script", "--script", scriptFile, "--port", "0"]);
+    proxy = await recordingProxy(server.url);
+    lsp = spawnLsp(["--server", proxy.url, "--debounce", "0"]);
+    await initialize(lsp, {
+      rootUri: pathToFileURL(workspace).href,
+      initializationOptions: { completions: { disabledLanguages: ["markdown"] } },
+    });
+  });
+  after(async () => {
+    assert.equal(await lsp.close(), 0);
+    await proxy.close();
+    await stop(server);
+  });
+
+  const openAs = (name: string, languageId: string, text: string): Promise<void> =>
+    lsp.connection.sendNotification("textDocument/didOpen", {
+      textDocument: { uri: uriOf(name), languageId, version: 1, text },
+    });
+
+  test("a secrets file, a disabled language and completions switched off send no request", async () => {
+    await openAs(".env.local", "dotenv", "API_KEY=sk-live-1234\nOTHER=");
+    await openAs("id_rsa", "plaintext", "-----BEGIN OPENSSH PRIVATE KEY-----\n");
+    await openAs("notes.md", "markdown", "# Notes\n");
+    await openAs("main.ts", "typescript", "const x = ");
+    assert.deepEqual(await complete(lsp, ".env.local", 1, 6), { items: [] });
+    assert.deepEqual(await complete(lsp, "id_rsa", 1, 0), { items: [] });
+    assert.deepEqual(await complete(lsp, "notes.md", 1, 0), { items: [] });
+    assert.equal(completionsTo(proxy).length, 0, "nothing reached the server");
+
+    await lsp.connection.sendNotification("workspace/didChangeConfiguration", {
+      settings: { spark: { completions: { enabled: false } } },
+    });
+    assert.deepEqual(await complete(lsp, "main.ts", 0, 10), { items: [] });
+    assert.equal(completionsTo(proxy).length, 0, "completions off: nothing reached the server");
+
+    // Switched back on, the same document gets its completion: the filter was what held it back.
+    await lsp.connection.sendNotification("workspace/didChangeConfiguration", {
+      settings: { spark: { completions: { enabled: true } } },
+    });
+    assert.deepEqual(await complete(lsp, "main.ts", 0, 10), { items: [{ insertText: "done();" }] });
+    assert.equal(completionsTo(proxy).length, 1);
+    assert.ok(
+      completionsTo(proxy).every((r) => !JSON.stringify(r.body).includes("sk-live")),
+      "the secret never left the editor",
+    );
+    // The patterns are a setting: without `.env*` in them the file gets completions.
+    await lsp.connection.sendNotification("workspace/didChangeConfiguration", {
+      settings: { spark: { completions: { excludePatterns: ["*.pem"] } } },
+    });
+    await complete(lsp, ".env.local", 1, 6);
+    assert.equal(completionsTo(proxy).length, 2);
+  });
+
+  test("a quick edit's output is capped relative to the selection, so a wandering model stops", async () => {
+    const selection = "let y = 1;";
+    await openAs("cap.ts", "typescript", `${selection}\n`);
+    const result = await command<{ newText: string }>(lsp, "spark.quickEdit", [
+      {
+        textDocument: { uri: uriOf("cap.ts") },
+        range: { start: { line: 0, character: 0 }, end: { line: 0, character: selection.length } },
+        instruction: "rename y",
+      },
+    ]);
+    const request = proxy.requests.filter((r) => r.path === "/v1/chat/completions").at(-1)!;
+    assert.equal(request.body.max_tokens, quickEditMaxTokens(selection));
+    assert.equal(quickEditMaxTokens(selection), 2 * 4 + 256);
+    assert.ok(result.newText.length > 0 && result.newText.length < LONG.length / 2, "the answer was cut");
+    assert.ok(LONG.startsWith(result.newText.trimEnd()));
+  });
+
+  test("patterns match the file name, or the path's end when they name a folder", () => {
+    const filter = { enabled: true, disabledLanguages: [], excludePatterns: DEFAULT_EXCLUDE_PATTERNS };
+    const blocked = (path: string, languageId = "plaintext") =>
+      completionsBlocked(filter, { path, languageId }) !== undefined;
+    for (const path of [
+      "/w/.env",
+      "/w/.env.production",
+      "C:\\w\\server.PEM",
+      "/h/.ssh/id_rsa.pub",
+      "/w/my-Secrets.json",
+      "/w/tls.key",
+    ])
+      assert.ok(blocked(path), path);
+    for (const path of ["/w/env.ts", "/w/keyboard.ts", "/w/src/main.ts"]) assert.ok(!blocked(path), path);
+    assert.equal(matchesAny("/w/config/prod/db.json", ["config/**/*.json"]), "config/**/*.json");
+    assert.equal(matchesAny("/w/config/db.json", ["config/**/*.json"]), "config/**/*.json");
+    assert.equal(matchesAny("/w/other/db.json", ["config/**/*.json"]), undefined);
+    assert.equal(completionsBlocked(filter, { path: undefined, languageId: "typescript" }), undefined);
   });
 });
 

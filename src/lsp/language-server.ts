@@ -8,8 +8,10 @@
  * - completions are `POST /v1/completions` (streamed) with `model` = the tier, `prompt` / `suffix`
  *   around the cursor and `input_extra` = recently edited chunks of other files; `$/cancelRequest`
  *   and every document change abort the HTTP request in flight, so the server stops the engine;
+ *   a document that `completions` (enabled, disabledLanguages, excludePatterns: see file-filter.ts)
+ *   rules out gets `{items: []}` and nothing is sent;
  * - `spark.quickEdit [{textDocument:{uri}, range, instruction}]` streams `POST /v1/chat/completions`
- *   with the selection as `prediction`, notifies `spark/quickEditProgress {uri, range, from, text}`
+ *   with the selection as `prediction` and `max_tokens` = quickEditMaxTokens(selection), notifies `spark/quickEditProgress {uri, range, from, text}`
  *   (deltas: the rewrite so far is the previous one's first `from` characters and `text`; at most
  *   one every PROGRESS_INTERVAL_MS) and returns `{uri, range, newText, ttftMs, tokensPerSecond}`
  *   without applying it;
@@ -39,7 +41,14 @@ import { CompletionCache } from "./completion-cache.js";
 import { EditRing } from "./edit-ring.js";
 import { BoundedMessageReader, REFUSED_METHOD, type RefusedMessage } from "./message-reader.js";
 import { clipPrefix, clipSuffix, DEFAULT_CLIP, midLine, postProcess } from "./fim-context.js";
-import { finalRewrite, ProgressThrottle, quickEditMessages, stripFence } from "./quick-edit.js";
+import { completionsBlocked } from "./file-filter.js";
+import {
+  finalRewrite,
+  ProgressThrottle,
+  quickEditMaxTokens,
+  quickEditMessages,
+  stripFence,
+} from "./quick-edit.js";
 import { AbortedError, postStream, ServerError } from "./server-client.js";
 import {
   SettingsError,
@@ -329,6 +338,15 @@ export class SparkLanguageServer {
     if (!parsed.success) throw invalid(parsed.error, "textDocument/inlineCompletion");
     const { textDocument, position: at } = parsed.data;
     const document = this.document(textDocument.uri);
+    // Checked before anything else: a secrets file's text never reaches a request, nor the cache.
+    if (
+      completionsBlocked(this.settings.completions, {
+        path: pathOf(textDocument.uri),
+        languageId: document.languageId,
+      })
+    ) {
+      return { items: [] };
+    }
     const sequence = ++this.latest;
     // A newer request makes older ones stale.
     this.abortAll();
@@ -421,6 +439,7 @@ export class SparkLanguageServer {
         instruction,
       }),
       temperature: 0,
+      max_tokens: quickEditMaxTokens(selection),
       stream: true,
       stream_options: { include_usage: true },
     };

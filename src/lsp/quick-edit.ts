@@ -13,6 +13,17 @@ export interface QuickEditInput {
 }
 
 const CONTEXT_LINES_BEFORE = 40;
+/** Room for a rewrite of an empty or tiny selection (a line written from an instruction). */
+export const QUICK_EDIT_MIN_TOKENS = 256;
+
+/**
+ * The output cap of a quick edit: twice the selection's tokens plus QUICK_EDIT_MIN_TOKENS, so a
+ * rewrite may grow but a model that wanders off (repeats, writes the whole file) stops. Tokens are
+ * estimated at 3 characters each, on the generous side for code (about 3.5 to 4 in practice).
+ */
+export function quickEditMaxTokens(selection: string): number {
+  return 2 * Math.ceil(selection.length / 3) + QUICK_EDIT_MIN_TOKENS;
+}
 const CONTEXT_LINES_AFTER = 20;
 
 export const QUICK_EDIT_SYSTEM =

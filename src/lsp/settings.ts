@@ -4,6 +4,7 @@
  * the keys it sets.
  */
 import { z } from "zod";
+import { DEFAULT_COMPLETION_FILTER, type CompletionFilter } from "./file-filter.js";
 import { DEFAULT_MAX_MESSAGE_BYTES } from "./message-reader.js";
 
 export type Tier = "spark" | "deep";
@@ -18,6 +19,8 @@ export interface LspSettings {
   apiKey: string | undefined;
   tier: Tier;
   debounceMs: number;
+  /** Which documents get completions (`completions` of the options and live settings). */
+  completions: CompletionFilter;
   /** The largest message read from the editor (flag or environment only: the reader starts first). */
   maxMessageBytes: number;
 }
@@ -45,6 +48,15 @@ const maxMessageBytes = z
   .min(64 * 1024)
   .max(2 ** 31);
 
+/** `completions`: each key optional, the others keep their values. */
+const completions = z
+  .object({
+    enabled: z.boolean().optional(),
+    disabledLanguages: z.array(z.string()).optional(),
+    excludePatterns: z.array(z.string().min(1)).optional(),
+  })
+  .optional();
+
 /** `initializationOptions`: every key optional. */
 const initializationOptions = z
   .object({
@@ -52,13 +64,21 @@ const initializationOptions = z
     apiKey: z.string().optional(),
     tier: tier.optional(),
     debounceMs: debounceMs.optional(),
+    completions,
   })
   .nullish();
 
 /** `settings.spark` of `workspace/didChangeConfiguration`. */
 const liveSettings = z
-  .object({ server: serverUrl.optional(), tier: tier.optional(), debounceMs: debounceMs.optional() })
+  .object({
+    server: serverUrl.optional(),
+    tier: tier.optional(),
+    debounceMs: debounceMs.optional(),
+    completions,
+  })
   .nullish();
+
+type Overrides = Partial<Omit<LspSettings, "completions">> & { completions?: Partial<CompletionFilter> };
 
 export class SettingsError extends Error {
   override name = "SettingsError";
@@ -97,16 +117,25 @@ export function settingsFromFlags(flags: LspFlags, env: NodeJS.ProcessEnv = proc
     apiKey: apiKey === undefined || apiKey === "" ? undefined : apiKey,
     tier: tierValue as Tier,
     debounceMs: debounce,
+    completions: DEFAULT_COMPLETION_FILTER,
     maxMessageBytes: limit,
   };
 }
 
-function merge(settings: LspSettings, overrides: Partial<LspSettings>): LspSettings {
+function merge(settings: LspSettings, overrides: Overrides): LspSettings {
   const next = { ...settings };
   if (overrides.server !== undefined) next.server = overrides.server;
   if (overrides.apiKey !== undefined) next.apiKey = overrides.apiKey === "" ? undefined : overrides.apiKey;
   if (overrides.tier !== undefined) next.tier = overrides.tier;
   if (overrides.debounceMs !== undefined) next.debounceMs = overrides.debounceMs;
+  if (overrides.completions !== undefined) {
+    const { enabled, disabledLanguages, excludePatterns } = overrides.completions;
+    next.completions = {
+      enabled: enabled ?? settings.completions.enabled,
+      disabledLanguages: disabledLanguages ?? settings.completions.disabledLanguages,
+      excludePatterns: excludePatterns ?? settings.completions.excludePatterns,
+    };
+  }
   return next;
 }
 
@@ -114,12 +143,12 @@ function merge(settings: LspSettings, overrides: Partial<LspSettings>): LspSetti
 export function withInitializationOptions(settings: LspSettings, options: unknown): LspSettings {
   const parsed = initializationOptions.safeParse(options);
   if (!parsed.success) throw new SettingsError(describe(parsed.error, "initializationOptions"));
-  return parsed.data ? merge(settings, parsed.data as Partial<LspSettings>) : settings;
+  return parsed.data ? merge(settings, parsed.data as Overrides) : settings;
 }
 
 /** Applies `settings.spark` of a configuration change; throws SettingsError naming the bad key. */
 export function withLiveSettings(settings: LspSettings, spark: unknown): LspSettings {
   const parsed = liveSettings.safeParse(spark);
   if (!parsed.success) throw new SettingsError(describe(parsed.error, "settings.spark"));
-  return parsed.data ? merge(settings, parsed.data as Partial<LspSettings>) : settings;
+  return parsed.data ? merge(settings, parsed.data as Overrides) : settings;
 }
