@@ -1,0 +1,678 @@
+/**
+ * Checkpoints: every turn records the files it touched as they were before it changed them, so that
+ * `/undo` (and the app's "Undo turn") can put them back and `/redo` can undo the undo.
+ *
+ * What a turn touched:
+ * - files the file tools write (`apply_patch`, `edit_file`): recorded by name just before the write;
+ * - files a command (or an MCP tool) changed: the workspace is scanned before and after each one
+ *   (the files `list_files` sees: .gitignore'd ones, `.git` and the home directory's secrets are not
+ *   part of it); a stat cache means only files whose size, times or inode moved are read again.
+ *   Every file's content is stored before the command runs, since any of them may be the one it
+ *   changes.
+ *
+ * Where the contents go (exact bytes, so binary files too):
+ * - in a git work tree, into the repository's object database as blobs (`git hash-object -w
+ *   --no-filters`: no filter or hook of the repository runs), and each turn's checkpoint is a
+ *   commit of the files' earlier contents, built in a temporary index, under the private ref
+ *   `refs/spark/checkpoints/SESSION/TURN` (the manifest, with the files the turn created, is its
+ *   message). The user's branches, index and HEAD are never touched.
+ * - outside git, into `SPARK_HOME/checkpoints/SESSION/` (`objects/SHA256` and `TURN.json`), at most
+ *   `MAX_STORE_BYTES` per session; sessions untouched for `STALE_MS` are removed when one opens.
+ *
+ * Only the files are restored: what a command did elsewhere (a database, a network call, a process)
+ * cannot be undone.
+ */
+import { createHash } from "node:crypto";
+import { chmod, lstat, mkdir, readdir, readFile, rm, stat, utimes, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { sparkHome } from "../context/spark-home.js";
+import { listFiles } from "../file-tools.js";
+import { neutralGit } from "../neutral-git.js";
+import { writeFileAtomic, type Workspace } from "../workspace.js";
+
+/** What a path held at one moment. */
+export type Version =
+  | { kind: "file"; id: string; mode: number }
+  | { kind: "absent" }
+  /** Not stored (too large, or the store is full): such a file cannot be put back. */
+  | { kind: "unrecorded"; reason: string };
+
+/** One turn's checkpoint: the touched paths (workspace-relative, posix) as they were before it. */
+export interface Checkpoint {
+  turn: number;
+  files: Map<string, Version>;
+}
+
+/** What an undo or a redo did to one file. */
+export interface FileRestore {
+  path: string;
+  action: "restored" | "recreated" | "removed" | "skipped";
+  /** Why a file was skipped. */
+  reason?: string;
+}
+
+export interface RestoreResult {
+  /** The turns undone or redone, in ascending order. */
+  turns: number[];
+  files: FileRestore[];
+}
+
+/** The calls the agent and its tools make (tools.ts `ToolContext.checkpoints`). */
+export interface TurnRecorder {
+  beginTurn(): void;
+  /** Before a file tool writes these workspace paths. */
+  beforeWrite(paths: readonly string[]): Promise<void>;
+  /** Around a command (or anything else that may change any file). */
+  beforeCommand(): Promise<void>;
+  afterCommand(): Promise<void>;
+  endTurn(): Promise<Checkpoint | undefined>;
+}
+
+/** Files larger than this are not stored (an undo then says it cannot restore them). */
+export const MAX_FILE_BYTES = 16 * 1024 * 1024;
+/** Files scanned around a command; past this, the rest of the workspace is not watched. */
+const MAX_SCAN_FILES = 50_000;
+/** What one session may store outside git. */
+const MAX_STORE_BYTES = 1024 * 1024 * 1024;
+/** Checkpoints kept per session (the oldest are dropped: no undo that far back). */
+const MAX_CHECKPOINTS = 100;
+/** Sessions' checkpoints (refs or folders) untouched this long are removed when a session opens. */
+const STALE_MS = 14 * 24 * 3600 * 1000;
+/** A file modified this recently may change again within the same timestamp: read every time. */
+const RACY_NS = 3_000_000_000n;
+
+interface StoreFile {
+  abs: string;
+  mode: number;
+}
+
+interface StatKey {
+  size: bigint;
+  mtimeNs: bigint;
+  ctimeNs: bigint;
+  ino: bigint;
+}
+
+/** Where the contents are kept: a git repository's objects, or a folder of Spark's. */
+interface Store {
+  readonly kind: "git" | "folder";
+  /**
+   * Stores the files and returns their versions: `absent` for a file that vanished meanwhile,
+   * `unrecorded` for one that could not be stored (the store is full).
+   */
+  put(files: readonly StoreFile[]): Promise<Version[]>;
+  get(id: string): Promise<Buffer>;
+  /** Keeps a finished checkpoint (its earlier contents stay reachable) and drops the oldest. */
+  save(checkpoint: Checkpoint): Promise<void>;
+  /** The highest turn saved for this session before (a resumed session numbers on from it). */
+  lastTurn(): Promise<number>;
+}
+
+export class Checkpoints implements TurnRecorder {
+  readonly #workspace: Workspace;
+  readonly #store: Store;
+  #turn = 0;
+  /** The turn running: its touched paths and their versions before it. */
+  #current: Map<string, Version> | undefined;
+  readonly #done: Checkpoint[] = [];
+  /** Undos that `/redo` can take back: the checkpoints undone and what the files held before the undo. */
+  readonly #undone: { checkpoints: Checkpoint[]; before: Map<string, Version> }[] = [];
+  /** The last scan: each file's stat and stored version. */
+  #scan = new Map<string, Scanned>();
+  #beforeCommand: Map<string, Scanned> | undefined;
+  /** The store's own folder when it lies in the workspace (never scanned). */
+  readonly #exclude: string | undefined;
+
+  private constructor(workspace: Workspace, store: Store, exclude: string | undefined, turn: number) {
+    this.#workspace = workspace;
+    this.#store = store;
+    this.#exclude = exclude;
+    this.#turn = turn;
+  }
+
+  /**
+   * The checkpoints of session `session` (a name of letters, digits, `-` and `_`; others are
+   * replaced) in `workspace`: in its git repository when it is in a work tree, else in
+   * `home/checkpoints` (default `sparkHome()`).
+   */
+  static async open(workspace: Workspace, session: string, home = sparkHome()): Promise<Checkpoints> {
+    const name = session.replace(/[^A-Za-z0-9_-]/g, "-").slice(0, 100) || "session";
+    let store: Store;
+    let exclude: string | undefined;
+    if (await isGitWorkTree(workspace.root)) store = new GitStore(workspace.root, name);
+    else {
+      const base = path.join(path.resolve(home), "checkpoints");
+      await pruneFolders(base, name);
+      store = await FolderStore.open(path.join(base, name));
+      exclude = path.relative(workspace.root, base);
+      if (exclude.startsWith("..") || path.isAbsolute(exclude)) exclude = undefined;
+    }
+    if (store instanceof GitStore) await store.prune();
+    return new Checkpoints(workspace, store, exclude, await store.lastTurn());
+  }
+
+  /** `git` when the checkpoints are refs of the workspace's repository, `folder` otherwise. */
+  get kind(): "git" | "folder" {
+    return this.#store.kind;
+  }
+
+  /** The number of the turn running or last run (1 for a session's first). */
+  get turn(): number {
+    return this.#turn;
+  }
+
+  /** The checkpoints that can be undone, oldest first. */
+  get checkpoints(): readonly Checkpoint[] {
+    return this.#done;
+  }
+
+  /** The turns the next `/redo` would put back (empty when there is nothing to redo). */
+  get redoable(): number[] {
+    return this.#undone.at(-1)?.checkpoints.map((c) => c.turn) ?? [];
+  }
+
+  beginTurn(): void {
+    this.#turn++;
+    this.#current = new Map();
+  }
+
+  async beforeWrite(paths: readonly string[]): Promise<void> {
+    const current = this.#current ?? this.#startImplicitTurn();
+    const fresh: string[] = [];
+    for (const p of paths) {
+      let abs: string;
+      try {
+        abs = await this.#workspace.resolve(p, "write");
+      } catch {
+        continue; // the tool refuses it itself
+      }
+      const rel = this.#workspace.relative(abs);
+      if (!current.has(rel) && !fresh.includes(rel)) fresh.push(rel);
+    }
+    const versions = await this.#versionsOf(fresh);
+    for (const [rel, version] of versions) current.set(rel, version);
+  }
+
+  /** Never throws: a scan that fails leaves the command's changes unrecorded (the command still runs). */
+  async beforeCommand(): Promise<void> {
+    if (!this.#current) this.#startImplicitTurn();
+    this.#beforeCommand = await this.#scanWorkspace().catch(() => undefined);
+  }
+
+  async afterCommand(): Promise<void> {
+    const before = this.#beforeCommand;
+    const current = this.#current;
+    this.#beforeCommand = undefined;
+    if (!before || !current) return;
+    const after = await this.#scanWorkspace().catch(() => undefined);
+    if (!after) return;
+    for (const rel of new Set([...before.keys(), ...after.keys()])) {
+      if (current.has(rel)) continue;
+      const was = before.get(rel);
+      const now = after.get(rel);
+      if (!was || !now || !sameScanned(was, now)) current.set(rel, was?.version ?? { kind: "absent" });
+    }
+  }
+
+  /**
+   * Ends the turn: drops the paths it left as they were and keeps the rest as its checkpoint, which
+   * is returned (undefined when the turn changed no file). A new checkpoint ends what `/redo` could do.
+   */
+  async endTurn(): Promise<Checkpoint | undefined> {
+    const current = this.#current;
+    this.#current = undefined;
+    this.#beforeCommand = undefined;
+    if (!current || current.size === 0) return undefined;
+    const now = await this.#versionsOf([...current.keys()]);
+    const files = new Map<string, Version>();
+    for (const [rel, before] of current) {
+      if (!sameVersion(before, now.get(rel) ?? { kind: "absent" })) files.set(rel, before);
+    }
+    if (files.size === 0) return undefined;
+    const checkpoint: Checkpoint = { turn: this.#turn, files };
+    this.#done.push(checkpoint);
+    if (this.#done.length > MAX_CHECKPOINTS) this.#done.splice(0, this.#done.length - MAX_CHECKPOINTS);
+    this.#undone.length = 0;
+    await this.#store.save(checkpoint);
+    return checkpoint;
+  }
+
+  /**
+   * Puts the files back as they were before the last turn that changed files, or before turn `turn`
+   * (every later turn undone with it). Throws `CheckpointError` "nothing_to_undo" when there is no
+   * such checkpoint, "busy" while a turn runs.
+   */
+  async undo(turn?: number): Promise<RestoreResult> {
+    if (this.#current) throw new CheckpointError("busy", "a turn is running: undo once it ends");
+    const last = this.#done.at(-1);
+    if (!last) throw new CheckpointError("nothing_to_undo", "no turn of this session changed files");
+    const from = turn ?? last.turn;
+    const undone = this.#done.filter((c) => c.turn >= from);
+    if (undone.length === 0) {
+      throw new CheckpointError(
+        "nothing_to_undo",
+        `no turn from ${from} on changed files (the last that did is turn ${last.turn})`,
+      );
+    }
+    // Each path goes back to its version before the earliest undone turn that touched it.
+    const target = new Map<string, Version>();
+    for (const checkpoint of [...undone].reverse()) {
+      for (const [rel, version] of checkpoint.files) target.set(rel, version);
+    }
+    const before = await this.#versionsOf([...target.keys()]);
+    const files = await this.#restore(target);
+    this.#done.splice(this.#done.length - undone.length);
+    this.#undone.push({ checkpoints: undone, before });
+    this.#scan.clear();
+    return { turns: undone.map((c) => c.turn), files };
+  }
+
+  /** Takes back the last undo: the files as they were just before it. "nothing_to_redo" when none. */
+  async redo(): Promise<RestoreResult> {
+    if (this.#current) throw new CheckpointError("busy", "a turn is running: redo once it ends");
+    const last = this.#undone.pop();
+    if (!last) throw new CheckpointError("nothing_to_redo", "nothing was undone since the last turn");
+    const files = await this.#restore(last.before);
+    this.#done.push(...last.checkpoints);
+    this.#scan.clear();
+    return { turns: last.checkpoints.map((c) => c.turn), files };
+  }
+
+  /** Writes each version back; an unrecorded one is skipped and said so. */
+  async #restore(target: Map<string, Version>): Promise<FileRestore[]> {
+    const out: FileRestore[] = [];
+    for (const [rel, version] of [...target].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
+      const abs = await this.#workspace.resolve(rel, "write");
+      const existed = await lstat(abs).then(
+        () => true,
+        () => false,
+      );
+      if (version.kind === "unrecorded") {
+        out.push({ path: rel, action: "skipped", reason: version.reason });
+      } else if (version.kind === "absent") {
+        if (existed) {
+          await rm(abs, { force: true });
+          out.push({ path: rel, action: "removed" });
+        }
+      } else {
+        const bytes = await this.#store.get(version.id);
+        const current = existed ? await readFile(abs).catch(() => undefined) : undefined;
+        if (current?.equals(bytes) && (await modeOf(abs)) === version.mode) continue;
+        await writeFileAtomic(abs, bytes);
+        await chmod(abs, version.mode);
+        out.push({ path: rel, action: existed ? "restored" : "recreated" });
+      }
+    }
+    return out;
+  }
+
+  /** A turn no one began (a tool run outside the agent's turns): counted like one. */
+  #startImplicitTurn(): Map<string, Version> {
+    this.beginTurn();
+    return this.#current!;
+  }
+
+  /** The versions of these workspace paths now, their contents stored. */
+  async #versionsOf(rels: readonly string[]): Promise<Map<string, Version>> {
+    const out = new Map<string, Version>();
+    const toStore: (StoreFile & { rel: string })[] = [];
+    for (const rel of rels) {
+      const abs = path.join(this.#workspace.root, rel);
+      const info = await lstat(abs).catch(() => undefined);
+      if (!info) out.set(rel, { kind: "absent" });
+      else if (!info.isFile()) out.set(rel, { kind: "unrecorded", reason: "not a regular file" });
+      else if (info.size > MAX_FILE_BYTES) out.set(rel, tooLarge(info.size));
+      else toStore.push({ rel, abs, mode: info.mode & 0o7777 });
+    }
+    const versions = await this.#store.put(toStore);
+    toStore.forEach((file, index) => out.set(file.rel, versions[index] ?? { kind: "absent" }));
+    return out;
+  }
+
+  /**
+   * Every file of the workspace with its version now: files whose stat is as at the last scan keep
+   * their stored version, the others are stored again.
+   */
+  async #scanWorkspace(): Promise<Map<string, Scanned>> {
+    const listed = await listFiles(this.#workspace, { limit: MAX_SCAN_FILES });
+    const next = new Map<string, Scanned>();
+    const toStore: (StoreFile & { rel: string; key: StatKey })[] = [];
+    const now = BigInt(Date.now()) * 1_000_000n;
+    for (const rel of listed.files) {
+      if (this.#exclude !== undefined && (rel === this.#exclude || rel.startsWith(`${this.#exclude}/`)))
+        continue;
+      const abs = path.join(this.#workspace.root, rel);
+      const info = await lstat(abs, { bigint: true }).catch(() => undefined);
+      if (!info?.isFile()) continue; // symlinks are not followed, vanished files are not there
+      const key: StatKey = { size: info.size, mtimeNs: info.mtimeNs, ctimeNs: info.ctimeNs, ino: info.ino };
+      const known = this.#scan.get(rel);
+      if (known && sameKey(known.key, key) && now - key.mtimeNs > RACY_NS && now - key.ctimeNs > RACY_NS) {
+        next.set(rel, known);
+      } else if (info.size > BigInt(MAX_FILE_BYTES)) {
+        next.set(rel, { key, version: tooLarge(Number(info.size)) });
+      } else toStore.push({ rel, abs, key, mode: Number(info.mode & 0o7777n) });
+    }
+    const versions = await this.#store.put(toStore);
+    toStore.forEach((file, index) => {
+      const version = versions[index];
+      if (version && version.kind !== "absent") next.set(file.rel, { key: file.key, version });
+    });
+    this.#scan = next;
+    return next;
+  }
+}
+
+/** An undo or redo that cannot be done; `code` is "busy", "nothing_to_undo" or "nothing_to_redo". */
+export class CheckpointError extends Error {
+  override readonly name = "CheckpointError";
+  constructor(
+    readonly code: "busy" | "nothing_to_undo" | "nothing_to_redo",
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** "restored a.txt, removed b.txt, re-created c.txt" (and the skipped ones with why). */
+export function describeRestore(result: RestoreResult): string {
+  if (result.files.length === 0) return "no file needed a change";
+  const words: Record<FileRestore["action"], string> = {
+    restored: "restored",
+    recreated: "re-created",
+    removed: "removed",
+    skipped: "could not restore",
+  };
+  const parts: string[] = [];
+  for (const action of ["restored", "recreated", "removed", "skipped"] as const) {
+    const files = result.files.filter((f) => f.action === action);
+    if (files.length === 0) continue;
+    const names = files.map((f) => (f.reason ? `${f.path} (${f.reason})` : f.path));
+    parts.push(`${words[action]} ${names.join(", ")}`);
+  }
+  return parts.join("; ");
+}
+
+/** "turn 3" or "turns 2–4". */
+export function describeTurns(turns: readonly number[]): string {
+  if (turns.length === 1) return `turn ${turns[0]}`;
+  return `turns ${turns[0]}–${turns.at(-1)}`;
+}
+
+function tooLarge(size: number): Version {
+  return { kind: "unrecorded", reason: `${size} bytes, over the ${MAX_FILE_BYTES / 1024 / 1024} MiB kept` };
+}
+
+interface Scanned {
+  key: StatKey;
+  version: Version;
+}
+
+/** Same content and mode; a file too large to store is compared by its stat. */
+function sameScanned(a: Scanned, b: Scanned): boolean {
+  if (a.version.kind === "unrecorded" && b.version.kind === "unrecorded") return sameKey(a.key, b.key);
+  return sameVersion(a.version, b.version);
+}
+
+function sameKey(a: StatKey, b: StatKey): boolean {
+  return a.size === b.size && a.mtimeNs === b.mtimeNs && a.ctimeNs === b.ctimeNs && a.ino === b.ino;
+}
+
+function sameVersion(a: Version, b: Version): boolean {
+  if (a.kind === "file" && b.kind === "file") return a.id === b.id && a.mode === b.mode;
+  // An unrecorded file cannot be compared: counted as changed, so an undo says it cannot restore it.
+  return a.kind === b.kind && a.kind === "absent";
+}
+
+async function modeOf(abs: string): Promise<number | undefined> {
+  return stat(abs).then(
+    (info) => info.mode & 0o7777,
+    () => undefined,
+  );
+}
+
+async function isGitWorkTree(root: string): Promise<boolean> {
+  try {
+    return (
+      (await neutralGit(root, ["rev-parse", "--is-inside-work-tree"])).toString("utf8").trim() === "true"
+    );
+  } catch {
+    return false;
+  }
+}
+
+/** The manifest of a checkpoint, as saved (the commit message in git, `TURN.json` in a folder). */
+function manifest(checkpoint: Checkpoint): string {
+  const files: Record<string, Version> = {};
+  for (const [rel, version] of checkpoint.files) files[rel] = version;
+  return JSON.stringify({ spark_checkpoint: 1, turn: checkpoint.turn, files }, null, 1);
+}
+
+/**
+ * Contents in the repository's object database. Blobs are written by `hash-object -w --no-filters`
+ * (git reads the files itself, no clean filter runs); a checkpoint is a commit whose tree holds the
+ * earlier contents at their paths, made in a temporary index (never the user's) and kept under
+ * `refs/spark/checkpoints/SESSION/TURN`.
+ */
+class GitStore implements Store {
+  readonly kind = "git";
+  readonly #prefix: string;
+  #parent: string | undefined;
+
+  constructor(
+    private readonly root: string,
+    session: string,
+  ) {
+    this.#prefix = `refs/spark/checkpoints/${session}/`;
+  }
+
+  async put(files: readonly StoreFile[]): Promise<Version[]> {
+    const ids: (string | undefined)[] = [];
+    for (let start = 0; start < files.length; start += 500) {
+      const batch = files.slice(start, start + 500).map((f) => f.abs);
+      try {
+        ids.push(...(await this.#hash(batch)));
+      } catch {
+        // A file vanished (or cannot be read): one at a time, the missing ones absent.
+        for (const file of batch) {
+          ids.push(
+            await this.#hash([file]).then(
+              (one) => one[0],
+              () => undefined,
+            ),
+          );
+        }
+      }
+    }
+    return files.map((file, index) => {
+      const id = ids[index];
+      return id === undefined ? { kind: "absent" } : { kind: "file", id, mode: file.mode };
+    });
+  }
+
+  async #hash(files: readonly string[]): Promise<string[]> {
+    const stdout = await neutralGit(
+      this.root,
+      ["hash-object", "-w", "--no-filters", "--", ...files],
+      64 * 1024 * 1024,
+    );
+    const ids = stdout.toString("utf8").trim().split("\n");
+    if (ids.length !== files.length) throw new Error("git hash-object gave a different number of ids");
+    return ids;
+  }
+
+  get(id: string): Promise<Buffer> {
+    return neutralGit(this.root, ["cat-file", "blob", id], MAX_FILE_BYTES + 1024);
+  }
+
+  async save(checkpoint: Checkpoint): Promise<void> {
+    const index = path.join(
+      tmpdir(),
+      `spark-checkpoint-${process.pid}-${Math.random().toString(36).slice(2)}`,
+    );
+    try {
+      const entries = [...checkpoint.files].flatMap(([rel, version]) =>
+        version.kind === "file"
+          ? [`${version.mode & 0o111 ? "100755" : "100644"} ${version.id}\t${rel}\0`]
+          : [],
+      );
+      const env = { GIT_INDEX_FILE: index };
+      const git = (args: string[], input?: string): Promise<Buffer> =>
+        neutralGit(this.root, args, 1024 * 1024, { env, ...(input === undefined ? {} : { input }) });
+      // `--index-info` paths are relative to the repository's top, `rel` to the workspace root.
+      const prefix = (await git(["rev-parse", "--show-prefix"])).toString("utf8").trim();
+      await git(
+        ["update-index", "-z", "--index-info"],
+        entries.map((e) => e.replace("\t", `\t${prefix}`)).join(""),
+      );
+      const tree = (await git(["write-tree"])).toString("utf8").trim();
+      const commit = (
+        await neutralGit(
+          this.root,
+          [
+            "-c",
+            "user.name=Spark",
+            "-c",
+            "user.email=spark@localhost",
+            "commit-tree",
+            tree,
+            ...(this.#parent ? ["-p", this.#parent] : []),
+            "-F",
+            "-",
+          ],
+          1024 * 1024,
+          { input: `spark checkpoint: turn ${checkpoint.turn}\n\n${manifest(checkpoint)}\n` },
+        )
+      )
+        .toString("utf8")
+        .trim();
+      await neutralGit(this.root, ["update-ref", `${this.#prefix}${checkpoint.turn}`, commit]);
+      this.#parent = commit;
+      // The oldest beyond the cap go (their blobs with them, at git's next gc).
+      const turns = await this.#turns();
+      for (const turn of turns.slice(0, Math.max(0, turns.length - MAX_CHECKPOINTS))) {
+        await neutralGit(this.root, ["update-ref", "-d", `${this.#prefix}${turn}`]).catch(() => undefined);
+      }
+    } finally {
+      await rm(index, { force: true });
+    }
+  }
+
+  async lastTurn(): Promise<number> {
+    return (await this.#turns()).at(-1) ?? 0;
+  }
+
+  async #turns(): Promise<number[]> {
+    const refs = await neutralGit(this.root, ["for-each-ref", "--format=%(refname)", this.#prefix]).catch(
+      () => Buffer.alloc(0),
+    );
+    return refs
+      .toString("utf8")
+      .split("\n")
+      .map((ref) => Number(ref.slice(this.#prefix.length)))
+      .filter((n) => Number.isInteger(n) && n > 0)
+      .sort((a, b) => a - b);
+  }
+
+  /** Removes the checkpoint refs of every session untouched for `STALE_MS`. */
+  async prune(): Promise<void> {
+    const lines = await neutralGit(this.root, [
+      "for-each-ref",
+      "--format=%(refname) %(committerdate:unix)",
+      "refs/spark/checkpoints/",
+    ]).catch(() => Buffer.alloc(0));
+    const cutoff = (Date.now() - STALE_MS) / 1000;
+    for (const line of lines.toString("utf8").split("\n")) {
+      const [ref, date] = line.split(" ");
+      if (ref && Number(date) < cutoff) {
+        await neutralGit(this.root, ["update-ref", "-d", ref]).catch(() => undefined);
+      }
+    }
+  }
+}
+
+/** Contents as files named by their SHA-256 in Spark's own folder, for workspaces outside git. */
+class FolderStore implements Store {
+  readonly kind = "folder";
+  #bytes = 0;
+
+  private constructor(private readonly dir: string) {}
+
+  static async open(dir: string): Promise<FolderStore> {
+    await mkdir(path.join(dir, "objects"), { recursive: true });
+    const store = new FolderStore(dir);
+    for (const name of await readdir(path.join(dir, "objects")).catch(() => [])) {
+      store.#bytes += (await stat(path.join(dir, "objects", name)).catch(() => ({ size: 0 }))).size;
+    }
+    // Marks the session as in use (stale sessions are pruned by their folder's time).
+    const now = new Date();
+    await utimes(dir, now, now).catch(() => undefined);
+    return store;
+  }
+
+  async put(files: readonly StoreFile[]): Promise<Version[]> {
+    const out: Version[] = [];
+    for (const file of files) {
+      const bytes = await readFile(file.abs).catch(() => undefined);
+      if (!bytes) {
+        out.push({ kind: "absent" });
+        continue;
+      }
+      const id = createHash("sha256").update(bytes).digest("hex");
+      const target = path.join(this.dir, "objects", id);
+      const exists = await stat(target).then(
+        () => true,
+        () => false,
+      );
+      if (!exists) {
+        if (this.#bytes + bytes.length > MAX_STORE_BYTES) {
+          out.push({
+            kind: "unrecorded",
+            reason: `the session's checkpoints reached ${MAX_STORE_BYTES / 2 ** 30} GiB`,
+          });
+          continue;
+        }
+        await writeFileAtomic(target, bytes);
+        this.#bytes += bytes.length;
+      }
+      out.push({ kind: "file", id, mode: file.mode });
+    }
+    return out;
+  }
+
+  get(id: string): Promise<Buffer> {
+    if (!/^[0-9a-f]{64}$/.test(id)) throw new Error(`not a checkpoint object: ${id}`);
+    return readFile(path.join(this.dir, "objects", id));
+  }
+
+  async save(checkpoint: Checkpoint): Promise<void> {
+    await writeFile(path.join(this.dir, `${checkpoint.turn}.json`), manifest(checkpoint));
+    const turns = await this.#turns();
+    for (const turn of turns.slice(0, Math.max(0, turns.length - MAX_CHECKPOINTS))) {
+      await rm(path.join(this.dir, `${turn}.json`), { force: true });
+    }
+  }
+
+  async lastTurn(): Promise<number> {
+    return (await this.#turns()).at(-1) ?? 0;
+  }
+
+  async #turns(): Promise<number[]> {
+    return (await readdir(this.dir).catch(() => []))
+      .map((name) => (/^(\d+)\.json$/.exec(name) ? Number(name.slice(0, -5)) : 0))
+      .filter((n) => n > 0)
+      .sort((a, b) => a - b);
+  }
+}
+
+/** Removes the session folders under `base` untouched for `STALE_MS` (never `keep`). */
+async function pruneFolders(base: string, keep: string): Promise<void> {
+  const cutoff = Date.now() - STALE_MS;
+  for (const name of await readdir(base).catch(() => [])) {
+    if (name === keep) continue;
+    const info = await stat(path.join(base, name)).catch(() => undefined);
+    if (info?.isDirectory() && info.mtimeMs < cutoff) {
+      await rm(path.join(base, name), { recursive: true, force: true });
+    }
+  }
+}
