@@ -25,6 +25,7 @@ import {
   type ToolContext,
 } from "./tools.js";
 import { toolDefinitions } from "./tools.js";
+import type { FileDiff } from "./thread-item.js";
 
 /** A Responses input item (messages, tool calls and their outputs, compaction items). */
 export type InputItem = Record<string, unknown> & { type: string };
@@ -81,7 +82,8 @@ export type AgentEvent =
       contextTokens: number;
     }
   | { type: "item.started"; item: ThreadItem }
-  | { type: "item.completed"; item: ThreadItem }
+  /** `diffs`: what a file change did, per file (beside the item: `spark exec --json` prints the item as Codex does). */
+  | { type: "item.completed"; item: ThreadItem; diffs?: FileDiff[] }
   | {
       type: "steer";
       status: "sent" | "accepted" | "pending" | "deferred" | "failed";
@@ -555,7 +557,11 @@ export class Agent {
             this.#emit({ type: "item.started", item }),
           );
           this.#toolAbort = undefined;
-          this.#emit({ type: "item.completed", item: run.completed });
+          this.#emit({
+            type: "item.completed",
+            item: run.completed,
+            ...(run.diffs === undefined ? {} : { diffs: run.diffs }),
+          });
           outputs.push(run.output as InputItem);
         }
         if (this.#interruptRequested) {

@@ -55,8 +55,18 @@ export interface PatchChange {
   movedTo?: string;
 }
 
+/** One file a patch changes: its content before and after (`null`: absent), for a diff. */
+export interface PatchFile {
+  /** Workspace-relative posix path. */
+  path: string;
+  before: Buffer | null;
+  after: string | Buffer | null;
+}
+
 export interface PatchResult {
   changes: PatchChange[];
+  /** The files that change, in first-touch order (a move is its source, gone, and its destination). */
+  files: PatchFile[];
   /** Codex-style: "Success. Updated the following files:\nA new.txt\nM src/app.ts\nD old.txt". */
   summary: string;
 }
@@ -451,11 +461,38 @@ export async function applyPatch(
   text: string,
   options: ApplyPatchOptions = {},
 ): Promise<PatchResult> {
-  const ops = parsePatch(text);
+  const plan = await planPatch(workspace, text, options.allowProtected === true);
   const io: PatchIO = {
     writeFile: options.io?.writeFile ?? writeFileAtomic,
     deleteFile: options.io?.deleteFile ?? ((abs) => rm(abs)),
   };
+  await commit(plan.planned, plan.originals, io);
+  return { changes: plan.changes, files: plan.files, summary: summarize(plan.changes) };
+}
+
+/**
+ * What `applyPatch` would change, without writing anything: the same parsing, path checks and
+ * hunk matching (so it throws the same errors), protected paths allowed (the caller asks about
+ * those). For an approval that shows the patch's diff before the user answers.
+ */
+export async function previewPatch(
+  workspace: Workspace,
+  text: string,
+): Promise<{ changes: PatchChange[]; files: PatchFile[] }> {
+  const plan = await planPatch(workspace, text, true);
+  return { changes: plan.changes, files: plan.files };
+}
+
+interface PatchPlan {
+  changes: PatchChange[];
+  files: PatchFile[];
+  planned: Map<string, Content>;
+  originals: Map<string, Buffer | null>;
+}
+
+/** Every new content of a patch, computed in memory; the disk is only read. */
+async function planPatch(workspace: Workspace, text: string, allowProtected: boolean): Promise<PatchPlan> {
+  const ops = parsePatch(text);
 
   // abs → planned content (null: absent); originals: abs → bytes on disk before the patch (null: absent).
   const planned = new Map<string, Content>();
@@ -483,7 +520,7 @@ export async function applyPatch(
   const resolveWrite = async (p: string): Promise<string> => {
     const abs = await workspace.resolve(p, "write");
     const part = protectedPart(workspace.root, abs);
-    if (part !== undefined && options.allowProtected !== true) {
+    if (part !== undefined && !allowProtected) {
       throw new ToolError(
         "protected_path",
         `apply_patch: ${p} is in ${part}, a protected path (its contents run outside the sandbox ` +
@@ -547,8 +584,10 @@ export async function applyPatch(
     changes.push({ path: display, kind: "update", movedTo: destDisplay });
   }
 
-  await commit(planned, originals, io);
-  return { changes, summary: summarize(changes) };
+  const files = [...planned]
+    .filter(([abs, next]) => !sameBytes(next, originals.get(abs) ?? null))
+    .map(([abs, after]) => ({ path: workspace.relative(abs), before: originals.get(abs) ?? null, after }));
+  return { changes, files, planned, originals };
 }
 
 /**

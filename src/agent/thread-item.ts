@@ -29,3 +29,20 @@ export type ThreadItem =
       result?: string;
     }
   | { id: string; type: "error"; message: string };
+
+/** One line of a unified diff, for display. */
+export interface DiffLine {
+  kind: "context" | "add" | "del" | "hunk";
+  text: string;
+}
+
+/** What a change does to one file, as a unified diff (see file-diff.ts). */
+export interface FileDiff {
+  path: string;
+  kind: "add" | "update" | "delete";
+  lines: DiffLine[];
+  added: number;
+  removed: number;
+  /** Why there are no lines although the file changed: a binary file, or one too large to diff. */
+  note?: string;
+}

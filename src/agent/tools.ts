@@ -3,7 +3,7 @@
  * place a model's tool call is checked, approved and run. Every call yields a display item (for
  * the TUI and `spark exec --json`) and the output text the model sees next.
  */
-import { applyPatch, protectedWrites } from "./apply-patch.js";
+import { applyPatch, previewPatch, protectedWrites, type PatchFile } from "./apply-patch.js";
 import {
   decideCommand,
   decideMcpTool,
@@ -20,6 +20,9 @@ import { readFile as readFileBytes } from "node:fs/promises";
 import { protectedPart } from "./protected-paths.js";
 import { ToolError, writeFileAtomic, type Workspace } from "./workspace.js";
 import { readSkill, SKILL_TOOL_DEFINITION, type Skill } from "./context/skills.js";
+import { patchPaths, type TurnRecorder } from "./checkpoints/checkpoints.js";
+import { contentDiff } from "./file-diff.js";
+import type { FileDiff } from "./thread-item.js";
 
 export type { ThreadItem } from "./thread-item.js";
 import type { ThreadItem } from "./thread-item.js";
@@ -39,9 +42,11 @@ export type ApprovalReply = ApprovalAnswer | { answer: "no"; reason: string };
 
 export interface ApprovalRequest {
   kind: "command" | "patch" | "tool";
-  /** The command line, the files a patch touches, or an MCP tool and its arguments. */
+  /** The command line (whole), the files a patch touches, or an MCP tool and its arguments. */
   summary: string;
   reason: string;
+  /** For a patch: what it would change, per file, computed against the files as they are now. */
+  diffs?: FileDiff[];
 }
 
 /** A whole-file rewrite for the `edit_file` tool. */
@@ -121,6 +126,8 @@ export interface ToolContext {
    * the request would be refused (`image_unsupported`), so they become a placeholder saying why.
    */
   vision?: (model: string) => VisionInfo | undefined;
+  /** Records what each turn's writes and commands change, for `/undo` (checkpoints/checkpoints.ts). */
+  checkpoints?: TurnRecorder;
 }
 
 export interface ToolRun {
@@ -129,6 +136,8 @@ export interface ToolRun {
   completed: ThreadItem;
   /** The `*_output` item sent back to the model. */
   output: Record<string, unknown>;
+  /** What a file change did, per file (a patch, an edit_file rewrite), for display. */
+  diffs?: FileDiff[];
 }
 
 const APPLY_PATCH_GRAMMAR = `Edits files with a patch. The input is the patch text itself, not JSON:
@@ -437,16 +446,18 @@ export class ToolRunner {
     }
   }
 
+  /** `diffs`: what a patch would change, computed when the user is about to be asked (it may throw). */
   async #approve(
     decision: ApprovalDecision,
     request: ApprovalRequest,
     key: string,
+    diffs?: () => Promise<FileDiff[]>,
   ): Promise<string | undefined> {
     if (decision.action === "run") return undefined;
     if (decision.action === "refuse") return decision.reason;
     if (this.#always.has(key)) return undefined;
     if (!this.context.ask) return `${decision.reason}; no one can approve it in this mode`;
-    const reply = await this.context.ask(request);
+    const reply = await this.context.ask(diffs ? { ...request, diffs: await diffs() } : request);
     if (typeof reply === "object") return `the user declined to run this: ${reply.reason}`;
     if (reply === "always") this.#always.add(key);
     return reply === "no" ? "the user declined to run this" : undefined;
@@ -456,7 +467,11 @@ export class ToolRunner {
    * The approval a file write needs (a patch, a rewrite), as the mode decides. "Always" for ordinary
    * writes never covers protected paths; for those it covers the same ones.
    */
-  #approveWrite(protectedPaths: string[], summary: string): Promise<string | undefined> {
+  #approveWrite(
+    protectedPaths: string[],
+    summary: string,
+    diffs?: () => Promise<FileDiff[]>,
+  ): Promise<string | undefined> {
     const decision = decidePatch(this.context.approval, {
       interactive: this.context.ask !== undefined,
       protectedPaths,
@@ -466,6 +481,7 @@ export class ToolRunner {
       decision,
       { kind: "patch", summary, reason: decision.action === "ask" ? decision.reason : "" },
       key,
+      diffs,
     );
   }
 
@@ -532,6 +548,7 @@ export class ToolRunner {
     const runOutside = escalate && decision.action === "ask";
     const started = item("in_progress");
     onStarted(started);
+    await this.context.checkpoints?.beforeCommand();
     const result = await runCommand(command, {
       workspaceRoot: this.context.workspace.root,
       cwd,
@@ -546,6 +563,7 @@ export class ToolRunner {
       env: commandEnvironment(process.env, this.context.allowEnv),
       signal,
     });
+    await this.context.checkpoints?.afterCommand();
     const ok = result.exitCode === 0 && !result.timedOut && !result.cancelled;
     return {
       started,
@@ -592,7 +610,11 @@ export class ToolRunner {
     const started = item("in_progress");
     onStarted(started);
     try {
-      const result = await mcp.call(call.name, args, signal);
+      // An MCP server may change files too (a filesystem server): recorded as a command's changes.
+      await this.context.checkpoints?.beforeCommand();
+      const result = await mcp
+        .call(call.name, args, signal)
+        .finally(() => this.context.checkpoints?.afterCommand());
       const images = result.images ?? [];
       const model = this.context.model?.() ?? "spark";
       const vision = images.length > 0 ? this.context.vision?.(model) : undefined;
@@ -649,9 +671,17 @@ export class ToolRunner {
     const original = bytes.toString("utf8");
     const target = await workspace.resolve(path, "write");
     const part = protectedPart(workspace.root, target);
-    const declined = await this.#approveWrite(part === undefined ? [] : [part], `update ${path}`);
-    if (declined !== undefined) {
-      return { completed: item("declined", declined), output: reply(`Edit not applied: ${declined}`) };
+    const protectedPaths = part === undefined ? [] : [part];
+    // A write that is refused outright is refused before the rewrite costs anything.
+    const refused = decidePatch(this.context.approval, {
+      interactive: this.context.ask !== undefined,
+      protectedPaths,
+    });
+    if (refused.action === "refuse") {
+      return {
+        completed: item("declined", refused.reason),
+        output: reply(`Edit not applied: ${refused.reason}`),
+      };
     }
     const started = item("in_progress");
     onStarted(started);
@@ -672,11 +702,25 @@ export class ToolRunner {
       if (text.trim() === "" && original.trim() !== "") {
         throw new ToolError("invalid_argument", "the rewrite came back empty; the file is unchanged");
       }
+      // Asked after the rewrite, so that the approval shows its diff (diff-first).
+      const diffs = [contentDiff(path, original, text)];
+      const declined = await this.#approveWrite(protectedPaths, `update ${path}`, () =>
+        Promise.resolve(diffs),
+      );
+      if (declined !== undefined) {
+        return {
+          started,
+          completed: item("declined", declined),
+          output: reply(`Edit not applied: ${declined}`),
+        };
+      }
+      await this.context.checkpoints?.beforeWrite([path]);
       await writeFileAtomic(target, text);
       return {
         started,
         completed: item("completed"),
         output: reply(`Rewrote ${path} (${lineCount(original)} → ${lineCount(text)} lines${predicted}).`),
+        diffs,
       };
     } catch (error) {
       const message = errorText(error);
@@ -712,10 +756,19 @@ export class ToolRunner {
       ...(error === undefined ? {} : { error }),
     });
     const protectedPaths = await protectedWrites(this.context.workspace, text);
-    const declined = await this.#approveWrite(
-      protectedPaths,
-      touched.map((c) => `${c.kind} ${c.path}`).join(", "),
-    );
+    let declined: string | undefined;
+    try {
+      // The diff-first approval: what the patch would change, against the files as they are now,
+      // computed only when the user is asked. A patch that cannot apply fails then, unasked.
+      declined = await this.#approveWrite(
+        protectedPaths,
+        touched.map((c) => `${c.kind} ${c.path}`).join(", "),
+        async () => patchDiffs((await previewPatch(this.context.workspace, text)).files),
+      );
+    } catch (error) {
+      const message = errorText(error);
+      return { completed: item("failed", touched, message), output: reply(message) };
+    }
     if (declined !== undefined) {
       return {
         completed: item("declined", touched, declined),
@@ -725,6 +778,7 @@ export class ToolRunner {
     const started = item("in_progress");
     onStarted(started);
     try {
+      await this.context.checkpoints?.beforeWrite(patchPaths(text));
       const result = await applyPatch(this.context.workspace, text, {
         allowProtected: protectedPaths.length > 0,
       });
@@ -735,12 +789,17 @@ export class ToolRunner {
           result.changes.map((c) => ({ path: c.movedTo ?? c.path, kind: c.kind })),
         ),
         output: reply(result.summary),
+        diffs: patchDiffs(result.files),
       };
     } catch (error) {
       const message = errorText(error);
       return { started, completed: item("failed", touched, message), output: reply(message) };
     }
   }
+}
+
+function patchDiffs(files: readonly PatchFile[]): FileDiff[] {
+  return files.map((file) => contentDiff(file.path, file.before, file.after));
 }
 
 /** A call's input as a hook sees it (`tool_input`): the JSON arguments, or `{input}` for raw text. */

@@ -4,7 +4,8 @@
  * in the app server's process, on the workspace, and this socket carries its events and the user's
  * input. The front end (web/) imports these types only; nothing here runs in the browser.
  */
-import type { ThreadItem } from "../agent/thread-item.js";
+import type { FileDiff, ThreadItem } from "../agent/thread-item.js";
+import type { VariantCheck, VariantFile, VariantState } from "../agent/variants/runner.js";
 
 /** `queued`: a background task waiting for a free slot (see `MAX_RUNNING_BACKGROUND`). */
 export type TaskState =
@@ -44,19 +45,8 @@ export interface ServerHealth {
   error?: string;
 }
 
-/** One line of a unified diff, for display. */
-export interface DiffLine {
-  kind: "context" | "add" | "del" | "hunk";
-  text: string;
-}
-
-export interface FileDiff {
-  path: string;
-  kind: "add" | "update" | "delete";
-  lines: DiffLine[];
-  added: number;
-  removed: number;
-}
+/** Unified diffs for display: shared with the agent (approvals, applied patches; see file-diff.ts). */
+export type { DiffLine, FileDiff } from "../agent/thread-item.js";
 
 /**
  * A transcript entry as the browser renders it. Entries are kept per task (and saved) so that a
@@ -89,10 +79,42 @@ export type LogEntry =
       kind: "variants";
       id: string;
       prompt: string;
+      /** Each variant's answer (its latest response's text); while they stream, `variants.update` extends them. */
       texts: string[];
       done: boolean;
       chosen?: number;
+      /** Variants as full agent runs, one card each (absent in entries saved before them). */
+      cards?: VariantCard[];
     };
+
+/**
+ * One variant's card (src/app/variants.ts): the shared runner's figures (src/agent/variants), and
+ * its live preview. `picked` and `discarded` follow a pick (or a discard of them all).
+ */
+export interface VariantCard {
+  state: VariantState | "picked" | "discarded";
+  temperature: number;
+  tokensPerSecond?: number;
+  outputTokens: number;
+  files: VariantFile[];
+  added: number;
+  removed: number;
+  /** Tool calls it ran (commands, patches). */
+  tools: number;
+  check?: VariantCheck;
+  error?: string;
+  /** Its worktree's branch (`spark/ID`), while it exists. */
+  branch?: string;
+  /** Running, but waiting on the server for a free slot (the engine's capacity). */
+  serverQueued?: boolean;
+  /**
+   * The page it wrote, served from its worktree by the app's preview server (another origin, see
+   * `hello.preview`) at `/TOKEN/PATH`; `version` grows when its files change (the frame reloads).
+   */
+  preview?: { token: string; path: string; version: number };
+  /** When it ended (epoch ms, the app server's clock). */
+  endedAt?: number;
+}
 
 /** Live figures of a task, for the status bar. */
 export interface TaskStatus {
@@ -134,10 +156,19 @@ export type ClientMessage =
   | { type: "new_context"; task: string }
   | { type: "approval"; task: string; entry: string; answer: "yes" | "always" | "no"; reason?: string }
   | { type: "variants"; task: string; count: number; text: string }
+  /** Picks variant `index` (0-based): it lands in the task's workspace, the others are discarded. */
   | { type: "choose"; task: string; entry: string; index: number }
+  /** Drops every variant of `entry` (stops those still running); nothing lands. */
+  | { type: "variants.discard"; task: string; entry: string }
   | { type: "review"; task: string }
   | { type: "revert"; task: string; path?: string }
-  | { type: "keep"; task: string };
+  /** Keeps the task's changes (one file, or all): they leave its review. */
+  | { type: "keep"; task: string; path?: string }
+  /**
+   * A changed file's content before the task and after its latest change (for an editor's own diff
+   * view: the VS Code pane's left side); answered with `file`.
+   */
+  | { type: "file"; task: string; path: string };
 
 export type ServerMessage =
   | {
@@ -149,6 +180,11 @@ export type ServerMessage =
       context?: ProjectContext;
       /** Absent when the server runs in this process (always there). */
       server?: ServerHealth;
+      /**
+       * The port of the app's preview server (variants' pages, a separate origin on loopback): the
+       * page frames `http://HOST:PORT/TOKEN/PATH`, HOST another loopback name than its own.
+       */
+      preview?: number;
     }
   /** The Spark server became unreachable, or answers again. */
   | { type: "server"; server: ServerHealth }
@@ -160,9 +196,21 @@ export type ServerMessage =
   /** An entry was added or replaced (same id). */
   | { type: "entry"; task: string; entry: LogEntry }
   | { type: "delta"; task: string; entry: string; delta: string }
-  | { type: "variant.delta"; task: string; entry: string; index: number; delta: string }
+  /**
+   * Variants streaming (at most every 40 ms, all of them in one message): text appended to each
+   * one's (or its whole text, `reset`, when a new response replaced it), and the cards when they changed.
+   */
+  | {
+      type: "variants.update";
+      task: string;
+      entry: string;
+      texts?: { index: number; text: string; reset?: boolean }[];
+      cards?: VariantCard[];
+    }
   | { type: "status"; task: string; status: TaskStatus }
   | { type: "review"; task: string; files: FileDiff[]; source: "git" | "record" }
+  /** Answers `file`: `null` where the file did not exist (before) or was deleted (after). */
+  | { type: "file"; task: string; path: string; before: string | null; after: string | null }
   /** A background task finished: shown as a notification. */
   | { type: "notify"; task: string; title: string; text: string; state: TaskState }
   /** The steer reached the wire: `at` is the epoch time (ms, sub-ms precision) it was sent. */

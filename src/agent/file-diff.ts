@@ -1,0 +1,81 @@
+/**
+ * Unified diffs of file contents, for display: an approval shows what a patch would change before
+ * the user answers, the transcript what an applied patch changed, `/diff` what the session changed.
+ * Computed from the two contents with the `diff` package (never by running `git diff`, so nothing a
+ * repository's configuration names can run).
+ */
+import { structuredPatch } from "diff";
+import type { DiffLine, FileDiff } from "./thread-item.js";
+
+/** A file's content, `null` when it does not exist. */
+export type Content = string | Uint8Array | null;
+
+/** Contents larger than this are said to have changed, not diffed (the diff would be unreadable anyway). */
+export const MAX_DIFF_BYTES = 1024 * 1024;
+
+const CONTEXT_LINES = 3;
+
+function byteLength(content: string | Uint8Array): number {
+  return typeof content === "string" ? Buffer.byteLength(content) : content.length;
+}
+
+function isBinary(content: Content): boolean {
+  if (content === null) return false;
+  return typeof content === "string" ? content.includes("\0") : content.includes(0);
+}
+
+function text(content: Content): string {
+  if (content === null) return "";
+  return typeof content === "string" ? content : Buffer.from(content).toString("utf8");
+}
+
+/**
+ * The diff of one file from `before` to `after` (3 lines of context). `path` is what is shown; a
+ * binary or too-large side gives no lines and a `note` saying why.
+ */
+export function contentDiff(path: string, before: Content, after: Content): FileDiff {
+  const kind = before === null ? "add" : after === null ? "delete" : "update";
+  const sizes = [before, after].filter((c) => c !== null).map(byteLength);
+  if (isBinary(before) || isBinary(after)) {
+    return { path, kind, lines: [], added: 0, removed: 0, note: `binary file (${sizes.join(" → ")} bytes)` };
+  }
+  if (sizes.some((size) => size > MAX_DIFF_BYTES)) {
+    return {
+      path,
+      kind,
+      lines: [],
+      added: 0,
+      removed: 0,
+      note: `too large to show (${sizes.join(" → ")} bytes)`,
+    };
+  }
+  const patch = structuredPatch(path, path, text(before), text(after), "", "", { context: CONTEXT_LINES });
+  const lines: DiffLine[] = [];
+  let added = 0;
+  let removed = 0;
+  for (const hunk of patch.hunks) {
+    lines.push({
+      kind: "hunk",
+      text: `@@ -${hunk.oldStart},${hunk.oldLines} +${hunk.newStart},${hunk.newLines} @@`,
+    });
+    for (const line of hunk.lines) {
+      if (line.startsWith("\\")) continue; // "\ No newline at end of file"
+      const lineKind = line[0] === "+" ? "add" : line[0] === "-" ? "del" : "context";
+      if (lineKind === "add") added++;
+      if (lineKind === "del") removed++;
+      lines.push({ kind: lineKind, text: line.slice(1) });
+    }
+  }
+  return { path, kind, lines, added, removed };
+}
+
+/** `+3 −1` for a set of diffs (or one). */
+export function diffCounts(diffs: readonly FileDiff[]): { added: number; removed: number } {
+  let added = 0;
+  let removed = 0;
+  for (const diff of diffs) {
+    added += diff.added;
+    removed += diff.removed;
+  }
+  return { added, removed };
+}
