@@ -131,7 +131,8 @@ const clientMessage: z.ZodType<ClientMessage> = z.discriminatedUnion("type", [
   }),
   z.strictObject({ type: z.literal("review"), task: taskId }),
   z.strictObject({ type: z.literal("revert"), task: taskId, path: z.string().min(1).max(4096).optional() }),
-  z.strictObject({ type: z.literal("keep"), task: taskId }),
+  z.strictObject({ type: z.literal("keep"), task: taskId, path: z.string().min(1).max(4096).optional() }),
+  z.strictObject({ type: z.literal("file"), task: taskId, path: z.string().min(1).max(4096) }),
 ]) as z.ZodType<ClientMessage>;
 
 interface StaticFile {
@@ -338,14 +339,19 @@ export class AppServer {
     }
     const gzip = /\bgzip\b/.test(String(request.headers["accept-encoding"] ?? ""));
     const body = gzip ? file.gzip : file.body;
+    // A page on an allowed origin (the VS Code pane's webview, `--allowed-origin`) loads the app's
+    // script as a module, a CORS request: it may read what the policy above let it ask for.
+    const origin = request.headers.origin;
     response.writeHead(200, {
+      ...(origin === undefined ? {} : { "access-control-allow-origin": origin }),
       "content-type": file.type,
       "content-length": body.length,
       "cache-control": "no-cache",
       "x-content-type-options": "nosniff",
       "referrer-policy": "no-referrer",
       "content-security-policy": CSP,
-      ...(gzip ? { "content-encoding": "gzip", vary: "accept-encoding" } : {}),
+      ...(gzip ? { "content-encoding": "gzip" } : {}),
+      vary: "accept-encoding, origin",
     });
     response.end(request.method === "HEAD" ? undefined : body);
   }

@@ -298,9 +298,24 @@ export class TaskManager {
         reply({ type: "review", task: task.id, ...(await task.review()) });
         return;
       case "keep":
-        task.keep();
+        task.keep(message.path);
         reply({ type: "review", task: task.id, ...(await task.review()) });
         return;
+      case "file": {
+        // Only a file the task changed: this is not a way to read the workspace.
+        const change = task.record.toJSON()[message.path];
+        if (!change) {
+          reply({
+            type: "error",
+            code: "file_not_changed",
+            message: `${message.path.slice(0, 200)} is not a file this task changed`,
+            task: task.id,
+          });
+          return;
+        }
+        reply({ type: "file", task: task.id, path: message.path, ...change });
+        return;
+      }
     }
   }
 

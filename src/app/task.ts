@@ -621,11 +621,11 @@ export class Task {
     return restored;
   }
 
-  keep(): void {
-    this.record.keep();
-    this.summary.changedFiles = [];
+  keep(path?: string): void {
+    this.record.keep(path);
+    this.summary.changedFiles = this.record.paths;
     this.#touch();
-    this.#notice("info", "changes kept");
+    this.#notice("info", path === undefined ? "changes kept" : `kept ${path}`);
   }
 
   close(): void {

@@ -20,7 +20,8 @@ import { join } from "node:path";
 import { sparkHome } from "../agent/context/spark-home.js";
 import { HookRunner } from "../agent/hooks/runner.js";
 import { McpManager, type McpServerStatus } from "../agent/mcp/manager.js";
-import { ConfigError, resolveSettings, type ResolvedSettings } from "./config.js";
+import { ConfigError, resolveSettings, type ResolvedSettings, type VariantsSettings } from "./config.js";
+import type { TaskWorkspace } from "../agent/worktree/task-workspace.js";
 
 export const DEFAULT_INSTRUCTIONS = `You are Spark, a fast coding agent working with a user in their terminal, in the workspace at WORKSPACE.
 Use the tools to read, search and change the code: read_file, list_files and search to look; apply_patch to edit files (never write files with shell redirections when a patch will do); shell to build, test and inspect. Keep answers short and concrete. When the user steers you mid-answer, follow the new direction at once.`;
@@ -39,6 +40,11 @@ export interface ClientFlags {
   autoCompact?: number;
   contextWindow?: number;
   cd?: string;
+  /**
+   * `--worktree`: the session works in a TaskWorkspace of its own (a git worktree on
+   * `spark/<id>`, a copy outside git); nothing lands in the directory until `/apply`.
+   */
+  worktree?: boolean;
   /** Serve settings for an in-process server (--engine, --model, --script, --rate, --config…). */
   serve: Record<string, unknown>;
 }
@@ -69,6 +75,24 @@ export interface Runtime {
   context: SessionContext;
   /** The tiers (model names) the server lists at `/v1/models`; undefined when it could not be read. */
   models: string[] | undefined;
+  /** The directory the user started in: where `/apply` lands a `--worktree` session. */
+  root: string;
+  /** `--worktree`: where the session works (`workspace` is opened at its path). */
+  taskWorkspace?: TaskWorkspace;
+  /** The config's `variants` (check command, its timeout, how many run at once). */
+  variants: VariantsSettings;
+  allowEnv: readonly string[];
+  /**
+   * An agent for one variant (src/agent/variants/runner.ts): its own connection, tools rooted at
+   * the variant's workspace, this session's sandbox, approvals, skills, MCP servers and hooks, the
+   * conversation so far and the variant's temperature.
+   */
+  createVariantAgent(input: {
+    workspace: TaskWorkspace;
+    temperature: number;
+    transcript: readonly InputItem[];
+    ask?: (request: ApprovalRequest) => Promise<ApprovalAnswer>;
+  }): Promise<Agent>;
   close(): Promise<void>;
 }
 
@@ -289,6 +313,19 @@ export async function openWorkspace(root: string): Promise<Workspace> {
   }
 }
 
+/**
+ * The TaskWorkspace of a `--worktree` session: `tui-<session id>` for the TUI, `exec-<session id>`
+ * for `spark exec` (the prefixes tell them from the app's tasks and variants).
+ */
+async function createSessionWorkspace(
+  root: string,
+  interactive: boolean,
+  sessionId: string,
+): Promise<TaskWorkspace> {
+  const { createTaskWorkspace } = await import("../agent/worktree/task-workspace.js");
+  return createTaskWorkspace(root, `${interactive ? "tui" : "exec"}-${sessionId}`);
+}
+
 /** The command sandbox the client's settings ask for. */
 export function clientSandbox(client: ResolvedClient): Promise<Sandbox> {
   return detectSandbox({
@@ -302,7 +339,7 @@ export function clientSandbox(client: ResolvedClient): Promise<Sandbox> {
 
 export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
   const client = resolveClient(options.flags, options.interactive);
-  const workspace = await openWorkspace(options.flags.cd ?? process.cwd());
+  const userWorkspace = await openWorkspace(options.flags.cd ?? process.cwd());
   let resumed: { file: SessionFile; transcript: InputItem[] } | undefined;
   if (options.resume !== undefined) {
     try {
@@ -332,9 +369,23 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
   }
   const [sandbox, models] = await Promise.all([sandboxPromise, fetchModels(serverUrl, client.apiKey)]);
   const contextWindow = client.contextWindow ?? contextWindowOf(models, client.tier);
-  const context = await loadSessionContext(client, workspace.root, contextWindow);
   const session =
-    resumed?.file ?? SessionFile.create(client.dataDir, { cwd: workspace.root, model: client.tier });
+    resumed?.file ?? SessionFile.create(client.dataDir, { cwd: userWorkspace.root, model: client.tier });
+  // `--worktree`: the session's tools, commands and context all work in its own workspace.
+  let taskWorkspace: TaskWorkspace | undefined;
+  let workspace = userWorkspace;
+  if (options.flags.worktree) {
+    try {
+      taskWorkspace = await createSessionWorkspace(userWorkspace.root, options.interactive, session.meta.id);
+      workspace = await openWorkspace(taskWorkspace.path);
+    } catch (error) {
+      socket.close();
+      await closeServer?.();
+      if (error instanceof ConfigError) throw error;
+      throw new ConfigError(`--worktree: ${(error as Error).message}`);
+    }
+  }
+  const context = await loadSessionContext(client, workspace.root, contextWindow);
   const mcp = mcpManagerFor(client, workspace.root, options.progress);
   const hooks = client.settings.hooks
     ? new HookRunner(client.settings.hooks, {
@@ -373,6 +424,41 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     if (event.reset) session.reset(event.items);
     else session.append(event.added);
   });
+  const createVariantAgent: Runtime["createVariantAgent"] = async (input) => {
+    const variantWorkspace = await openWorkspace(input.workspace.path);
+    const variantSocket = await connect();
+    const variantHooks = client.settings.hooks
+      ? new HookRunner(client.settings.hooks, {
+          cwd: variantWorkspace.root,
+          sessionId: session.meta.id,
+          transcriptPath: session.path,
+        })
+      : undefined;
+    return new Agent({
+      socket: variantSocket,
+      reconnect: connect,
+      serverUrl: url,
+      ...(client.apiKey === undefined ? {} : { apiKey: client.apiKey }),
+      tools: {
+        workspace: variantWorkspace,
+        sandbox,
+        approval: client.approval,
+        allowEnv: client.allowEnv,
+        ...(input.ask ? { ask: input.ask } : {}),
+        skills: context.skills,
+        ...(mcp?.active ? { mcp } : {}),
+        ...(variantHooks && variantHooks.size > 0 ? { hooks: variantHooks } : {}),
+        vision: (model: string) => visionOf(models, model),
+      },
+      model: agent.model,
+      instructions: context.instructions(DEFAULT_INSTRUCTIONS.replace("WORKSPACE", variantWorkspace.root)),
+      attachments: (text) => context.attachments(text),
+      contextWindow: contextWindow ?? 8192,
+      autoCompact: client.autoCompact,
+      transcript: input.transcript,
+      temperature: input.temperature,
+    });
+  };
   return {
     agent,
     session,
@@ -384,6 +470,11 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     resumedItems: resumed?.transcript.length ?? 0,
     context,
     models: models?.map((m) => m.id),
+    root: userWorkspace.root,
+    ...(taskWorkspace ? { taskWorkspace } : {}),
+    variants: client.settings.variants ?? {},
+    allowEnv: client.allowEnv,
+    createVariantAgent,
     ...(mcp ? { mcp } : {}),
     async close() {
       agent.close();

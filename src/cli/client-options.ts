@@ -124,5 +124,6 @@ export function clientFlags(options: Record<string, unknown>, command: Command):
   set("autoCompact", given("autoCompact"));
   set("contextWindow", given("contextWindow"));
   set("cd", given("cd"));
+  set("worktree", given("worktree"));
   return flags;
 }

@@ -6,6 +6,11 @@
  * `thread.started`, `turn.started`, `item.started` / `item.completed` (agent_message,
  * command_execution, file_change, tool_call, error), `turn.completed` with usage, `turn.failed`,
  * and `error`. Without it, the answer streams to stdout and tool activity goes to stderr.
+ *
+ * `--worktree`: the task works in a worktree of its own (a copy outside git) and the user's files
+ * stay as they are. At the end its result is committed to the branch `spark/exec-<session>` and
+ * stderr says where (branch, path, files changed, how to see and land it); with `--json` a last
+ * `worktree` event says the same. A task that changed nothing leaves no worktree behind.
  */
 import type { AgentEvent } from "../agent/agent.js";
 import type { ThreadItem } from "../agent/tools.js";
@@ -14,6 +19,13 @@ import { ImageFileError, imageDataUrl } from "../agent/images.js";
 import { startRuntime, type ClientFlags } from "./agent-runtime.js";
 import { describeInstructionFiles } from "../agent/context/session-context.js";
 import { cutOffOf } from "../agent/cut-off.js";
+import type { TaskWorkspace } from "../agent/worktree/task-workspace.js";
+import {
+  changeLines,
+  changeSummary,
+  commitTaskWorkspace,
+  describeTaskWorkspace,
+} from "./worktree-session.js";
 
 export interface ExecOptions {
   json: boolean;
@@ -57,6 +69,7 @@ export async function runExec(task: string, flags: ClientFlags, options: ExecOpt
       skills: context.skills.map((skill) => skill.name),
       prompts: context.prompts.map((prompt) => prompt.name),
       ...(context.warnings.length > 0 ? { warnings: context.warnings } : {}),
+      ...(runtime.taskWorkspace ? { worktree: worktreeJson(runtime.taskWorkspace) } : {}),
     });
   } else {
     note(
@@ -66,6 +79,8 @@ export async function runExec(task: string, flags: ClientFlags, options: ExecOpt
     if (context.instructions.length > 0)
       note(`instructions: ${describeInstructionFiles(context.instructions)}`);
     if (context.skills.length > 0) note(`skills: ${context.skills.map((skill) => skill.name).join(", ")}`);
+    if (runtime.taskWorkspace)
+      note(`working in ${describeTaskWorkspace(runtime.taskWorkspace)}; ${runtime.root} stays as it is`);
   }
   if (!options.json) for (const warning of context.warnings) note(`warning: ${warning}`);
   // `spark exec "/NAME args"` runs the custom prompt NAME.
@@ -130,11 +145,57 @@ export async function runExec(task: string, flags: ClientFlags, options: ExecOpt
   process.on("SIGTERM", onSignal);
   try {
     const ok = await agent.submit(prompt ?? task, images);
+    if (runtime.taskWorkspace) {
+      await reportWorktree(runtime.taskWorkspace, task, options.json ? out : undefined, note).catch(
+        (error: unknown) => note(`worktree: ${error instanceof Error ? error.message : String(error)}`),
+      );
+    }
     return ok ? 0 : 1;
   } finally {
     process.off("SIGINT", onSignal);
     process.off("SIGTERM", onSignal);
     await runtime.close();
+  }
+}
+
+function worktreeJson(ws: TaskWorkspace): Record<string, unknown> {
+  return { kind: ws.kind, path: ws.path, ...(ws.branch ? { branch: ws.branch } : {}), base: ws.base };
+}
+
+/**
+ * The end of a `--worktree` task: its changes committed to its branch and said where (stderr, and
+ * a `worktree` event with `--json`); no changes: the worktree is removed.
+ */
+async function reportWorktree(
+  ws: TaskWorkspace,
+  task: string,
+  out: ((line: Record<string, unknown>) => void) | undefined,
+  note: (line: string) => void,
+): Promise<void> {
+  const { discardTaskWorkspace, taskChanges } = await import("../agent/worktree/task-workspace.js");
+  const changes = await taskChanges(ws);
+  const files = changes.map(({ path, status, added, removed }) => ({ path, status, added, removed }));
+  if (changes.length === 0) {
+    await discardTaskWorkspace(ws);
+    note("worktree: no changes; removed");
+    out?.({ type: "worktree", ...worktreeJson(ws), files, removed: true });
+    return;
+  }
+  const title = task.split("\n")[0]!.slice(0, 72);
+  const commit = await commitTaskWorkspace(ws, `spark exec: ${title}`);
+  out?.({ type: "worktree", ...worktreeJson(ws), ...(commit ? { commit } : {}), files, removed: false });
+  if (ws.kind === "worktree" && ws.branch) {
+    note(
+      `result on branch ${ws.branch}${commit ? ` (commit ${commit.slice(0, 10)})` : ""}: ${changeSummary(changes)}`,
+    );
+    for (const line of changeLines(changes)) note(line);
+    note(`worktree: ${ws.path}`);
+    note(`see it: git diff ${ws.base.slice(0, 10)} ${ws.branch}`);
+    note(`land it: git diff ${ws.base.slice(0, 10)} ${ws.branch} | git apply`);
+    note(`drop it: git worktree remove --force ${ws.path} && git branch -D ${ws.branch}`);
+  } else {
+    note(`result in ${ws.path}: ${changeSummary(changes)}`);
+    for (const line of changeLines(changes)) note(line);
   }
 }
 

@@ -236,6 +236,10 @@ Examples:
 
   // The interactive UI is the default command: `spark` or `spark "first message"`.
   addClientOptions(program)
+    .option(
+      "--worktree",
+      "work in a git worktree of its own (branch spark/tui-SESSION; a copy outside git): your files change only at /apply",
+    )
     .argument("[prompt]", "a first message to send")
     .addHelpText(
       "after",
@@ -243,7 +247,13 @@ Examples:
 In the UI: Enter sends (while the model writes, it steers it), Ctrl-J or Shift+Enter starts a new
 line, Tab completes /commands, tiers and @files (else queues the message for after the turn), Esc
 interrupts, Ctrl-T toggles the tier spark/deep; /tier, /model, /compact, /new, /variants N,
-/status, /retry, /help, /quit.
+/pick K, /diff K, /status, /retry, /help, /quit.
+
+Where it works: in place by default, on the files of the current directory (-C DIR for another).
+With --worktree the session works in a worktree of its own, created from HEAD plus your uncommitted
+changes; /apply lands its changes in your files (a 3-way merge: conflicts are listed per file and
+nothing is half-applied), /discard drops them. /variants N runs N agents, each in a worktree of its
+own; /pick K lands one (in the session's worktree with --worktree) and removes the others.
 
 Words: a tier is one of the server's model names (spark, deep, auto: GET /v1/models); the model is
 the GGUF file the in-process server loads (--model FILE.gguf).
@@ -274,6 +284,10 @@ Examples:
       .option(
         "--resume <session>",
         'continue a saved session: its id (or the start of it), or "last" for the newest',
+      )
+      .option(
+        "--worktree",
+        "work in a git worktree of its own and leave the result on its branch (spark/exec-SESSION); your files stay as they are",
       ),
   )
     .addHelpText(
@@ -284,7 +298,14 @@ Examples:
   spark exec --json --approval never "fix the failing build" > events.jsonl
   spark exec --resume last "now run the tests"               # continue the newest session
   spark exec --image screenshot.png "why is this button misaligned?"
-  spark exec --engine script --script demo.jsonl "anything"   # deterministic, no model`,
+  spark exec --worktree "try a faster parser"                  # result on branch spark/exec-…
+  spark exec --engine script --script demo.jsonl "anything"   # deterministic, no model
+
+In place by default: the task edits the files of the current directory. With --worktree it works in
+a worktree of its own (from HEAD plus your uncommitted changes; a copy outside git); at the end its
+result is committed to the branch spark/exec-SESSION and stderr says where: the branch, the path,
+the files changed (+/-), and the git commands to see, land or drop it. A task that changed nothing
+leaves no worktree.`,
     )
     .action(async (task: string, options: Record<string, unknown>, command: Command) => {
       const { runExec } = await import("./exec-command.js");

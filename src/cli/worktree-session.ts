@@ -1,0 +1,74 @@
+/**
+ * `--worktree` for the terminal clients: a session (`spark`, `spark exec`) that works in a
+ * TaskWorkspace of its own. What it leaves behind is said in these words, and `spark exec
+ * --worktree` commits its result to the workspace's branch `spark/<id>` (the worktree itself and
+ * its index are left as they are: `taskChanges` keeps reading the diff against the base).
+ */
+import { copyFile, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { randomBytes } from "node:crypto";
+import { neutralGit } from "../agent/neutral-git.js";
+import type { TaskFileChange, TaskWorkspace } from "../agent/worktree/task-workspace.js";
+
+const GIT_BUFFER = 256 * 1024 * 1024;
+const IDENTITY = {
+  GIT_AUTHOR_NAME: "Spark",
+  GIT_AUTHOR_EMAIL: "spark@localhost",
+  GIT_COMMITTER_NAME: "Spark",
+  GIT_COMMITTER_EMAIL: "spark@localhost",
+};
+
+const text = (out: Buffer): string => out.toString("utf8").trim();
+
+/**
+ * Commits every file of the worktree (untracked ones not ignored included) on top of its branch,
+ * through a temporary index (the worktree's own index stays at the base), and moves the branch
+ * there. Returns the commit, or undefined when the branch already holds exactly these files or the
+ * workspace is not a worktree.
+ */
+export async function commitTaskWorkspace(ws: TaskWorkspace, message: string): Promise<string | undefined> {
+  if (ws.kind !== "worktree" || ws.branch === undefined) return undefined;
+  const top = text(await neutralGit(ws.path, ["rev-parse", "--show-toplevel"]));
+  const gitDir = text(await neutralGit(top, ["rev-parse", "--path-format=absolute", "--git-dir"]));
+  const ref = `refs/heads/${ws.branch}`;
+  const parent = text(await neutralGit(top, ["rev-parse", "--verify", `${ref}^{commit}`]));
+  const index = join(tmpdir(), `spark-commit-${randomBytes(6).toString("hex")}.index`);
+  try {
+    // The worktree's index has the stat data of the base's files: only changed files are hashed.
+    await copyFile(join(gitDir, "index"), index).catch(() => undefined);
+    const env = { GIT_INDEX_FILE: index };
+    await neutralGit(top, ["add", "-A", "--ignore-errors", "--", "."], GIT_BUFFER, { env });
+    const tree = text(await neutralGit(top, ["write-tree"], GIT_BUFFER, { env }));
+    if (text(await neutralGit(top, ["rev-parse", `${parent}^{tree}`])) === tree) return undefined;
+    const commit = text(
+      await neutralGit(top, ["commit-tree", tree, "-p", parent, "-m", message], GIT_BUFFER, {
+        env: IDENTITY,
+      }),
+    );
+    await neutralGit(top, ["update-ref", "-m", "spark: task result", ref, commit, parent]);
+    return commit;
+  } finally {
+    await rm(index, { force: true });
+  }
+}
+
+/** `N files changed (+A −R)`. */
+export function changeSummary(changes: readonly TaskFileChange[]): string {
+  const added = changes.reduce((sum, c) => sum + c.added, 0);
+  const removed = changes.reduce((sum, c) => sum + c.removed, 0);
+  return `${changes.length} file${changes.length === 1 ? "" : "s"} changed (+${added} −${removed})`;
+}
+
+/** One line per file: `  M path +A −R` (A added, M modified, D deleted). */
+export function changeLines(changes: readonly TaskFileChange[]): string[] {
+  const letter = { added: "A", modified: "M", deleted: "D" } as const;
+  return changes.map((c) => `  ${letter[c.status]} ${c.path} +${c.added} −${c.removed}`);
+}
+
+/** What the session works in, for a header: `worktree spark/ID at PATH` or `copy at PATH`. */
+export function describeTaskWorkspace(ws: TaskWorkspace): string {
+  if (ws.kind === "worktree") return `worktree ${ws.branch ?? ws.id} at ${ws.path}`;
+  if (ws.kind === "copy") return `a copy of the workspace at ${ws.path}`;
+  return "the workspace itself";
+}
