@@ -89,9 +89,10 @@ export class ChangeRecord {
     return restored;
   }
 
-  /** Forgets the record (the changes are kept). */
-  keep(): void {
-    this.#files.clear();
+  /** Forgets the record of one path, or all (the changes are kept). */
+  keep(path?: string): void {
+    if (path === undefined) this.#files.clear();
+    else this.#files.delete(path);
   }
 
   /**

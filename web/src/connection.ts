@@ -3,6 +3,7 @@
  * follow src/app/protocol.ts; this module only moves them.
  */
 import type { ClientMessage, ServerMessage } from "../../src/app/protocol.js";
+import { appBase } from "./host.js";
 
 export type ConnectionState = "connecting" | "open" | "closed" | "unauthenticated";
 
@@ -18,8 +19,9 @@ export class Connection {
 
   open(): void {
     this.#stopped = false;
-    const url = new URL("/app/ws", location.href);
-    url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+    // The app's own URL: the page's in a browser, the configured one in the VS Code pane.
+    const url = new URL("/app/ws", appBase);
+    url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
     this.onState("connecting");
     const socket = new WebSocket(url);
     this.#socket = socket;
@@ -44,7 +46,7 @@ export class Connection {
       if (this.#socket !== socket || this.#stopped) return;
       if (!opened) {
         // Refused at the upgrade: find out whether a sign-in is what is missing.
-        void fetch("/app/session")
+        void fetch(new URL("/app/session", appBase))
           .then((r) => r.json() as Promise<{ authenticated: boolean; required: boolean }>)
           .then((session) => {
             if (session.required && !session.authenticated) this.onState("unauthenticated");

@@ -111,7 +111,13 @@ function Item(props: { entry: Extract<LogEntry, { kind: "item" }> }): preact.JSX
       return (
         <div class={`tool patch ${item.status}`} data-entry={props.entry.id}>
           <div class="tool-head">
-            ✎ {item.changes.map((c) => `${c.kind} ${c.path}`).join(", ")}
+            ✎{" "}
+            {item.changes.map((c, i) => (
+              <span key={c.path}>
+                {i > 0 ? ", " : ""}
+                {c.kind} <code>{c.path}</code>
+              </span>
+            ))}
             <span class="status">{item.status === "in_progress" ? "applying…" : item.status}</span>
           </div>
           {item.error ? <div class="error">{item.error}</div> : null}
@@ -137,7 +143,12 @@ function Item(props: { entry: Extract<LogEntry, { kind: "item" }> }): preact.JSX
   }
 }
 
-export function Diff(props: { diff: FileDiff; onRevert?: () => void }): preact.JSX.Element {
+export function Diff(props: {
+  diff: FileDiff;
+  onRevert?: () => void;
+  /** The VS Code pane: show it in the editor's diff view. */
+  onOpen?: () => void;
+}): preact.JSX.Element {
   const { diff } = props;
   return (
     <div class="diff" data-path={diff.path}>
@@ -146,6 +157,11 @@ export function Diff(props: { diff: FileDiff; onRevert?: () => void }): preact.J
         <span class="counts">
           <span class="add">+{diff.added}</span> <span class="del">−{diff.removed}</span>
         </span>
+        {props.onOpen ? (
+          <button class="small open-diff" onClick={props.onOpen}>
+            Open diff
+          </button>
+        ) : null}
         {props.onRevert ? (
           <button class="small" onClick={props.onRevert}>
             Revert file

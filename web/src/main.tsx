@@ -7,6 +7,7 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import type { ClientMessage, TaskStatus, TaskSummary } from "../../src/app/protocol.js";
 import { Connection } from "./connection.js";
 import { Diff, Entry, MarkdownSummary, Thumbnails } from "./entries.js";
+import { appBase, inEditor, onEditor, pathOf, toEditor } from "./host.js";
 import { apply, getState, setState, useStore } from "./store.js";
 
 const connection = new Connection(
@@ -19,6 +20,16 @@ const connection = new Connection(
       const target = tasks.find((t) => t.id === fromHash)?.id ?? tasks[0]?.id;
       if (target) openTask(target);
       performance.mark("spark-interactive");
+      // The VS Code pane times its opening to this first paint with the task list (figure: pane open).
+      if (inEditor && !painted) {
+        painted = true;
+        requestAnimationFrame(() => requestAnimationFrame(() => toEditor({ type: "painted" })));
+      }
+    }
+    // The pane asked for a changed file's content: VS Code's diff editor shows it.
+    if (message.type === "file" && inEditor) {
+      const { task, path, before, after } = message;
+      toEditor({ type: "diff", task, path, before, after });
     }
     if (message.type === "task.log" && awaitingCreate && message.entries.length === 0) {
       const then = awaitingCreate.then;
@@ -29,6 +40,8 @@ const connection = new Connection(
   },
   (state) => setState({ connection: state }),
 );
+
+let painted = false;
 
 /** Sends to the app server; false (and a banner) when it is not connected: the caller keeps the text. */
 function send(message: ClientMessage): boolean {
@@ -584,6 +597,7 @@ function Review(props: { task: string; files: ReturnType<typeof getState>["revie
           key={diff.path}
           diff={diff}
           onRevert={() => send({ type: "revert", task: props.task, path: diff.path })}
+          {...(inEditor ? { onOpen: () => send({ type: "file", task: props.task, path: diff.path }) } : {})}
         />
       ))}
     </div>
@@ -625,7 +639,7 @@ function Login(): preact.JSX.Element {
       class="login"
       onSubmit={(e) => {
         e.preventDefault();
-        void fetch("/app/login", {
+        void fetch(new URL("/app/login", appBase), {
           method: "POST",
           headers: { "content-type": "application/json" },
           body: JSON.stringify({ key }),
@@ -786,6 +800,35 @@ function App(): preact.JSX.Element {
       </div>
     </div>
   );
+}
+
+// In the VS Code pane: what the editor asks of the app (Ask Spark, the diff editor's Apply and
+// Discard), and paths in the transcript that open in the editor.
+onEditor((message) => {
+  const s = getState();
+  switch (message.type) {
+    case "ask":
+      if (s.current) send({ type: "send", task: s.current, text: message.text });
+      else createTask(s.draftModel, message.text);
+      return;
+    case "apply":
+      send({ type: "keep", task: message.task, ...(message.path ? { path: message.path } : {}) });
+      return;
+    case "discard":
+      send({ type: "revert", task: message.task, ...(message.path ? { path: message.path } : {}) });
+      return;
+  }
+});
+if (inEditor) {
+  document.documentElement.classList.add("host-vscode");
+  document.addEventListener("click", (event) => {
+    const code = (event.target as Element | null)?.closest?.("code");
+    if (!code || code.closest("pre")) return;
+    const target = pathOf(code.textContent ?? "");
+    if (!target) return;
+    event.preventDefault();
+    toEditor({ type: "open", ...target });
+  });
 }
 
 // The socket first: its handshake overlaps the first render (the hello it brings is what makes the

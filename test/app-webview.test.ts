@@ -1,0 +1,152 @@
+/**
+ * The app as the VS Code pane uses it (editors/vscode/src/pane*.ts): `spark app --allowed-origin`
+ * with a webview's origin lets exactly that origin load the front end (a module script: CORS) and
+ * open the socket, and refuses every other webview; a task's changed file is read back with `file`
+ * (the left side of VS Code's diff) and kept one file at a time with `keep` and a path.
+ */
+import assert from "node:assert/strict";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, describe, test } from "node:test";
+import WebSocket from "ws";
+import type { ServerMessage } from "../src/app/protocol.js";
+import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./helpers/cli.js";
+
+const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:(\d+)\/) \(workspace (.+)\)$/;
+const WEBVIEW = "vscode-webview://1a2b3c4d-pane";
+const running: Cli[] = [];
+after(async () => {
+  await Promise.all(running.map((cli) => stop(cli).catch(() => {})));
+});
+
+async function startApp(workspace: string, script: string): Promise<string> {
+  const cli = spawnCli(
+    [
+      "app",
+      workspace,
+      "--port",
+      "0",
+      "--quiet",
+      "--sandbox",
+      "off",
+      "--allowed-origin",
+      WEBVIEW,
+      "--engine",
+      "script",
+      "--script",
+      script,
+    ],
+    { SPARK_DATA_DIR: freshDir("data-") },
+    300_000,
+  );
+  running.push(cli);
+  const line = await firstLine(cli);
+  const match = APP_LINE.exec(line);
+  assert.ok(match, `unexpected first line: ${line}\n${cli.stderr()}`);
+  return match[1]!;
+}
+
+/** Opens the app's socket as a page on `origin` would; resolves with the socket or the refusal's status. */
+function connect(
+  url: string,
+  origin: string,
+): Promise<{ ws: WebSocket; messages: ServerMessage[] } | number> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(new URL("/app/ws", url.replace(/^http/, "ws")), { origin });
+    const messages: ServerMessage[] = [];
+    ws.on("message", (data) => messages.push(JSON.parse(String(data)) as ServerMessage));
+    ws.once("open", () => resolve({ ws, messages }));
+    ws.once("unexpected-response", (_request, response) => resolve(response.statusCode ?? 0));
+    ws.once("error", reject);
+  });
+}
+
+async function waitFor<T>(what: string, find: () => T | undefined): Promise<T> {
+  for (let i = 0; i < 2000; i++) {
+    const found = find();
+    if (found !== undefined) return found;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+describe("spark app for the VS Code pane", { timeout: 180_000 }, () => {
+  test("allows exactly the webview origin it was given, serves it the front end, and answers file and keep", async () => {
+    const workspace = freshDir("ws-");
+    writeFileSync(join(workspace, "notes.txt"), "hello\nworld\n");
+    writeFileSync(join(workspace, "other.txt"), "one\n");
+    const script = file(
+      "pane-edits.jsonl",
+      [
+        {
+          output: [
+            {
+              type: "custom_tool_call",
+              name: "apply_patch",
+              input:
+                "*** Begin Patch\n*** Update File: notes.txt\n@@\n hello\n-world\n+spark\n" +
+                "*** Update File: other.txt\n@@\n-one\n+two\n*** End Patch",
+            },
+          ],
+        },
+        { output: [{ type: "message", text: "Edited `notes.txt:2`." }] },
+      ]
+        .map((line) => JSON.stringify(line))
+        .join("\n") + "\n",
+    );
+    const url = await startApp(workspace, script);
+
+    // The front end's module script, fetched as the webview does (CORS): readable by that origin.
+    const script200 = await fetch(new URL("app.js", url), { headers: { origin: WEBVIEW } });
+    assert.equal(script200.status, 200);
+    assert.equal(script200.headers.get("access-control-allow-origin"), WEBVIEW);
+    // Another webview (another extension's, or another window's) is refused, page and socket alike.
+    const other = "vscode-webview://0000-someone-else";
+    const refused = await fetch(new URL("app.js", url), { headers: { origin: other } });
+    assert.equal(refused.status, 403);
+    assert.equal(((await refused.json()) as { error: { code: string } }).error.code, "origin_not_allowed");
+    assert.equal(await connect(url, other), 403);
+    assert.equal(await connect(url, "vscode-webview://1a2b3c4d-pane.evil"), 403);
+
+    const socket = await connect(url, WEBVIEW);
+    assert.notEqual(typeof socket, "number", "the allowed webview's socket opens");
+    const { ws, messages } = socket as Exclude<typeof socket, number>;
+    await waitFor("hello", () => messages.find((m) => m.type === "hello"));
+    ws.send(JSON.stringify({ type: "task.create", model: "spark", text: "Edit the notes" }));
+    const summary = await waitFor("the task's two changed files", () => {
+      const updates = messages.filter((m) => m.type === "task.updated");
+      const last = updates.at(-1);
+      return last?.type === "task.updated" &&
+        last.summary.changedFiles.length === 2 &&
+        last.summary.state === "done"
+        ? last.summary
+        : undefined;
+    });
+
+    // `file`: before and after of a changed file, for the editor's diff; refused for any other path.
+    ws.send(JSON.stringify({ type: "file", task: summary.id, path: "notes.txt" }));
+    const answer = await waitFor("the file", () => messages.find((m) => m.type === "file"));
+    assert.deepEqual(answer, {
+      type: "file",
+      task: summary.id,
+      path: "notes.txt",
+      before: "hello\nworld\n",
+      after: "hello\nspark\n",
+    });
+    ws.send(JSON.stringify({ type: "file", task: summary.id, path: "../etc/passwd" }));
+    const error = await waitFor("the refusal", () =>
+      messages.find((m) => m.type === "error" && m.code === "file_not_changed"),
+    );
+    assert.ok(error);
+
+    // `keep` with a path keeps that one file: the other stays in the task's review.
+    ws.send(JSON.stringify({ type: "keep", task: summary.id, path: "notes.txt" }));
+    const review = await waitFor("the review after keeping one file", () =>
+      messages.find((m) => m.type === "review"),
+    );
+    assert.equal(review.type, "review");
+    assert.deepEqual(review.type === "review" ? review.files.map((f) => f.path) : [], ["other.txt"]);
+    assert.equal(readFileSync(join(workspace, "notes.txt"), "utf8"), "hello\nspark\n");
+    ws.close();
+  });
+});
