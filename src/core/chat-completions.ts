@@ -90,6 +90,7 @@ export class ChatCompletionsService {
     if (prediction !== undefined) request.prediction = prediction;
     if (body.speculation?.input_lookup != null)
       request.speculation = { inputLookup: body.speculation.input_lookup };
+    if (body.ignore_eos) request.ignoreEos = true;
     const { entry } = resolved;
     return {
       body,

@@ -90,6 +90,7 @@ export class CompletionsService {
       toolChoice: "none",
       parallelToolCalls: false,
       fim,
+      ...(body.ignore_eos ? { ignoreEos: true } : {}),
     };
     applySampling(request, entry.defaults, {
       maxOutputTokens: body.max_tokens ?? entry.defaults.maxOutputTokens ?? DEFAULT_COMPLETION_TOKENS,

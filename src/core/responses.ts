@@ -192,6 +192,7 @@ export class ResponsesService {
     if (prediction !== undefined) request.prediction = prediction;
     if (body.speculation?.input_lookup != null)
       request.speculation = { inputLookup: body.speculation.input_lookup };
+    if (body.ignore_eos) request.ignoreEos = true;
     applySampling(request, model.entry.defaults, {
       maxOutputTokens: body.max_output_tokens,
       temperature: body.temperature,

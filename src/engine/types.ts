@@ -80,6 +80,12 @@ export interface EngineRequest {
    */
   speculation?: { inputLookup?: boolean };
   /**
+   * Never stop at an end-of-generation token (their logits are masked, as llama-server's
+   * `ignore_eos`): the output runs to `maxOutputTokens` (or the context). Engines that cannot do
+   * this ignore it. For benchmarks and fixed-length generation.
+   */
+  ignoreEos?: boolean;
+  /**
    * Fill in the middle (`POST /v1/completions`): when present, `items` is empty and the engine
    * writes the text between `prefix` and `suffix`, with `extra` (chunks of other files) as context
    * before the prefix, in the model's own FIM layout. Engines without FIM throw a 400

@@ -70,5 +70,7 @@ export const chatCompletionSchema = z.looseObject({
   metadata: z.record(z.string(), z.string()).nullish(),
   /** Spark extension: speculative decoding switches for this request (absent: the engine's defaults). */
   speculation: z.looseObject({ input_lookup: z.boolean().nullish() }).nullish(),
+  /** Spark extension (as llama-server's): never end at an end-of-generation token; generate to the token limit. */
+  ignore_eos: z.boolean().nullish(),
 });
 export type ChatCompletionBody = z.infer<typeof chatCompletionSchema>;

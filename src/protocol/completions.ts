@@ -29,5 +29,7 @@ export const completionSchema = z.looseObject({
   best_of: z.literal(1).nullish(),
   logprobs: z.null().optional(),
   user: z.string().nullish(),
+  /** Spark extension (as llama-server's): never end at an end-of-generation token; generate to the token limit. */
+  ignore_eos: z.boolean().nullish(),
 });
 export type CompletionBody = z.infer<typeof completionSchema>;

@@ -157,6 +157,8 @@ export const responseCreateSchema = z.looseObject({
   background: z.boolean().nullish(),
   /** Spark extension: speculative decoding switches for this request (absent: the engine's defaults). */
   speculation: z.looseObject({ input_lookup: z.boolean().nullish() }).nullish(),
+  /** Spark extension (as llama-server's): never end at an end-of-generation token; generate to the token limit. */
+  ignore_eos: z.boolean().nullish(),
   /** WebSocket lane; validated by the WebSocket session, ignored over HTTP. */
   stream_id: z.string().nullish(),
   context_management: z

@@ -17,7 +17,7 @@
  * A plain completion (a prompt with no suffix and no other files) needs no FIM tokens: on a model
  * without them it is the prompt's last lines as they are (`plainPrompt`).
  */
-import type { LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
+import type { LlamaContextSequence, LlamaModel, Token, TokenBias } from "node-llama-cpp";
 import type { EnginePart, FimInput, FinishReason } from "../../engine/types.js";
 import { SparkError } from "../../protocol/errors.js";
 import { clipLines, type ClipTokenizer } from "./clip-text.js";
@@ -104,6 +104,8 @@ export interface FimDecodeOptions {
   temperature: number;
   topP: number | undefined;
   signal: AbortSignal;
+  /** Masks tokens (`ignoreEos`: the end-of-generation ones, which then never end the output). */
+  tokenBias?: TokenBias;
   /** Called when cancelled, with the tokens decoded after the abort (at most one). */
   onCancel?: (info: { tokensAfterAbort: number }) => void;
 }
@@ -145,6 +147,7 @@ export async function* decodeFim(options: FimDecodeOptions): AsyncGenerator<Engi
     const tokens = sequence.evaluate(prompt.slice(reused) as Token[], {
       temperature: options.temperature,
       ...(options.topP !== undefined ? { topP: options.topP } : {}),
+      ...(options.tokenBias ? { tokenBias: options.tokenBias } : {}),
     });
     try {
       for await (const token of tokens) {

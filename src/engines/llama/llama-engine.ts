@@ -26,6 +26,7 @@ import { basename } from "node:path";
 import {
   getLlama,
   LlamaChat,
+  TokenBias,
   type ChatWrapper,
   type Llama,
   type LlamaContext,
@@ -165,6 +166,7 @@ export class LlamaEngine implements Engine {
   #draftModel: DraftModel | undefined;
   #modelName = "";
   readonly #fimPrompts = new WeakMap<EngineRequest, Token[]>();
+  #eogBias: TokenBias | undefined;
 
   constructor(private readonly options: LlamaEngineOptions) {}
 
@@ -429,6 +431,7 @@ export class LlamaEngine implements Engine {
         temperature: request.temperature ?? 0,
         topP: request.topP,
         signal,
+        ...(request.ignoreEos ? { tokenBias: this.#ignoreEosBias() } : {}),
         ...(this.options.onCancel ? { onCancel: this.options.onCancel } : {}),
       });
     } finally {
@@ -465,6 +468,7 @@ export class LlamaEngine implements Engine {
         temperature: request.temperature ?? 0,
         topP: request.topP,
         signal,
+        ...(request.ignoreEos ? { tokenBias: this.#ignoreEosBias() } : {}),
         ...(this.options.onCancel ? { onCancel: this.options.onCancel } : {}),
       });
     } finally {
@@ -483,6 +487,26 @@ export class LlamaEngine implements Engine {
     const contextSize = this.#context!.contextSize;
     const { text } = keptRegion(prediction, this.#clipTokenizer().tokenize, contextSize, "keep-start");
     return model.tokenize(text, false, "trimLeadingSpace").slice(0, contextSize);
+  }
+
+  /**
+   * `ignoreEos`: a bias of -infinity on every end-of-generation token, as llama-server's `ignore_eos`
+   * does. node-llama-cpp's `TokenBias.set` skips EOG tokens on purpose, so the map is filled directly.
+   * The EOG tokens are found once, among the vocabulary's non-normal tokens (control, user-defined).
+   */
+  #ignoreEosBias(): TokenBias {
+    if (this.#eogBias) return this.#eogBias;
+    const model = this.#model!;
+    const bias = new TokenBias(model.tokenizer);
+    const biases = (bias as unknown as { _biases: Map<Token, number> })._biases;
+    const types = (model.fileInfo.metadata as { tokenizer?: { ggml?: { token_type?: readonly number[] } } })
+      .tokenizer?.ggml?.token_type;
+    for (const token of [model.tokens.eos, model.tokens.eot]) if (token != null) biases.set(token, -Infinity);
+    types?.forEach((type, token) => {
+      if (type !== 1 && model.isEogToken(token as Token)) biases.set(token as Token, -Infinity);
+    });
+    this.#eogBias = bias;
+    return bias;
   }
 
   async detokenize(tokens: readonly Token[]): Promise<string> {
@@ -580,6 +604,7 @@ export class LlamaEngine implements Engine {
         repeatPenalty: false,
         temperature: request.temperature ?? 0,
         ...(request.topP !== undefined ? { topP: request.topP } : {}),
+        ...(request.ignoreEos ? { tokenBias: this.#ignoreEosBias() } : {}),
         onToken: (tokens) => {
           outputTokens += tokens.length;
           if (local.signal.aborted) tokensAfterAbort += tokens.length;

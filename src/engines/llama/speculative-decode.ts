@@ -13,7 +13,13 @@
  * validated tokens it never fills), so a perfect prediction gains almost nothing; and a predictor is
  * fixed per sequence, where a prediction belongs to one request.
  */
-import type { ControlledEvaluateInputItem, LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
+import type {
+  ControlledEvaluateInputItem,
+  LlamaContextSequence,
+  LlamaModel,
+  Token,
+  TokenBias,
+} from "node-llama-cpp";
 import type { EnginePart, FinishReason, SpeculationUsage } from "../../engine/types.js";
 import { MAX_DRAFT_TOKENS, type CombinedDrafter } from "./prediction-drafter.js";
 
@@ -29,6 +35,8 @@ export interface SpeculativeDecodeOptions {
   temperature: number;
   topP: number | undefined;
   signal: AbortSignal;
+  /** Masks tokens (`ignoreEos`: the end-of-generation ones, which then never end the output). */
+  tokenBias?: TokenBias;
   /** Called when cancelled, with the tokens verified after the abort that were not delivered. */
   onCancel?: (info: { tokensAfterAbort: number }) => void;
 }
@@ -47,6 +55,7 @@ export async function* decodeSpeculative(options: SpeculativeDecodeOptions): Asy
       options: {
         temperature: options.temperature,
         ...(options.topP !== undefined ? { topP: options.topP } : {}),
+        ...(options.tokenBias ? { tokenBias: options.tokenBias } : {}),
       },
     },
   };
