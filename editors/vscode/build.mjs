@@ -1,5 +1,6 @@
 // Bundles the extension and vscode-languageclient into one CommonJS file, as VS Code loads it.
 import { build } from "esbuild";
+import { fileURLToPath } from "node:url";
 
 await build({
   entryPoints: ["src/extension.ts"],
@@ -8,6 +9,8 @@ await build({
   format: "cjs",
   target: "node20",
   external: ["vscode"],
+  // The clone this .vsix is built in: with no `spark` on the PATH, the extension runs its bin/spark.js.
+  define: { SPARK_PACKAGED_FROM: JSON.stringify(fileURLToPath(new URL("../..", import.meta.url))) },
   outfile: "dist/extension.js",
   minify: true,
   sourcemap: true,

@@ -1,12 +1,13 @@
 /**
  * Spark for VS Code: a thin client of `spark lsp` (the language server in src/lsp), which talks to
- * the Spark server over the wire. The extension owns only what VS Code owns: ghost text (an inline
- * completion provider that forwards to the language server's `textDocument/inlineCompletion`, so
- * VS Code's cancellation becomes `$/cancelRequest`), the quick-edit flow in the editor, the status
- * bar with the ⚡ tier toggle, settings and the API key in SecretStorage. With no server configured
- * it starts `spark serve --port 0` itself.
+ * the Spark server over the wire. The extension owns only what VS Code owns: ghost text and its
+ * controls (completions.ts), the quick edit as an inline diff (quick-edit.ts), the status bar with
+ * its menu (status-menu.ts) and the ⚡ tier toggle, settings and the API key in SecretStorage. It
+ * finds the Spark it was installed with (locate.ts) and, with no server configured, starts
+ * `spark serve --port 0` itself.
  */
 import { spawn, type ChildProcess } from "node:child_process";
+import { dirname } from "node:path";
 import { createInterface } from "node:readline";
 import * as vscode from "vscode";
 import {
@@ -16,6 +17,14 @@ import {
   type LanguageClientOptions,
   type ServerOptions,
 } from "vscode-languageclient/node";
+import { Completions } from "./completions.js";
+import { downloadProgress, locateSpark, type SparkCommand } from "./locate.js";
+import { QuickEdit } from "./quick-edit.js";
+import { showStatusMenu } from "./status-menu.js";
+
+/** The clone `npm run package` ran in (build.mjs defines it): its bin/spark.js is a Spark to run. */
+declare const SPARK_PACKAGED_FROM: string | undefined;
+import { registerPane } from "./pane.js";
 
 type Tier = "spark" | "deep";
 
@@ -26,25 +35,16 @@ interface SparkStatus {
   tokensPerSecond: number | null;
 }
 
-interface QuickEditResult {
-  uri: string;
-  newText: string;
-  ttftMs: number | null;
-  tokensPerSecond: number | null;
-}
-
-interface InlineItem {
-  insertText: string | { value: string };
-  filterText?: string;
-  range?: { start: { line: number; character: number }; end: { line: number; character: number } };
-}
-
 const SECRET_KEY = "spark.apiKey";
+const INSTALL_URL = "https://example.invalid/spark#spark-on-the-path";
+/** globalState: the notice about Ctrl+Shift+L was shown. */
+const TOGGLE_KEY_NOTICE = "spark.toggleKeyNoticeShown";
 const SERVER_START_TIMEOUT_MS = 60_000;
 
 let state: Extension | undefined;
 
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
+  registerPane(context);
   state = new Extension(context);
   await state.start();
 }
@@ -54,39 +54,21 @@ export async function deactivate(): Promise<void> {
   state = undefined;
 }
 
-/** A quick edit shown in the editor: the rewrite replaces the selection, highlighted, until accepted or rejected. */
-interface PendingEdit {
-  editor: vscode.TextEditor;
-  original: string;
-  start: vscode.Position;
-  /** The rewrite so far, as the language server's progress deltas built it. */
-  rewrite: string;
-  /** The text now standing where the selection was (the rewrite as far as the editor shows it). */
-  shown: string;
-  /** Serializes the editor edits of streamed progress. */
-  queue: Promise<unknown>;
-  done: boolean;
-}
-
 class Extension {
   readonly #log: vscode.OutputChannel;
   readonly #statusBar: vscode.StatusBarItem;
-  readonly #added: vscode.TextEditorDecorationType;
+  #quickEdit: QuickEdit | undefined;
+  #completions: Completions | undefined;
   #client: LanguageClient | undefined;
   #serverProcess: ChildProcess | undefined;
   #serverUrl = "";
   #status: SparkStatus = { tier: "spark", server: "", lastTtftMs: null, tokensPerSecond: null };
-  #pending: PendingEdit | undefined;
 
   constructor(private readonly context: vscode.ExtensionContext) {
     this.#log = vscode.window.createOutputChannel("Spark");
     this.#statusBar = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 1000);
-    this.#statusBar.command = "spark.vscode.toggleTier";
-    this.#added = vscode.window.createTextEditorDecorationType({
-      backgroundColor: new vscode.ThemeColor("diffEditor.insertedTextBackground"),
-      isWholeLine: false,
-    });
-    context.subscriptions.push(this.#log, this.#statusBar, this.#added);
+    this.#statusBar.command = "spark.vscode.menu";
+    context.subscriptions.push(this.#log, this.#statusBar);
   }
 
   async start(): Promise<void> {
@@ -98,29 +80,35 @@ class Extension {
       this.context.subscriptions.push(vscode.commands.registerCommand(command, run));
     };
     register("spark.vscode.toggleTier", () => this.toggleTier());
-    register("spark.vscode.quickEdit", () => this.quickEdit());
-    register("spark.vscode.acceptEdit", () => this.finishEdit(true));
-    register("spark.vscode.rejectEdit", () => this.finishEdit(false));
-    register("spark.vscode.showEditDiff", () => this.showEditDiff());
     register("spark.vscode.setApiKey", () => this.setApiKey());
     register("spark.vscode.showLog", () => this.#log.show());
+    const completions = new Completions(this.context, {
+      client: () => this.#client,
+      editPending: () => this.#quickEdit?.pending ?? false,
+      log: this.#log,
+      changed: () => this.#renderStatus(),
+    });
+    this.#completions = completions;
+    this.#quickEdit = new QuickEdit(this.context, {
+      client: () => this.#client,
+      tier: () => this.#status.tier,
+      log: this.#log,
+    });
+    register("spark.vscode.menu", () =>
+      showStatusMenu({
+        tier: () => this.#status.tier,
+        toggleTier: () => this.toggleTier(),
+        completions,
+        showLog: () => this.#log.show(),
+      }),
+    );
+    void this.#toggleKeyNotice();
     this.context.subscriptions.push(
-      vscode.languages.registerInlineCompletionItemProvider(
-        { pattern: "**" },
-        {
-          provideInlineCompletionItems: (document, position, context, token) =>
-            this.#inline(document, position, context, token),
-        },
-      ),
       vscode.workspace.onDidChangeConfiguration((event) => {
         if (event.affectsConfiguration("spark")) void this.#configurationChanged(event);
       }),
     );
-    try {
-      await this.#startClient();
-    } catch (error) {
-      this.#fail(error);
-    }
+    await this.#restart();
   }
 
   async stop(): Promise<void> {
@@ -130,16 +118,32 @@ class Extension {
     this.#serverProcess = undefined;
   }
 
+  /** The Spark to run (see locate.ts), or undefined after saying how to install it. */
+  #locate(): SparkCommand | undefined {
+    const setting = vscode.workspace.getConfiguration("spark").get<string>("command") ?? "";
+    const repos = [
+      ...(typeof SPARK_PACKAGED_FROM === "string" ? [SPARK_PACKAGED_FROM] : []),
+      // Run from the clone itself (editors/vscode): the clone is two folders up.
+      dirname(dirname(this.context.extensionPath)),
+    ];
+    const found = locateSpark({ setting, path: process.env.PATH, repos, execPath: process.execPath });
+    if (found) this.#log.appendLine(`spark: ${[found.command, ...found.args].join(" ")} (${found.how})`);
+    return found;
+  }
+
   async #startClient(): Promise<void> {
     const settings = vscode.workspace.getConfiguration("spark");
-    const [command, ...args] = splitCommand(settings.get<string>("command") || "spark");
-    if (!command) throw new Error("spark.command is empty: set it to the `spark` command.");
-    this.#serverUrl = settings.get<string>("serverUrl") || (await this.#startServer(command, args));
+    const spark = this.#locate();
+    if (!spark) return this.#notInstalled();
+    const { command, args } = spark;
+    const env = { ...process.env, ...spark.env };
+    this.#serverUrl = settings.get<string>("serverUrl") || (await this.#startServer(spark));
     const apiKey = await this.context.secrets.get(SECRET_KEY);
     const serverOptions: ServerOptions = {
       command,
       args: [...args, "lsp"],
       transport: TransportKind.stdio,
+      options: { env },
     };
     const clientOptions: LanguageClientOptions = {
       documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
@@ -148,6 +152,7 @@ class Extension {
         server: this.#serverUrl,
         tier: this.#status.tier,
         debounceMs: settings.get<number>("debounceMs") ?? 75,
+        ...(this.#completions ? { completions: this.#completions.filter() } : {}),
         ...(apiKey ? { apiKey } : {}),
       },
     };
@@ -156,32 +161,32 @@ class Extension {
       this.#status = status;
       this.#renderStatus();
     });
-    // Progress is a delta: keep the first `from` characters of the rewrite so far, append `text`
-    // (without `from`, as an older spark lsp sends it, `text` is the whole rewrite so far).
-    client.onNotification(
-      "spark/quickEditProgress",
-      (progress: { uri: string; from?: number; text: string }) => {
-        const pending = this.#pending;
-        if (pending && !pending.done && pending.editor.document.uri.toString() === progress.uri) {
-          const from = Math.min(Math.max(progress.from ?? 0, 0), pending.rewrite.length);
-          this.#showRewrite(pending, pending.rewrite.slice(0, from) + progress.text);
-        }
-      },
-    );
+    this.#quickEdit?.attach(client);
     await client.start();
     this.#client = client;
     this.#log.appendLine(`spark lsp started (server ${this.#serverUrl}, tier ${this.#status.tier})`);
     this.#renderStatus();
   }
 
-  /** Starts `spark serve --port 0` and reads its URL from the first stdout line. */
-  async #startServer(command: string, args: string[]): Promise<string> {
-    this.#log.appendLine(
-      `no spark.serverUrl: starting ${[command, ...args, "serve", "--port", "0"].join(" ")}`,
-    );
-    const child = spawn(command, [...args, "serve", "--port", "0"], { stdio: ["ignore", "pipe", "pipe"] });
+  /**
+   * Starts `spark serve --port 0` (with `--model` from spark.model) and reads its URL from the first
+   * stdout line. Its stderr goes to the log, and a download of the default model shows as progress.
+   */
+  async #startServer({ command, args, env }: SparkCommand): Promise<string> {
+    const model = vscode.workspace.getConfiguration("spark").get<string>("model") ?? "";
+    const serveArgs = [...args, "serve", "--port", "0", ...(model ? ["--model", model] : [])];
+    this.#log.appendLine(`no spark.serverUrl: starting ${[command, ...serveArgs].join(" ")}`);
+    const child = spawn(command, serveArgs, {
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...process.env, ...env },
+    });
     this.#serverProcess = child;
-    child.stderr?.on("data", (chunk: Buffer) => this.#log.append(chunk.toString()));
+    const download = new DownloadNotice();
+    child.once("exit", () => download.end());
+    createInterface({ input: child.stderr! }).on("line", (line) => {
+      this.#log.appendLine(line);
+      download.line(line);
+    });
     const lines = createInterface({ input: child.stdout! });
     return new Promise<string>((resolve, reject) => {
       const timer = setTimeout(
@@ -209,45 +214,6 @@ class Extension {
     });
   }
 
-  async #inline(
-    document: vscode.TextDocument,
-    position: vscode.Position,
-    context: vscode.InlineCompletionContext,
-    token: vscode.CancellationToken,
-  ): Promise<vscode.InlineCompletionItem[]> {
-    const client = this.#client;
-    if (!client || this.#pending) return [];
-    try {
-      const result = await client.sendRequest<{ items: InlineItem[] } | InlineItem[] | null>(
-        "textDocument/inlineCompletion",
-        {
-          textDocument: { uri: document.uri.toString() },
-          position: { line: position.line, character: position.character },
-          context: { triggerKind: context.triggerKind === vscode.InlineCompletionTriggerKind.Invoke ? 1 : 2 },
-        },
-        token,
-      );
-      const items = Array.isArray(result) ? result : (result?.items ?? []);
-      return items.map((item) => {
-        const text = typeof item.insertText === "string" ? item.insertText : item.insertText.value;
-        const range = item.range
-          ? new vscode.Range(
-              item.range.start.line,
-              item.range.start.character,
-              item.range.end.line,
-              item.range.end.character,
-            )
-          : new vscode.Range(position, position);
-        const completion = new vscode.InlineCompletionItem(text, range);
-        if (item.filterText !== undefined) completion.filterText = item.filterText;
-        return completion;
-      });
-    } catch (error) {
-      if (!token.isCancellationRequested) this.#log.appendLine(`completion failed: ${describe(error)}`);
-      return [];
-    }
-  }
-
   async toggleTier(): Promise<void> {
     const client = this.#client;
     if (!client) return void vscode.window.showWarningMessage("Spark is not running: see Spark: Show Log.");
@@ -259,112 +225,6 @@ class Extension {
     };
     this.#status.tier = result.tier;
     this.#renderStatus();
-  }
-
-  async quickEdit(): Promise<void> {
-    const editor = vscode.window.activeTextEditor;
-    const client = this.#client;
-    if (!editor || editor.selection.isEmpty) return;
-    if (!client) return void vscode.window.showWarningMessage("Spark is not running: see Spark: Show Log.");
-    const instruction = await vscode.window.showInputBox({
-      title: `Spark quick edit (${this.#status.tier})`,
-      prompt: "How should the selection change?",
-      placeHolder: "e.g. use early returns",
-    });
-    if (!instruction) return;
-    const selection = editor.selection;
-    const pending: PendingEdit = {
-      editor,
-      original: editor.document.getText(selection),
-      start: selection.start,
-      rewrite: "",
-      shown: editor.document.getText(selection),
-      queue: Promise.resolve(),
-      done: false,
-    };
-    this.#pending = pending;
-    await vscode.commands.executeCommand("setContext", "spark.editPending", true);
-    try {
-      const result = (await client.sendRequest(ExecuteCommandRequest.type, {
-        command: "spark.quickEdit",
-        arguments: [
-          {
-            textDocument: { uri: editor.document.uri.toString() },
-            range: toLspRange(selection),
-            instruction,
-          },
-        ],
-      })) as QuickEditResult;
-      this.#showRewrite(pending, result.newText);
-      await pending.queue;
-      pending.done = true;
-      void vscode.window
-        .showInformationMessage("Spark: keep this edit?", "Accept", "Reject")
-        .then((choice) => (choice ? this.finishEdit(choice === "Accept") : undefined));
-    } catch (error) {
-      await this.finishEdit(false);
-      void vscode.window.showErrorMessage(`Spark quick edit failed: ${describe(error)}`);
-    }
-  }
-
-  /**
-   * Puts `text` where the selection was, highlighted. Only what differs from the text shown is
-   * replaced (progress grows at its end), and queued updates coalesce: each edit shows the newest.
-   */
-  #showRewrite(pending: PendingEdit, text: string): void {
-    pending.rewrite = text;
-    pending.queue = pending.queue.then(async () => {
-      const target = pending.rewrite;
-      if (target === pending.shown) return;
-      let same = 0;
-      const limit = Math.min(target.length, pending.shown.length);
-      while (same < limit && target.charCodeAt(same) === pending.shown.charCodeAt(same)) same++;
-      const document = pending.editor.document;
-      const startOffset = document.offsetAt(pending.start);
-      const range = new vscode.Range(
-        document.positionAt(startOffset + same),
-        document.positionAt(startOffset + pending.shown.length),
-      );
-      const applied = await pending.editor.edit((builder) => builder.replace(range, target.slice(same)), {
-        undoStopBefore: false,
-        undoStopAfter: false,
-      });
-      if (!applied) return;
-      pending.shown = target;
-      const end = pending.editor.document.positionAt(startOffset + target.length);
-      pending.editor.setDecorations(this.#added, [new vscode.Range(pending.start, end)]);
-    });
-  }
-
-  async finishEdit(accept: boolean): Promise<void> {
-    const pending = this.#pending;
-    if (!pending) return;
-    this.#pending = undefined;
-    await pending.queue.catch(() => undefined);
-    pending.editor.setDecorations(this.#added, []);
-    if (!accept) {
-      const document = pending.editor.document;
-      const startOffset = document.offsetAt(pending.start);
-      const range = new vscode.Range(pending.start, document.positionAt(startOffset + pending.shown.length));
-      await pending.editor.edit((builder) => builder.replace(range, pending.original));
-    }
-    await vscode.commands.executeCommand("setContext", "spark.editPending", false);
-  }
-
-  /** Opens the pending edit as a diff: the document before the edit against the editor now. */
-  async showEditDiff(): Promise<void> {
-    const pending = this.#pending;
-    if (!pending) return;
-    const document = pending.editor.document;
-    const startOffset = document.offsetAt(pending.start);
-    const now = document.getText();
-    const before =
-      now.slice(0, startOffset) + pending.original + now.slice(startOffset + pending.shown.length);
-    const original = await vscode.workspace.openTextDocument({
-      content: before,
-      language: document.languageId,
-    });
-    await vscode.commands.executeCommand("vscode.diff", original.uri, document.uri, "Spark quick edit");
   }
 
   async setApiKey(): Promise<void> {
@@ -385,10 +245,19 @@ class Extension {
       await this.#restart();
       return;
     }
+    if (event.affectsConfiguration("spark.model") && this.#serverProcess) {
+      await this.#restart();
+      return;
+    }
     const settings = vscode.workspace.getConfiguration("spark");
+    this.#renderStatus();
     await this.#client?.sendNotification("workspace/didChangeConfiguration", {
       settings: {
-        spark: { tier: settings.get<Tier>("tier"), debounceMs: settings.get<number>("debounceMs") },
+        spark: {
+          tier: settings.get<Tier>("tier"),
+          debounceMs: settings.get<number>("debounceMs"),
+          ...(this.#completions ? { completions: this.#completions.filter() } : {}),
+        },
       },
     });
   }
@@ -399,6 +268,47 @@ class Extension {
       await this.#startClient();
     } catch (error) {
       this.#fail(error);
+    }
+  }
+
+  /** No `spark` anywhere: say how to install it, with a button. */
+  #notInstalled(): void {
+    const message =
+      "Spark is not installed: run `npm install -g .` in a clone of Spark (it puts `spark` on the PATH), " +
+      "or set spark.command to the `spark` command.";
+    this.#log.appendLine(message);
+    this.#renderStatus("not installed");
+    void vscode.window
+      .showWarningMessage(message, "Open Install Instructions", "Open a Terminal", "Set spark.command")
+      .then((choice) => {
+        if (choice === "Open Install Instructions")
+          void vscode.env.openExternal(vscode.Uri.parse(INSTALL_URL));
+        else if (choice === "Open a Terminal") vscode.window.createTerminal("Spark install").show();
+        else if (choice)
+          void vscode.commands.executeCommand("workbench.action.openSettings", "spark.command");
+      });
+  }
+
+  /**
+   * Once per installation: Ctrl+Shift+L (Cmd+Shift+L) toggles the tier only outside the text of an
+   * editor (the pane, the explorer…), where it takes nothing from VS Code; in the editor it stays
+   * Select All Occurrences. The notice says so and how to rebind it.
+   */
+  async #toggleKeyNotice(): Promise<void> {
+    if (this.context.globalState.get<boolean>(TOGGLE_KEY_NOTICE)) return;
+    await this.context.globalState.update(TOGGLE_KEY_NOTICE, true);
+    const key = process.platform === "darwin" ? "Cmd+Shift+L" : "Ctrl+Shift+L";
+    const choice = await vscode.window.showInformationMessage(
+      `Spark: ${key} toggles ⚡ spark / deep outside the editor text (in the Spark pane, the explorer…); ` +
+        `in the editor it stays "Select All Occurrences". Click the ⚡ status item for the menu, or bind ` +
+        `"Spark: Toggle Tier" to a key of your own.`,
+      "Keyboard Shortcuts",
+    );
+    if (choice) {
+      await vscode.commands.executeCommand(
+        "workbench.action.openGlobalKeybindings",
+        "spark.vscode.toggleTier",
+      );
     }
   }
 
@@ -414,26 +324,59 @@ class Extension {
   #renderStatus(note?: string): void {
     const { tier, lastTtftMs, tokensPerSecond } = this.#status;
     const parts = [tier === "spark" ? "⚡ spark" : "deep"];
+    const completions = this.#completions;
     if (note) parts.push(note);
+    else if (completions && !completions.enabled) parts.push("completions off");
+    else if (completions?.snoozedUntil !== undefined) parts.push("snoozed");
     else {
       if (lastTtftMs != null) parts.push(`${Math.round(lastTtftMs)} ms`);
       if (tokensPerSecond != null) parts.push(`${Math.round(tokensPerSecond)} tok/s`);
     }
     this.#statusBar.text = parts.join(" · ");
-    this.#statusBar.tooltip = `Spark tier: ${tier} (Ctrl+Shift+L / Cmd+Shift+L toggles)\nServer: ${this.#serverUrl || "starting"}`;
+    this.#statusBar.tooltip = `Spark tier: ${tier} · click for the menu\nServer: ${this.#serverUrl || "starting"}`;
   }
 }
 
-function toLspRange(range: vscode.Range): object {
-  return {
-    start: { line: range.start.line, character: range.start.character },
-    end: { line: range.end.line, character: range.end.character },
-  };
-}
+/**
+ * The default model's download, told while `spark serve` prints its progress lines: what is
+ * downloaded, how to pick another model, and how far it is.
+ */
+class DownloadNotice {
+  #report: ((step: { message: string; increment: number }) => void) | undefined;
+  #end: (() => void) | undefined;
+  #percent = 0;
 
-/** `node /path/spark.js` → ["node", "/path/spark.js"]; quotes group words with spaces. */
-export function splitCommand(command: string): string[] {
-  return [...command.matchAll(/"([^"]*)"|'([^']*)'|(\S+)/g)].map((m) => m[1] ?? m[2] ?? m[3] ?? "");
+  #started = false;
+
+  line(line: string): void {
+    const progress = downloadProgress(line);
+    if (!progress) return;
+    if (!this.#started) {
+      this.#started = true;
+      void vscode.window.withProgress(
+        {
+          location: vscode.ProgressLocation.Notification,
+          title:
+            "Spark is downloading its default model (Qwen2.5-Coder-0.5B-Instruct, once, into ~/.cache/spark/models). " +
+            "To use another, set spark.model to a GGUF file or spark.serverUrl to a running server.",
+        },
+        (report) =>
+          new Promise<void>((resolve) => {
+            this.#report = (step) => report.report(step);
+            this.#end = resolve;
+          }),
+      );
+    }
+    const increment = Math.max(progress.percent - this.#percent, 0);
+    this.#percent = progress.percent;
+    this.#report?.({ message: `${progress.receivedMb}/${progress.totalMb} MB`, increment });
+    if (progress.percent >= 100) this.end();
+  }
+
+  end(): void {
+    this.#end?.();
+    this.#end = undefined;
+  }
 }
 
 function describe(error: unknown): string {
