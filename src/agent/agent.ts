@@ -91,6 +91,8 @@ export type AgentEvent =
       message?: string;
     }
   | { type: "compacted"; trigger: "auto" | "manual"; items: number }
+  /** The turn changed files: its checkpoint (`ToolContext.checkpoints`) can undo them. Before the turn's end. */
+  | { type: "checkpoint"; turn: number; files: readonly string[] }
   | { type: "turn.completed"; usage: TurnUsage }
   | { type: "turn.interrupted"; usage: TurnUsage }
   | { type: "turn.failed"; error: { message: string; code?: string } }
@@ -456,8 +458,18 @@ export class Agent {
 
   #startTurn(text: string, first?: ResponseObject, images: readonly string[] = []): Promise<boolean> {
     this.#busy = true;
+    const checkpoints = this.#toolContext.checkpoints;
+    checkpoints?.beginTurn();
     const done = this.#turn(text, first, images).then(async (end) => {
       await this.#stopHooks(end);
+      // The turn's checkpoint is kept before its end is announced (an undo may follow at once).
+      const checkpoint = await checkpoints?.endTurn().catch((error: unknown) => {
+        this.#reportError(`the turn's checkpoint could not be saved: ${String(error)}`);
+        return undefined;
+      });
+      if (checkpoint) {
+        this.#emit({ type: "checkpoint", turn: checkpoint.turn, files: [...checkpoint.files.keys()] });
+      }
       // Not busy before the end is announced: listeners may start the next turn at once.
       this.#busy = false;
       this.#emit(end);

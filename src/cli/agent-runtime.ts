@@ -11,6 +11,7 @@ import type { ApprovalMode } from "../agent/approval.js";
 import { ResponsesSocket, httpBaseUrl } from "../agent/responses-socket.js";
 import { detectSandbox, type Sandbox } from "../agent/sandbox.js";
 import { SessionFile } from "../agent/session-file.js";
+import { Checkpoints } from "../agent/checkpoints/checkpoints.js";
 import type { ApprovalAnswer, ApprovalRequest, VisionInfo } from "../agent/tools.js";
 import { Workspace } from "../agent/workspace.js";
 import { SessionContext } from "../agent/context/session-context.js";
@@ -75,6 +76,8 @@ export interface Runtime {
   context: SessionContext;
   /** The tiers (model names) the server lists at `/v1/models`; undefined when it could not be read. */
   models: string[] | undefined;
+  /** Each turn's checkpoint of the files it changed (`/undo`, `/redo`); interactive sessions only. */
+  checkpoints?: Checkpoints;
   /** The directory the user started in: where `/apply` lands a `--worktree` session. */
   root: string;
   /** `--worktree`: where the session works (`workspace` is opened at its path). */
@@ -387,6 +390,13 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
   }
   const context = await loadSessionContext(client, workspace.root, contextWindow);
   const mcp = mcpManagerFor(client, workspace.root, options.progress);
+  // A checkpoint store that cannot open costs only /undo, never the session.
+  const checkpoints = options.interactive
+    ? await Checkpoints.open(workspace, session.meta.id).catch((error: unknown) => {
+        options.progress(`checkpoints are off (no /undo): ${(error as Error).message}`);
+        return undefined;
+      })
+    : undefined;
   const hooks = client.settings.hooks
     ? new HookRunner(client.settings.hooks, {
         cwd: workspace.root,
@@ -409,6 +419,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
       ...(mcp?.active ? { mcp } : {}),
       ...(hooks && hooks.size > 0 ? { hooks } : {}),
       vision: (model: string) => visionOf(models, model),
+      ...(checkpoints ? { checkpoints } : {}),
     },
     model: client.tier,
     instructions: context.instructions(DEFAULT_INSTRUCTIONS.replace("WORKSPACE", workspace.root)),
@@ -470,6 +481,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     resumedItems: resumed?.transcript.length ?? 0,
     context,
     models: models?.map((m) => m.id),
+    ...(checkpoints ? { checkpoints } : {}),
     root: userWorkspace.root,
     ...(taskWorkspace ? { taskWorkspace } : {}),
     variants: client.settings.variants ?? {},

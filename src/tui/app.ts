@@ -6,7 +6,7 @@
  * queues the message for after the turn, Esc interrupts. Ctrl-T toggles the tier (spark ⇄ deep).
  * Ctrl-J or Shift+Enter starts a new line of the message; Tab completes /commands, tier names and
  * `@` file paths (an `@path` in a sent message attaches that workspace file).
- * Commands: /tier, /model, /compact, /new, /variants N, /status, /retry, /help, /quit.
+ * Commands: /tier, /model, /compact, /new, /variants N, /undo [N], /redo, /status, /retry, /help, /quit.
  *
  * Words: a *tier* is a model name the server lists at `/v1/models` (spark, deep, auto); the *model*
  * is the GGUF file an in-process server loads (`spark --model FILE.gguf`).
@@ -51,6 +51,8 @@ const COMMANDS = [
   "image",
   "retry",
   "expand",
+  "undo",
+  "redo",
   "help",
   "quit",
 ];
@@ -735,6 +737,11 @@ class TuiApp {
         );
         break;
       }
+      case "undo":
+      case "redo":
+        if (!needIdle()) break;
+        await this.#undoRedo(name, args[0]);
+        break;
       case "expand":
         return this.#expand();
       case "quit":
@@ -752,6 +759,36 @@ class TuiApp {
       }
     }
     this.#render();
+  }
+
+  /**
+   * `/undo [N]`: the files as they were before the last turn that changed files (or before turn N,
+   * the turns after it undone with it); `/redo` takes the last undo back. Each says which files it
+   * changed. Only files: what a command did elsewhere (a database, a network call) stays done.
+   */
+  async #undoRedo(name: "undo" | "redo", arg: string | undefined): Promise<void> {
+    const checkpoints = this.#runtime?.checkpoints;
+    if (!checkpoints) {
+      this.#screen.line(yellow("no checkpoints in this session (the workspace's could not be opened)"));
+      return;
+    }
+    const turn = arg === undefined ? undefined : Number(arg);
+    if (name === "undo" && turn !== undefined && (!Number.isInteger(turn) || turn < 1)) {
+      this.#screen.line(yellow("usage: /undo [N]: the files before the last turn, or before turn N"));
+      return;
+    }
+    const { describeRestore, describeTurns } = await import("../agent/checkpoints/checkpoints.js");
+    try {
+      const result = name === "undo" ? await checkpoints.undo(turn) : await checkpoints.redo();
+      this.#files = undefined;
+      const verb = name === "undo" ? "undid" : "redid";
+      this.#screen.line(
+        `${name === "undo" ? "↶" : "↷"} ${verb} ${describeTurns(result.turns)}: ${describeRestore(result)}` +
+          dim(name === "undo" ? " · /redo takes it back" : " · /undo again"),
+      );
+    } catch (error) {
+      this.#screen.line(yellow(`/${name}: ${(error as Error).message}`));
+    }
   }
 
   /**
@@ -966,6 +1003,12 @@ class TuiApp {
           );
         }
         break;
+      case "checkpoint":
+        this.#screen.endLine();
+        this.#screen.line(
+          dim(`↶ turn ${event.turn} changed ${event.files.join(", ")} · /undo puts them back`),
+        );
+        break;
       case "compacted":
         // /compact reports its own result with token counts.
         if (event.trigger === "auto")
@@ -1155,6 +1198,8 @@ const HELP = [
   "/compact     summarize the conversation to free context · /new fresh conversation",
   "/variants N  N answers side by side for your next message (or /variants N message); pick one",
   "/expand      the last tool call in full: arguments and output (also Ctrl-O)",
+  "/undo [N]    put the files back as before the last turn (or turn N) · /redo takes an undo back",
+  "             only files: what a command did elsewhere (a database, a network call) cannot be undone",
   "/status      server, session, sandbox and context · /retry connect again · /quit",
   "/skills      the skills found ($name in a message invokes one) · /NAME args runs a custom prompt",
 ];

@@ -177,6 +177,7 @@ export class Checkpoints implements TurnRecorder {
     this.#current = new Map();
   }
 
+  /** Never throws: a file that cannot be stored is recorded as such (an undo says it cannot restore it). */
   async beforeWrite(paths: readonly string[]): Promise<void> {
     const current = this.#current ?? this.#startImplicitTurn();
     const fresh: string[] = [];
@@ -190,8 +191,12 @@ export class Checkpoints implements TurnRecorder {
       const rel = this.#workspace.relative(abs);
       if (!current.has(rel) && !fresh.includes(rel)) fresh.push(rel);
     }
-    const versions = await this.#versionsOf(fresh);
-    for (const [rel, version] of versions) current.set(rel, version);
+    try {
+      for (const [rel, version] of await this.#versionsOf(fresh)) current.set(rel, version);
+    } catch (error) {
+      const reason = `its content could not be saved: ${(error as Error).message}`;
+      for (const rel of fresh) current.set(rel, { kind: "unrecorded", reason });
+    }
   }
 
   /** Never throws: a scan that fails leaves the command's changes unrecorded (the command still runs). */
@@ -226,7 +231,7 @@ export class Checkpoints implements TurnRecorder {
     if (!current || current.size === 0) return undefined;
     const now = await this.#versionsOf([...current.keys()]);
     const files = new Map<string, Version>();
-    for (const [rel, before] of current) {
+    for (const [rel, before] of [...current].sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0))) {
       if (!sameVersion(before, now.get(rel) ?? { kind: "absent" })) files.set(rel, before);
     }
     if (files.size === 0) return undefined;
@@ -391,6 +396,13 @@ export function describeRestore(result: RestoreResult): string {
     parts.push(`${words[action]} ${names.join(", ")}`);
   }
   return parts.join("; ");
+}
+
+/** The paths a patch (the `apply_patch` format) writes: its files and their `*** Move to:` targets. */
+export function patchPaths(patch: string): string[] {
+  return [...patch.matchAll(/^\*\*\* (?:Add File|Update File|Delete File|Move to): *(.+)$/gm)].map((m) =>
+    m[1]!.trim(),
+  );
 }
 
 /** "turn 3" or "turns 2–4". */
