@@ -4,7 +4,7 @@
  * --worktree` commits its result to the workspace's branch `spark/<id>` (the worktree itself and
  * its index are left as they are: `taskChanges` keeps reading the diff against the base).
  */
-import { copyFile, rm } from "node:fs/promises";
+import { copyFile, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
@@ -71,4 +71,36 @@ export function describeTaskWorkspace(ws: TaskWorkspace): string {
   if (ws.kind === "worktree") return `worktree ${ws.branch ?? ws.id} at ${ws.path}`;
   if (ws.kind === "copy") return `a copy of the workspace at ${ws.path}`;
   return "the workspace itself";
+}
+
+/**
+ * A `--worktree` session ends: changes not yet in the user's files are committed to its branch and
+ * the worktree is kept (lines say where and how to land them); otherwise (no changes, or all
+ * applied already) the worktree and branch are removed.
+ */
+export async function leaveTaskWorkspace(ws: TaskWorkspace, message: string): Promise<string[]> {
+  const { discardTaskWorkspace, taskChanges } = await import("../agent/worktree/task-workspace.js");
+  const changes = await taskChanges(ws);
+  const pending: TaskFileChange[] = [];
+  for (const change of changes) {
+    const now = await readFile(join(ws.root, change.path), "utf8").catch(() => null);
+    if (now !== change.after) pending.push(change);
+  }
+  if (pending.length === 0) {
+    await discardTaskWorkspace(ws);
+    return [
+      changes.length === 0
+        ? "worktree removed (the session changed no files)"
+        : "worktree removed (its changes are applied)",
+    ];
+  }
+  const commit = await commitTaskWorkspace(ws, message);
+  if (ws.kind !== "worktree" || !ws.branch) {
+    return [`the session's changes (not applied) stay in ${ws.path}: ${changeSummary(pending)}`];
+  }
+  return [
+    `the session's changes (not applied) are on branch ${ws.branch}${commit ? ` (commit ${commit.slice(0, 10)})` : ""}: ${changeSummary(pending)}`,
+    `worktree: ${ws.path}`,
+    `land them: git diff ${ws.base.slice(0, 10)} ${ws.branch} | git apply · drop them: git worktree remove --force ${ws.path} && git branch -D ${ws.branch}`,
+  ];
 }

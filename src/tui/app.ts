@@ -16,7 +16,7 @@
  * cannot start or be reached, the UI stays up: /retry, /model FILE.gguf and /quit still work.
  */
 import { basename } from "node:path";
-import type { Agent, AgentEvent, ResponseObject } from "../agent/agent.js";
+import type { Agent, AgentEvent } from "../agent/agent.js";
 import type { ApprovalAnswer, ApprovalRequest, ThreadItem } from "../agent/tools.js";
 import type { ClientFlags, Runtime } from "../cli/agent-runtime.js";
 import { describeInstructionFiles } from "../agent/context/session-context.js";
@@ -27,7 +27,13 @@ import { loadMarkdown, renderMarkdown } from "./markdown.js";
 import { Screen, visibleWidth } from "./screen.js";
 import { bold, contextMeter, cyan, dim, green, inverse, magenta, red, tierLabel, yellow } from "./style.js";
 import { describeCutOff, expandToolItem, summarizeToolItem } from "./tool-summary.js";
-import { padTo, truncate, wrapText } from "./wrap.js";
+import type { ChangeRecord } from "../app/change-record.js";
+import type { FileDiff } from "../agent/thread-item.js";
+import { changeLine, counts, diffRows, page } from "./diff-view.js";
+import { truncate, wrapText } from "./wrap.js";
+import type { VariantRun } from "../agent/variants/runner.js";
+import { describeTaskWorkspace as describeWorkspace } from "../cli/worktree-session.js";
+import { colorDiff, variantTable } from "./variants-view.js";
 
 export interface TuiOptions {
   prompt?: string;
@@ -37,7 +43,9 @@ export interface TuiOptions {
 
 const PROMPT = "› ";
 const STEER_PROMPT = "steer › ";
-const MAX_VARIANTS = 4;
+/** As the variants runner's (src/agent/variants/runner.ts, loaded on first use). */
+const MIN_VARIANTS = 2;
+const MAX_VARIANTS = 10;
 /** The tiers every Spark server serves; others (config aliases) are known once connected. */
 const BUILTIN_TIERS = ["spark", "deep", "auto"];
 const COMMANDS = [
@@ -46,11 +54,15 @@ const COMMANDS = [
   "compact",
   "new",
   "variants",
+  "pick",
+  "apply",
+  "discard",
   "status",
   "skills",
   "image",
   "retry",
   "expand",
+  "diff",
   "undo",
   "redo",
   "help",
@@ -65,13 +77,6 @@ const KEYBOARD_ON = "\x1b[?2004h\x1b[>1u\x1b[>4;1m";
 const KEYBOARD_OFF = "\x1b[?2004l\x1b[<u\x1b[>4m";
 
 type Phase = "starting" | "ready" | "waiting" | "queued" | "generating" | "tools" | "approval" | "failed";
-
-interface VariantPanel {
-  texts: string[];
-  results: (ResponseObject | Error)[] | undefined;
-  /** Each column's Markdown rows, for the text length and width they were rendered at (one render per change). */
-  rendered?: { length: number; width: number; rows: string[] }[];
-}
 
 export async function runTui(flags: ClientFlags, options: TuiOptions): Promise<number> {
   if (!process.stdin.isTTY || !process.stdout.isTTY) {
@@ -97,8 +102,24 @@ class TuiApp {
   readonly #waitingForConnection: { text: string; variants?: number }[] = [];
   /** Images attached (`/image PATH`, a pasted path) for the next message: data URLs and names. */
   #images: { name: string; url: string }[] = [];
-  #approval: { request: ApprovalRequest; resolve: (answer: ApprovalAnswer) => void } | undefined;
-  #variants: VariantPanel | undefined;
+  /** `offset`: the first row of its diff shown (Space/PgDn pages through a long one). */
+  #approval:
+    { request: ApprovalRequest; resolve: (answer: ApprovalAnswer) => void; offset: number } | undefined;
+  /** `/diff` open in the footer: its rows, a screenful from `offset`. */
+  #pager: { head: string; rows: string[]; offset: number } | undefined;
+  /**
+   * Each file's content before this session first changed it (by a patch or edit_file), for
+   * `/diff`; what the file holds now is read when `/diff` runs.
+   */
+  #changes: ChangeRecord | undefined;
+  /** What the last file change did, for Ctrl-O and /expand. */
+  #lastDiffs: FileDiff[] | undefined;
+  /** Rows a page showed at the last draw: Space/PgDn moves by that many. */
+  #pageRows = 10;
+  /** The last `/variants`: running (a live table in the footer), then waiting for `/pick K`. */
+  #variantRun: VariantRun | undefined;
+  /** Approvals the variants ask for, one at a time. */
+  #variantAsks: Promise<unknown> = Promise.resolve();
   #variantsNext: number | undefined;
   #ttftMs: number | undefined;
   #tokensPerSecond: number | undefined;
@@ -160,6 +181,8 @@ class TuiApp {
       });
       this.#runtime = runtime;
       this.#agent = runtime.agent;
+      const { ChangeRecord } = await import("../app/change-record.js");
+      this.#changes = new ChangeRecord(runtime.workspace);
       if (runtime.models && !runtime.models.includes(this.#model)) {
         this.#screen.line(
           yellow(`tier ${this.#model} is not served here (${runtime.models.join(", ")}); using spark`),
@@ -175,6 +198,12 @@ class TuiApp {
             `${describeSandbox(runtime.sandbox)} · session ${runtime.session.meta.id}`,
         ),
       );
+      if (runtime.taskWorkspace)
+        this.#screen.line(
+          cyan(
+            `⎇ working in ${describeWorkspace(runtime.taskWorkspace)}; ${runtime.root} changes only at /apply (/discard drops the changes)`,
+          ),
+        );
       this.#showContext(runtime);
       if (runtime.resumedItems > 0) await this.#showResumed();
       this.#phase = "ready";
@@ -264,7 +293,7 @@ class TuiApp {
 
   #onKey(key: Key): void {
     if (this.#approval) return this.#onApprovalKey(key);
-    if (this.#variants?.results) return this.#onChooseKey(key);
+    if (this.#pager) return this.#onPagerKey(key);
     switch (key.name) {
       case "enter":
         return this.#enter(false);
@@ -274,7 +303,11 @@ class TuiApp {
       case "tab":
         return void this.#tab();
       case "escape":
-        if (this.#variants) return this.#agent?.interrupt();
+        if (this.#variantsRunning) {
+          this.#variantRun!.cancel();
+          this.#notice = "stopping the variants…";
+          return this.#render();
+        }
         if (this.#agent?.busy) {
           this.#agent.interrupt();
           this.#notice = "interrupting…";
@@ -381,7 +414,7 @@ class TuiApp {
     }
     const agent = this.#agent;
     // The hot path: a steer goes on the wire before anything is drawn.
-    if (!queue && agent?.busy && !text.startsWith("/") && !this.#variants) {
+    if (!queue && agent?.busy && !text.startsWith("/")) {
       agent.steer(text);
       this.#remember(text);
       this.#setInput("");
@@ -390,6 +423,10 @@ class TuiApp {
     this.#remember(text);
     this.#setInput("");
     if (text.startsWith("/")) return void this.#command(text);
+    if (this.#variantsRunning) {
+      this.#screen.line(yellow("variants are running: Esc stops them (the message stays in the history)"));
+      return this.#render();
+    }
     if (queue && agent?.busy) {
       agent.queue(text);
       this.#screen.lineAbove(dim(`⏎ queued for after this turn: ${text}`));
@@ -527,6 +564,8 @@ class TuiApp {
     }
     this.#screen.line(cyan(echo(text)));
     if (variants !== undefined) return void this.#runVariants(variants, text);
+    // A new message moves on: the variants not picked are discarded.
+    if (this.#variantRun) void this.#dropVariants("the variants were not picked: discarded");
     const images = this.#takeImages();
     this.#phase = "waiting";
     this.#render();
@@ -571,6 +610,11 @@ class TuiApp {
   }
 
   #onApprovalKey(key: Key): void {
+    const scroll = pageStep(key);
+    if (scroll !== undefined && this.#approval) {
+      this.#approval.offset = Math.max(0, this.#approval.offset + scroll * this.#pageRows);
+      return this.#render();
+    }
     const answer: ApprovalAnswer | undefined =
       key.name === "text"
         ? ({ y: "yes", n: "no", a: "always" } as Record<string, ApprovalAnswer>)[key.text.toLowerCase()]
@@ -592,9 +636,55 @@ class TuiApp {
     resolve(answer);
   }
 
+  /** Keys while `/diff` is open: Space/PgDn and PgUp page, Up/Down scroll, q, Esc or Enter close. */
+  #onPagerKey(key: Key): void {
+    const pager = this.#pager!;
+    const scroll = pageStep(key);
+    if (scroll !== undefined) pager.offset = Math.max(0, pager.offset + scroll * this.#pageRows);
+    else if (key.name === "down" || key.name === "up")
+      pager.offset = Math.max(0, pager.offset + (key.name === "down" ? 1 : -1));
+    else if (
+      key.name === "escape" ||
+      key.name === "enter" ||
+      key.name === "ctrl-c" ||
+      (key.name === "text" && key.text.toLowerCase() === "q")
+    )
+      this.#pager = undefined;
+    this.#render();
+  }
+
+  /**
+   * `/diff`: every file this session changed (patches, edit_file), each against its content before
+   * the session first touched it, paged in the footer. Files are read as they are now, so an undo
+   * or the user's own edits since show too.
+   */
+  #showSessionDiff(): void {
+    const record = this.#changes;
+    if (record) record.after(Object.keys(record.toJSON()));
+    const diffs = record?.diffs() ?? [];
+    if (diffs.length === 0) {
+      this.#screen.line(
+        dim("no changes in this session yet (/diff shows what patches and edit_file changed)"),
+      );
+      return;
+    }
+    let added = 0;
+    let removed = 0;
+    for (const diff of diffs) {
+      added += diff.added;
+      removed += diff.removed;
+    }
+    const files = `${diffs.length} file${diffs.length === 1 ? "" : "s"}`;
+    this.#pager = {
+      head: `${bold("Changes this session")}: ${files} ${counts(added, removed)} ${dim("· q closes")}`,
+      rows: diffRows(diffs, this.#screen.columns - 1),
+      offset: 0,
+    };
+  }
+
   #ask(request: ApprovalRequest): Promise<ApprovalAnswer> {
     return new Promise((resolve) => {
-      this.#approval = { request, resolve };
+      this.#approval = { request, resolve, offset: 0 };
       this.#phase = "approval";
       this.#render();
     });
@@ -605,6 +695,11 @@ class TuiApp {
   async #command(line: string): Promise<void> {
     const [name, ...args] = line.slice(1).split(/\s+/);
     const agent = this.#agent;
+    // `/diff K` with variants about: variant K's diff (`/diff` alone: the session's changes).
+    if (name === "diff" && this.#variantRun && /^\d+$/.test(args[0] ?? "")) {
+      await this.#variantDiff(Number(args[0]));
+      return this.#render();
+    }
     const needIdle = (): boolean => {
       if (!agent) {
         this.#screen.line(yellow("not connected yet"));
@@ -696,8 +791,14 @@ class TuiApp {
         break;
       case "variants": {
         const count = Number(args[0]);
-        if (!Number.isInteger(count) || count < 2 || count > MAX_VARIANTS) {
-          this.#screen.line(yellow(`usage: /variants N [message], N from 2 to ${MAX_VARIANTS}`));
+        if (!Number.isInteger(count) || count < MIN_VARIANTS || count > MAX_VARIANTS) {
+          this.#screen.line(
+            yellow(`usage: /variants N [message], N from ${MIN_VARIANTS} to ${MAX_VARIANTS}`),
+          );
+          break;
+        }
+        if (this.#variantsRunning) {
+          this.#screen.line(yellow("variants are running: Esc stops them"));
           break;
         }
         const text = args.slice(1).join(" ");
@@ -707,6 +808,20 @@ class TuiApp {
         } else if (!agent || needIdle()) this.#send(text, count);
         break;
       }
+      case "pick":
+        if (!needIdle()) break;
+        await this.#pick(args[0]);
+        break;
+      case "apply":
+      case "discard":
+        if (!needIdle()) break;
+        try {
+          if (name === "apply") await this.#applySession();
+          else await this.#discardSession();
+        } catch (error) {
+          this.#screen.line(red(`✗ /${name}: ${(error as Error).message}`));
+        }
+        break;
       case "status": {
         const runtime = this.#runtime;
         if (!runtime) {
@@ -721,7 +836,9 @@ class TuiApp {
               `tier: ${this.#model} (of ${this.#tiers().join(", ")}) · approval: ${runtime.approval} · ${describeSandbox(runtime.sandbox)}`,
               `context: ${runtime.agent.contextTokens} of ${runtime.agent.contextWindow} tokens, ${runtime.agent.transcript.length} items`,
               `session: ${runtime.session.meta.id} (${runtime.session.path})`,
-              `workspace: ${runtime.workspace.root}`,
+              runtime.taskWorkspace
+                ? `workspace: ${runtime.root}; the session works in ${describeWorkspace(runtime.taskWorkspace)} (/apply lands it)`
+                : `workspace: ${runtime.workspace.root}`,
               `instructions: ${describeInstructionFiles(runtime.context.summary().instructions)}`,
               `skills: ${runtime.context.skills.length} · custom prompts: ${runtime.context.prompts.length}`,
               ...(runtime.mcp
@@ -744,6 +861,9 @@ class TuiApp {
         break;
       case "expand":
         return this.#expand();
+      case "diff":
+        this.#showSessionDiff();
+        break;
       case "quit":
       case "exit":
         return this.#quit(0);
@@ -836,102 +956,209 @@ class TuiApp {
     this.#render();
   }
 
-  async #runVariants(count: number, text: string): Promise<void> {
-    const agent = this.#agent!;
-    this.#variants = { texts: Array.from({ length: count }, () => ""), results: undefined };
-    this.#phase = "generating";
-    this.#render();
-    try {
-      const results = await agent.variants(count, text, (index, delta) => {
-        const panel = this.#variants;
-        if (!panel) return;
-        panel.texts[index] += delta;
-        this.#deltas++;
-        this.#render(true);
-      });
-      this.#variants.results = results;
-      this.#phase = "ready";
-      for (const row of this.#variantRows(Infinity)) this.#screen.line(row);
-      this.#notice = `choose an answer: 1-${count} (Esc: none)`;
-    } catch (error) {
-      this.#variants = undefined;
-      this.#phase = "ready";
-      this.#screen.line(red(`✗ ${(error as Error).message}`));
-    }
-    this.#render();
+  get #variantsRunning(): boolean {
+    return this.#variantRun !== undefined && !this.#variantRun.finished;
   }
 
-  #onChooseKey(key: Key): void {
-    const panel = this.#variants!;
-    if (key.name === "escape" || key.name === "ctrl-c") {
-      this.#variants = undefined;
-      this.#notice = "";
-      this.#screen.line(dim("no answer chosen"));
+  /** Whether `variants.check` is configured (the table's check column). */
+  get #variantCheck(): boolean {
+    return this.#runtime?.variants.check !== undefined;
+  }
+
+  /**
+   * `/variants N`: N full agent runs of `text`, each in a worktree of its own (a copy outside git)
+   * with its own connection, at temperatures from 0.2 to 1.0; the table in the footer shows them
+   * live, and stays in the scrollback when they end. `/pick K` lands one, `/diff K` shows one.
+   */
+  async #runVariants(count: number, text: string): Promise<void> {
+    const runtime = this.#runtime!;
+    const agent = this.#agent!;
+    if (this.#variantRun) await this.#dropVariants("the earlier variants are discarded");
+    const images = this.#takeImages();
+    const prompt = /(?:^|\s)@\S/.test(text) ? await this.#withAttachments(text) : text;
+    const { startVariants } = await import("../agent/variants/runner.js");
+    const settings = runtime.variants;
+    const transcript = [...agent.transcript];
+    let run: VariantRun;
+    try {
+      run = startVariants({
+        count,
+        prompt,
+        images,
+        // With --worktree the session's own worktree: a pick lands there, /apply takes it further.
+        root: runtime.workspace.root,
+        ...(settings.concurrency === undefined ? {} : { concurrency: settings.concurrency }),
+        ...(settings.check === undefined
+          ? {}
+          : {
+              check: {
+                command: settings.check,
+                ...(settings.checkTimeoutMs === undefined ? {} : { timeoutMs: settings.checkTimeoutMs }),
+                sandbox: runtime.sandbox,
+                allowEnv: runtime.allowEnv,
+              },
+            }),
+        createAgent: async ({ workspace, index, temperature }) => {
+          const variantAgent = await runtime.createVariantAgent({
+            workspace,
+            temperature,
+            transcript,
+            // One approval prompt at a time, named by its variant.
+            ask: (request) => {
+              const asked = this.#variantAsks.then(() =>
+                this.#ask({ ...request, summary: `variant ${index + 1}: ${request.summary}` }),
+              );
+              this.#variantAsks = asked.catch(() => undefined);
+              return asked;
+            },
+          });
+          variantAgent.setModel(this.#model);
+          return variantAgent;
+        },
+      });
+    } catch (error) {
+      this.#screen.line(red(`✗ ${(error as Error).message}`));
       return this.#render();
     }
-    if (key.name !== "text") return;
-    const index = Number(key.text) - 1;
-    const result = panel.results?.[index];
-    if (!result || result instanceof Error) return;
-    this.#variants = undefined;
-    this.#notice = "";
-    this.#screen.line(green(`✓ answer ${index + 1} chosen`));
-    this.#phase = "tools";
-    this.#render();
-    this.#echoed = true;
-    void this.#agent!.choose(index);
-    this.#echoed = false;
-  }
-
-  #variantMarkdown(panel: VariantPanel, index: number, width: number): string[] {
-    const text = panel.texts[index] ?? "";
-    const cache = (panel.rendered ??= []);
-    const hit = cache[index];
-    if (hit && hit.length === text.length && hit.width === width) return hit.rows;
-    const rows = text === "" ? [] : renderMarkdown(text, width);
-    cache[index] = { length: text.length, width, rows };
-    return rows;
-  }
-
-  /** The variants side by side, each in its own column, the last `height` rows. */
-  #variantRows(height: number): string[] {
-    const panel = this.#variants;
-    if (!panel) return [];
-    const count = panel.texts.length;
-    const width = Math.max(10, Math.floor((this.#screen.columns - 3 * (count - 1)) / count));
-    const columns = panel.texts.map((text, index) => {
-      const result = panel.results?.[index];
-      const calls =
-        result && !(result instanceof Error)
-          ? result.output
-              .filter((item) => item.type === "function_call" || item.type === "custom_tool_call")
-              .map((item) => `[${String(item.name)}]`)
-          : [];
-      const header = `${index + 1}${result instanceof Error ? ` ✗ ${result.message}` : ""}`;
-      const body = [
-        ...this.#variantMarkdown(panel, index, width),
-        ...calls.flatMap((c) => wrapText(c, width)),
-      ];
-      return [truncate(header, width), ...body.map((row) => truncate(row, width))];
+    this.#variantRun = run;
+    this.#phase = "generating";
+    run.on((event) => {
+      if (event.type === "variant.delta") this.#render(true);
+      else if (event.type === "variant.updated") this.#render(true);
     });
-    const rows = Math.max(...columns.map((c) => c.length));
-    const start = Number.isFinite(height) ? Math.max(1, rows - height) : 1;
-    const out: string[] = [
-      columns
-        .map((c) => bold(padTo(c[0] ?? "", width)))
-        .join(dim(" │ "))
-        .trimEnd(),
-    ];
-    for (let row = start; row < rows; row++) {
-      out.push(
-        columns
-          .map((c) => padTo(c[row] ?? "", width))
-          .join(dim(" │ "))
-          .trimEnd(),
+    this.#render();
+    await run.done;
+    if (this.#variantRun !== run) return;
+    this.#phase = "ready";
+    for (const row of variantTable(run.variants, this.#screen.columns - 1, this.#variantCheck))
+      this.#screen.line(row);
+    const picked = run.variants.filter((v) => v.state === "done");
+    if (picked.length === 0) {
+      this.#screen.line(yellow("no variant finished; their worktrees are removed"));
+      await this.#dropVariants();
+    } else {
+      this.#screen.line(
+        dim(
+          `/pick K lands one in ${runtime.taskWorkspace ? "the session's worktree" : "your files"} (the others are removed) · /diff K shows one · a new message discards them`,
+        ),
       );
     }
-    // On a terminal too narrow for the columns' minimum width, cut the rows rather than wrap them.
-    return out.map((row) => truncate(row, this.#screen.columns));
+    this.#notice = "";
+    this.#render();
+  }
+
+  /** Removes the variants' worktrees (a new message, /variants again, /quit), saying so when `why`. */
+  async #dropVariants(why?: string): Promise<void> {
+    const run = this.#variantRun;
+    if (!run) return;
+    this.#variantRun = undefined;
+    await run.discard().catch(() => {});
+    if (why) this.#screen.line(dim(why));
+  }
+
+  /** `/pick K`: variant K lands (3-way merge, all or nothing) and the conversation continues from it. */
+  async #pick(arg: string | undefined): Promise<void> {
+    const run = this.#variantRun;
+    const k = Number(arg);
+    if (!run) return this.#screen.line(yellow("no variants to pick from: /variants N [message] first"));
+    if (!run.finished) return this.#screen.line(yellow("the variants are still running (Esc stops them)"));
+    if (!Number.isInteger(k) || k < 1 || k > run.variants.length) {
+      return this.#screen.line(yellow(`usage: /pick K, K from 1 to ${run.variants.length}`));
+    }
+    const variant = run.variants[k - 1]!;
+    if (variant.state !== "done") {
+      return this.#screen.line(yellow(`variant ${k} ${variant.state}: pick another`));
+    }
+    try {
+      const picked = await run.pick(k - 1);
+      if (picked.conflicts.length > 0) {
+        this.#screen.line(red(`✗ variant ${k} does not apply: nothing was written`));
+        for (const conflict of picked.conflicts)
+          this.#screen.line(red(`  ${conflict.path}: ${conflict.reason}`));
+        this.#screen.line(dim("the variants are kept: /pick another, or change the files and /pick again"));
+        return;
+      }
+      this.#variantRun = undefined;
+      const { adoptInto } = await import("../agent/variants/runner.js");
+      adoptInto(this.#agent!, picked);
+      this.#files = undefined;
+      const where = this.#runtime?.taskWorkspace ? "the session's worktree" : "your files";
+      this.#screen.line(
+        green(
+          `✓ variant ${k} landed in ${where}: ${picked.applied.length === 0 ? "no files changed" : picked.applied.join(", ")}`,
+        ),
+      );
+      this.#screen.line(
+        dim("the other variants' worktrees are removed; the conversation continues from its answer"),
+      );
+    } catch (error) {
+      this.#screen.line(red(`✗ /pick ${k}: ${(error as Error).message}`));
+    }
+  }
+
+  /** `/diff K` while there are variants: variant K's diff against where it started, in color. */
+  async #variantDiff(k: number): Promise<void> {
+    const run = this.#variantRun!;
+    const variant = run.variants[k - 1];
+    if (!variant) return this.#screen.line(yellow(`usage: /diff K, K from 1 to ${run.variants.length}`));
+    const changes = await run.changes(k - 1).catch((error: unknown) => {
+      this.#screen.line(red(`✗ /diff ${k}: ${(error as Error).message}`));
+      return undefined;
+    });
+    if (!changes) return;
+    this.#screen.line(
+      bold(`variant ${k}`) +
+        dim(` · ${variant.state} · temperature ${variant.temperature} · ${changes.length} files`),
+    );
+    if (changes.length === 0) this.#screen.line(dim("  no changes"));
+    for (const line of colorDiff(changes)) this.#screen.line(line);
+  }
+
+  /** `/apply`: the `--worktree` session's changes land in the user's files (all or nothing). */
+  async #applySession(): Promise<void> {
+    const ws = this.#runtime?.taskWorkspace;
+    if (!ws)
+      return this.#screen.line(
+        yellow("/apply is for a session started with --worktree; this one works in place"),
+      );
+    const { applyTaskWorkspace, taskChanges } = await import("../agent/worktree/task-workspace.js");
+    const changes = await taskChanges(ws);
+    if (changes.length === 0) return this.#screen.line(dim("nothing to apply: the session changed no files"));
+    const result = await applyTaskWorkspace(ws);
+    if (result.conflicts.length > 0) {
+      this.#screen.line(
+        red(`✗ not applied: ${result.conflicts.length} file(s) conflict; nothing was written`),
+      );
+      for (const conflict of result.conflicts)
+        this.#screen.line(red(`  ${conflict.path}: ${conflict.reason}`));
+      return;
+    }
+    const { changeSummary } = await import("../cli/worktree-session.js");
+    this.#screen.line(green(`✓ applied to ${ws.root}: ${changeSummary(changes)}`));
+    for (const change of changes)
+      this.#screen.line(dim(`  ${change.path} +${change.added} −${change.removed}`));
+  }
+
+  /**
+   * `/discard`: drops the `--worktree` session's changes; the session goes on in a fresh worktree
+   * (same id and path) made from the user's files as they are now.
+   */
+  async #discardSession(): Promise<void> {
+    const runtime = this.#runtime;
+    const ws = runtime?.taskWorkspace;
+    if (!runtime || !ws)
+      return this.#screen.line(yellow("/discard is for a session started with --worktree"));
+    const { createTaskWorkspace, discardTaskWorkspace, taskChanges } =
+      await import("../agent/worktree/task-workspace.js");
+    const changes = await taskChanges(ws).catch(() => []);
+    await discardTaskWorkspace(ws);
+    runtime.taskWorkspace = await createTaskWorkspace(ws.root, ws.id);
+    this.#files = undefined;
+    this.#screen.line(
+      yellow(
+        `discarded ${changes.length} changed file${changes.length === 1 ? "" : "s"}; a fresh worktree from ${ws.root} now`,
+      ),
+    );
   }
 
   // ── agent events ───────────────────────────────────────────────────────────────────────
@@ -968,11 +1195,14 @@ class TuiApp {
       case "item.started":
         this.#screen.endLine();
         this.#phase = "tools";
+        // The file is written as soon as this returns: its content before is kept now (synchronously).
+        if (event.item.type === "file_change") this.#changes?.before(event.item.changes.map((c) => c.path));
         if (event.item.type === "command_execution")
           this.#screen.line(cyan(`⚙ ${summarizeToolItem(event.item)}`));
         break;
       case "item.completed":
-        this.#showItem(event.item);
+        if (event.item.type === "file_change") this.#changes?.after(event.item.changes.map((c) => c.path));
+        this.#showItem(event.item, event.diffs);
         break;
       case "steer":
         if (event.status === "sent") {
@@ -986,7 +1216,7 @@ class TuiApp {
           );
         break;
       case "response.done":
-        if (event.lane !== "" && !this.#variants) return;
+        if (event.lane !== "") return;
         if (event.ttftMs !== undefined) this.#ttftMs = event.ttftMs;
         if (event.tokensPerSecond !== undefined) this.#tokensPerSecond = event.tokensPerSecond;
         this.#firstTokenAt = undefined;
@@ -1041,8 +1271,11 @@ class TuiApp {
     this.#render();
   }
 
-  #showItem(item: ThreadItem): void {
-    if (item.type !== "agent_message" && item.type !== "error") this.#lastTool = item;
+  #showItem(item: ThreadItem, diffs?: FileDiff[]): void {
+    if (item.type !== "agent_message" && item.type !== "error") {
+      this.#lastTool = item;
+      this.#lastDiffs = diffs;
+    }
     switch (item.type) {
       case "agent_message":
         this.#screen.endLine();
@@ -1067,7 +1300,14 @@ class TuiApp {
       }
       case "file_change": {
         const summary = summarizeToolItem(item);
-        if (item.status === "completed") this.#screen.line(green(`✎ ${summary}`));
+        // Applied: one line per file, the diff itself collapsed (Ctrl-O shows it, /diff the session's).
+        if (item.status === "completed" && diffs && diffs.length > 0)
+          diffs.forEach((diff, i) =>
+            this.#screen.line(
+              changeLine(diff) + (i === diffs.length - 1 ? dim("  (Ctrl-O or /diff shows it)") : ""),
+            ),
+          );
+        else if (item.status === "completed") this.#screen.line(green(`✎ ${summary}`));
         else
           this.#screen.line(
             red(
@@ -1094,6 +1334,8 @@ class TuiApp {
     const item = this.#lastTool;
     if (!item) this.#screen.lineAbove(dim("no tool call to expand yet"));
     else for (const line of expandToolItem(item)) this.#screen.lineAbove(dim(line));
+    if (item?.type === "file_change" && this.#lastDiffs)
+      for (const row of diffRows(this.#lastDiffs, this.#screen.columns - 1)) this.#screen.lineAbove(row);
     this.#render();
   }
 
@@ -1103,7 +1345,7 @@ class TuiApp {
     const parts: string[] = [
       tierLabel(this.#model) + (this.#model === "auto" && this.#route ? dim(` → ${this.#route}`) : ""),
     ];
-    const busy = this.#agent?.busy || this.#variants !== undefined;
+    const busy = this.#agent?.busy || this.#variantsRunning;
     const phase: Record<Phase, string> = {
       starting: yellow("starting…"),
       ready: green("ready"),
@@ -1130,8 +1372,9 @@ class TuiApp {
 
   #render(streaming = false): void {
     const lines: string[] = [];
-    if (this.#variants && !this.#variants.results) {
-      lines.push(...this.#variantRows(Math.max(3, Math.min(12, this.#screen.rows - 8))));
+    if (this.#variantsRunning) {
+      const table = variantTable(this.#variantRun!.variants, this.#screen.columns - 1, this.#variantCheck);
+      lines.push(...table.slice(0, Math.max(3, this.#screen.rows - 6)));
     }
     // The status line never wraps (a wrapped one left debris when redrawn): it is cut to fit.
     const fit = this.#screen.columns - 1;
@@ -1141,12 +1384,48 @@ class TuiApp {
       lines.push(truncate(dim(`queued (Tab): ${queued.map((q) => `“${q}”`).join(" ")}`), fit));
     let caret: number | undefined;
     let caretLine: number | undefined;
+    // Rows the footer may take: the screen less one (see Screen.draw).
+    const room = this.#screen.rows - 1;
     if (this.#approval) {
-      const { request } = this.#approval;
+      // Diff-first: what is approved (the whole command, the patch's diff) is on screen before the
+      // answer; what does not fit is paged (Space/PgDn, PgUp) under the line that says what it is.
+      const approval = this.#approval;
+      const { request } = approval;
       const verb = request.kind === "command" ? "Run" : request.kind === "tool" ? "Call" : "Apply patch";
-      lines.push(...wrapText(yellow(`${verb}: ${request.summary}`), fit));
-      if (request.reason) lines.push(...wrapText(dim(`  ${request.reason}`), fit));
+      let total = "";
+      if (request.diffs) {
+        let added = 0;
+        let removed = 0;
+        for (const diff of request.diffs) {
+          added += diff.added;
+          removed += diff.removed;
+        }
+        total = ` ${counts(added, removed)}`;
+      }
+      let sticky = [
+        ...wrapText(yellow(`${verb}: ${request.summary}`) + total, fit),
+        ...(request.reason ? wrapText(dim(`  ${request.reason}`), fit) : []),
+      ];
+      let body = request.diffs ? diffRows(request.diffs, fit) : [];
+      const free = room - lines.length - 1; // the keys' line
+      // A head too long to stay put (a long command) is paged with the rest.
+      if (sticky.length + Math.min(body.length, 4) > free) {
+        body = [...sticky, ...body];
+        sticky = [];
+      }
+      const shown = page(body, approval.offset, free - sticky.length);
+      approval.offset = shown.offset;
+      this.#pageRows = Math.max(1, shown.shown.length);
+      lines.push(...sticky, ...shown.shown);
+      if (shown.position) lines.push(shown.position);
       lines.push(`${inverse(" y ")} yes  ${inverse(" a ")} always  ${inverse(" n ")} no`);
+    } else if (this.#pager) {
+      const pager = this.#pager;
+      const shown = page(pager.rows, pager.offset, room - lines.length - 1);
+      pager.offset = shown.offset;
+      this.#pageRows = Math.max(1, shown.shown.length);
+      lines.push(truncate(pager.head, fit), ...shown.shown);
+      if (shown.position) lines.push(shown.position);
     } else {
       const prompt = this.#agent?.busy
         ? STEER_PROMPT
@@ -1176,6 +1455,18 @@ class TuiApp {
     if (session && (this.#agent?.transcript.length ?? 0) > 0) {
       process.stdout.write(dim(`session saved: spark resume ${session}`) + "\r\n");
     }
+    // Spark's worktrees do not outlive the session unless they hold work not yet applied.
+    const run = this.#variantRun;
+    this.#variantRun = undefined;
+    if (run) await run.discard().catch(() => {});
+    const ws = this.#runtime?.taskWorkspace;
+    if (ws) {
+      const { leaveTaskWorkspace } = await import("../cli/worktree-session.js");
+      const lines = await leaveTaskWorkspace(ws, `spark session ${session ?? ws.id}`).catch(
+        (error: unknown) => [`worktree ${ws.path}: ${(error as Error).message}`],
+      );
+      for (const line of lines) process.stdout.write(dim(line) + "\r\n");
+    }
     process.stdout.write(KEYBOARD_OFF);
     process.stdin.setRawMode(false);
     process.stdin.pause();
@@ -1196,8 +1487,12 @@ const HELP = [
   "/tier T      spark, deep or auto (the server's router picks per request), as /v1/models lists",
   "/model FILE  the GGUF model file, when the in-process server could not load one",
   "/compact     summarize the conversation to free context · /new fresh conversation",
-  "/variants N  N answers side by side for your next message (or /variants N message); pick one",
-  "/expand      the last tool call in full: arguments and output (also Ctrl-O)",
+  "/variants N  N agents (2-10) answer your next message (or /variants N message), each in a worktree",
+  "             of its own: a table shows state, files, +/-, check (variants.check) and each answer",
+  "/pick K      land variant K in your files and continue from it (the others are removed) · /diff K",
+  "/apply       with --worktree: land the session's changes in your files · /discard drops them",
+  "/expand      the last tool call in full: arguments and output, a patch's diff (also Ctrl-O)",
+  "/diff        what this session changed in files (patches, edit_file), per file against its start",
   "/undo [N]    put the files back as before the last turn (or turn N) · /redo takes an undo back",
   "             only files: what a command did elsewhere (a database, a network call) cannot be undone",
   "/status      server, session, sandbox and context · /retry connect again · /quit",
@@ -1221,6 +1516,13 @@ function describeCompaction(
   }
   const from = before.tokens > 0 ? `${before.tokens} → ` : "";
   return `context compacted: ${from}${after.contextTokens} tokens of ${window} (${what})`;
+}
+
+/** +1 (a page on) for Space and PgDn, -1 for PgUp and b; undefined for other keys. */
+function pageStep(key: Key): 1 | -1 | undefined {
+  if (key.name === "pagedown" || (key.name === "text" && key.text === " ")) return 1;
+  if (key.name === "pageup" || (key.name === "text" && key.text.toLowerCase() === "b")) return -1;
+  return undefined;
 }
 
 /** A sent message as echoed: the prompt, and its further lines indented under the first. */

@@ -18,7 +18,6 @@
  */
 import { randomBytes } from "node:crypto";
 import type { Agent, AgentEvent, InputItem } from "../agent.js";
-import { messageText } from "../agent.js";
 import type { Sandbox } from "../sandbox.js";
 import { commandEnvironment } from "../secrets.js";
 import { runCommand } from "../shell.js";
@@ -418,18 +417,6 @@ export function startVariants(options: VariantsOptions): VariantRun {
 /** Continues `agent`'s conversation from a picked variant (its text is not shown again). */
 export function adoptInto(agent: Agent, picked: PickResult): void {
   agent.adopt(picked.items, picked.contextTokens > 0 ? picked.contextTokens : undefined);
-}
-
-/** The first line of an answer (table cells), trimmed of Markdown heading marks. */
-export function firstLine(text: string): string {
-  const line = text.split("\n").find((l) => l.trim() !== "") ?? "";
-  return line.replace(/^#+\s*/, "").trim();
-}
-
-/** The final answer of a variant's items (its last assistant message). */
-export function answerOf(items: readonly InputItem[]): string {
-  const last = items.findLast((item) => item.type === "message" && item.role === "assistant");
-  return messageText(last);
 }
 
 function tail(text: string, chars: number): string {
