@@ -12,6 +12,8 @@ import { mkdir, mkdtemp, readFile, realpath, rm, writeFile } from "node:fs/promi
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
+import { detectSandbox } from "../src/agent/sandbox.js";
+import { runCommand } from "../src/agent/shell.js";
 import {
   applyTaskWorkspace,
   createTaskWorkspace,
@@ -272,4 +274,31 @@ test("a bad id is refused with a code", async () => {
   const root = await repo();
   await assert.rejects(createTaskWorkspace(root, "../escape"), { code: "invalid_argument" });
   await assert.rejects(createTaskWorkspace(root, ""), { code: "invalid_argument" });
+});
+
+test("inside a task's worktree a sandboxed command can run git status and git diff, and cannot write .git", async (t) => {
+  const sandbox = await detectSandbox();
+  if (sandbox.kind === "none") {
+    t.skip(`no usable bubblewrap: ${sandbox.reason}`);
+    return;
+  }
+  // The repository and the worktree both lie under /tmp, which the sandbox replaces with its own.
+  const root = await repo();
+  const ws = await createTaskWorkspace(root, "sandboxed");
+  await writeFile(path.join(ws.path, "a.txt"), "changed in the task\n");
+  const run = (command: string) =>
+    runCommand(["bash", "-c", command], { workspaceRoot: ws.path, cwd: ws.path, sandbox, timeoutMs: 60_000 });
+  const status = await run("git status --porcelain && git diff --stat");
+  assert.equal(status.exitCode, 0, status.output);
+  assert.match(status.output, / M a\.txt/);
+  assert.match(status.output, /a\.txt \| /);
+  const commonDir = path.join(root, ".git");
+  const write = await run(
+    `echo x > .git; echo y > ${JSON.stringify(path.join(commonDir, "planted"))}; git config core.fsmonitor evil`,
+  );
+  assert.notEqual(write.exitCode, 0);
+  assert.match(read(path.join(ws.path, ".git")), /^gitdir: /);
+  assert.equal(existsSync(path.join(commonDir, "planted")), false);
+  assert.doesNotMatch(git(root, "config", "--list", "--local"), /fsmonitor/);
+  await discardTaskWorkspace(ws);
 });

@@ -17,6 +17,8 @@
  *   empty read-only directory for the command's lifetime (`placeholders`), so a command cannot
  *   create them either (`git init` then `git config core.fsmonitor …`): bwrap makes the mount point,
  *   an empty directory git ignores, and `releasePlaceholders` removes it once no command needs it.
+ * - A workspace that is a git worktree (an app task's, src/agent/worktree) gets its repository's
+ *   git directory re-bound read-only too (`linkedGitDir`), so git works in it and cannot write there.
  * - Unless `allowSecrets` (`--sandbox-allow-secrets`): the home directory's secrets (secrets.ts
  *   `HOME_SECRETS`) and the `hide` paths (the data directory) are covered, directories by an empty
  *   tmpfs and files by an empty read-only file (not /dev/null: bwrap mounts binds `nodev`, so it
@@ -42,7 +44,17 @@ import {
   rmdirSync,
   rmSync,
 } from "node:fs";
-import { access, mkdir, mkdtemp, readdir, readlink, realpath, stat, writeFile } from "node:fs/promises";
+import {
+  access,
+  mkdir,
+  mkdtemp,
+  readdir,
+  readFile,
+  readlink,
+  realpath,
+  stat,
+  writeFile,
+} from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { PROTECTED_NAMES, findProtectedPaths } from "./protected-paths.js";
@@ -340,6 +352,43 @@ async function kindOf(p: string): Promise<{ real: string; dir: boolean } | undef
 }
 
 /**
+ * The repository a worktree workspace belongs to (a task's worktree, src/agent/worktree): its `.git`
+ * is a file pointing at `<repo>/.git/worktrees/ID`, which needs the repository's git directory (the
+ * objects, refs, config). Re-bound read-only, so `git status` and `git diff` work inside the
+ * worktree even where the repository lies in a path the sandbox empties (/tmp), and nothing there
+ * can be written. Empty for a workspace that holds its own `.git` directory, or none.
+ */
+async function linkedGitDir(workspaceRoot: string): Promise<string[]> {
+  for (let dir = workspaceRoot; ; dir = path.dirname(dir)) {
+    const dotGit = path.join(dir, ".git");
+    let text: string;
+    try {
+      const info = lstatSync(dotGit);
+      if (!info.isFile()) return [];
+      text = await readFile(dotGit, "utf8");
+    } catch {
+      if (path.dirname(dir) === dir) return [];
+      continue;
+    }
+    const match = /^gitdir:\s*(.+?)\s*$/m.exec(text);
+    if (!match) return [];
+    try {
+      const gitdir = path.resolve(dir, match[1]!);
+      let common = gitdir;
+      try {
+        common = path.resolve(gitdir, (await readFile(path.join(gitdir, "commondir"), "utf8")).trim());
+      } catch {
+        // A submodule's gitdir: no common directory beside it.
+      }
+      const real = await realpath(common);
+      return isWithin(workspaceRoot, real) ? [] : [real];
+    } catch {
+      return [];
+    }
+  }
+}
+
+/**
  * What to mount for one command in `workspaceRoot` (a real path) under `sandbox`, from the file
  * system as it is now and the host environment `env` (HOME, PATH, XDG_RUNTIME_DIR, socket
  * variables). What cannot be examined is left as it is; throws only when the private files it binds
@@ -352,7 +401,7 @@ export async function sandboxMounts(
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<SandboxMounts> {
   if (sandbox.kind === "none") return NO_MOUNTS;
-  const readOnly = await findProtectedPaths(workspaceRoot);
+  const readOnly = [...(await findProtectedPaths(workspaceRoot)), ...(await linkedGitDir(workspaceRoot))];
   const { file: emptyFile, dir: emptyDir, filter } = await privateEmpties();
   if (sandbox.allowSecrets) {
     return { ...NO_MOUNTS, readOnly, emptyDir, placeholders: holdPlaceholders(workspaceRoot) };

@@ -648,7 +648,9 @@ export async function discardTaskWorkspace(ws: TaskWorkspace): Promise<void> {
   }
   const git = await gitInfo(ws.root);
   if (git === undefined) {
+    // No repository (any more): what is there is a copy, or a worktree directory git cannot remove.
     await rm(dir, { recursive: true, force: true });
+    await rm(dir + BASE_SUFFIX, { recursive: true, force: true });
     return;
   }
   await removeWorktree(git.top, dir, ws.branch ?? `spark/${ws.id}`);
