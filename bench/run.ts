@@ -30,6 +30,11 @@
  *      socket, long tasks; 23. Enter on a steer to `response.steer` on the wire.
  *  24. the project context: input tokens the skills list adds with 20 skills, vs its 2% budget;
  *  25. the `spark` TUI's launch with 3 MCP servers and 20 skills configured, vs none (built CLI).
+ *  26. the embedded engine vs llama.cpp's own `llama-server` (same commit, same kernels, both live,
+ *      requests alternating): decode tok/s (1 and 4 streams, chat and responses, 1 and 2 threads and
+ *      Spark's pick), TTFT, long prompt, completion after a keystroke, continued turn, on the tiny
+ *      and a generated weight-bound model. Needs bench/peer/build-llama-server.sh and
+ *      bench/peer/make-weight-bound-model.sh; skipped with the reason otherwise. Not in CI.
  *
  * Options: `--quick` (fewer iterations), `--json` (also write bench/results.json),
  * `--only 1,3` (run some figures only). Every server is in process on 127.0.0.1, port 0.
@@ -41,6 +46,7 @@ import { parseArgs } from "node:util";
 import { appFigures } from "./app-figures.js";
 import { skillsListTokens } from "./context-figures.js";
 import { mcpStartFigure } from "./mcp-start.js";
+import { peerFigures, peerSetup } from "./peer-figures.js";
 import { llamaFigures } from "./llama-figures.js";
 import { fimFigures } from "./fim-figures.js";
 import { speculationFigures } from "./speculation-figures.js";
@@ -69,7 +75,7 @@ const llamaConfig = args.quick
   : { decodeTokens: 200, decodeRounds: 15, reuseRounds: 9 };
 const wsConfig = args.quick ? { loopRounds: 3, steerRounds: 5 } : { loopRounds: 10, steerRounds: 15 };
 const only = new Set(
-  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25")
+  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26")
     .split(",")
     .map((s) => Number(s.trim())),
 );
@@ -258,6 +264,22 @@ if (only.has(25)) {
         "dist/ is not built (npm run build)",
         "< 300 ms added",
       );
+}
+
+if (only.has(26)) {
+  const model = modelPath();
+  const setup = peerSetup(model.found ? model.path : undefined);
+  log(
+    `\n26. The embedded engine vs llama-server (same llama.cpp commit and CPU kernels, alternating, ` +
+      `median of ${args.quick ? 5 : 7}; ratio Spark / llama-server)`,
+  );
+  if ("missing" in setup) {
+    log(`  skipped: ${setup.missing}`);
+    results.peer = skipped("26. Engine vs llama-server", setup.missing, "≥ 0.95× llama-server");
+  } else {
+    const figures = await peerFigures(setup, { rounds: args.quick ? 5 : 7, threads: [1, 2] }, log);
+    for (const [index, figure] of figures.entries()) results[`peer${index}`] = figure;
+  }
 }
 
 const seconds = (performance.now() - started) / 1000;

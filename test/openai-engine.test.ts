@@ -454,6 +454,27 @@ test("chat: request body, bearer key, and keep-alive reuse over 5 sequential req
   );
 });
 
+test("ignore_eos is passed on to the upstream only when asked for", async () => {
+  await withEngine(
+    (_req, res) => {
+      sseHeaders(res);
+      res.end(chatSse([chunk({ content: "ok" }, "stop")]));
+    },
+    {},
+    async (engine, upstream) => {
+      const base = {
+        items: [{ type: "message" as const, role: "user" as const, text: "hi" }],
+        maxOutputTokens: 8,
+      };
+      await collect(engine, request({ ...base, ignoreEos: true }));
+      await collect(engine, request(base));
+      const bodies = upstream.requests.map((r) => JSON.parse(r.body) as Record<string, unknown>);
+      assert.equal(bodies[0]?.ignore_eos, true);
+      assert.equal("ignore_eos" in bodies[1]!, false);
+    },
+  );
+});
+
 test("abort mid-stream closes the upstream request and ends the iterator", { timeout: 10_000 }, async () => {
   let upstreamClosed: Promise<boolean> | undefined;
   await withEngine(

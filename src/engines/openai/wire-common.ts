@@ -134,5 +134,7 @@ export function samplingFields(request: EngineRequest, maxTokensField: string): 
   if (request.maxOutputTokens !== undefined) fields[maxTokensField] = request.maxOutputTokens;
   if (request.temperature !== undefined) fields.temperature = request.temperature;
   if (request.topP !== undefined) fields.top_p = request.topP;
+  // Passed on only when asked for: llama-server and vLLM take it; OpenAI would refuse an unknown field.
+  if (request.ignoreEos) fields.ignore_eos = true;
   return fields;
 }
