@@ -22,6 +22,8 @@ export type Key =
         | "right"
         | "home"
         | "end"
+        | "pageup"
+        | "pagedown"
         | "ctrl-c"
         | "ctrl-d"
         | "ctrl-t"
@@ -55,6 +57,8 @@ const SEQUENCES: Record<string, Key["name"]> = {
   "\x1b[1~": "home",
   "\x1b[4~": "end",
   "\x1b[3~": "delete",
+  "\x1b[5~": "pageup",
+  "\x1b[6~": "pagedown",
   "\x1b[Z": "shift-tab",
   // Alt+Enter, and what terminals set up for Shift+Enter (VS Code, iTerm2 profiles) send: ESC CR.
   "\x1b\r": "newline",
