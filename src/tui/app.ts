@@ -1366,6 +1366,8 @@ class TuiApp {
         : this.#tokensPerSecond;
     if (live !== undefined) parts.push(`${Math.round(live)} tok/s`);
     if (this.#agent) parts.push(contextMeter(this.#agent.contextTokens, this.#agent.contextWindow));
+    // `--worktree`: the files the session changes are not the user's until /apply.
+    if (this.#runtime?.taskWorkspace) parts.push(cyan("⎇ worktree"));
     if (this.#notice) parts.push(yellow(this.#notice));
     return parts.join(dim(" │ "));
   }
