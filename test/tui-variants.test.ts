@@ -237,7 +237,7 @@ describe("variants and --worktree in the terminal", { skip: tmuxMissing ?? false
   });
 });
 
-/** With SPARK_TUI_CAPTURES=DIR, the finished variants table is saved there as variants.txt (docs/tui/). */
+/** With SPARK_TUI_CAPTURES=DIR, the finished variants table is saved there as variants-table.txt (docs/tui/). */
 function captureTable(term: Terminal): void {
   const dir = process.env.SPARK_TUI_CAPTURES;
   if (!dir) return;
@@ -247,7 +247,7 @@ function captureTable(term: Terminal): void {
   const end = lines.findIndex((line) => line.startsWith("/pick K lands one"));
   const table = lines.slice(Math.max(0, start - 1), end + 1).join("\n");
   writeFileSync(
-    join(dir, "variants.txt"),
+    join(dir, "variants-table.txt"),
     table.replace(/\/tmp\/spark-cli-test-\w+\/repo-\w+/g, "~/project") + "\n",
   );
 }

@@ -2,7 +2,7 @@
  * The interactive `spark` UI end to end, in a real terminal (tmux): the in-process server with the
  * script engine streams each script line at a fixed rate, and the tests press keys and read the
  * screen as a user would. Streaming, steering with Enter, Esc, the tier toggle, the Tab queue,
- * command approval, /variants, /new and /quit.
+ * command approval, /variants and /pick, /new and /quit.
  *
  * Mid-stream actions only wait until part of an answer is on screen: the answers are long enough
  * (several seconds at the script's rate) that the key always lands before their end.
@@ -239,18 +239,30 @@ describe("the interactive UI in a terminal", { skip: tmuxMissing ?? false }, () 
     assert.equal(existsSync(join(cwd, "declined.txt")), false);
   });
 
-  test("/variants 2 shows the answers side by side; 2 chooses the second", async () => {
+  test("/variants 2 shows a table of the two runs; /pick 2 continues from the second", async () => {
     const variants = script("variants.jsonl", [[message("Alpha answer.")], [message("After choosing.")]]);
-    const { term, dataDir } = startSpark(variants, [], 40);
+    const cwd = freshDir("ws-");
+    const dataDir = freshDir("data-");
+    const home = freshDir("home-");
+    // Outside git each variant works in a copy of the workspace, under SPARK_HOME.
+    const term = tmux.start({
+      args: ["--engine", "script", "--script", variants, "--rate", "40"],
+      cwd,
+      dataDir,
+      env: { SPARK_HOME: home },
+      columns: 300,
+    });
     await term.ready();
     term.type("/variants 2 pick one");
     term.press("Enter");
-    const screen = await term.waitFor("choose an answer: 1-2", "the choice");
-    assert.match(screen, /^1 +│ 2$/m, "one column per answer, headed 1 and 2");
-    assert.match(screen, /^Alpha answer\. +│ Alpha answer\.$/m, "the answers side by side");
+    const screen = await term.waitFor("/pick K lands one", "the finished table");
+    assert.match(screen, /^ *#\s+state\s+temp\s+tok\/s\s+files\s+\+\/−\s+answer$/m, "the table's header");
+    assert.match(screen, /^ *1\s+done\s+0\.2\b.*Alpha answer\.$/m);
+    assert.match(screen, /^ *2\s+done\s+1\.0\b.*Alpha answer\.$/m);
     assert.doesNotMatch(screen, /not connected/);
-    term.press("2");
-    await term.waitFor(/^✓ answer 2 chosen$/m, "✓ answer 2 chosen");
+    term.type("/pick 2");
+    term.press("Enter");
+    await term.waitFor(/^✓ variant 2 landed in your files: no files changed$/m, "✓ variant 2 landed");
     await term.idle();
     term.type("more");
     term.press("Enter");
