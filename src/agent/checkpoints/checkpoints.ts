@@ -23,7 +23,18 @@
  * cannot be undone.
  */
 import { createHash } from "node:crypto";
-import { chmod, lstat, mkdir, readdir, readFile, rm, stat, utimes, writeFile } from "node:fs/promises";
+import {
+  chmod,
+  lstat,
+  mkdir,
+  readdir,
+  readFile,
+  rename,
+  rm,
+  stat,
+  utimes,
+  writeFile,
+} from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { sparkHome } from "../context/spark-home.js";
@@ -121,6 +132,8 @@ export class Checkpoints implements TurnRecorder {
   /** The last scan: each file's stat and stored version. */
   #scan = new Map<string, Scanned>();
   #beforeCommand: Map<string, Scanned> | undefined;
+  /** The background scan a session's first turn starts. */
+  #warming: Promise<unknown> | undefined;
   /** The store's own folder when it lies in the workspace (never scanned). */
   readonly #exclude: string | undefined;
 
@@ -172,9 +185,18 @@ export class Checkpoints implements TurnRecorder {
     return this.#undone.at(-1)?.checkpoints.map((c) => c.turn) ?? [];
   }
 
+  /**
+   * A turn starts. The first one also scans the workspace in the background (while the model
+   * answers), so that the first command does not wait for every file to be stored.
+   */
   beginTurn(): void {
     this.#turn++;
     this.#current = new Map();
+    if (this.#scan.size === 0 && !this.#warming) {
+      this.#warming = this.#scanWorkspace()
+        .catch(() => undefined)
+        .finally(() => (this.#warming = undefined));
+    }
   }
 
   /** Never throws: a file that cannot be stored is recorded as such (an undo says it cannot restore it). */
@@ -202,6 +224,7 @@ export class Checkpoints implements TurnRecorder {
   /** Never throws: a scan that fails leaves the command's changes unrecorded (the command still runs). */
   async beforeCommand(): Promise<void> {
     if (!this.#current) this.#startImplicitTurn();
+    await this.#warming;
     this.#beforeCommand = await this.#scanWorkspace().catch(() => undefined);
   }
 
@@ -344,11 +367,16 @@ export class Checkpoints implements TurnRecorder {
     const next = new Map<string, Scanned>();
     const toStore: (StoreFile & { rel: string; key: StatKey })[] = [];
     const now = BigInt(Date.now()) * 1_000_000n;
-    for (const rel of listed.files) {
-      if (this.#exclude !== undefined && (rel === this.#exclude || rel.startsWith(`${this.#exclude}/`)))
-        continue;
+    const exclude = this.#exclude;
+    const rels = listed.files.filter(
+      (rel) => exclude === undefined || (rel !== exclude && !rel.startsWith(`${exclude}/`)),
+    );
+    const infos = await mapLimit(rels, 32, (rel) =>
+      lstat(path.join(this.#workspace.root, rel), { bigint: true }).catch(() => undefined),
+    );
+    for (const [index, rel] of rels.entries()) {
       const abs = path.join(this.#workspace.root, rel);
-      const info = await lstat(abs, { bigint: true }).catch(() => undefined);
+      const info = infos[index];
       if (!info?.isFile()) continue; // symlinks are not followed, vanished files are not there
       const key: StatKey = { size: info.size, mtimeNs: info.mtimeNs, ctimeNs: info.ctimeNs, ino: info.ino };
       const known = this.#scan.get(rel);
@@ -607,6 +635,8 @@ class GitStore implements Store {
 class FolderStore implements Store {
   readonly kind = "folder";
   #bytes = 0;
+  /** The objects stored (their names). */
+  readonly #known = new Set<string>();
 
   private constructor(private readonly dir: string) {}
 
@@ -614,6 +644,7 @@ class FolderStore implements Store {
     await mkdir(path.join(dir, "objects"), { recursive: true });
     const store = new FolderStore(dir);
     for (const name of await readdir(path.join(dir, "objects")).catch(() => [])) {
+      if (/^[0-9a-f]{64}$/.test(name)) store.#known.add(name);
       store.#bytes += (await stat(path.join(dir, "objects", name)).catch(() => ({ size: 0 }))).size;
     }
     // Marks the session as in use (stale sessions are pruned by their folder's time).
@@ -622,34 +653,34 @@ class FolderStore implements Store {
     return store;
   }
 
-  async put(files: readonly StoreFile[]): Promise<Version[]> {
-    const out: Version[] = [];
-    for (const file of files) {
+  put(files: readonly StoreFile[]): Promise<Version[]> {
+    return mapLimit(files, 16, async (file): Promise<Version> => {
       const bytes = await readFile(file.abs).catch(() => undefined);
-      if (!bytes) {
-        out.push({ kind: "absent" });
-        continue;
-      }
+      if (!bytes) return { kind: "absent" };
       const id = createHash("sha256").update(bytes).digest("hex");
       const target = path.join(this.dir, "objects", id);
-      const exists = await stat(target).then(
-        () => true,
-        () => false,
-      );
-      if (!exists) {
-        if (this.#bytes + bytes.length > MAX_STORE_BYTES) {
-          out.push({
-            kind: "unrecorded",
-            reason: `the session's checkpoints reached ${MAX_STORE_BYTES / 2 ** 30} GiB`,
-          });
-          continue;
-        }
-        await writeFileAtomic(target, bytes);
-        this.#bytes += bytes.length;
+      if (this.#known.has(id)) return { kind: "file", id, mode: file.mode };
+      if (this.#bytes + bytes.length > MAX_STORE_BYTES) {
+        return {
+          kind: "unrecorded",
+          reason: `the session's checkpoints reached ${MAX_STORE_BYTES / 2 ** 30} GiB`,
+        };
       }
-      out.push({ kind: "file", id, mode: file.mode });
-    }
-    return out;
+      this.#bytes += bytes.length;
+      this.#known.add(id);
+      // Written under a temporary name and renamed: an object is whole or absent.
+      const temp = `${target}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;
+      try {
+        await writeFile(temp, bytes, { flag: "wx" });
+        await rename(temp, target);
+      } catch (error) {
+        this.#known.delete(id);
+        this.#bytes -= bytes.length;
+        await rm(temp, { force: true });
+        throw error;
+      }
+      return { kind: "file", id, mode: file.mode };
+    });
   }
 
   get(id: string): Promise<Buffer> {
@@ -675,6 +706,20 @@ class FolderStore implements Store {
       .filter((n) => n > 0)
       .sort((a, b) => a - b);
   }
+}
+
+/** `fn` over `items`, at most `limit` at once, results in order. */
+async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+  const out = new Array<R>(items.length);
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < items.length) {
+      const index = next++;
+      out[index] = await fn(items[index]!);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  return out;
 }
 
 /** Removes the session folders under `base` untouched for `STALE_MS` (never `keep`). */
