@@ -131,10 +131,10 @@ describe("variants and --worktree in the terminal", { skip: tmuxMissing ?? false
 
     term.type("/diff 2");
     term.press("Enter");
-    const diff = await term.waitFor(/^\+variant-[0-9a-f]{8}-2$/m, "variant 2's who.txt in its diff", WAIT);
+    const diff = await term.waitFor(/^\+tui-\S+-v1-2$/m, "variant 2's who.txt in its diff", WAIT);
     assert.match(diff, /^\+\+\+ b\/hello\.txt$/m);
     assert.match(diff, /^\+world$/m);
-    const id = /^\+(variant-[0-9a-f]{8}-2)$/m.exec(diff)![1]!;
+    const id = /^\+(tui-\S+-v1-2)$/m.exec(diff)![1]!;
 
     term.type("/pick 2");
     term.press("Enter");

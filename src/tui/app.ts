@@ -118,6 +118,8 @@ class TuiApp {
   #pageRows = 10;
   /** The last `/variants`: running (a live table in the footer), then waiting for `/pick K`. */
   #variantRun: VariantRun | undefined;
+  /** How many `/variants` this session ran (their workspaces' ids). */
+  #variantRuns = 0;
   /** Approvals the variants ask for, one at a time. */
   #variantAsks: Promise<unknown> = Promise.resolve();
   #variantsNext: number | undefined;
@@ -987,6 +989,8 @@ class TuiApp {
         images,
         // With --worktree the session's own worktree: a pick lands there, /apply takes it further.
         root: runtime.workspace.root,
+        // `tui-` marks the terminal's workspaces (as `--worktree` sessions' `tui-SESSION`).
+        idPrefix: `tui-${runtime.session.meta.id}-v${++this.#variantRuns}`,
         ...(settings.concurrency === undefined ? {} : { concurrency: settings.concurrency }),
         ...(settings.check === undefined
           ? {}
