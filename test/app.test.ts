@@ -253,6 +253,8 @@ describe("spark app in a browser", { timeout: 180_000 }, () => {
 
     const patch = page.locator(".tool.patch.completed");
     await patch.waitFor();
+    // The applied patch's diff is collapsed (the approval card showed it): a click opens it.
+    await patch.locator("details.patch-diffs > summary").click();
     assert.equal(await patch.locator(".line.add").innerText(), "+spark");
     assert.equal(await patch.locator(".line.del").innerText(), "-world");
     assert.equal(readFileSync(join(workspace, "notes.txt"), "utf8"), "hello\nspark\n");

@@ -70,7 +70,8 @@ export type LogEntry =
   | {
       kind: "approval";
       id: string;
-      request: { kind: "command" | "patch" | "tool"; summary: string; reason: string };
+      /** `diffs`: a patch's changes, shown in the card before it is answered (diff-first). */
+      request: { kind: "command" | "patch" | "tool"; summary: string; reason: string; diffs?: FileDiff[] };
       answer?: "yes" | "always" | "no";
       denyReason?: string;
     }

@@ -720,7 +720,7 @@ export class Task {
         this.#itemStarted(event.item);
         return;
       case "item.completed":
-        this.#itemCompleted(event.item);
+        this.#itemCompleted(event.item, event.diffs);
         return;
       case "response.done":
         if (event.lane !== "") return;
@@ -840,7 +840,8 @@ export class Task {
     this.#add({ kind: "item", id: this.#itemKey(item.id), item }, false);
   }
 
-  #itemCompleted(item: ThreadItem): void {
+  /** `diffs`: what this file change did (the agent's own, per patch), else the task's record of its files. */
+  #itemCompleted(item: ThreadItem, diffs?: Extract<AgentEvent, { type: "item.completed" }>["diffs"]): void {
     if (item.type === "agent_message") {
       const entry = this.#streaming?.id === this.#itemKey(item.id) ? this.#streaming : undefined;
       if (entry) {
@@ -856,7 +857,12 @@ export class Task {
       const paths = item.changes.map((c) => c.path);
       this.record.after(paths);
       this.summary.changedFiles = this.record.paths;
-      this.#add({ kind: "item", id: this.#itemKey(item.id), item, diffs: this.record.diffsOf(paths) });
+      this.#add({
+        kind: "item",
+        id: this.#itemKey(item.id),
+        item,
+        diffs: diffs ?? this.record.diffsOf(paths),
+      });
       this.#touch();
       return;
     }

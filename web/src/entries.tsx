@@ -121,9 +121,7 @@ function Item(props: { entry: Extract<LogEntry, { kind: "item" }> }): preact.JSX
             <span class="status">{item.status === "in_progress" ? "applying…" : item.status}</span>
           </div>
           {item.error ? <div class="error">{item.error}</div> : null}
-          {(props.entry.diffs ?? []).map((diff) => (
-            <Diff key={diff.path} diff={diff} />
-          ))}
+          {props.entry.diffs?.length ? <PatchDiffs diffs={props.entry.diffs} /> : null}
         </div>
       );
     case "tool_call":
@@ -175,8 +173,28 @@ export function Diff(props: {
             {line.text}
           </div>
         ))}
+        {diff.note ? <div class="line note">{diff.note}</div> : null}
       </pre>
     </div>
+  );
+}
+
+/** An applied patch's diff in the transcript: collapsed to its +/- counts, opened on a click. */
+function PatchDiffs(props: { diffs: readonly FileDiff[] }): preact.JSX.Element {
+  const added = props.diffs.reduce((sum, diff) => sum + diff.added, 0);
+  const removed = props.diffs.reduce((sum, diff) => sum + diff.removed, 0);
+  return (
+    <details class="patch-diffs">
+      <summary>
+        diff{" "}
+        <span class="counts">
+          <span class="add">+{added}</span> <span class="del">−{removed}</span>
+        </span>
+      </summary>
+      {props.diffs.map((diff) => (
+        <Diff key={diff.path} diff={diff} />
+      ))}
+    </details>
   );
 }
 
@@ -206,6 +224,13 @@ function Approval(props: {
       </div>
       <code class="summary">{entry.request.summary}</code>
       {entry.request.reason ? <div class="reason">{entry.request.reason}</div> : null}
+      {entry.request.diffs?.length ? (
+        <div class="approval-diffs">
+          {entry.request.diffs.map((diff) => (
+            <Diff key={diff.path} diff={diff} />
+          ))}
+        </div>
+      ) : null}
       {entry.answer ? (
         <div class="answer">
           {entry.answer === "no"
