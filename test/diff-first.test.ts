@@ -9,7 +9,9 @@ import assert from "node:assert/strict";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { file, freshDir } from "./helpers/cli.js";
+import type { Page } from "playwright-core";
+import { launchBrowser } from "./helpers/browser.js";
+import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./helpers/cli.js";
 import { distMissing, TmuxServer, tmuxMissing, type Terminal } from "./helpers/tmux.js";
 
 function script(name: string, lines: readonly (readonly object[])[]): string {
@@ -135,5 +137,94 @@ describe("diff-first approvals in the terminal", { skip: tmuxMissing ?? false, t
     // Ctrl-O expands the last patch with its diff.
     term.press("C-o");
     await term.waitFor((s) => hasLine(s, "+spark"), "the expanded diff");
+  });
+});
+
+const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:\d+\/) \(workspace .+\)$/;
+
+describe("diff-first approvals in the app", { timeout: 180_000 }, () => {
+  const running: Cli[] = [];
+  after(async () => {
+    await Promise.all(running.map((cli) => stop(cli).catch(() => {})));
+  });
+
+  /**
+   * `spark app` on a fresh workspace holding notes.txt, and a browser page on it with a new task.
+   * (An app task works on a copy of the workspace until Apply: the page is what is checked here.)
+   */
+  async function openApp(scriptPath: string, approval: string): Promise<{ page: Page }> {
+    const workspace = freshDir("ws-");
+    writeFileSync(join(workspace, "notes.txt"), "hello\nworld\n");
+    const cli = spawnCli(
+      ["app", workspace, "--port", "0", "--quiet", "--sandbox", "off", "--approval", approval].concat([
+        "--engine",
+        "script",
+        "--script",
+        scriptPath,
+        "--rate",
+        "200",
+      ]),
+      { SPARK_DATA_DIR: freshDir("data-") },
+      300_000,
+    );
+    running.push(cli);
+    const line = await firstLine(cli);
+    const url = APP_LINE.exec(line)?.[1];
+    assert.ok(url, `unexpected first line: ${line}\n${cli.stderr()}`);
+    const browser = await launchBrowser();
+    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    page.setDefaultTimeout(0); // every wait is a condition, bounded by the test's timeout
+    await page.goto(url);
+    await page.locator(".new-task").click();
+    await page.locator("textarea.input").fill("edit the notes");
+    await page.locator("textarea.input").press("Enter");
+    return { page };
+  }
+
+  /** With SPARK_APP_SCREENSHOTS=DIR, the views are saved there to be looked at. */
+  async function screenshot(page: Page, name: string): Promise<void> {
+    const dir = process.env.SPARK_APP_SCREENSHOTS;
+    if (dir) await page.screenshot({ path: join(dir, `${name}.png`) });
+  }
+
+  test("the approval card holds the patch's diff before it is approved; the applied patch's diff is collapsed", async () => {
+    const tools = script("app-diff-approval.jsonl", [[EDIT_NOTES], [message("All done.")]]);
+    const { page } = await openApp(tools, "untrusted");
+    const card = page.locator(".approval:not(.answered)", { hasText: "Apply this patch?" });
+    await card.waitFor();
+    const diff = card.locator(".diff[data-path='notes.txt']");
+    assert.equal(await diff.locator(".line.del").innerText(), "-world");
+    assert.equal(await diff.locator(".line.add").innerText(), "+spark");
+    assert.equal(await diff.locator(".diff-head .counts").innerText(), "+1 −1", "per-file counts");
+    await screenshot(page, "diff-first-approval");
+    await card.locator("button", { hasText: "Approve once" }).click();
+
+    const applied = page.locator(".tool.patch.completed");
+    await applied.waitFor();
+    await page.locator(".msg.assistant .markdown", { hasText: "All done." }).waitFor();
+    const details = applied.locator("details.patch-diffs");
+    assert.equal(await details.evaluate((d) => (d as HTMLDetailsElement).open), false, "collapsed");
+    assert.equal(await details.locator("summary").innerText(), "diff +1 −1");
+    assert.equal(await applied.locator(".line.add").isVisible(), false, "its lines are hidden");
+    await details.locator("summary").click();
+    assert.equal(await applied.locator(".line.add").innerText(), "+spark", "a click opens it");
+    assert.equal(await applied.locator(".line.del").innerText(), "-world");
+    await screenshot(page, "diff-first-applied");
+    await page.close();
+  });
+
+  test("in a mode that applies without asking, the transcript has the patch's diff, collapsed", async () => {
+    const tools = script("app-diff-auto.jsonl", [[EDIT_NOTES], [message("Edited.")]]);
+    const { page } = await openApp(tools, "on-request");
+    await page.locator(".msg.assistant .markdown", { hasText: "Edited." }).waitFor();
+    assert.equal(await page.locator(".approval").count(), 0, "nothing was asked");
+    const details = page.locator(".tool.patch.completed details.patch-diffs");
+    assert.equal(await details.evaluate((d) => (d as HTMLDetailsElement).open), false, "collapsed");
+    assert.equal(await details.locator("summary").innerText(), "diff +1 −1");
+    assert.match(
+      (await details.locator(".diff[data-path='notes.txt']").textContent()) ?? "",
+      /-world[\s\S]*\+spark/,
+    );
+    await page.close();
   });
 });
