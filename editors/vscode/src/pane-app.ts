@@ -1,0 +1,116 @@
+/**
+ * The `spark app` behind the Spark pane: started by the extension for the workspace folder on a
+ * free loopback port (`--port 0`), allowing exactly the pane webview's origin (`--allowed-origin`),
+ * or a running app the user configured (`spark.appUrl`, which must allow that origin itself).
+ * Started once per origin: a webview keeps its origin for the life of VS Code, so a pane that is
+ * hidden and shown again finds the app already running (the warm open).
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { createInterface } from "node:readline";
+import * as vscode from "vscode";
+
+const START_TIMEOUT_MS = 120_000;
+const APP_LINE = /^spark app on (\S+) \(workspace /;
+
+interface Running {
+  origin: string;
+  url: Promise<string>;
+  child: ChildProcess | undefined;
+}
+
+export class PaneApp implements vscode.Disposable {
+  #running: Running | undefined;
+
+  constructor(private readonly log: vscode.OutputChannel) {}
+
+  /** The configured app's origin (`spark.appUrl`), or undefined when the extension starts one. */
+  static configuredOrigin(): string | undefined {
+    const configured = vscode.workspace.getConfiguration("spark").get<string>("appUrl");
+    if (!configured) return undefined;
+    try {
+      return new URL(configured).origin;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** The app's URL for a pane whose page has `origin`: started (or restarted) for it when needed. */
+  url(origin: string): Promise<string> {
+    const configured = vscode.workspace.getConfiguration("spark").get<string>("appUrl");
+    if (configured) return Promise.resolve(configured.endsWith("/") ? configured : `${configured}/`);
+    if (this.#running?.origin === origin) return this.#running.url;
+    this.stop();
+    const running: Running = { origin, url: Promise.resolve(""), child: undefined };
+    running.url = this.#start(origin, running);
+    // A failed start is not kept: the next open tries again.
+    running.url.catch(() => {
+      if (this.#running === running) this.#running = undefined;
+    });
+    this.#running = running;
+    return running.url;
+  }
+
+  stop(): void {
+    this.#running?.child?.kill("SIGTERM");
+    this.#running = undefined;
+  }
+
+  dispose(): void {
+    this.stop();
+  }
+
+  #start(origin: string, running: Running): Promise<string> {
+    const settings = vscode.workspace.getConfiguration("spark");
+    const folder = vscode.workspace.workspaceFolders?.[0];
+    if (!folder || folder.uri.scheme !== "file") {
+      return Promise.reject(new Error("Open a folder first: the Spark pane works on the workspace folder."));
+    }
+    const [command, ...prefix] = (settings.get<string>("command") || "spark").trim().split(/\s+/);
+    if (!command) return Promise.reject(new Error("spark.command is empty: set it to the `spark` command."));
+    const server = settings.get<string>("serverUrl");
+    const args = [
+      ...prefix,
+      "app",
+      folder.uri.fsPath,
+      "--port",
+      "0",
+      "--quiet",
+      "--allowed-origin",
+      origin,
+      ...(server ? ["--server", server] : []),
+      ...(settings.get<string[]>("appArgs") ?? []),
+    ];
+    this.log.appendLine(`pane: starting ${command} ${args.join(" ")}`);
+    const child = spawn(command, args, { stdio: ["ignore", "pipe", "pipe"], cwd: folder.uri.fsPath });
+    running.child = child;
+    let stderr = "";
+    child.stderr.setEncoding("utf8");
+    child.stderr.on("data", (chunk: string) => {
+      stderr = (stderr + chunk).slice(-4000);
+      this.log.append(chunk);
+    });
+    return new Promise<string>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        child.kill("SIGTERM");
+        reject(new Error(`spark app did not print its URL within ${START_TIMEOUT_MS / 1000} s`));
+      }, START_TIMEOUT_MS);
+      const lines = createInterface({ input: child.stdout });
+      lines.on("line", (line) => {
+        this.log.appendLine(`pane: ${line}`);
+        const url = APP_LINE.exec(line)?.[1];
+        if (!url) return;
+        clearTimeout(timer);
+        resolve(url);
+      });
+      child.once("error", (error) => {
+        clearTimeout(timer);
+        reject(new Error(`could not run ${command}: ${error.message} (set spark.command)`));
+      });
+      child.once("exit", (code, signal) => {
+        clearTimeout(timer);
+        if (this.#running === running) this.#running = undefined;
+        reject(new Error(`spark app exited (${signal ?? `code ${code}`}): ${stderr.trim().slice(-600)}`));
+      });
+    });
+  }
+}

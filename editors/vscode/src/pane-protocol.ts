@@ -1,0 +1,26 @@
+/**
+ * The messages between the Spark pane's webview and the extension (`postMessage`). The front end's
+ * side is web/src/host.ts (`ToEditor`, `FromEditor`); this file mirrors it, plus the two messages of
+ * the page that loads the front end (pane-html.ts): change them together.
+ */
+
+/** Webview → extension. */
+export type FromPane =
+  /** The page is up: its origin (the one the app must allow) and when it started (performance.timeOrigin). */
+  | { type: "origin"; origin: string }
+  /** The front end's first paint with the task list. */
+  | { type: "painted" }
+  /** The app could not be loaded (its script failed). */
+  | { type: "load-failed"; message: string }
+  | { type: "open"; path: string; line?: number }
+  | { type: "diff"; task: string; path: string; before: string | null; after: string | null };
+
+/** Extension → webview. */
+export type ToPane =
+  /** Load the front end from the app at `appUrl`. */
+  | { type: "load"; appUrl: string }
+  /** The app could not be started: shown in the pane. */
+  | { type: "failed"; message: string }
+  | { type: "ask"; text: string }
+  | { type: "apply"; task: string; path?: string }
+  | { type: "discard"; task: string; path?: string };
