@@ -91,6 +91,16 @@ const CONFIG_CASES: ConfigCase[] = [
     config: { engine: "script", script: SPARK_SCRIPT, limits: { spark: { requestsPerMinute: 1.5 } } },
     mentions: ["limits.spark.requestsPerMinute", /int/i],
   },
+  {
+    name: "variants.check empty",
+    config: { engine: "script", script: SPARK_SCRIPT, variants: { check: " " } },
+    mentions: ["variants.check", /must be a command/],
+  },
+  {
+    name: "variants.concurrency over 10",
+    config: { engine: "script", script: SPARK_SCRIPT, variants: { concurrency: 11 } },
+    mentions: ["variants.concurrency", /10/],
+  },
 ];
 
 for (const { name, config, mentions } of CONFIG_CASES) {
