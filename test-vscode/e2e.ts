@@ -4,9 +4,13 @@
  * playwright-core, against `spark serve` with the script engine, so every answer is known. A small
  * recording proxy between the extension and the server shows what each request carried.
  *
- * Checks: ghost text from the Spark server appears and Tab accepts it; Ctrl+Shift+L flips the tier
- * in the status bar and the next completion carries the other model; a quick edit (Ctrl+I) streams
- * the scripted rewrite into the editor, Ctrl+Enter accepts it, and the saved file matches.
+ * Checks: ghost text from the Spark server appears and Tab accepts it; the status item opens its menu,
+ * whose tier entry flips the status bar and the next completion's model; Ctrl+Shift+L outside the
+ * editor text flips it back; a quick edit (Ctrl+I) shows the scripted rewrite as an inline diff
+ * (removed lines red, added lines green, Accept/Reject CodeLens), Ctrl+Enter accepts it and the saved
+ * file matches; a quick edit without a selection on a CRLF file, rejected with its CodeLens, leaves
+ * the exact original bytes; a `[markdown]` file with completions off and a `.env` file send no
+ * completion request.
  *
  * Run by `npm run test:vscode` (test-vscode/run.sh installs code-server and chromium first).
  */
@@ -38,7 +42,7 @@ const children: ChildProcess[] = [];
 const work = mkdtempSync(join(tmpdir(), "spark-vscode-e2e-"));
 
 /** Requests the extension's language server sent to the server, as the proxy saw them. */
-const seen: { path: string; model: string | undefined }[] = [];
+const seen: { path: string; model: string | undefined; body: string }[] = [];
 
 async function startSpark(script: string): Promise<string> {
   const child = spawn(
@@ -77,7 +81,7 @@ async function startProxy(target: string): Promise<string> {
       } catch {
         model = undefined;
       }
-      seen.push({ path: req.url ?? "", model });
+      seen.push({ path: req.url ?? "", model, body: body.toString("utf8") });
       const upstream = http.request(
         `${target}${req.url ?? ""}`,
         { method: req.method, headers: { ...req.headers, host: new URL(target).host } },
@@ -113,8 +117,16 @@ function run(command: string, args: string[]): Promise<void> {
   });
 }
 
-async function waitFor(what: string, check: () => boolean, timeoutMs = 20_000): Promise<void> {
-  for (const deadline = Date.now() + timeoutMs; Date.now() < deadline; await sleep(100)) if (check()) return;
+async function waitFor(
+  what: string,
+  check: () => boolean,
+  timeoutMs = 20_000,
+  refresh?: () => Promise<void>,
+): Promise<void> {
+  for (const deadline = Date.now() + timeoutMs; Date.now() < deadline; await sleep(100)) {
+    await refresh?.();
+    if (check()) return;
+  }
   throw new Error(`timed out waiting for ${what}`);
 }
 
@@ -156,6 +168,7 @@ async function main(): Promise<void> {
       "spark.serverUrl": proxy,
       "spark.command": `${process.execPath} ${join(ROOT, "bin/spark.js")}`,
       "spark.debounceMs": 30,
+      "[markdown]": { "spark.completions.enabled": false },
     }),
   );
   await run(CODE_SERVER, [
@@ -244,13 +257,26 @@ async function scenario(page: Page, port: number, workspace: string, file: strin
   if (!completionModels().includes("spark"))
     throw new Error(`completions carried ${completionModels().join(",")}`);
 
-  // 2. Ctrl+Shift+L: the status bar says deep, and the next completion carries model deep.
-  await page.keyboard.press("Control+Shift+L");
+  // 2. The status item opens the menu; its tier entry makes the status bar say deep, and the next
+  // completion carries model deep.
+  await page.locator(".statusbar-item", { hasText: "⚡ spark" }).first().click();
+  const menu = page.locator(".quick-input-widget");
+  await menu.locator(".quick-input-list .monaco-list-row", { hasText: "Snooze completions" }).waitFor();
+  const entries = await menu.locator(".quick-input-list .monaco-list-row").allInnerTexts();
+  log("status menu:", entries.map((e) => e.replace(/\s+/g, " ").trim()).join(" | "));
+  for (const entry of ["Tier", "Completions: on", "Snooze completions for 5 minutes", "Show the log"]) {
+    if (!entries.some((e) => e.includes(entry)))
+      throw new Error(`the status menu lacks ${entry}: ${entries.join(" | ")}`);
+  }
+  await page.screenshot({ path: join(SHOTS, "2-status-menu.png") });
+  await menu.locator(".quick-input-list .monaco-list-row", { hasText: "Tier" }).first().click();
   await page.locator(".statusbar-item", { hasText: /^deep/ }).first().waitFor({ timeout: 10_000 });
   log(
-    "status bar after Ctrl+Shift+L:",
+    "status bar after the menu's tier entry:",
     await page.locator(".statusbar-item", { hasText: /^deep/ }).first().innerText(),
   );
+  await editor.locator(".view-lines").click();
+  await page.keyboard.press("Control+End");
   const before = completionModels().length;
   await page.keyboard.type(" ok", { delay: 40 });
   await waitFor("a completion after the toggle", () => completionModels().length > before);
@@ -258,24 +284,41 @@ async function scenario(page: Page, port: number, workspace: string, file: strin
   log("models of the completions after the toggle:", after.join(", "));
   if (after.some((model) => model !== "deep")) throw new Error(`after the toggle: ${after.join(",")}`);
   await page.screenshot({ path: join(SHOTS, "2-deep-tier.png") });
+  // Ctrl+Shift+L toggles outside the editor text (here the explorer), where it steals nothing.
+  await page.keyboard.press("Control+Shift+E");
+  await page
+    .locator(".explorer-folders-view .monaco-list:focus-within, .explorer-viewlet :focus")
+    .first()
+    .waitFor();
   await page.keyboard.press("Control+Shift+L");
   await page.locator(".statusbar-item", { hasText: "⚡ spark" }).first().waitFor({ timeout: 10_000 });
+  await editor.locator(".view-lines").click();
 
-  // 3. Quick edit of the first line: Ctrl+I, an instruction, the scripted rewrite, Ctrl+Enter.
+  // 3. Quick edit of the first line: Ctrl+I, an instruction, the scripted rewrite as an inline
+  // diff (the old line red, the new one green, Accept/Reject above), Ctrl+Enter.
   await page.keyboard.press("Control+Home");
   await page.keyboard.press("Shift+End");
   await page.keyboard.press("Control+I");
   await page.waitForSelector(".quick-input-widget input", { state: "visible" });
   await page.keyboard.type("use reduce");
   await page.keyboard.press("Enter");
-  const rewritten = editor.locator(".view-line", { hasText: "items.reduce" });
-  await rewritten.first().waitFor({ timeout: 30_000 });
-  await sleep(300);
+  await editor.locator(".codelens-decoration a", { hasText: "Accept" }).first().waitFor({ timeout: 30_000 });
+  const diff = await waitForDiff(page, "items.reduce");
+  log("inline diff:", JSON.stringify(diff));
+  if (
+    !diff.removed.some((line) => line.startsWith("let total = 0;")) ||
+    !diff.added.some((line) => line.includes("items.reduce"))
+  )
+    throw new Error(`the inline diff shows ${JSON.stringify(diff)}`);
   await page.screenshot({ path: join(SHOTS, "3-quick-edit.png") });
   const chat = seen.filter((r) => r.path === "/v1/chat/completions");
   if (chat.length !== 1 || chat[0]!.model !== "spark")
-    throw new Error(`quick edit requests: ${JSON.stringify(chat)}`);
+    throw new Error(`quick edit requests: ${JSON.stringify(chat.map((r) => r.model))}`);
   await page.keyboard.press("Control+Enter");
+  await editor
+    .locator(".codelens-decoration a", { hasText: "Accept" })
+    .first()
+    .waitFor({ state: "detached" });
   await page.keyboard.press("Control+S");
   // The save reaches the disk through code-server a moment later: wait for the file to change.
   const original = readFileSync(file, "utf8");
@@ -290,6 +333,124 @@ async function scenario(page: Page, port: number, workspace: string, file: strin
     throw new Error(
       `saved file is ${JSON.stringify(saved)}, expected it to start with ${JSON.stringify(expected)}`,
     );
+
+  // 4. A quick edit without a selection takes the lines at the cursor; Reject (its CodeLens) puts
+  // back the exact bytes: CRLF line ends, a tab, trailing spaces, no newline at the end.
+  const crlf = join(workspace, "crlf.ts");
+  const crlfOriginal = "// keep\r\n\tlet total = 0;  \r\n\tfor (const x of items) total += x;\r\n\r\n// end";
+  writeFileSync(crlf, crlfOriginal);
+  await openFile(page, "crlf.ts");
+  await editor.locator(".view-line", { hasText: "for (const x" }).first().click();
+  await page.keyboard.press("Control+I");
+  await page.waitForSelector(".quick-input-widget input", { state: "visible" });
+  await page.keyboard.type("use reduce");
+  await page.keyboard.press("Enter");
+  await editor.locator(".codelens-decoration a", { hasText: "Reject" }).first().waitFor({ timeout: 30_000 });
+  const blockDiff = await waitForDiff(page, "items.reduce");
+  log("inline diff without a selection:", JSON.stringify(blockDiff));
+  if (blockDiff.removed.length !== 3 || blockDiff.added.length !== 1)
+    throw new Error(`expected the 3 lines of the block removed and 1 added: ${JSON.stringify(blockDiff)}`);
+  await page.screenshot({ path: join(SHOTS, "5-quick-edit-block.png") });
+  await editor.locator(".codelens-decoration a", { hasText: "Reject" }).first().click();
+  await editor
+    .locator(".codelens-decoration a", { hasText: "Reject" })
+    .first()
+    .waitFor({ state: "detached" });
+  // A marker typed at the end makes the document dirty for certain, so the save happens.
+  await page.keyboard.press("Control+End");
+  await page.keyboard.type("Z");
+  await page.keyboard.press("Control+S");
+  const reads = new Set<string>();
+  await waitFor(
+    "the rejected file to be saved with its exact bytes and the marker",
+    () => readFileSync(crlf, "utf8") === `${crlfOriginal}Z`,
+    20_000,
+    async () => void reads.add(readFileSync(crlf, "utf8")),
+  ).catch((error: Error) => {
+    throw new Error(`${error.message}; the file read ${JSON.stringify([...reads])}`);
+  });
+  log("after Reject the file has its exact bytes");
+
+  // 5. Completions off for markdown (a `[markdown]` setting) and a `.env` file: typing there sends
+  // no request. A TypeScript file afterwards does, so the requests are seen at all.
+  writeFileSync(join(workspace, "notes.md"), "# Notes\n");
+  writeFileSync(join(workspace, ".env"), "API_URL=https://example.invalid\n");
+  for (const [name, marker] of [
+    ["notes.md", "MARKDOWN_MARKER say hello"],
+    [".env", "SECRET_MARKER=say hello"],
+  ] as const) {
+    await openFile(page, name);
+    await editor.locator(".view-lines").click();
+    await page.keyboard.press("Control+End");
+    await page.keyboard.type(marker, { delay: 40 });
+  }
+  const count = seen.filter((r) => r.path === "/v1/completions").length;
+  await openFile(page, "sum.ts");
+  await editor.locator(".view-lines").click();
+  await page.keyboard.press("Control+End");
+  await page.keyboard.type(" say hello", { delay: 40 });
+  await waitFor(
+    "a completion request from sum.ts",
+    () => seen.filter((r) => r.path === "/v1/completions").length > count,
+  );
+  // notes.md asked for nothing (its text may still be context of sum.ts's request); the .env text
+  // is in no request at all.
+  const prompts = seen
+    .filter((r) => r.path === "/v1/completions")
+    .map((r) => (JSON.parse(r.body) as { prompt?: string }).prompt ?? "");
+  if (prompts.some((prompt) => prompt.includes("MARKDOWN_MARKER")))
+    throw new Error("notes.md ([markdown] completions off) sent a completion request");
+  if (seen.some((r) => r.body.includes("SECRET_MARKER")))
+    throw new Error("the .env file's text reached the server");
+  log("no request from notes.md ([markdown] off) or .env; sum.ts still gets completions");
+}
+
+/** Opens `name` (a file at the workspace's top) from the explorer. */
+async function openFile(page: Page, name: string): Promise<void> {
+  const exact = new RegExp(`^${name.replace(/\./g, "\\.")}$`);
+  await page.locator(".explorer-folders-view .monaco-list-row", { hasText: exact }).first().click();
+  await page.locator(".tab.active", { hasText: name }).first().waitFor();
+}
+
+/**
+ * The lines of the active editor with a whole-line decoration, by colour: red ones (the quick
+ * edit's removed lines) and green ones (its added lines). Read from the DOM: the overlay of each
+ * line, matched to the text of the line at the same height.
+ */
+async function inlineDiff(page: Page): Promise<{ removed: string[]; added: string[] }> {
+  return page.evaluate(() => {
+    const editor = document.querySelector(".editor-instance .monaco-editor")!;
+    const textAt = new Map<string, string>();
+    for (const line of Array.from(editor.querySelectorAll<HTMLElement>(".view-lines > .view-line")))
+      textAt.set(line.style.top, (line.textContent ?? "").replace(/\u00a0/g, " "));
+    const result = { removed: [] as string[], added: [] as string[] };
+    for (const overlay of Array.from(editor.querySelectorAll<HTMLElement>(".view-overlays > div"))) {
+      for (const child of Array.from(overlay.children)) {
+        const match = /rgba?\((\d+), (\d+), (\d+)(?:, ([\d.]+))?\)/.exec(
+          getComputedStyle(child).backgroundColor,
+        );
+        if (!match || Number(match[4] ?? 1) === 0) continue;
+        const [r, g] = [Number(match[1]), Number(match[2])];
+        const text = textAt.get(overlay.style.top) ?? "";
+        if (r > g + 40) result.removed.push(text);
+        else if (g > r + 20) result.added.push(text);
+      }
+    }
+    return result;
+  });
+}
+
+async function waitForDiff(page: Page, added: string): Promise<{ removed: string[]; added: string[] }> {
+  let diff = { removed: [] as string[], added: [] as string[] };
+  await waitFor(
+    `an inline diff adding ${added}`,
+    () => diff.added.some((line) => line.includes(added)) && diff.removed.length > 0,
+    30_000,
+    async () => void (diff = await inlineDiff(page)),
+  ).catch((error: Error) => {
+    throw new Error(`${error.message}; the editor shows ${JSON.stringify(diff)}`);
+  });
+  return diff;
 }
 
 try {

@@ -837,6 +837,9 @@ describe("spark lsp completion control and the quick-edit cap", () => {
     assert.deepEqual(await complete(lsp, "main.ts", 0, 10), { items: [] });
     assert.equal(completionsTo(proxy).length, 0, "completions off: nothing reached the server");
 
+    // Edits elsewhere are context (input_extra) of the next completion, but never a secrets file's.
+    await type(lsp, ".env.local", 2, 1, 6, "sk-live-5678");
+    await type(lsp, "notes.md", 2, 1, 0, "markdown is context");
     // Switched back on, the same document gets its completion: the filter was what held it back.
     await lsp.connection.sendNotification("workspace/didChangeConfiguration", {
       settings: { spark: { completions: { enabled: true } } },
@@ -846,6 +849,12 @@ describe("spark lsp completion control and the quick-edit cap", () => {
     assert.ok(
       completionsTo(proxy).every((r) => !JSON.stringify(r.body).includes("sk-live")),
       "the secret never left the editor",
+    );
+    const extra = completionsTo(proxy)[0]!.body.input_extra as { filename: string; text: string }[];
+    assert.deepEqual(
+      extra.map((chunk) => chunk.filename),
+      ["notes.md"],
+      "the markdown edit is context, the .env edit is not",
     );
     // The patterns are a setting: without `.env*` in them the file gets completions.
     await lsp.connection.sendNotification("workspace/didChangeConfiguration", {

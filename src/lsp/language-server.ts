@@ -9,7 +9,8 @@
  *   around the cursor and `input_extra` = recently edited chunks of other files; `$/cancelRequest`
  *   and every document change abort the HTTP request in flight, so the server stops the engine;
  *   a document that `completions` (enabled, disabledLanguages, excludePatterns: see file-filter.ts)
- *   rules out gets `{items: []}` and nothing is sent;
+ *   rules out gets `{items: []}` and nothing is sent, and one matching excludePatterns (secrets) is
+ *   never in `input_extra` either;
  * - `spark.quickEdit [{textDocument:{uri}, range, instruction}]` streams `POST /v1/chat/completions`
  *   with the selection as `prediction` and `max_tokens` = quickEditMaxTokens(selection), notifies `spark/quickEditProgress {uri, range, from, text}`
  *   (deltas: the rewrite so far is the previous one's first `from` characters and `text`; at most
@@ -41,7 +42,7 @@ import { CompletionCache } from "./completion-cache.js";
 import { EditRing } from "./edit-ring.js";
 import { BoundedMessageReader, REFUSED_METHOD, type RefusedMessage } from "./message-reader.js";
 import { clipPrefix, clipSuffix, DEFAULT_CLIP, midLine, postProcess } from "./fim-context.js";
-import { completionsBlocked } from "./file-filter.js";
+import { completionsBlocked, matchesAny } from "./file-filter.js";
 import {
   finalRewrite,
   ProgressThrottle,
@@ -164,7 +165,10 @@ export class SparkLanguageServer {
     this.settings = settings;
     this.ring = new EditRing((uri, from, to) => {
       const document = this.documents.get(uri);
-      if (!document) return undefined;
+      // A secrets file is never context of another file's completion either.
+      if (!document || matchesAny(pathOf(uri) ?? "", this.settings.completions.excludePatterns)) {
+        return undefined;
+      }
       return document.getText({ start: { line: from, character: 0 }, end: { line: to, character: 0 } });
     });
     this.listen();

@@ -12,6 +12,7 @@ import type { LanguageClient } from "vscode-languageclient/node";
 import {
   completionsBlocked,
   DEFAULT_EXCLUDE_PATTERNS,
+  matchesAny,
   type CompletionFilter,
 } from "../../../src/lsp/file-filter.js";
 
@@ -74,6 +75,15 @@ export class Completions {
         languageId: document.languageId,
       },
     );
+  }
+
+  /**
+   * The excludePatterns entry `document` matches (a secrets file), or undefined. Such a document is
+   * not even synced to the language server (see the client's middleware in extension.ts).
+   */
+  secret(document: vscode.TextDocument): string | undefined {
+    if (document.uri.scheme !== "file") return undefined;
+    return matchesAny(document.uri.fsPath, this.filter().excludePatterns);
   }
 
   get enabled(): boolean {

@@ -21,10 +21,10 @@ import { Completions } from "./completions.js";
 import { downloadProgress, locateSpark, type SparkCommand } from "./locate.js";
 import { QuickEdit } from "./quick-edit.js";
 import { showStatusMenu } from "./status-menu.js";
+import { registerPane } from "./pane.js";
 
 /** The clone `npm run package` ran in (build.mjs defines it): its bin/spark.js is a Spark to run. */
 declare const SPARK_PACKAGED_FROM: string | undefined;
-import { registerPane } from "./pane.js";
 
 type Tier = "spark" | "deep";
 
@@ -36,7 +36,6 @@ interface SparkStatus {
 }
 
 const SECRET_KEY = "spark.apiKey";
-const INSTALL_URL = "https://example.invalid/spark#spark-on-the-path";
 /** globalState: the notice about Ctrl+Shift+L was shown. */
 const TOGGLE_KEY_NOTICE = "spark.toggleKeyNoticeShown";
 const SERVER_START_TIMEOUT_MS = 60_000;
@@ -91,6 +90,7 @@ class Extension {
     this.#completions = completions;
     this.#quickEdit = new QuickEdit(this.context, {
       client: () => this.#client,
+      secret: (document) => completions.secret(document),
       tier: () => this.#status.tier,
       log: this.#log,
     });
@@ -148,6 +148,15 @@ class Extension {
     const clientOptions: LanguageClientOptions = {
       documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
       outputChannel: this.#log,
+      // A secrets file (spark.completions.excludePatterns) is never sent to the language server.
+      middleware: {
+        didOpen: (document, next) =>
+          this.#completions?.secret(document) ? Promise.resolve() : next(document),
+        didChange: (event, next) =>
+          this.#completions?.secret(event.document) ? Promise.resolve() : next(event),
+        didClose: (document, next) =>
+          this.#completions?.secret(document) ? Promise.resolve() : next(document),
+      },
       initializationOptions: {
         server: this.#serverUrl,
         tier: this.#status.tier,
@@ -277,12 +286,21 @@ class Extension {
       "Spark is not installed: run `npm install -g .` in a clone of Spark (it puts `spark` on the PATH), " +
       "or set spark.command to the `spark` command.";
     this.#log.appendLine(message);
+    this.#log.appendLine(
+      [
+        "To install Spark (Node 20 or newer):",
+        "  git clone <the Spark repository> spark && cd spark",
+        "  npm install -g .      # builds it and puts `spark` on the PATH",
+        "  spark --version",
+        "then reload VS Code. Or point spark.command at it (`node /path/to/spark/bin/spark.js`),",
+        "or spark.serverUrl at a Spark server that is already running.",
+      ].join("\n"),
+    );
     this.#renderStatus("not installed");
     void vscode.window
-      .showWarningMessage(message, "Open Install Instructions", "Open a Terminal", "Set spark.command")
+      .showWarningMessage(message, "How to Install", "Open a Terminal", "Set spark.command")
       .then((choice) => {
-        if (choice === "Open Install Instructions")
-          void vscode.env.openExternal(vscode.Uri.parse(INSTALL_URL));
+        if (choice === "How to Install") this.#log.show();
         else if (choice === "Open a Terminal") vscode.window.createTerminal("Spark install").show();
         else if (choice)
           void vscode.commands.executeCommand("workbench.action.openSettings", "spark.command");

@@ -41,6 +41,8 @@ interface PendingEdit {
 export interface QuickEditHost {
   client(): LanguageClient | undefined;
   tier(): string;
+  /** The excludePatterns entry a secrets file matches: such a file is never sent. */
+  secret(document: vscode.TextDocument): string | undefined;
   log: vscode.OutputChannel;
 }
 
@@ -113,6 +115,12 @@ export class QuickEdit implements vscode.CodeLensProvider {
     const client = this.host.client();
     if (!client) return void vscode.window.showWarningMessage("Spark is not running: see Spark: Show Log.");
     const document = editor.document;
+    const secret = this.host.secret(document);
+    if (secret) {
+      return void vscode.window.showWarningMessage(
+        `Spark does not send this file: it matches ${secret} (spark.completions.excludePatterns).`,
+      );
+    }
     let range: vscode.Range = editor.selection;
     const block = editor.selection.isEmpty;
     if (block) {
