@@ -140,6 +140,12 @@ describe("checkpoints", () => {
       files: Record<string, { kind: string }>;
     };
     assert.equal(manifest.files["new/created.txt"]?.kind, "absent");
+    const resumed = await Checkpoints.open(ws, "plain-session", home);
+    assert.equal(
+      describeRestore(await resumed.undo(1)),
+      "restored a.txt, run.sh; re-created bin.dat; removed new/created.txt, out.log",
+    );
+    assert.deepEqual(bytes(root, "bin.dat"), BINARY);
   });
 
   it("undo and redo restore exact bytes in git, through private refs only", async () => {
@@ -186,10 +192,37 @@ describe("checkpoints", () => {
     assert.equal(git(root, "show", "refs/spark/checkpoints/git-session/2:a.txt"), "a changed by turn 1\n");
     const manifest = git(root, "log", "-1", "--format=%B", "refs/spark/checkpoints/git-session/1");
     assert.match(manifest, /"new\/created.txt": \{\s*"kind": "absent"/);
-    // A new session numbers on from the refs already there.
+    // The same session opened again (resumed, an app restart) can undo its saved turns, and numbers on.
     const resumed = await Checkpoints.open(ws, "git-session", home);
+    assert.deepEqual(
+      resumed.checkpoints.map((c) => c.turn),
+      [1, 2],
+    );
+    assert.equal(describeRestore(await resumed.undo()), "restored a.txt");
+    assert.equal(bytes(root, "a.txt").toString(), "a changed by turn 1\n");
     resumed.beginTurn();
     assert.equal(resumed.turn, 3);
+  });
+
+  it("a path that now leads outside the workspace is skipped and said so; the others are restored", async () => {
+    const { root, ws, outside } = await workspaceFixture("spark-cp-escape-", {
+      "dir/inner.txt": "inner\n",
+      "top.txt": "top\n",
+    });
+    const checkpoints = await Checkpoints.open(ws, "escape-session", home);
+    checkpoints.beginTurn();
+    await checkpoints.beforeCommand();
+    // The command swaps the folder for a symlink to a folder outside, and edits top.txt.
+    sh(root, `rm -r dir && ln -s ${JSON.stringify(outside)} dir && echo changed > top.txt`);
+    await checkpoints.afterCommand();
+    await checkpoints.endTurn();
+    const undo = await checkpoints.undo();
+    assert.equal(undo.files.find((f) => f.path === "top.txt")?.action, "restored");
+    const skipped = undo.files.find((f) => f.path === "dir/inner.txt");
+    assert.equal(skipped?.action, "skipped");
+    assert.match(skipped?.reason ?? "", /outside the workspace/);
+    assert.equal(existsSync(path.join(outside, "inner.txt")), false, "nothing written outside");
+    assert.equal(bytes(root, "top.txt").toString(), "top\n");
   });
 
   it("a file deleted by a command in a subfolder workspace of a repository comes back", async () => {

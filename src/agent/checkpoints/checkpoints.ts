@@ -85,7 +85,7 @@ export const MAX_FILE_BYTES = 16 * 1024 * 1024;
 /** Files scanned around a command; past this, the rest of the workspace is not watched. */
 const MAX_SCAN_FILES = 50_000;
 /** What one session may store outside git. */
-const MAX_STORE_BYTES = 1024 * 1024 * 1024;
+const MAX_STORE_BYTES = 512 * 1024 * 1024;
 /** Checkpoints kept per session (the oldest are dropped: no undo that far back). */
 const MAX_CHECKPOINTS = 100;
 /** Sessions' checkpoints (refs or folders) untouched this long are removed when a session opens. */
@@ -118,6 +118,8 @@ interface Store {
   save(checkpoint: Checkpoint): Promise<void>;
   /** The highest turn saved for this session before (a resumed session numbers on from it). */
   lastTurn(): Promise<number>;
+  /** The checkpoints saved for this session before, oldest first (unreadable ones skipped). */
+  load(): Promise<Checkpoint[]>;
 }
 
 export class Checkpoints implements TurnRecorder {
@@ -137,11 +139,18 @@ export class Checkpoints implements TurnRecorder {
   /** The store's own folder when it lies in the workspace (never scanned). */
   readonly #exclude: string | undefined;
 
-  private constructor(workspace: Workspace, store: Store, exclude: string | undefined, turn: number) {
+  private constructor(
+    workspace: Workspace,
+    store: Store,
+    exclude: string | undefined,
+    turn: number,
+    saved: Checkpoint[],
+  ) {
     this.#workspace = workspace;
     this.#store = store;
     this.#exclude = exclude;
     this.#turn = turn;
+    this.#done.push(...saved.slice(-MAX_CHECKPOINTS));
   }
 
   /**
@@ -162,7 +171,9 @@ export class Checkpoints implements TurnRecorder {
       if (exclude.startsWith("..") || path.isAbsolute(exclude)) exclude = undefined;
     }
     if (store instanceof GitStore) await store.prune();
-    return new Checkpoints(workspace, store, exclude, await store.lastTurn());
+    // A resumed session (`spark resume`, an app task after a restart) can undo its earlier turns.
+    const saved = await store.load().catch(() => []);
+    return new Checkpoints(workspace, store, exclude, await store.lastTurn(), saved);
   }
 
   /** `git` when the checkpoints are refs of the workspace's repository, `folder` otherwise. */
@@ -311,28 +322,36 @@ export class Checkpoints implements TurnRecorder {
   async #restore(target: Map<string, Version>): Promise<FileRestore[]> {
     const out: FileRestore[] = [];
     for (const [rel, version] of [...target].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
-      const abs = await this.#workspace.resolve(rel, "write");
-      const existed = await lstat(abs).then(
-        () => true,
-        () => false,
-      );
-      if (version.kind === "unrecorded") {
-        out.push({ path: rel, action: "skipped", reason: version.reason });
-      } else if (version.kind === "absent") {
-        if (existed) {
-          await rm(abs, { force: true });
-          out.push({ path: rel, action: "removed" });
-        }
-      } else {
-        const bytes = await this.#store.get(version.id);
-        const current = existed ? await readFile(abs).catch(() => undefined) : undefined;
-        if (current?.equals(bytes) && (await modeOf(abs)) === version.mode) continue;
-        await writeFileAtomic(abs, bytes);
-        await chmod(abs, version.mode);
-        out.push({ path: rel, action: existed ? "restored" : "recreated" });
+      try {
+        const done = await this.#restoreOne(rel, version);
+        if (done) out.push(done);
+      } catch (error) {
+        // Outside the workspace now (a symlinked folder), a folder in its place…: said, and the rest goes on.
+        out.push({ path: rel, action: "skipped", reason: errorMessage(error) });
       }
     }
     return out;
+  }
+
+  /** Puts one path back; undefined when it already is as it was. */
+  async #restoreOne(rel: string, version: Version): Promise<FileRestore | undefined> {
+    const abs = await this.#workspace.resolve(rel, "write");
+    const existed = await lstat(abs).then(
+      () => true,
+      () => false,
+    );
+    if (version.kind === "unrecorded") return { path: rel, action: "skipped", reason: version.reason };
+    if (version.kind === "absent") {
+      if (!existed) return undefined;
+      await rm(abs, { force: true });
+      return { path: rel, action: "removed" };
+    }
+    const bytes = await this.#store.get(version.id);
+    const current = existed ? await readFile(abs).catch(() => undefined) : undefined;
+    if (current?.equals(bytes) && (await modeOf(abs)) === version.mode) return undefined;
+    await writeFileAtomic(abs, bytes);
+    await chmod(abs, version.mode);
+    return { path: rel, action: existed ? "restored" : "recreated" };
   }
 
   /** A turn no one began (a tool run outside the agent's turns): counted like one. */
@@ -437,6 +456,37 @@ export function patchPaths(patch: string): string[] {
 export function describeTurns(turns: readonly number[]): string {
   if (turns.length === 1) return `turn ${turns[0]}`;
   return `turns ${turns[0]}–${turns.at(-1)}`;
+}
+
+function errorMessage(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** A saved manifest read back; undefined when it is not one. */
+function parseManifest(text: string): Checkpoint | undefined {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  if (typeof parsed !== "object" || parsed === null) return undefined;
+  const { turn, files } = parsed as { turn?: unknown; files?: unknown };
+  if (typeof turn !== "number" || !Number.isInteger(turn) || typeof files !== "object" || files === null)
+    return undefined;
+  const map = new Map<string, Version>();
+  for (const [rel, value] of Object.entries(files as Record<string, unknown>)) {
+    const v = value as { kind?: unknown; id?: unknown; mode?: unknown; reason?: unknown } | null;
+    // Only paths inside the workspace, as the manifest's writer spelled them.
+    if (rel === "" || rel.startsWith("/") || rel.split("/").includes("..")) return undefined;
+    if (v?.kind === "absent") map.set(rel, { kind: "absent" });
+    else if (v?.kind === "file" && typeof v.id === "string" && typeof v.mode === "number")
+      map.set(rel, { kind: "file", id: v.id, mode: v.mode & 0o7777 });
+    else if (v?.kind === "unrecorded")
+      map.set(rel, { kind: "unrecorded", reason: typeof v.reason === "string" ? v.reason : "not kept" });
+    else return undefined;
+  }
+  return { turn, files: map };
 }
 
 function tooLarge(size: number): Version {
@@ -602,6 +652,21 @@ class GitStore implements Store {
     return (await this.#turns()).at(-1) ?? 0;
   }
 
+  async load(): Promise<Checkpoint[]> {
+    const out: Checkpoint[] = [];
+    for (const turn of await this.#turns()) {
+      const ref = `${this.#prefix}${turn}`;
+      const message = await neutralGit(this.root, ["log", "-1", "--format=%B", ref]).catch(() => undefined);
+      const text = message?.toString("utf8") ?? "";
+      const checkpoint = parseManifest(text.slice(text.indexOf("{")));
+      if (checkpoint?.turn === turn) {
+        out.push(checkpoint);
+        this.#parent = (await neutralGit(this.root, ["rev-parse", ref])).toString("utf8").trim();
+      }
+    }
+    return out;
+  }
+
   async #turns(): Promise<number[]> {
     const refs = await neutralGit(this.root, ["for-each-ref", "--format=%(refname)", this.#prefix]).catch(
       () => Buffer.alloc(0),
@@ -663,7 +728,7 @@ class FolderStore implements Store {
       if (this.#bytes + bytes.length > MAX_STORE_BYTES) {
         return {
           kind: "unrecorded",
-          reason: `the session's checkpoints reached ${MAX_STORE_BYTES / 2 ** 30} GiB`,
+          reason: `the session's checkpoints reached ${MAX_STORE_BYTES / 2 ** 20} MiB`,
         };
       }
       this.#bytes += bytes.length;
@@ -698,6 +763,16 @@ class FolderStore implements Store {
 
   async lastTurn(): Promise<number> {
     return (await this.#turns()).at(-1) ?? 0;
+  }
+
+  async load(): Promise<Checkpoint[]> {
+    const out: Checkpoint[] = [];
+    for (const turn of await this.#turns()) {
+      const text = await readFile(path.join(this.dir, `${turn}.json`), "utf8").catch(() => "");
+      const checkpoint = parseManifest(text);
+      if (checkpoint?.turn === turn) out.push(checkpoint);
+    }
+    return out;
   }
 
   async #turns(): Promise<number[]> {
