@@ -123,13 +123,17 @@ describe("ignore_eos", { skip: modelPath ? false : MODEL_SKIP_MESSAGE }, () => {
         body: JSON.stringify({ model: "spark", temperature: 0, ...body }),
       });
       assert.equal(response.status, 200, await response.clone().text());
-      return (await response.json()) as Record<string, never>;
+      return (await response.json()) as {
+        choices: { finish_reason: string }[];
+        usage: Record<string, number>;
+        status: string;
+      };
     };
     const messages = [{ role: "user", content: PROMPT }];
     const chatStop = await post("/v1/chat/completions", { messages, max_tokens: MAX_TOKENS });
-    assert.equal(chatStop.choices[0]!["finish_reason"], "stop");
+    assert.equal(chatStop.choices[0]!.finish_reason, "stop");
     const chat = await post("/v1/chat/completions", { messages, max_tokens: MAX_TOKENS, ignore_eos: true });
-    assert.equal(chat.choices[0]!["finish_reason"], "length");
+    assert.equal(chat.choices[0]!.finish_reason, "length");
     assert.equal(chat.usage["completion_tokens"], MAX_TOKENS);
     const responses = await post("/v1/responses", {
       input: PROMPT,

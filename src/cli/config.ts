@@ -68,6 +68,8 @@ const engineSettings = {
   draftModel: z.string().min(1).optional(),
   /** llama: input lookup (prompt-lookup decoding) for requests that do not set it. */
   inputLookup: z.enum(["on", "off"]).optional(),
+  /** llama: run the model in this `llama-server` executable, supervised, instead of in process. */
+  llamaServer: z.string().min(1).optional(),
   upstream: z.url().optional(),
   /** Replicas of the upstream, instead of `upstream`. */
   upstreams: z

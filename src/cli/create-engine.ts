@@ -143,6 +143,29 @@ export async function createEngine(
       });
     }
     case "llama": {
+      if (settings.llamaServer) {
+        const [{ LlamaServerEngine }, { DEFAULT_MODEL, defaultCacheDir, resolveModelPath }] =
+          await Promise.all([
+            import("../engines/llama/llama-server-engine.js"),
+            import("../engines/llama/model-source.js"),
+          ]);
+        return new LlamaServerEngine({
+          binary: settings.llamaServer,
+          modelPath: async () =>
+            (
+              await resolveModelPath({
+                ...(settings.model ? { explicitPath: settings.model } : {}),
+                cacheDir: defaultCacheDir(),
+                defaultModel: DEFAULT_MODEL,
+                download: settings.download ?? true,
+              })
+            ).path,
+          log,
+          ...(settings.threads !== undefined ? { threads: settings.threads } : {}),
+          ...(settings.contextSize !== undefined ? { contextSize: settings.contextSize } : {}),
+          ...(settings.sequences !== undefined ? { sequences: settings.sequences } : {}),
+        });
+      }
       const [{ LlamaEngine }, { DEFAULT_MODEL, defaultCacheDir, progressBar, resolveModelPath }] =
         await Promise.all([
           import("../engines/llama/llama-engine.js"),

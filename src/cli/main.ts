@@ -128,6 +128,10 @@ export function buildProgram(): Command {
       "--draft-model <path>",
       `llama: a small GGUF model of the same vocabulary that drafts tokens for the model (speculative decoding) ${env("draftModel")}`,
     )
+    .option(
+      "--llama-server <path>",
+      `llama: run the model in this llama-server executable (supervised child; bench/peer/build-llama-server.sh builds one) instead of in process ${env("llamaServer")}`,
+    )
     .addOption(
       new Option(
         "--input-lookup <mode>",
