@@ -197,10 +197,20 @@ describe("variants and --worktree in the terminal", { skip: tmuxMissing ?? false
     await term.waitFor("✓ applied to", "the apply", WAIT);
     assert.equal(readFileSync(join(cwd, "hello.txt"), "utf8"), "hello\nworld\n");
     assert.equal(readFileSync(join(cwd, "who.txt"), "utf8").trim().startsWith("tui-"), true);
+
+    // /discard drops the session's changes and goes on in a fresh worktree of the files as they are.
+    writeFileSync(join(path, "scratch.txt"), "not wanted\n");
+    term.type("/discard");
+    term.press("Enter");
+    await term.waitFor("discarded 3 changed files; a fresh worktree", "the discard", WAIT);
+    assert.equal(existsSync(join(path, "scratch.txt")), false);
+    assert.equal(readFileSync(join(path, "hello.txt"), "utf8"), "hello\nworld\n", "from the applied files");
+    assert.equal(existsSync(join(cwd, "scratch.txt")), false);
     term.type("/quit");
     term.press("Enter");
-    await term.waitFor("worktree removed (its changes are applied)", "the exit", WAIT);
+    await term.waitFor("worktree removed (the session changed no files)", "the exit", WAIT);
     assert.deepEqual(sparkWorktrees(home), []);
+    assert.equal(git(cwd, "branch", "--list", "spark/*").trim(), "");
   });
 
   test("spark exec --worktree leaves the directory untouched and its result on its branch", async () => {
@@ -234,6 +244,54 @@ describe("variants and --worktree in the terminal", { skip: tmuxMissing ?? false
     // The branch starts from what the user saw: their uncommitted change included.
     assert.equal(git(cwd, "show", `${branch}:base.txt`), "base\nuncommitted\n");
     assert.match(git(cwd, "show", "--stat", branch), /spark exec: add a greeting/);
+
+    // With --json the last event says the same; a task that changed nothing leaves no worktree.
+    const json = await runToExit(
+      [
+        "exec",
+        "--json",
+        "--worktree",
+        "-C",
+        cwd,
+        "--engine",
+        "script",
+        "--script",
+        script("exec2.jsonl", ""),
+        "again",
+      ],
+      { SPARK_HOME: home },
+    );
+    assert.equal(json.code, 0, json.stderr);
+    const events = json.stdout
+      .trim()
+      .split("\n")
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    assert.match(String((events[0]!.worktree as { branch?: string }).branch), /^spark\/exec-/);
+    const last = events.at(-1)!;
+    assert.equal(last.type, "worktree");
+    assert.equal(last.removed, false);
+    assert.deepEqual(
+      (last.files as { path: string }[]).map((f) => f.path),
+      ["hello.txt", "who.txt"],
+    );
+    assert.equal(git(cwd, "show", `${String(last.branch)}:hello.txt`), "hello\nworld\n");
+    const nothing = await runToExit(
+      [
+        "exec",
+        "--worktree",
+        "-C",
+        cwd,
+        "--engine",
+        "script",
+        "--script",
+        file("idle.jsonl", '{"output":[{"type":"message","text":"Nothing to do."}]}\n'),
+        "look",
+      ],
+      { SPARK_HOME: home },
+    );
+    assert.equal(nothing.code, 0, nothing.stderr);
+    assert.match(nothing.stderr, /worktree: no changes; removed/);
+    assert.equal(sparkWorktrees(home).length, 2, "the two results stay, the empty one is gone");
   });
 });
 
