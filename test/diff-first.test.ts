@@ -6,6 +6,7 @@
  * is collapsed in the transcript).
  */
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
@@ -137,6 +138,75 @@ describe("diff-first approvals in the terminal", { skip: tmuxMissing ?? false, t
     // Ctrl-O expands the last patch with its diff.
     term.press("C-o");
     await term.waitFor((s) => hasLine(s, "+spark"), "the expanded diff");
+  });
+
+  test("a long command is shown whole in its approval; with --worktree, /diff is the worktree's diff", async () => {
+    const long = `touch ${"a".repeat(150)}.txt && echo ${"b".repeat(150)} THE-END`;
+    const tools = script("diff-worktree.jsonl", [
+      [{ type: "function_call", name: "shell", arguments: JSON.stringify({ command: long }) }],
+      [EDIT_NOTES],
+      [
+        {
+          type: "function_call",
+          name: "shell",
+          arguments: JSON.stringify({ command: "echo made > shell.txt" }),
+        },
+      ],
+      [message("Done in the worktree.")],
+    ]);
+    // A git repository: the session works in a worktree of its own.
+    const cwd = freshDir("repo-");
+    writeFileSync(join(cwd, "notes.txt"), "hello\nworld\n");
+    const git = (...args: string[]) =>
+      execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.com", ...args], { cwd });
+    git("init", "-q");
+    git("add", "notes.txt");
+    git("commit", "-qm", "notes");
+    const term = tmux.start({
+      args: ["--worktree", "--engine", "script", "--script", tools, "--rate", "200"].concat([
+        "--sandbox",
+        "off",
+        "--approval",
+        "on-request",
+      ]),
+      cwd,
+      dataDir: freshDir("data-"),
+      env: { SPARK_HOME: freshDir("home-") },
+      columns: 100,
+      rows: 40,
+    });
+    await term.waitFor(/⎇ working in worktree/, "the worktree line");
+    await term.idle();
+    term.type("work in the worktree");
+    term.press("Enter");
+    // Without a sandbox, on-request asks for the command: all of it is on screen, wrapped, not cut.
+    const asked = await term.waitFor(/^Run: touch[\s\S]*THE-END$/m, "the command's approval");
+    const prompt = asked.slice(asked.lastIndexOf("Run: touch"));
+    const squeezed = (text: string) => text.replace(/\s+/g, "");
+    assert.ok(squeezed(prompt).includes(squeezed(`Run: ${long}`)), `the whole command:\n${prompt}`);
+    assert.ok(!prompt.includes("…"), "nothing cut");
+    term.press("y");
+    const second = await term.waitFor(/^Run: echo made > shell\.txt$/m, "the second command's approval");
+    assert.match(second, /^✎ notes\.txt \+1 −1/m, "the patch ran unasked, one line in the transcript");
+    term.press("y");
+    await term.waitFor("Done in the worktree.", "the answer");
+    await term.idle();
+    assert.equal(
+      readFileSync(join(cwd, "notes.txt"), "utf8"),
+      "hello\nworld\n",
+      "the user's file is untouched",
+    );
+
+    term.type("/diff");
+    term.press("Enter");
+    const diff = await term.waitFor(
+      /^Changes in the session's worktree \(\/apply lands them\): \d+ files/m,
+      "/diff",
+    );
+    assert.ok(hasLine(diff, "notes.txt +1 −1") && hasLine(diff, "+spark"), `the patch:\n${diff}`);
+    assert.ok(hasLine(diff, "shell.txt (new) +1 −0") && hasLine(diff, "+made"), "and what the command wrote");
+    term.press("q");
+    await term.idle();
   });
 });
 

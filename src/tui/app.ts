@@ -656,17 +656,39 @@ class TuiApp {
   }
 
   /**
-   * `/diff`: every file this session changed (patches, edit_file), each against its content before
-   * the session first touched it, paged in the footer. Files are read as they are now, so an undo
-   * or the user's own edits since show too.
+   * `/diff`: every file this session changed, paged in the footer. In place: the files patches and
+   * edit_file changed, each against its content before the session first touched it, read as they
+   * are now (an undo or the user's own edits since show too). In a `--worktree` session: the
+   * worktree's whole diff against where it started (commands' changes included), as /apply lands it.
    */
-  #showSessionDiff(): void {
-    const record = this.#changes;
-    if (record) record.after(Object.keys(record.toJSON()));
-    const diffs = record?.diffs() ?? [];
+  async #showSessionDiff(): Promise<void> {
+    const ws = this.#runtime?.taskWorkspace;
+    let diffs: FileDiff[];
+    let title = "Changes this session";
+    if (ws && ws.kind !== "in-place") {
+      try {
+        const { taskChanges } = await import("../agent/worktree/task-workspace.js");
+        const { contentDiff } = await import("../agent/file-diff.js");
+        diffs = (await taskChanges(ws)).map((change) =>
+          contentDiff(change.path, change.before, change.after),
+        );
+      } catch (error) {
+        this.#screen.line(red(`✗ /diff: ${(error as Error).message}`));
+        return;
+      }
+      title = "Changes in the session's worktree (/apply lands them)";
+    } else {
+      const record = this.#changes;
+      if (record) record.after(Object.keys(record.toJSON()));
+      diffs = record?.diffs() ?? [];
+    }
     if (diffs.length === 0) {
       this.#screen.line(
-        dim("no changes in this session yet (/diff shows what patches and edit_file changed)"),
+        dim(
+          ws && ws.kind !== "in-place"
+            ? "no changes in the session's worktree yet"
+            : "no changes in this session yet (/diff shows what patches and edit_file changed)",
+        ),
       );
       return;
     }
@@ -678,7 +700,7 @@ class TuiApp {
     }
     const files = `${diffs.length} file${diffs.length === 1 ? "" : "s"}`;
     this.#pager = {
-      head: `${bold("Changes this session")}: ${files} ${counts(added, removed)} ${dim("· q closes")}`,
+      head: `${bold(title)}: ${files} ${counts(added, removed)} ${dim("· q closes")}`,
       rows: diffRows(diffs, this.#screen.columns - 1),
       offset: 0,
     };
@@ -864,7 +886,7 @@ class TuiApp {
       case "expand":
         return this.#expand();
       case "diff":
-        this.#showSessionDiff();
+        await this.#showSessionDiff();
         break;
       case "quit":
       case "exit":
