@@ -16,7 +16,7 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -33,6 +33,8 @@ const CODE_SERVER = join(CACHE, "cs/node_modules/.bin/code-server");
 const VSIX = join(ROOT, "editors/vscode/spark-vscode.vsix");
 const SHOTS = process.env.OUT_DIR ?? join(ROOT, "test-vscode/screenshots");
 const GHOST = "_SPARK_GHOST_42";
+/** SPARK_VSCODE_BENCH=N: after the checks, N keystrokes timed through the extension (BENCHMARKS.md 13). */
+const BENCH_KEYS = Number(process.env.SPARK_VSCODE_BENCH ?? 0);
 const REWRITE = "const total = items.reduce((sum, x) => sum + x, 0);";
 
 const started = Date.now();
@@ -137,6 +139,7 @@ async function main(): Promise<void> {
     [
       { output: [{ type: "message", text: "```ts\n" + REWRITE + "\n```" }] },
       { completion: GHOST, after: "say hello" },
+      { completion: " // ok", after: "x" },
       { completion: "" },
     ]
       .map((line) => JSON.stringify(line))
@@ -167,7 +170,8 @@ async function main(): Promise<void> {
       "editor.suggestOnTriggerCharacters": false,
       "spark.serverUrl": proxy,
       "spark.command": `${process.execPath} ${join(ROOT, "bin/spark.js")}`,
-      "spark.debounceMs": 30,
+      "spark.debounceMs": BENCH_KEYS > 0 ? 0 : 30,
+      "spark.logTimings": true,
       "[markdown]": { "spark.completions.enabled": false },
     }),
   );
@@ -215,6 +219,7 @@ async function main(): Promise<void> {
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   try {
     await scenario(page, port, workspace, file);
+    if (BENCH_KEYS > 0) await bench(page, workspace, userData);
   } catch (error) {
     await page.screenshot({ path: join(SHOTS, "error.png") }).catch(() => undefined);
     throw error;
@@ -229,6 +234,14 @@ async function scenario(page: Page, port: number, workspace: string, file: strin
   const status = page.locator(".statusbar-item", { hasText: "spark" }).first();
   await status.waitFor({ timeout: 60_000 });
   log("workbench loaded, status bar:", await status.innerText());
+  // The one-time notice says where Ctrl+Shift+L toggles the tier and how to rebind it. Closed, so
+  // that it covers nothing in the screenshots.
+  const notice = page.locator(".notification-toast", { hasText: "Select All Occurrences" }).first();
+  await notice.waitFor({ timeout: 30_000 });
+  log("notice:", (await notice.innerText()).replace(/\s+/g, " ").slice(0, 120));
+  await notice.hover();
+  await notice.locator(".codicon-notifications-clear").first().click();
+  await notice.waitFor({ state: "detached" });
 
   // Open the file through Quick Open.
   await page.keyboard.press("Control+P");
@@ -403,6 +416,58 @@ async function scenario(page: Page, port: number, workspace: string, file: strin
   if (seen.some((r) => r.body.includes("SECRET_MARKER")))
     throw new Error("the .env file's text reached the server");
   log("no request from notes.md ([markdown] off) or .env; sum.ts still gets completions");
+}
+
+/**
+ * What the extension adds to a completion, in a real VS Code: `spark.logTimings` makes it log, per
+ * completion, its own time (the provider's work before and after the language server's answer) and
+ * the language server's round trip. Each keystroke types an `x` after ` // ok` was suggested for the
+ * previous one, so the cache misses and a request goes out, as in figure 13.
+ */
+async function bench(page: Page, workspace: string, userData: string): Promise<void> {
+  writeFileSync(join(workspace, "bench.ts"), "function f() {\n  \n}\n");
+  await openFile(page, "bench.ts");
+  const editor = page.locator(".editor-instance .monaco-editor").first();
+  await editor.locator(".view-line", { hasText: "function f" }).first().click();
+  await page.keyboard.press("ArrowDown");
+  await page.keyboard.press("End");
+  const timings = (): { extension: number; lsp: number }[] => {
+    const files: string[] = [];
+    const walk = (dir: string): void => {
+      for (const entry of readdirSync(dir, { withFileTypes: true })) {
+        if (entry.isDirectory()) walk(join(dir, entry.name));
+        else if (entry.name.endsWith("Spark.log")) files.push(join(dir, entry.name));
+      }
+    };
+    walk(join(userData, "logs"));
+    return files.flatMap((f) =>
+      [
+        ...readFileSync(f, "utf8").matchAll(
+          /completion timing: extension ([\d.]+) ms, spark lsp ([\d.]+) ms/g,
+        ),
+      ].map((m) => ({ extension: Number(m[1]), lsp: Number(m[2]) })),
+    );
+  };
+  const before = timings().length;
+  for (let i = 0; i < BENCH_KEYS; i++) {
+    const count = seen.length;
+    await page.keyboard.type("x");
+    await waitFor("the keystroke's completion request", () => seen.length > count, 10_000);
+    await sleep(50);
+  }
+  await waitFor("the timings in the log", () => timings().length - before >= BENCH_KEYS * 0.9, 30_000);
+  const measured = timings().slice(before);
+  const pct = (values: number[], p: number): number => {
+    const sorted = [...values].sort((a, b) => a - b);
+    return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+  };
+  for (const key of ["extension", "lsp"] as const) {
+    const values = measured.map((t) => t[key]);
+    log(
+      `bench: ${key === "extension" ? "the extension's own time" : "spark lsp round trip"} over ${values.length} completions:`,
+      `p50 ${pct(values, 50).toFixed(3)} ms, p90 ${pct(values, 90).toFixed(3)} ms, p99 ${pct(values, 99).toFixed(3)} ms`,
+    );
+  }
 }
 
 /** Opens `name` (a file at the workspace's top) from the explorer. */

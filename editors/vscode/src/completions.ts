@@ -117,9 +117,11 @@ export class Completions {
     context: vscode.InlineCompletionContext,
     token: vscode.CancellationToken,
   ): Promise<vscode.InlineCompletionItem[]> {
+    const started = performance.now();
     const client = this.host.client();
     if (!client || this.host.editPending() || this.blocked(document) !== undefined) return [];
     try {
+      const requested = performance.now();
       const result = await client.sendRequest<{ items: InlineItem[] } | InlineItem[] | null>(
         "textDocument/inlineCompletion",
         {
@@ -129,8 +131,9 @@ export class Completions {
         },
         token,
       );
+      const answered = performance.now();
       const items = Array.isArray(result) ? result : (result?.items ?? []);
-      return items.map((item) => {
+      const completions = items.map((item) => {
         const text = typeof item.insertText === "string" ? item.insertText : item.insertText.value;
         const range = item.range
           ? new vscode.Range(
@@ -144,6 +147,15 @@ export class Completions {
         if (item.filterText !== undefined) completion.filterText = item.filterText;
         return completion;
       });
+      // spark.logTimings (for the benchmark, BENCHMARKS.md figure 13): what the extension adds
+      // around the language server's answer, and that answer's own time.
+      if (vscode.workspace.getConfiguration("spark").get<boolean>("logTimings")) {
+        const own = performance.now() - answered + (requested - started);
+        this.host.log.appendLine(
+          `completion timing: extension ${own.toFixed(3)} ms, spark lsp ${(answered - requested).toFixed(3)} ms, items ${items.length}`,
+        );
+      }
+      return completions;
     } catch (error) {
       if (!token.isCancellationRequested) {
         this.host.log.appendLine(
