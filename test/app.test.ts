@@ -233,7 +233,18 @@ describe("spark app in a browser", { timeout: 180_000 }, () => {
     git("add", "notes.txt");
     git("commit", "-qm", "notes");
     const app = await startApp({
-      args: ["--engine", "script", "--script", edits, "--rate", "200", "--approval", "untrusted"],
+      // In place (as before worktrees): the patch lands in the workspace as soon as it is approved.
+      args: [
+        "--engine",
+        "script",
+        "--script",
+        edits,
+        "--rate",
+        "200",
+        "--approval",
+        "untrusted",
+        "--in-place",
+      ],
       workspace,
     });
     const page = await openApp(app.url);
@@ -401,7 +412,7 @@ describe("spark app in a browser", { timeout: 180_000 }, () => {
 });
 
 describe("variants in the app", { timeout: 120_000 }, () => {
-  test("N answers side by side, and the conversation continues from the chosen one", async () => {
+  test("N variants side by side as cards, and the conversation continues from the picked one", async () => {
     const lines = script("variants.jsonl", [message("VARIANT answer."), message("AFTER choosing.")]);
     const app = await startApp({ args: ["--engine", "script", "--script", lines, "--rate", "200"] });
     const page = await openApp(app.url);
@@ -409,8 +420,8 @@ describe("variants in the app", { timeout: 120_000 }, () => {
     await page.locator(".variants-select").selectOption("3");
     await sendText(page, "Name this function");
     const variants = page.locator(".variants");
-    await variants.locator("button", { hasText: "Continue from this one" }).nth(2).waitFor();
-    assert.equal(await variants.locator(".variant").count(), 3);
+    await variants.locator(".variant-pick").nth(2).waitFor();
+    assert.equal(await variants.locator(".variant-card").count(), 3);
     assert.equal(await page.locator(".task-item.current .task-title").innerText(), "Name this function");
     assert.deepEqual(await variants.locator(".variant-text").allInnerTexts(), [
       "VARIANT answer.",
@@ -418,8 +429,10 @@ describe("variants in the app", { timeout: 120_000 }, () => {
       "VARIANT answer.",
     ]);
     await screenshot(page, "variants");
-    await variants.locator("button", { hasText: "Continue from this one" }).nth(1).click();
-    await page.locator(".variant.chosen").waitFor();
+    await variants.locator(".variant-pick").nth(1).click();
+    await page.locator(".variant-card.chosen").waitFor();
+    // Its answer is on its card, not repeated below.
+    assert.equal(await page.locator(".msg.assistant", { hasText: "VARIANT answer." }).count(), 0);
     await waitForState(page, "done");
     // The chosen answer joined the conversation: the next turn is the script's second line.
     await page.locator(".variants-select").selectOption("1");

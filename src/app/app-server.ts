@@ -29,6 +29,8 @@ import { expectationFailed, originForm } from "../server/request-target.js";
 import type { ClientMessage, ProjectContext, ServerMessage } from "./protocol.js";
 import type { SessionContext } from "../agent/context/session-context.js";
 import { Outbox } from "./outbox.js";
+import { PreviewServer } from "./preview-server.js";
+import { MAX_VARIANTS, MIN_VARIANTS } from "../agent/variants/runner.js";
 import { ServerWatch } from "./server-watch.js";
 import { TaskManager, type ManagerContext } from "./task-manager.js";
 
@@ -120,19 +122,29 @@ const clientMessage: z.ZodType<ClientMessage> = z.discriminatedUnion("type", [
   z.strictObject({
     type: z.literal("variants"),
     task: taskId,
-    count: z.number().int().min(2).max(4),
+    count: z.number().int().min(MIN_VARIANTS).max(MAX_VARIANTS),
     text: text.min(1),
   }),
   z.strictObject({
     type: z.literal("choose"),
     task: taskId,
     entry: z.string().max(200),
-    index: z.number().int().min(0).max(3),
+    index: z
+      .number()
+      .int()
+      .min(0)
+      .max(MAX_VARIANTS - 1),
   }),
+  z.strictObject({ type: z.literal("variants.discard"), task: taskId, entry: z.string().max(200) }),
   z.strictObject({ type: z.literal("review"), task: taskId }),
   z.strictObject({ type: z.literal("revert"), task: taskId, path: z.string().min(1).max(4096).optional() }),
+  z.strictObject({ type: z.literal("undo"), task: taskId, turn: z.number().int().min(1).optional() }),
+  z.strictObject({ type: z.literal("redo"), task: taskId }),
   z.strictObject({ type: z.literal("keep"), task: taskId, path: z.string().min(1).max(4096).optional() }),
+  z.strictObject({ type: z.literal("apply"), task: taskId, path: z.string().min(1).max(4096).optional() }),
+  z.strictObject({ type: z.literal("discard"), task: taskId, path: z.string().min(1).max(4096).optional() }),
   z.strictObject({ type: z.literal("file"), task: taskId, path: z.string().min(1).max(4096) }),
+  z.strictObject({ type: z.literal("files"), query: z.string().max(200) }),
 ]) as z.ZodType<ClientMessage>;
 
 interface StaticFile {
@@ -153,6 +165,13 @@ const TYPES: Record<string, string> = {
 const CSP =
   "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
   "font-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+/** The app's CSP, framing only the preview server's origin (under either loopback name) when it runs. */
+function appCsp(previewPort: number | undefined): string {
+  return previewPort === undefined
+    ? CSP
+    : `${CSP}; frame-src http://127.0.0.1:${previewPort} http://localhost:${previewPort}`;
+}
 
 export class AppServer {
   readonly tasks: TaskManager;
@@ -175,6 +194,11 @@ export class AppServer {
   #url = "";
   /** Set with `watchServer`. */
   readonly serverWatch: ServerWatch | undefined;
+  /** Variants' pages, on a loopback port of their own (another origin); see preview-server.ts. */
+  readonly #preview = new PreviewServer();
+  /** Its port once it listens; undefined when it could not (cards then show no preview). */
+  #previewPort: number | undefined;
+  readonly #previewReady: Promise<void>;
 
   constructor(private readonly options: AppServerOptions) {
     const keyed = options.accessKey !== undefined || options.verifyKey !== undefined;
@@ -193,8 +217,15 @@ export class AppServer {
       ...(options.allowedOrigins ? { allowedOrigins: options.allowedOrigins } : {}),
     });
     this.#loadStatic(options.webDir ?? WEB_DIST);
+    this.#previewReady = this.#preview.listen().then(
+      (origin) => void (this.#previewPort = Number(new URL(origin).port)),
+      (error: unknown) => {
+        process.stderr.write(`spark app: variant previews are off: ${(error as Error).message}\n`);
+      },
+    );
     this.tasks = new TaskManager({
       ...options,
+      preview: this.#preview,
       apiKey: (owner) => (owner === undefined ? this.#agentKey : this.#ownerKeys.get(owner)),
       broadcast: (message, owner) => this.#broadcast(message, owner),
       serverReachable: () =>
@@ -278,6 +309,8 @@ export class AppServer {
     this.serverWatch?.close();
     for (const client of this.#clients.keys()) client.terminate();
     this.tasks.close();
+    await this.#previewReady;
+    await this.#preview.close();
     const server = this.#server;
     if (!server) return;
     await new Promise<void>((resolve) => server.close(() => resolve()));
@@ -337,6 +370,8 @@ export class AppServer {
       sendJson(response, 404, errorBody("not_found", `no such page: ${url.pathname.slice(0, 200)}`));
       return;
     }
+    // The page's CSP names the preview server's port.
+    await this.#previewReady;
     const gzip = /\bgzip\b/.test(String(request.headers["accept-encoding"] ?? ""));
     const body = gzip ? file.gzip : file.body;
     // A page on an allowed origin (the VS Code pane's webview, `--allowed-origin`) loads the app's
@@ -349,7 +384,7 @@ export class AppServer {
       "cache-control": "no-cache",
       "x-content-type-options": "nosniff",
       "referrer-policy": "no-referrer",
-      "content-security-policy": CSP,
+      "content-security-policy": appCsp(this.#previewPort),
       ...(gzip ? { "content-encoding": "gzip" } : {}),
       vary: "accept-encoding, origin",
     });
@@ -439,6 +474,7 @@ export class AppServer {
       version: "1",
       ...(this.serverWatch ? { server: this.serverWatch.health } : {}),
       ...(this.options.project ? { context: projectContext(this.options.project) } : {}),
+      ...(this.#previewPort === undefined ? {} : { preview: this.#previewPort }),
     });
     // Bounded per browser: one that falls behind is sent `hello` again once it has caught up.
     const outbox: Outbox = new Outbox(ws, () => outbox.send(JSON.stringify(hello())));

@@ -35,6 +35,27 @@ export interface TaskSummary {
   parent?: string;
   /** Why the last answer was cut off (state `incomplete`): `context full` or `output token limit`. */
   cutOff?: string;
+  /** The last turn "Undo turn" would undo (the latest that changed files); absent: nothing to undo. */
+  undoTurn?: number;
+  /** The turns "Redo" would put back (the last undo's); absent: nothing to redo. */
+  redoTurns?: number[];
+  /** Where the task works (absent: in the workspace itself, a task saved before worktrees). */
+  workspace?: TaskWorkspaceInfo;
+}
+
+/**
+ * Where a task works (src/agent/worktree): its own git worktree on `branch`, a copy of the workspace
+ * (outside git), or the workspace itself (`spark app --in-place`); nothing of a worktree or copy
+ * lands in the workspace before Apply.
+ */
+export interface TaskWorkspaceInfo {
+  kind: "worktree" | "copy" | "in-place";
+  /** The directory the task works in. */
+  path: string;
+  /** `spark/ID` for a worktree. */
+  branch?: string;
+  /** Disk its files take (bytes; a worktree shares git's objects), when measured. */
+  bytes?: number;
 }
 
 /** Whether the Spark server the agents use answers (`spark app --server URL`; see `ServerWatch`). */
@@ -162,14 +183,30 @@ export type ClientMessage =
   /** Drops every variant of `entry` (stops those still running); nothing lands. */
   | { type: "variants.discard"; task: string; entry: string }
   | { type: "review"; task: string }
+  /**
+   * A task in a worktree or copy: brings its changes (all, or one file) into the workspace with a
+   * 3-way merge; when a file conflicts nothing is written (answered with `review`, conflicts listed).
+   */
+  | { type: "apply"; task: string; path?: string }
+  /**
+   * A task in a worktree or copy: one file back to where the task started (in the task's
+   * workspace), or, without `path`, the whole worktree and branch dropped and made afresh.
+   */
+  | { type: "discard"; task: string; path?: string }
   | { type: "revert"; task: string; path?: string }
+  /** "Undo turn": the files before the task's last turn that changed files, or before `turn`. */
+  | { type: "undo"; task: string; turn?: number }
+  /** Takes the last undo back. */
+  | { type: "redo"; task: string }
   /** Keeps the task's changes (one file, or all): they leave its review. */
   | { type: "keep"; task: string; path?: string }
   /**
    * A changed file's content before the task and after its latest change (for an editor's own diff
    * view: the VS Code pane's left side); answered with `file`.
    */
-  | { type: "file"; task: string; path: string };
+  | { type: "file"; task: string; path: string }
+  /** `@` in the composer: workspace files whose path contains `query` (answered with `files`). */
+  | { type: "files"; query: string };
 
 export type ServerMessage =
   | {
@@ -209,9 +246,24 @@ export type ServerMessage =
       cards?: VariantCard[];
     }
   | { type: "status"; task: string; status: TaskStatus }
-  | { type: "review"; task: string; files: FileDiff[]; source: "git" | "record" }
+  /**
+   * `source` "task": the diff of a task's worktree or copy against where it started; `applied` the
+   * paths already as the task has them in the workspace, `conflicts` those of the last Apply that
+   * failed (nothing was written).
+   */
+  | {
+      type: "review";
+      task: string;
+      files: FileDiff[];
+      source: "git" | "record" | "task";
+      applied?: string[];
+      conflicts?: { path: string; reason: string }[];
+      workspace?: TaskWorkspaceInfo;
+    }
   /** Answers `file`: `null` where the file did not exist (before) or was deleted (after). */
   | { type: "file"; task: string; path: string; before: string | null; after: string | null }
+  /** Answers `files`: at most 20 paths, relative, best first. */
+  | { type: "files"; query: string; paths: string[] }
   /** A background task finished: shown as a notification. */
   | { type: "notify"; task: string; title: string; text: string; state: TaskState }
   /** The steer reached the wire: `at` is the epoch time (ms, sub-ms precision) it was sent. */

@@ -11,16 +11,18 @@
 import { mkdirSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { ToolError } from "../agent/workspace.js";
+import { CheckpointError } from "../agent/checkpoints/checkpoints.js";
 import type { ClientMessage, ServerMessage, TaskState, TaskSummary } from "./protocol.js";
 import { Task, type TaskContext } from "./task.js";
+import { WorkspaceFiles } from "./workspace-files.js";
+import { pruneTaskWorkspaces } from "../agent/worktree/task-workspace.js";
+import { MAX_VARIANTS, MIN_VARIANTS } from "../agent/variants/runner.js";
 
 export type ManagerContext = Omit<TaskContext, "delegate" | "changed" | "broadcast"> & {
   /** Sends a message to the browsers signed in as `owner` (see `Task.owner`), and only to them. */
   broadcast(message: ServerMessage, owner: string | undefined): void;
 };
 
-/** Most variants (parallel lanes) one request may ask for. */
-const MAX_VARIANTS = 4;
 /** States a turn ends in. */
 const ENDED = new Set<TaskState>(["done", "incomplete", "failed", "interrupted"]);
 /** Background tasks running at once in a workspace; more wait, queued. */
@@ -40,9 +42,12 @@ export class TaskManager {
   readonly #running = new Set<Task>();
   readonly #waiting: { task: Task; text: string }[] = [];
   readonly #problems: string[] = [];
+  /** `@` in the composer: the workspace's file names, and the files a message names attached. */
+  readonly #files: WorkspaceFiles;
 
   constructor(context: ManagerContext) {
     this.#broadcast = context.broadcast;
+    this.#files = new WorkspaceFiles(context.workspace.root);
     this.#context = {
       ...context,
       broadcast: (message) => this.#toOwner(message),
@@ -52,9 +57,11 @@ export class TaskManager {
     };
     const dir = Task.directory(context.dataDir);
     mkdirSync(dir, { recursive: true, mode: 0o700 });
+    const saved = new Set<string>();
     // One bad file costs its task, not the app: what cannot be read is skipped and reported.
     for (const name of readdirSync(dir)) {
       if (!name.endsWith(".json")) continue;
+      saved.add(name.slice(0, -".json".length));
       try {
         const task = Task.load(this.#context, name.slice(0, -".json".length), (problem) =>
           this.#report(problem),
@@ -64,7 +71,22 @@ export class TaskManager {
         this.#report(`${join(dir, name)} was skipped: ${(error as Error).message}`);
       }
     }
+    // Task workspaces no saved task names (a crash, a task deleted while its removal was cut
+    // short) are Spark's to remove; a saved task's, even one that cannot be read now, are kept.
+    this.pruned = pruneTaskWorkspaces(
+      context.workspace.root,
+      (id) => saved.has(id) || this.#tasks.has(id),
+    ).then(
+      ({ removed }) => removed,
+      (error: unknown) => {
+        this.#report(`stale task workspaces could not be pruned: ${(error as Error).message}`);
+        return [];
+      },
+    );
   }
+
+  /** The ids of the stale task workspaces removed at start (once pruning is done). */
+  readonly pruned: Promise<string[]>;
 
   /** Sends the messages held while the Spark server was unreachable (see `Task.sendHeld`). */
   sendHeld(): void {
@@ -210,6 +232,10 @@ export class TaskManager {
     owner: string | undefined,
   ): Promise<void> {
     if (message.type === "hello") return; // answered by the server, which knows the version
+    if (message.type === "files") {
+      reply({ type: "files", query: message.query, paths: await this.#files.match(message.query) });
+      return;
+    }
     if (message.type === "task.create") {
       if (message.background) {
         let task: Task;
@@ -236,7 +262,7 @@ export class TaskManager {
         return;
       }
       reply({ type: "task.log", task: task.id, entries: task.entries, status: task.status });
-      if (message.text) await task.send(message.text);
+      if (message.text) await task.send(await this.#files.attach(message.text));
       return;
     }
     const found = this.#tasks.get(message.task);
@@ -264,7 +290,7 @@ export class TaskManager {
         this.#broadcast({ type: "task.removed", task: task.id }, task.owner);
         return;
       case "send":
-        await task.send(message.text, message.sentAt, message.images);
+        await task.send(await this.#files.attach(message.text), message.sentAt, message.images);
         return;
       case "queue":
         await task.queue(message.text);
@@ -285,13 +311,28 @@ export class TaskManager {
         task.answer(message.entry, message.answer, message.reason);
         return;
       case "variants":
-        await task.variants(Math.min(MAX_VARIANTS, Math.max(2, Math.floor(message.count))), message.text);
+        await task.variants(
+          Math.min(MAX_VARIANTS, Math.max(MIN_VARIANTS, Math.floor(message.count))),
+          message.text,
+        );
         return;
       case "choose":
         await task.choose(message.entry, message.index);
         return;
+      case "variants.discard":
+        await task.discardVariants(message.entry);
+        return;
       case "review":
         reply({ type: "review", task: task.id, ...(await task.review()) });
+        return;
+      case "undo":
+      case "redo":
+        try {
+          await task.undoRedo(message.type, message.type === "undo" ? message.turn : undefined);
+        } catch (error) {
+          if (!(error instanceof CheckpointError)) throw error;
+          reply({ type: "error", code: error.code, message: error.message, task: task.id });
+        }
         return;
       case "revert":
         await task.revert(message.path);
@@ -301,9 +342,17 @@ export class TaskManager {
         task.keep(message.path);
         reply({ type: "review", task: task.id, ...(await task.review()) });
         return;
+      case "apply":
+        await task.apply(message.path);
+        reply({ type: "review", task: task.id, ...(await task.review()) });
+        return;
+      case "discard":
+        await task.discard(message.path);
+        reply({ type: "review", task: task.id, ...(await task.review()) });
+        return;
       case "file": {
         // Only a file the task changed: this is not a way to read the workspace.
-        const change = task.record.toJSON()[message.path];
+        const change = await task.fileChange(message.path);
         if (!change) {
           reply({
             type: "error",

@@ -8,21 +8,43 @@
  * line with the same id replaces the earlier one). The agent's own transcript is a saved session
  * (`DATA_DIR/sessions/`), so a task continues after a restart where it stopped.
  */
-import { appendFileSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, rmSync, writeFileSync } from "node:fs";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { Agent, messageText, type AgentEvent, type InputItem } from "../agent/agent.js";
+import { Agent, type AgentEvent, type InputItem } from "../agent/agent.js";
 import type { ApprovalMode } from "../agent/approval.js";
 import { ResponsesSocket } from "../agent/responses-socket.js";
 import type { Sandbox } from "../agent/sandbox.js";
 import { readRegularFile, SessionFile } from "../agent/session-file.js";
 import type { ApprovalReply, ApprovalRequest, ThreadItem, VisionInfo } from "../agent/tools.js";
-import type { Workspace } from "../agent/workspace.js";
+import { Workspace } from "../agent/workspace.js";
+import { adoptInto, type CreateVariantAgent } from "../agent/variants/runner.js";
 import type { Hooks } from "../agent/hooks/runner.js";
 import type { McpManager } from "../agent/mcp/manager.js";
 import type { SessionContext } from "../agent/context/session-context.js";
 import { TextBuffer } from "../protocol/text-buffer.js";
-import { ChangeRecord, reviewDiffs, type FileChange } from "./change-record.js";
+import { ChangeRecord, fileDiff, reviewDiffs, type FileChange } from "./change-record.js";
+import {
+  CheckpointError,
+  Checkpoints,
+  describeRestore,
+  describeTurns,
+} from "../agent/checkpoints/checkpoints.js";
+import {
+  applyTaskWorkspace,
+  createTaskWorkspace,
+  discardTaskWorkspace,
+  openTaskWorkspace,
+  pruneTaskWorkspaces,
+  restoreTaskFile,
+  taskChanges,
+  taskWorkspaceBytes,
+  taskWorkspacesFolder,
+  type TaskWorkspace,
+} from "../agent/worktree/task-workspace.js";
 import { z } from "zod";
+import type { PreviewServer } from "./preview-server.js";
+import { AppVariants } from "./variants.js";
 import type { LogEntry, ServerMessage, TaskState, TaskStatus, TaskSummary } from "./protocol.js";
 
 /** What every task of one app shares: the server, the workspace and the agent's settings. */
@@ -49,6 +71,20 @@ export interface TaskContext {
   mcp?: McpManager;
   /** The user's hooks (from the user's config only). */
   hooks?: Hooks;
+  /** Serves the pages variants write (another origin); absent, cards show no preview. */
+  preview?: PreviewServer;
+  /** `variants` in the config: the check command run in each variant's workspace, and how many run at once. */
+  variants?: {
+    check?: string | undefined;
+    checkTimeoutMs?: number | undefined;
+    concurrency?: number | undefined;
+  };
+  /**
+   * Where tasks work: "auto" (the default) a worktree of their own per task (a copy outside git),
+   * so parallel tasks never write the same files and nothing lands before Apply; "in-place" the
+   * workspace itself (`spark app --in-place`).
+   */
+  taskWorkspaces?: "auto" | "in-place";
   /** The context window of a model, from the server's `/v1/models`. */
   contextWindow(model: string): Promise<number>;
   /** Whether a model sees images, from the server's `/v1/models` (an MCP result's images). */
@@ -70,6 +106,10 @@ interface SavedTask {
   workspace: string;
   sessionId: string;
   record: Record<string, FileChange>;
+  /** Where the task works; absent in tasks saved before worktrees (they worked in place). */
+  taskWorkspace?: TaskWorkspace;
+  /** Saved by tasks made since worktrees: a task without `taskWorkspace` has not made one yet. */
+  isolated?: boolean;
 }
 
 const TASK_STATES = [
@@ -99,11 +139,24 @@ const savedTask = z.object({
     updatedAt: z.string().optional().catch(undefined),
     parent: z.string().optional().catch(undefined),
     cutOff: z.string().optional().catch(undefined),
+    undoTurn: z.number().int().positive().optional().catch(undefined),
   }),
   owner: z.string().optional(),
   workspace: z.string(),
   sessionId: z.string().min(1),
   record: z.record(z.string(), z.object({ before: z.string().nullable(), after: z.string().nullable() })),
+  taskWorkspace: z
+    .object({
+      id: z.string().min(1),
+      kind: z.enum(["worktree", "copy", "in-place"]),
+      root: z.string().min(1),
+      path: z.string().min(1),
+      branch: z.string().optional(),
+      base: z.string(),
+    })
+    .optional()
+    .catch(undefined),
+  isolated: z.boolean().optional().catch(undefined),
 });
 
 /** A transcript line as read back (`ID.log.jsonl`): the fields the browser renders must be there. */
@@ -128,10 +181,21 @@ const logEntry = z.discriminatedUnion("kind", [
 export class Task {
   readonly #entries: LogEntry[] = [];
   readonly status: TaskStatus;
-  readonly record: ChangeRecord;
+  /** The files the agent's patches changed, in the task's own workspace (see `#workspace`). */
+  record: ChangeRecord;
+  /** Where the task works, once made or re-opened (see `#workspaceReady`). */
+  #ws: TaskWorkspace | undefined;
+  /** Making (or re-opening) it: the agent waits for it; undefined again when it failed. */
+  #wsReady: Promise<TaskWorkspace> | undefined;
+  /** The agent's workspace: the task's worktree or copy, or the workspace itself in place. */
+  #workspace: Workspace;
+  /** The last Apply's conflicts (nothing was written), shown by the review until the next Apply. */
+  #conflicts: { path: string; reason: string }[] = [];
   #agent: Agent | undefined;
   #connecting: Promise<Agent> | undefined;
   #session: SessionFile;
+  /** Each turn's checkpoint in the task's workspace (opened with the agent). */
+  #checkpoints: Checkpoints | undefined;
   #entryCounter = 0;
   /** The assistant message streaming now on the main lane. */
   #streaming: Extract<LogEntry, { kind: "assistant" }> | undefined;
@@ -148,7 +212,8 @@ export class Task {
   #cutOff: string | undefined;
   /** Live tokens per second while an answer streams: deltas since the first token, and when. */
   #live = { firstAt: 0, deltas: 0, sentAt: 0 };
-  #variantsEntry: Extract<LogEntry, { kind: "variants" }> | undefined;
+  /** The latest variants run, until one is picked or they are discarded. */
+  #variants: AppVariants | undefined;
   /** `choose()` starts a turn whose user message is already shown. */
   #quietTurn = false;
   #closed = false;
@@ -178,6 +243,7 @@ export class Task {
     readonly owner: string | undefined = undefined,
   ) {
     this.#session = session;
+    this.#workspace = context.workspace;
     this.record = new ChangeRecord(context.workspace, record);
     this.status = { contextTokens: 0, contextWindow: 8192, queued: [] };
   }
@@ -216,6 +282,8 @@ export class Task {
     };
     const task = new Task(summary, session, context, {}, [], options.owner);
     task.#save();
+    // Made now, in the background: the agent waits for it (see `#connect`).
+    void task.#workspaceReady().catch(() => {});
     return task;
   }
 
@@ -289,9 +357,22 @@ export class Task {
       updatedAt: saved.summary.updatedAt ?? createdAt,
       ...(saved.summary.parent === undefined ? {} : { parent: saved.summary.parent }),
       ...(saved.summary.cutOff === undefined ? {} : { cutOff: saved.summary.cutOff }),
+      // What Undo turn would undo (the checkpoints are read back when the agent connects); a redo
+      // does not outlive the app.
+      ...(saved.summary.undoTurn === undefined ? {} : { undoTurn: saved.summary.undoTurn }),
     };
     const task = new Task(summary, opened.file, context, saved.record, opened.transcript, saved.owner);
     if (opened.file.meta.id !== saved.sessionId) task.#save();
+    if (saved.taskWorkspace !== undefined) {
+      const ws = saved.taskWorkspace as TaskWorkspace;
+      task.#wsReady = task.#makeWorkspace(ws);
+      task.#wsReady.catch(() => (task.#wsReady = undefined));
+    } else if (saved.isolated !== true) {
+      // Saved before tasks had workspaces of their own: it worked, and goes on working, in place.
+      const root = context.workspace.root;
+      task.#ws = { id, kind: "in-place", root, path: root, base: "" };
+      task.#wsReady = Promise.resolve(task.#ws);
+    }
     const byId = new Map<string, LogEntry>();
     const order: string[] = [];
     const logPath = join(dir, `${id}.log.jsonl`);
@@ -327,6 +408,11 @@ export class Task {
       const entry = byId.get(entryId)!;
       if (entry.kind === "assistant") entry.streaming = false;
       if (entry.kind === "approval" && entry.answer === undefined) entry.answer = "no";
+      // Variants of an earlier run cannot be picked any more (their worktrees are pruned at start).
+      if (entry.kind === "variants" && entry.chosen === undefined && entry.cards) {
+        entry.done = true;
+        for (const card of entry.cards) card.state = "discarded";
+      }
       // Held for a server that did not answer before the app stopped: still to be sent.
       if (entry.kind === "user" && entry.pending) task.#held.push(entry.id);
       task.entries.push(entry);
@@ -345,6 +431,8 @@ export class Task {
     const streaming = this.#streaming;
     if (streaming && streaming.text.length !== this.#streamingText.length)
       streaming.text = this.#streamingText.toString();
+    // Variants streaming: their texts so far (the page that opens the task now starts from them).
+    if (this.#variants && !this.#variants.entry.done) void this.#variants.current;
     return this.#entries;
   }
 
@@ -359,7 +447,85 @@ export class Task {
     return this.#connecting;
   }
 
+  /** The task's workspace, made (or re-opened) on first use; a failure is tried again next time. */
+  #workspaceReady(): Promise<TaskWorkspace> {
+    if (this.#wsReady === undefined) {
+      const ready = this.#makeWorkspace();
+      this.#wsReady = ready;
+      ready.catch(() => {
+        if (this.#wsReady === ready) this.#wsReady = undefined;
+      });
+    }
+    return this.#wsReady;
+  }
+
+  /**
+   * Re-opens `saved`, or makes the task's workspace: a worktree on `spark/ID` from the workspace as
+   * it is now (HEAD and uncommitted changes), a copy outside git, or the workspace itself with
+   * `taskWorkspaces: "in-place"`. Saved with the task, so a restart re-opens it.
+   */
+  async #makeWorkspace(saved?: TaskWorkspace): Promise<TaskWorkspace> {
+    const root = this.context.workspace.root;
+    let ws = saved === undefined ? undefined : await openTaskWorkspace(saved);
+    if (saved !== undefined && ws === undefined) {
+      this.#notice(
+        "error",
+        `this task's ${saved.kind === "worktree" ? `worktree (${saved.branch ?? saved.path})` : "copy"} is gone: ` +
+          "it goes on from the workspace as it is now",
+      );
+    }
+    if (ws === undefined) {
+      const mode = this.context.taskWorkspaces ?? "auto";
+      // A workspace of this id left by a crash before it was saved with the task is not its own.
+      if (mode !== "in-place") await removeLeftover(root, this.id);
+      ws = await createTaskWorkspace(root, this.id, { mode });
+    }
+    if (this.#deleted) {
+      await removeTaskWorkspace(ws);
+      throw new Error("the task was deleted");
+    }
+    if (ws.kind !== "in-place") {
+      this.#workspace = await Workspace.open(ws.path);
+      this.record = new ChangeRecord(this.#workspace, this.record.toJSON());
+      // Variants of an earlier run made their worktrees from this one: none can be picked any more.
+      if (saved !== undefined) void pruneTaskWorkspaces(ws.path, () => false).catch(() => {});
+    }
+    this.#ws = ws;
+    this.summary.workspace = {
+      kind: ws.kind,
+      path: ws.path,
+      ...(ws.branch === undefined ? {} : { branch: ws.branch }),
+    };
+    this.#save();
+    this.context.changed(this);
+    void this.#measure();
+    return ws;
+  }
+
+  /** The disk the task's workspace takes, and the files it changed (commands' changes too). */
+  async #measure(): Promise<void> {
+    const ws = this.#ws;
+    if (ws === undefined || ws.kind === "in-place" || this.#deleted) return;
+    try {
+      const [bytes, changes] = await Promise.all([taskWorkspaceBytes(ws), taskChanges(ws)]);
+      if (this.#ws !== ws || this.#deleted) return;
+      this.summary.workspace = { ...this.summary.workspace!, bytes };
+      this.summary.changedFiles = changes.map((change) => change.path);
+      this.#save();
+      this.context.changed(this);
+    } catch {
+      // Removed meanwhile (discarded, deleted): nothing to show.
+    }
+  }
+
   async #connect(): Promise<Agent> {
+    await this.#workspaceReady();
+    // Each turn's checkpoint, for "Undo turn"; a store that cannot open costs only that.
+    this.#checkpoints ??= await Checkpoints.open(this.#workspace, this.id).catch((error: unknown) => {
+      this.#notice("error", `checkpoints are off (no Undo turn): ${(error as Error).message}`);
+      return undefined;
+    });
+    const checkpoints = this.#checkpoints;
     const { serverUrl } = this.context;
     const apiKey = this.context.apiKey(this.owner);
     const connect = (): Promise<ResponsesSocket> =>
@@ -374,7 +540,7 @@ export class Task {
       serverUrl,
       ...(apiKey === undefined ? {} : { apiKey }),
       tools: {
-        workspace: this.context.workspace,
+        workspace: this.#workspace,
         sandbox: this.context.sandbox,
         approval: this.context.approval,
         allowEnv: this.context.allowEnv,
@@ -385,6 +551,7 @@ export class Task {
         ...(this.context.mcp?.active ? { mcp: this.context.mcp } : {}),
         ...(this.context.hooks ? { hooks: this.context.hooks } : {}),
         ...(this.context.vision ? { vision: (model: string) => this.context.vision!(model) } : {}),
+        ...(checkpoints ? { checkpoints } : {}),
       },
       ...(this.context.project
         ? { attachments: (text: string) => this.context.project!.attachments(text) }
@@ -507,6 +674,7 @@ export class Task {
     }
     this.#approvals.clear();
     this.#agent?.interrupt();
+    this.#variants?.stop();
   }
 
   async setModel(model: string): Promise<void> {
@@ -562,55 +730,297 @@ export class Task {
     if (this.#approvals.size === 0 && this.summary.state === "approval") this.#setState("running");
   }
 
+  /**
+   * Best-of-N: `count` (2..10) variants of `text`, each a full agent run (tools, commands, patches)
+   * in a worktree of its own from this task's workspace, continuing this conversation, at a spread
+   * of temperatures; shown as cards (see `AppVariants`). Earlier variants not picked are dropped.
+   */
   async variants(count: number, text: string): Promise<void> {
+    const agent = await this.agent();
+    if (agent.busy || (this.#variants && !this.#variants.entry.done)) {
+      this.#notice("error", "a turn or variants are running: wait for them or stop them first");
+      return;
+    }
+    if (this.#variants) void this.#variants.discard().catch(() => {});
+    this.#titleFrom(text);
+    this.#add({ kind: "user", id: this.#nextId(), text });
+    const transcript = [...agent.transcript];
+    const settings = this.context.variants;
+    const run = new AppVariants({
+      task: this.id,
+      entryId: this.#nextId(),
+      prompt: text,
+      count,
+      // From the task's own workspace (its worktree): a pick lands there, not in the user's files.
+      root: this.#workspace.root,
+      createAgent: (input, queued) => this.#variantAgent(input, queued, transcript),
+      ...(settings?.check
+        ? {
+            check: {
+              command: settings.check,
+              ...(settings.checkTimeoutMs === undefined ? {} : { timeoutMs: settings.checkTimeoutMs }),
+              sandbox: this.context.sandbox,
+              allowEnv: this.context.allowEnv,
+            },
+          }
+        : {}),
+      // All at once by default: past the engine's capacity the server queues them (cards say so).
+      concurrency: settings?.concurrency ?? count,
+      ...(this.context.preview ? { preview: this.context.preview } : {}),
+      broadcast: (message) => {
+        if (!this.#deleted) this.context.broadcast(message);
+      },
+      save: (entry) => this.#add(entry),
+    });
+    this.#variants = run;
+    this.#add(run.entry, false);
+    this.#setState("running");
+    await run.run.done;
+    if (this.#variants === run) this.#setState("done");
+  }
+
+  /** One variant's agent: its own connection, its worktree as workspace, this conversation so far. */
+  async #variantAgent(
+    input: CreateVariantAgent,
+    queued: (waiting: boolean) => void,
+    transcript: InputItem[],
+  ): Promise<Agent> {
+    const { serverUrl } = this.context;
+    const apiKey = this.context.apiKey(this.owner);
+    const connect = (): Promise<ResponsesSocket> =>
+      ResponsesSocket.connect(serverUrl, apiKey === undefined ? {} : { apiKey });
+    const [socket, workspace] = await Promise.all([connect(), Workspace.open(input.workspace.path)]);
+    const label = `variant ${input.index + 1}`;
+    const agent = new Agent({
+      socket,
+      reconnect: connect,
+      serverUrl,
+      ...(apiKey === undefined ? {} : { apiKey }),
+      tools: {
+        workspace,
+        sandbox: this.context.sandbox,
+        approval: this.context.approval,
+        allowEnv: this.context.allowEnv,
+        ask: (request) => this.#ask({ ...request, summary: `${label}: ${request.summary}` }),
+        ...(this.context.project ? { skills: this.context.project.skills } : {}),
+        // Not MCP: its servers run in the user's workspace, outside the variant's worktree.
+        ...(this.context.hooks ? { hooks: this.context.hooks } : {}),
+        ...(this.context.vision ? { vision: (model: string) => this.context.vision!(model) } : {}),
+      },
+      model: this.summary.model,
+      instructions: this.context.instructions,
+      contextWindow: this.status.contextWindow,
+      autoCompact: this.context.autoCompact,
+      transcript,
+      temperature: input.temperature,
+    });
+    agent.on((event) => {
+      if (event.type === "response.queued" && event.lane === "") queued(true);
+      else if ((event.type === "first_token" || event.type === "response.done") && event.lane === "")
+        queued(false);
+    });
+    if (this.#closed) agent.close();
+    return agent;
+  }
+
+  /**
+   * Picks variant `index`: its changes land in this task's workspace (a 3-way merge, all or
+   * nothing), the conversation continues from its turn (its text is not repeated: its card shows
+   * it), and the other variants' worktrees are removed.
+   */
+  async choose(entryId: string, index: number): Promise<void> {
+    const run = this.#variants;
+    if (!run || run.entry.id !== entryId || !run.entry.done || run.entry.chosen !== undefined) {
+      this.#notice("error", "those variants can no longer be chosen");
+      return;
+    }
     const agent = await this.agent();
     if (agent.busy) {
       this.#notice("error", "a turn is running: wait for it or stop it first");
       return;
     }
-    this.#titleFrom(text);
-    const entry: Extract<LogEntry, { kind: "variants" }> = {
-      kind: "variants",
-      id: this.#nextId(),
-      prompt: text,
-      texts: Array.from({ length: count }, () => ""),
-      done: false,
-    };
-    this.#variantsEntry = entry;
-    this.#add(entry, false);
-    this.#setState("running");
-    const results = await agent.variants(count, text, (index, delta) => {
-      entry.texts[index] = (entry.texts[index] ?? "") + delta;
-      this.context.broadcast({ type: "variant.delta", task: this.id, entry: entry.id, index, delta });
-    });
-    results.forEach((result, index) => {
-      if (result instanceof Error) entry.texts[index] = `(failed: ${result.message})`;
-      else entry.texts[index] = result.output.map((item) => messageText(item)).join("");
-    });
-    entry.done = true;
-    this.#add(entry);
-    this.#setState("done");
-  }
-
-  async choose(entryId: string, index: number): Promise<void> {
-    const entry = this.entries.find((e) => e.id === entryId);
-    if (entry?.kind !== "variants" || entry !== this.#variantsEntry || !entry.done) {
-      this.#notice("error", "those variants can no longer be chosen");
+    const paths = run.run.variants[index]?.files.map((f) => f.path) ?? [];
+    this.record.before(paths);
+    let picked;
+    try {
+      picked = await run.pick(index);
+    } catch (error) {
+      this.#notice("error", `variant ${index + 1} cannot be picked: ${(error as Error).message}`);
       return;
     }
-    const agent = await this.agent();
-    entry.chosen = index;
-    this.#add(entry);
-    this.#variantsEntry = undefined;
-    this.#add({ kind: "user", id: this.#nextId(), text: entry.prompt });
-    this.#add({ kind: "assistant", id: this.#nextId(), text: entry.texts[index] ?? "", streaming: false });
-    this.#quietTurn = true;
-    void agent.choose(index);
+    this.record.after(paths);
+    if (picked.conflicts.length > 0) {
+      this.#notice(
+        "error",
+        `variant ${index + 1} was not applied (nothing was written): ` +
+          picked.conflicts.map((c) => `${c.path}: ${c.reason}`).join("; "),
+      );
+      return;
+    }
+    this.#variants = undefined;
+    adoptInto(agent, picked);
+    this.summary.changedFiles = this.record.paths;
+    this.#touch();
+    this.#notice(
+      "info",
+      `picked variant ${index + 1}` +
+        (picked.applied.length > 0 ? `: ${picked.applied.join(", ")}` : " (it changed no file)") +
+        "; the others were discarded",
+    );
   }
 
-  /** The task's changes for review: as git sees them in a repository, else from its record. */
-  review(): ReturnType<typeof reviewDiffs> {
-    return reviewDiffs(this.context.workspace.root, this.record);
+  /** Drops the variants of `entryId` (stopping those still running); nothing lands. */
+  async discardVariants(entryId: string): Promise<void> {
+    const run = this.#variants;
+    if (!run || run.entry.id !== entryId) return;
+    this.#variants = undefined;
+    await run.discard();
+    this.#setState("done");
+    this.#notice("info", "variants discarded");
+  }
+
+  /**
+   * The task's changes for review. In a worktree or copy: its diff against where it started, with
+   * the files already in the workspace as the task has them (`applied`) and the last Apply's
+   * conflicts. In place: as git sees them in a repository, else from its record.
+   */
+  async review(): Promise<Omit<Extract<ServerMessage, { type: "review" }>, "type" | "task">> {
+    const ws = this.#ws ?? (await this.#workspaceReady().catch(() => undefined));
+    if (ws === undefined || ws.kind === "in-place")
+      return reviewDiffs(this.context.workspace.root, this.record);
+    const changes = await taskChanges(ws);
+    const applied: string[] = [];
+    for (const change of changes) {
+      let now: string | null;
+      try {
+        now = await readFile(join(ws.root, change.path), "utf8");
+      } catch {
+        now = null;
+      }
+      if (now === change.after) applied.push(change.path);
+    }
+    const paths = new Set(changes.map((change) => change.path));
+    const conflicts = this.#conflicts.filter((conflict) => paths.has(conflict.path));
+    return {
+      files: changes.map((change) => fileDiff(change.path, change)),
+      source: "task",
+      applied,
+      ...(conflicts.length > 0 ? { conflicts } : {}),
+      ...(this.summary.workspace ? { workspace: this.summary.workspace } : {}),
+    };
+  }
+
+  /**
+   * One changed file's content where the task started and as the task has it now (the `file`
+   * message: the VS Code pane's diff editor), or undefined for a file the task did not change.
+   */
+  async fileChange(path: string): Promise<FileChange | undefined> {
+    const ws = this.#ws ?? (await this.#workspaceReady().catch(() => undefined));
+    if (ws === undefined || ws.kind === "in-place") return this.record.toJSON()[path];
+    const change = (await taskChanges(ws)).find((candidate) => candidate.path === path);
+    return change ? { before: change.before, after: change.after } : undefined;
+  }
+
+  /**
+   * Apply: the task's changes (all, or `path`) into the workspace, a 3-way merge against what the
+   * user (or another task) changed there since the task started. When any file conflicts nothing is
+   * written, and the review lists the conflicting files with the reason.
+   */
+  async apply(path?: string): Promise<void> {
+    const ws = await this.#workspaceReady();
+    if (ws.kind === "in-place") {
+      this.#notice("info", "this task works in the workspace itself: its changes are already there");
+      return;
+    }
+    const result = await applyTaskWorkspace(ws, path === undefined ? {} : { paths: [path] });
+    this.#conflicts = result.conflicts;
+    if (result.conflicts.length > 0) {
+      this.#notice(
+        "error",
+        `nothing was applied: ${result.conflicts.length === 1 ? "a file conflicts" : `${result.conflicts.length} files conflict`} with changes made in the workspace since the task started: ` +
+          result.conflicts.map((c) => `${c.path} (${c.reason})`).join("; "),
+      );
+    } else if (result.applied.length === 0) {
+      this.#notice("info", path === undefined ? "no changes to apply" : `${path} has no changes to apply`);
+    } else {
+      this.#notice("info", `applied to the workspace: ${result.applied.join(", ")}`);
+    }
+  }
+
+  /**
+   * Discard: `path` back to where the task started (in the task's workspace); without `path`, the
+   * worktree (or copy) and its branch are removed, and the task goes on in a fresh one made from the
+   * workspace as it is now. Nothing in the user's files changes.
+   */
+  async discard(path?: string): Promise<void> {
+    const ws = await this.#workspaceReady();
+    if (ws.kind === "in-place") {
+      this.#notice("error", "this task works in the workspace itself: use Revert");
+      return;
+    }
+    if (path !== undefined) {
+      await restoreTaskFile(ws, path);
+      this.record.keep(path);
+      this.#notice("info", `discarded the task's changes to ${path}`);
+      await this.#measure();
+      return;
+    }
+    if (this.busy || (this.#variants && !this.#variants.entry.done)) {
+      this.#notice("error", "a turn or variants are running: stop them first");
+      return;
+    }
+    this.#ws = undefined;
+    this.#wsReady = undefined;
+    this.#conflicts = [];
+    await removeTaskWorkspace(ws);
+    this.record.keep();
+    const fresh = await this.#workspaceReady();
+    this.#notice(
+      "info",
+      `discarded: ${ws.kind === "worktree" ? `the worktree and branch ${ws.branch ?? ""}` : "the copy"} removed; ` +
+        `the task goes on in a fresh ${fresh.kind === "worktree" ? "worktree" : "copy"} of the workspace as it is now`,
+    );
+  }
+
+  /**
+   * "Undo turn": the task's files as they were before its last turn that changed files (or before
+   * turn `turn`); "Redo" takes the last undo back. The task's log says which files changed. Throws
+   * `CheckpointError` ("busy", "nothing_to_undo", "nothing_to_redo").
+   */
+  async undoRedo(action: "undo" | "redo", turn?: number): Promise<void> {
+    if (this.busy)
+      throw new CheckpointError(
+        "busy",
+        `a turn is running: stop it or wait before ${action === "undo" ? "Undo turn" : "Redo"}`,
+      );
+    await this.agent();
+    const checkpoints = this.#checkpoints;
+    if (!checkpoints)
+      throw new CheckpointError(
+        action === "undo" ? "nothing_to_undo" : "nothing_to_redo",
+        "this task has no checkpoints",
+      );
+    const result = action === "undo" ? await checkpoints.undo(turn) : await checkpoints.redo();
+    // The review and the changed files follow the files as they are now.
+    this.record.after(result.files.map((f) => f.path));
+    this.summary.changedFiles = this.record.paths;
+    this.#checkpointSummary();
+    this.#notice(
+      "info",
+      `${action === "undo" ? "undid" : "redid"} ${describeTurns(result.turns)}: ${describeRestore(result)}`,
+    );
+    void this.#measure();
+  }
+
+  /** What Undo turn and Redo would do, in the summary (the buttons' state). */
+  #checkpointSummary(): void {
+    const last = this.#checkpoints?.checkpoints.at(-1)?.turn;
+    const redo = this.#checkpoints?.redoable ?? [];
+    if (last === undefined) delete this.summary.undoTurn;
+    else this.summary.undoTurn = last;
+    if (redo.length === 0) delete this.summary.redoTurns;
+    else this.summary.redoTurns = redo;
+    this.#touch();
   }
 
   async revert(path?: string): Promise<string[]> {
@@ -632,6 +1042,8 @@ export class Task {
     this.#closed = true;
     this.stop();
     this.#agent?.close();
+    // Their worktrees stay until the next start prunes them (or the task is deleted, below).
+    this.#variants?.close();
   }
 
   delete(): void {
@@ -639,10 +1051,25 @@ export class Task {
     // write the task's files again once they are removed.
     this.#deleted = true;
     this.close();
+    const variants = this.#variants;
+    this.#variants = undefined;
+    void variants?.run.discard().catch(() => {});
     const dir = Task.directory(this.context.dataDir);
     rmSync(join(dir, `${this.id}.json`), { force: true });
     rmSync(join(dir, `${this.id}.log.jsonl`), { force: true });
     rmSync(this.#session.path, { force: true });
+    // Its worktree (or copy) and branch go with it; one still being made removes itself.
+    const ws = this.#ws;
+    const ready = this.#wsReady;
+    void (async () => {
+      const made = ws ?? (await ready?.catch(() => undefined));
+      if (made) await removeTaskWorkspace(made);
+    })().catch(() => {});
+  }
+
+  /** Where the task works; undefined until it is made (or when making it failed). */
+  get taskWorkspace(): TaskWorkspace | undefined {
+    return this.#ws;
   }
 
   async #delegate(text: string): Promise<string> {
@@ -737,6 +1164,9 @@ export class Task {
         if (event.status === "failed")
           this.#notice("info", `steer arrived after the answer ended: sent as the next message`);
         return;
+      case "checkpoint":
+        this.#checkpointSummary();
+        return;
       case "compacted":
         this.#notice("info", `context compacted (${event.trigger}): ${event.items} items remain`);
         this.status.contextTokens = this.#agent?.contextTokens ?? 0;
@@ -764,6 +1194,7 @@ export class Task {
         this.status.queued = [...(this.#agent?.queuedMessages ?? [])];
         this.#sendStatus();
         this.#setState(state);
+        void this.#measure();
         if (this.summary.background && !this.busy) {
           const last = [...this.entries].reverse().find((e) => e.kind === "assistant");
           this.context.broadcast({
@@ -973,6 +1404,8 @@ export class Task {
       workspace: this.context.workspace.root,
       sessionId: this.#session.meta.id,
       record: this.record.toJSON(),
+      isolated: true,
+      ...(this.#ws === undefined ? {} : { taskWorkspace: this.#ws }),
       ...(this.owner === undefined ? {} : { owner: this.owner }),
     };
     try {
@@ -1014,4 +1447,20 @@ export function cutOffReason(
   if (reason !== "max_output_tokens") return reason.replace(/_/g, " "); // server_shutdown, …
   if (contextWindow > 0 && contextTokens >= contextWindow * 0.95) return "context full";
   return "output token limit";
+}
+
+/** Removes a task's worktree (or copy) and branch, and the worktrees its variants made from it. */
+async function removeTaskWorkspace(ws: TaskWorkspace): Promise<void> {
+  if (ws.kind === "in-place") return;
+  await pruneTaskWorkspaces(ws.path, () => false).catch(() => {});
+  await discardTaskWorkspace(ws);
+}
+
+/** A worktree or copy of task `id` that no saved task names (a crash between making and saving it). */
+async function removeLeftover(root: string, id: string): Promise<void> {
+  const path = join(taskWorkspacesFolder(root), id);
+  if (!existsSync(path) && !existsSync(`${path}.base`)) return;
+  await removeTaskWorkspace({ id, kind: "worktree", root, path, branch: `spark/${id}`, base: "" }).catch(
+    () => {},
+  );
 }

@@ -34,6 +34,8 @@ export interface AppFlags {
   /** `--allowed-host` / `--allowed-origin`: replace SPARK_ALLOWED_HOSTS / _ORIGINS and the config's. */
   allowedHosts?: readonly string[];
   allowedOrigins?: readonly string[];
+  /** `--in-place`: tasks edit the workspace itself (default: a worktree, or copy, per task). */
+  inPlace?: boolean;
 }
 
 export async function runApp(dir: string | undefined, flags: ClientFlags, app: AppFlags): Promise<number> {
@@ -81,11 +83,13 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
       approval: client.approval,
       allowEnv: client.allowEnv,
       dataDir: client.dataDir,
+      taskWorkspaces: app.inPlace ? "in-place" : "auto",
       instructions: project.instructions(appInstructions(workspace.root)),
       project,
       autoCompact: client.autoCompact,
       ...(mcp ? { mcp } : {}),
       ...(hooks && hooks.size > 0 ? { hooks } : {}),
+      ...(client.settings.variants ? { variants: client.settings.variants } : {}),
       contextWindow: windows,
       vision: servedVision(url, client.apiKey),
       ...(closeServer === undefined ? { watchServer: true } : {}),

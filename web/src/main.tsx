@@ -237,7 +237,17 @@ const MAX_IMAGE_BYTES = 7.5 * 1024 * 1024;
 const COMPOSER_COMMANDS: { name: string; description: string; argumentHint?: string }[] = [
   { name: "compact", description: "summarize the conversation to free context" },
   { name: "new", description: "a fresh context: the model no longer sees the conversation" },
-  { name: "variants", description: "N answers side by side", argumentHint: "N message" },
+  {
+    name: "undo",
+    description: "files back as before the last turn (or turn N); not what commands did elsewhere",
+    argumentHint: "[N]",
+  },
+  { name: "redo", description: "take the last undo back" },
+  {
+    name: "variants",
+    description: "N (2–10) agents in their own worktrees, side by side; pick one",
+    argumentHint: "N message",
+  },
 ];
 
 /** The entries of the composer's `/` menu for what is typed so far (a `/word`, nothing after it). */
@@ -310,12 +320,23 @@ function Composer(props: { task?: TaskSummary; model?: string }): preact.JSX.Ele
       if (!task) return createTask(props.model ?? "spark", value, variants);
       if (value === "/compact") return send({ type: "compact", task: task.id });
       if (value === "/new") return send({ type: "new_context", task: task.id });
-      const variantsCommand = /^\/variants\s+(\d)\s+([\s\S]+)$/.exec(value);
+      const undoCommand = /^\/undo(?:\s+(\d+))?$/.exec(value);
+      if (undoCommand) {
+        const turn = undoCommand[1] === undefined ? undefined : Number(undoCommand[1]);
+        return send({ type: "undo", task: task.id, ...(turn ? { turn } : {}) });
+      }
+      if (value === "/redo") return send({ type: "redo", task: task.id });
+      const variantsCommand = /^\/variants\s+(\d+)\s+([\s\S]+)$/.exec(value);
       if (variantsCommand) {
+        const count = Number(variantsCommand[1]);
+        if (count < 2 || count > 10) {
+          setState({ error: "/variants takes 2 to 10 variants" });
+          return false;
+        }
         return send({
           type: "variants",
           task: task.id,
-          count: Number(variantsCommand[1]),
+          count,
           text: variantsCommand[2]!,
         });
       }
@@ -433,14 +454,16 @@ function Composer(props: { task?: TaskSummary; model?: string }): preact.JSX.Ele
             </button>
             <select
               class="variants-select"
-              title="Answers at once (parallel lanes)"
+              title="Variants: agents at once, each in its own worktree"
               value={String(variants)}
               onChange={(e) => setVariants(Number((e.target as HTMLSelectElement).value))}
             >
               <option value="1">1 answer</option>
-              <option value="2">2 variants</option>
-              <option value="3">3 variants</option>
-              <option value="4">4 variants</option>
+              {[2, 3, 4, 5, 6, 7, 8, 9, 10].map((n) => (
+                <option key={n} value={String(n)}>
+                  {n} variants
+                </option>
+              ))}
             </select>
           </>
         )}
@@ -542,8 +565,30 @@ function TaskHeader(props: {
         </h1>
       )}
       <ProjectContextBadge context={context} />
+      <WorkspaceBadge workspace={props.task.workspace} />
       <ModelPicker task={props.task} models={props.models} status={props.status} />
       <div class="header-actions">
+        <button
+          class="undo-button small"
+          disabled={props.task.undoTurn === undefined}
+          title={
+            props.task.undoTurn === undefined
+              ? "No turn of this task changed files yet"
+              : `Put the files back as they were before turn ${props.task.undoTurn} (only files: what a command did elsewhere, a database or a network call, stays done)`
+          }
+          onClick={() => send({ type: "undo", task: props.task.id })}
+        >
+          ↶ Undo turn{props.task.undoTurn === undefined ? "" : ` ${props.task.undoTurn}`}
+        </button>
+        {props.task.redoTurns ? (
+          <button
+            class="redo-button small"
+            title={`Take the last undo back: the files as turn${props.task.redoTurns.length === 1 ? "" : "s"} ${props.task.redoTurns.join(", ")} left them`}
+            onClick={() => send({ type: "redo", task: props.task.id })}
+          >
+            ↷ Redo
+          </button>
+        ) : null}
         <button class="review-button" onClick={() => send({ type: "review", task: props.task.id })}>
           Review changes{props.task.changedFiles.length > 0 ? ` (${props.task.changedFiles.length})` : ""}
         </button>
@@ -559,7 +604,12 @@ function TaskHeader(props: {
         <button
           class="delete-button small danger"
           onClick={() => {
-            if (confirm(`Delete the task “${props.task.title}”? Its changes stay on disk.`))
+            const ws = props.task.workspace;
+            const what =
+              ws?.kind === "worktree" || ws?.kind === "copy"
+                ? `Its ${ws.kind === "worktree" ? "worktree and branch are" : "copy is"} removed: changes not applied are lost.`
+                : "Its changes stay on disk.";
+            if (confirm(`Delete the task “${props.task.title}”? ${what}`))
               send({ type: "task.delete", task: props.task.id });
           }}
         >
@@ -570,7 +620,133 @@ function TaskHeader(props: {
   );
 }
 
+/** "12.3 MB": a size for people. */
+function bytesText(bytes: number): string {
+  if (bytes < 1024) return `${bytes} B`;
+  const units = ["KB", "MB", "GB", "TB"];
+  let value = bytes / 1024;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit++;
+  }
+  return `${value < 10 ? value.toFixed(1) : Math.round(value)} ${units[unit]}`;
+}
+
+/** Where the task works: its worktree's branch, a copy, or the workspace itself; and its disk. */
+function WorkspaceBadge(props: { workspace: TaskSummary["workspace"] }): preact.JSX.Element | null {
+  const ws = props.workspace;
+  if (!ws) return null;
+  const label =
+    ws.kind === "worktree" ? `⎇ ${ws.branch ?? "worktree"}` : ws.kind === "copy" ? "⧉ copy" : "in place";
+  const size = ws.bytes === undefined || ws.kind === "in-place" ? "" : ` · ${bytesText(ws.bytes)}`;
+  const title =
+    ws.kind === "in-place"
+      ? "This task edits the workspace itself"
+      : `This task works in ${ws.kind === "worktree" ? `a worktree of its own on branch ${ws.branch ?? ""}` : "a copy of the workspace"} (${ws.path}): nothing lands in the workspace until you apply it in Review`;
+  return (
+    <span class={`workspace-badge ${ws.kind}`} title={title}>
+      {label}
+      {size}
+    </span>
+  );
+}
+
+/** The review of a task in a worktree or copy: its diff since it started, Apply and Discard. */
+function TaskReview(props: {
+  task: string;
+  review: NonNullable<ReturnType<typeof getState>["review"]>;
+}): preact.JSX.Element {
+  const { review } = props;
+  const files = review.files;
+  const applied = new Set(review.applied ?? []);
+  const conflicts = new Map((review.conflicts ?? []).map((c) => [c.path, c.reason]));
+  const where =
+    review.workspace?.kind === "worktree"
+      ? `in its worktree ${review.workspace.branch ?? ""}`
+      : review.workspace?.kind === "copy"
+        ? "in its copy of the workspace"
+        : "in its workspace";
+  const pending = files.filter((f) => !applied.has(f.path)).length;
+  return (
+    <div class="review task-review">
+      <div class="review-head">
+        <strong>Changes of this task</strong> ({files.length} file{files.length === 1 ? "" : "s"} {where},
+        against where it started{pending < files.length ? `; ${files.length - pending} applied` : ""})
+        {files.length > 0 ? (
+          <>
+            <button
+              class="apply-all"
+              disabled={pending === 0}
+              title="Bring these changes into the workspace (a 3-way merge: if any file conflicts, nothing is written)"
+              onClick={() => send({ type: "apply", task: props.task })}
+            >
+              Apply all
+            </button>
+            <button
+              class="discard-all danger"
+              onClick={() => {
+                if (
+                  confirm("Discard this task's worktree and all its changes? The workspace is not touched.")
+                )
+                  send({ type: "discard", task: props.task });
+              }}
+            >
+              Discard all
+            </button>
+          </>
+        ) : null}
+        <button class="small" onClick={() => setState({ review: undefined })}>
+          Close
+        </button>
+      </div>
+      {conflicts.size > 0 ? (
+        <div class="conflicts" role="alert">
+          Nothing was applied: {conflicts.size} file{conflicts.size === 1 ? " conflicts" : "s conflict"} with
+          changes made in the workspace since the task started.
+          <ul>
+            {[...conflicts].map(([path, reason]) => (
+              <li key={path} data-path={path}>
+                <code>{path}</code>: {reason}
+              </li>
+            ))}
+          </ul>
+        </div>
+      ) : null}
+      {files.length === 0 ? <div class="empty">No changes in this task's workspace.</div> : null}
+      {files.map((diff) => (
+        <Diff
+          key={diff.path}
+          diff={diff}
+          {...(inEditor ? { onOpen: () => send({ type: "file", task: props.task, path: diff.path }) } : {})}
+          extra={
+            <>
+              {applied.has(diff.path) ? <span class="applied-badge">applied</span> : null}
+              {conflicts.has(diff.path) ? <span class="conflict-badge">conflict</span> : null}
+              <button
+                class="small apply-file"
+                disabled={applied.has(diff.path)}
+                onClick={() => send({ type: "apply", task: props.task, path: diff.path })}
+              >
+                Apply file
+              </button>
+              <button
+                class="small discard-file"
+                title="Put this file back as it was when the task started (in the task's workspace)"
+                onClick={() => send({ type: "discard", task: props.task, path: diff.path })}
+              >
+                Discard file
+              </button>
+            </>
+          }
+        />
+      ))}
+    </div>
+  );
+}
+
 function Review(props: { task: string; files: ReturnType<typeof getState>["review"] }): preact.JSX.Element {
+  if (props.files?.source === "task") return <TaskReview task={props.task} review={props.files} />;
   const files = props.files?.files ?? [];
   return (
     <div class="review">
@@ -802,6 +978,12 @@ function App(): preact.JSX.Element {
   );
 }
 
+/** Whether a task works in a worktree or copy of its own (not in the workspace itself). */
+function isolated(task: string): boolean {
+  const kind = getState().tasks.find((t) => t.id === task)?.workspace?.kind;
+  return kind === "worktree" || kind === "copy";
+}
+
 // In the VS Code pane: what the editor asks of the app (Ask Spark, the diff editor's Apply and
 // Discard), and paths in the transcript that open in the editor.
 onEditor((message) => {
@@ -811,11 +993,21 @@ onEditor((message) => {
       if (s.current) send({ type: "send", task: s.current, text: message.text });
       else createTask(s.draftModel, message.text);
       return;
+    // A task in a worktree or copy lands with Apply and drops with Discard; one in place keeps
+    // (its changes are already in the workspace) or reverts.
     case "apply":
-      send({ type: "keep", task: message.task, ...(message.path ? { path: message.path } : {}) });
+      send({
+        type: isolated(message.task) ? "apply" : "keep",
+        task: message.task,
+        ...(message.path ? { path: message.path } : {}),
+      });
       return;
     case "discard":
-      send({ type: "revert", task: message.task, ...(message.path ? { path: message.path } : {}) });
+      send({
+        type: isolated(message.task) ? "discard" : "revert",
+        task: message.task,
+        ...(message.path ? { path: message.path } : {}),
+      });
       return;
   }
 });

@@ -12,6 +12,7 @@ import type {
   ServerMessage,
   TaskStatus,
   TaskSummary,
+  TaskWorkspaceInfo,
 } from "../../src/app/protocol.js";
 import type { ConnectionState } from "./connection.js";
 
@@ -33,7 +34,18 @@ export interface AppState {
   current: string | undefined;
   logs: Record<string, LogEntry[]>;
   statuses: Record<string, TaskStatus>;
-  review: { task: string; files: FileDiff[]; source: string } | undefined;
+  review:
+    | {
+        task: string;
+        files: FileDiff[];
+        source: string;
+        /** A task in a worktree or copy: files already in the workspace as the task has them. */
+        applied?: string[];
+        /** The last Apply's conflicts (nothing was written). */
+        conflicts?: { path: string; reason: string }[];
+        workspace?: TaskWorkspaceInfo;
+      }
+    | undefined;
   toasts: Toast[];
   error: string | undefined;
   /** The Spark server's health, when it runs elsewhere (`--server URL`). */
@@ -44,6 +56,8 @@ export interface AppState {
   draftModel: string;
   /** The project's AGENTS.md files, skills and custom prompts, as the app server loaded them. */
   context: ProjectContext | undefined;
+  /** The port of the app's preview server (variants' pages), when it runs. */
+  preview: number | undefined;
 }
 
 let state: AppState = {
@@ -61,6 +75,7 @@ let state: AppState = {
   drawer: false,
   draftModel: "spark",
   context: undefined,
+  preview: undefined,
 };
 const listeners = new Set<() => void>();
 
@@ -100,6 +115,19 @@ export function attachStream(entry: string, sink: StreamSink): string {
 
 export function detachStream(entry: string): void {
   streams.delete(entry);
+}
+
+/** The stream of one variant's text (see `variants.update`). */
+export function variantStream(entry: string, index: number): string {
+  return `${entry}#${index}`;
+}
+
+function resetStream(key: string, text: string): void {
+  const stream = streams.get(key) ?? { text: "", sink: undefined };
+  streams.set(key, stream);
+  if (stream.text === text) return;
+  stream.text = text;
+  stream.sink?.reset(text);
 }
 
 let toastCounter = 0;
@@ -158,6 +186,7 @@ export function apply(message: ServerMessage, receivedAt: number): void {
         tasks,
         context: projectContext(message.context),
         server: message.server,
+        preview: typeof message.preview === "number" ? message.preview : undefined,
         // A (re)loaded page hears of the tasks already waiting for approval (opening one drops its toast).
         toasts: [
           ...s.toasts.filter((t) => t.kind !== "approval"),
@@ -199,6 +228,10 @@ export function apply(message: ServerMessage, receivedAt: number): void {
       // A streaming answer's text so far comes whole in the log: it replaces what deltas brought
       // (some may have been missed: this page fell behind, or opened the task mid-answer).
       for (const entry of message.entries) {
+        if (entry.kind === "variants" && !entry.done) {
+          entry.texts.forEach((text, index) => resetStream(variantStream(entry.id, index), text));
+          continue;
+        }
         if (entry.kind !== "assistant" || !entry.streaming) continue;
         const stream = streams.get(entry.id) ?? { text: "", sink: undefined };
         streams.set(entry.id, stream);
@@ -228,7 +261,20 @@ export function apply(message: ServerMessage, receivedAt: number): void {
       stream.sink?.append(message.delta, receivedAt);
       return;
     }
-    case "variant.delta":
+    case "variants.update": {
+      // Text goes to each card's renderer (no state change per token); cards change the entry.
+      for (const { index, text, reset } of message.texts ?? []) {
+        const key = variantStream(message.entry, index);
+        if (reset) resetStream(key, text);
+        else {
+          const stream = streams.get(key) ?? { text: "", sink: undefined };
+          streams.set(key, stream);
+          stream.text += text;
+          stream.sink?.append(text, receivedAt);
+        }
+      }
+      const cards = message.cards;
+      if (!cards) return;
       setState((s) => {
         const log = s.logs[message.task];
         if (!log) return {};
@@ -236,19 +282,27 @@ export function apply(message: ServerMessage, receivedAt: number): void {
           logs: {
             ...s.logs,
             [message.task]: log.map((e) =>
-              e.id === message.entry && e.kind === "variants"
-                ? { ...e, texts: e.texts.map((t, i) => (i === message.index ? t + message.delta : t)) }
-                : e,
+              e.id === message.entry && e.kind === "variants" ? { ...e, cards } : e,
             ),
           },
         };
       });
       return;
+    }
     case "status":
       setState((s) => ({ statuses: { ...s.statuses, [message.task]: message.status } }));
       return;
     case "review":
-      setState({ review: { task: message.task, files: message.files, source: message.source } });
+      setState({
+        review: {
+          task: message.task,
+          files: message.files,
+          source: message.source,
+          ...(Array.isArray(message.applied) ? { applied: message.applied } : {}),
+          ...(Array.isArray(message.conflicts) ? { conflicts: message.conflicts } : {}),
+          ...(message.workspace ? { workspace: message.workspace } : {}),
+        },
+      });
       return;
     case "notify": {
       const toast: Toast = {
@@ -300,6 +354,8 @@ export interface BenchProbe {
   lags: number[];
   steers: { sentAt: number | undefined; at: number }[];
   longtasks: number[];
+  /** Each variant preview's load: the frame's URL and when (epoch ms). */
+  previews: { src: string; at: number }[];
 }
 
 export function benchProbe(): BenchProbe | undefined {
@@ -307,7 +363,7 @@ export function benchProbe(): BenchProbe | undefined {
 }
 
 if (new URLSearchParams(location.search).has("bench")) {
-  const probe: BenchProbe = { lags: [], steers: [], longtasks: [] };
+  const probe: BenchProbe = { lags: [], steers: [], longtasks: [], previews: [] };
   (window as unknown as { __sparkBench?: BenchProbe }).__sparkBench = probe;
   try {
     new PerformanceObserver((list) => {

@@ -1,0 +1,248 @@
+/**
+ * The app's best-of-N variants: one run of the shared runner (src/agent/variants/runner.ts: N
+ * agents, each in its own worktree and lane, at a spread of temperatures, with the optional
+ * `variants.check`) turned into cards the browser shows side by side, with a live preview of the
+ * page a variant writes (served from its worktree by the `PreviewServer`, another origin).
+ *
+ * Streaming stays cheap for the browser: the variants' text and their cards' figures are sent
+ * together at most every FLUSH_MS as one `variants.update` message (appends, or the whole text
+ * when a new response replaced it), never one message per token per variant.
+ */
+import type { Agent } from "../agent/agent.js";
+import {
+  startVariants,
+  type CreateVariantAgent,
+  type PickResult,
+  type Variant,
+  type VariantRun,
+  type VariantsOptions,
+} from "../agent/variants/runner.js";
+import type { PreviewServer } from "./preview-server.js";
+import { previewPage } from "./preview-server.js";
+import type { LogEntry, ServerMessage, VariantCard } from "./protocol.js";
+
+export type VariantsEntry = Extract<LogEntry, { kind: "variants" }>;
+
+/** How often the streaming text and the cards' figures go to the browsers. */
+const FLUSH_MS = 40;
+/** A streaming card's tokens/s is sent again at most this often. */
+const RATE_MS = 500;
+
+export interface AppVariantsOptions {
+  task: string;
+  entryId: string;
+  prompt: string;
+  count: number;
+  /** Where a pick lands: the task's own workspace. */
+  root: string;
+  /** Makes one variant's agent (see `VariantsOptions.createAgent`); `queued` marks a card waiting for the server. */
+  createAgent(input: CreateVariantAgent, queued: (waiting: boolean) => void): Promise<Agent>;
+  check?: VariantsOptions["check"];
+  concurrency?: number;
+  preview?: PreviewServer;
+  broadcast(message: ServerMessage): void;
+  /** The entry changed in a way worth saving (the run ended, a pick). */
+  save(entry: VariantsEntry): void;
+}
+
+export class AppVariants {
+  readonly entry: VariantsEntry;
+  readonly run: VariantRun;
+  readonly #options: AppVariantsOptions;
+  /** The text each browser has of each variant (what was sent). */
+  readonly #sent: string[];
+  readonly #dirty = new Set<number>();
+  readonly #rateSentAt: number[];
+  /** A card's preview signature (its page and its tools count) when its version was last bumped. */
+  readonly #previewSeen: string[];
+  /** The cards as last sent (their rate left out: it has its own pace). */
+  #cardsSent = "";
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #closed = false;
+
+  constructor(options: AppVariantsOptions) {
+    this.#options = options;
+    this.#sent = Array.from({ length: options.count }, () => "");
+    this.#rateSentAt = Array.from({ length: options.count }, () => 0);
+    this.#previewSeen = Array.from({ length: options.count }, () => "");
+    this.run = startVariants({
+      count: options.count,
+      prompt: options.prompt,
+      root: options.root,
+      createAgent: (input) =>
+        options.createAgent(input, (waiting) => {
+          const card = this.entry.cards?.[input.index];
+          if (!card || card.serverQueued === waiting) return;
+          card.serverQueued = waiting;
+          this.#markDirty(input.index);
+        }),
+      ...(options.check ? { check: options.check } : {}),
+      concurrency: options.concurrency ?? options.count,
+    });
+    this.entry = {
+      kind: "variants",
+      id: options.entryId,
+      prompt: options.prompt,
+      texts: this.run.variants.map(() => ""),
+      done: false,
+      cards: this.run.variants.map((variant) => cardOf(variant)),
+    };
+    this.run.on((event) => {
+      if (this.#closed) return;
+      if (event.type === "variants.done") {
+        this.#flush();
+        this.entry.done = true;
+        this.entry.texts = this.run.variants.map((v) => v.text);
+        options.save(this.entry);
+        return;
+      }
+      const index = event.type === "variant.delta" ? event.index : event.variant.index;
+      if (event.type === "variant.updated") this.#refreshCard(event.variant);
+      this.#markDirty(index);
+    });
+  }
+
+  /** The entry with each variant's text so far (a page that opens the task mid-run). */
+  get current(): VariantsEntry {
+    if (!this.entry.done) this.entry.texts = this.run.variants.map((v) => v.text);
+    return this.entry;
+  }
+
+  /** Stops every variant still running (the ended ones stay pickable). */
+  stop(): void {
+    this.run.cancel();
+  }
+
+  /**
+   * Lands variant `index` in the task's workspace (a 3-way merge, all or nothing). Clean: the other
+   * variants' worktrees are gone and their previews end; with conflicts nothing changed.
+   */
+  async pick(index: number): Promise<PickResult> {
+    const picked = await this.run.pick(index);
+    if (picked.conflicts.length > 0) return picked;
+    this.entry.chosen = index;
+    this.#endPreviews();
+    this.entry.cards?.forEach((card, i) => (card.state = i === index ? "picked" : "discarded"));
+    this.#options.save(this.entry);
+    return picked;
+  }
+
+  /** Drops every variant (worktrees and branches gone); nothing lands. */
+  async discard(): Promise<void> {
+    await this.run.discard();
+    this.#endPreviews();
+    this.entry.done = true;
+    this.entry.cards?.forEach((card) => (card.state = "discarded"));
+    this.#options.save(this.entry);
+  }
+
+  /** The task is closed or deleted: nothing more is sent; the variants stop. */
+  close(): void {
+    this.#closed = true;
+    if (this.#timer) clearTimeout(this.#timer);
+    this.run.cancel();
+    this.#endPreviews();
+  }
+
+  #endPreviews(): void {
+    for (const card of this.entry.cards ?? []) {
+      if (card.preview) this.#options.preview?.remove(card.preview.token);
+      delete card.preview;
+    }
+  }
+
+  #refreshCard(variant: Variant): void {
+    const cards = this.entry.cards;
+    if (!cards) return;
+    const card = cards[variant.index]!;
+    const next = cardOf(variant, card);
+    // A page the variant wrote: served from its worktree; a tool that ran since reloads it.
+    const page = previewPage(variant.files.filter((f) => f.status !== "deleted").map((f) => f.path));
+    const server = this.#options.preview;
+    if (page !== undefined && server && variant.workspace) {
+      const signature = `${page}\n${variant.tools}\n${variant.files.map((f) => `${f.path}:${f.added}:${f.removed}`).join(",")}`;
+      const token = card.preview?.token ?? server.add(variant.workspace.path);
+      const version = card.preview?.version ?? 0;
+      const bump = this.#previewSeen[variant.index] !== signature;
+      this.#previewSeen[variant.index] = signature;
+      next.preview = { token, path: page, version: bump ? version + 1 : version };
+    }
+    if (ended(variant)) next.endedAt ??= Date.now();
+    cards[variant.index] = next;
+  }
+
+  #markDirty(index: number): void {
+    this.#dirty.add(index);
+    if (this.#timer === undefined && !this.#closed) this.#timer = setTimeout(() => this.#flush(), FLUSH_MS);
+  }
+
+  /** Sends what changed since the last flush as one message. */
+  #flush(): void {
+    this.#timer = undefined;
+    if (this.#closed) return;
+    const texts: { index: number; text: string; reset?: boolean }[] = [];
+    let cardsChanged = false;
+    const now = performance.now();
+    for (const index of this.#dirty) {
+      const variant = this.run.variants[index]!;
+      const sent = this.#sent[index]!;
+      if (variant.text !== sent) {
+        if (variant.text.startsWith(sent)) texts.push({ index, text: variant.text.slice(sent.length) });
+        else texts.push({ index, text: variant.text, reset: true });
+        this.#sent[index] = variant.text;
+      }
+      const card = this.entry.cards?.[index];
+      if (!card) continue;
+      // Tokens/s moves with every delta: sent with the text at most every RATE_MS.
+      const rate = variant.tokensPerSecond;
+      if (rate !== undefined && rate !== card.tokensPerSecond && now - this.#rateSentAt[index]! >= RATE_MS) {
+        card.tokensPerSecond = Math.round(rate);
+        this.#rateSentAt[index] = now;
+        cardsChanged = true;
+      }
+    }
+    this.#dirty.clear();
+    // Card figures other than the rate change on events, not tokens: always sent.
+    const signature = JSON.stringify(this.entry.cards?.map((c) => ({ ...c, tokensPerSecond: 0 })));
+    if (signature !== this.#cardsSent) {
+      this.#cardsSent = signature;
+      cardsChanged = true;
+    }
+    if (texts.length === 0 && !cardsChanged) return;
+    this.#options.broadcast({
+      type: "variants.update",
+      task: this.#options.task,
+      entry: this.entry.id,
+      ...(texts.length > 0 ? { texts } : {}),
+      ...(cardsChanged && this.entry.cards ? { cards: this.entry.cards } : {}),
+    });
+  }
+}
+
+/** A variant's card: the runner's figures, what the app adds kept from `previous`. */
+function cardOf(variant: Variant, previous?: VariantCard): VariantCard {
+  return {
+    state: variant.state,
+    temperature: variant.temperature,
+    ...(ended(variant) && variant.tokensPerSecond !== undefined
+      ? { tokensPerSecond: Math.round(variant.tokensPerSecond) }
+      : previous?.tokensPerSecond === undefined
+        ? {}
+        : { tokensPerSecond: previous.tokensPerSecond }),
+    outputTokens: variant.outputTokens,
+    files: variant.files.map((f) => ({ ...f })),
+    added: variant.added,
+    removed: variant.removed,
+    tools: variant.tools,
+    ...(variant.check ? { check: { ...variant.check } } : {}),
+    ...(variant.error === undefined ? {} : { error: variant.error }),
+    ...(variant.workspace?.branch === undefined ? {} : { branch: variant.workspace.branch }),
+    ...(previous?.serverQueued && variant.state === "running" ? { serverQueued: true } : {}),
+    ...(previous?.preview ? { preview: previous.preview } : {}),
+    ...(previous?.endedAt === undefined ? {} : { endedAt: previous.endedAt }),
+  };
+}
+
+function ended(variant: Variant): boolean {
+  return variant.state === "done" || variant.state === "failed" || variant.state === "cancelled";
+}

@@ -1,0 +1,320 @@
+/**
+ * Best-of-N variants in the web app, end to end: `spark app` as a real child process on the script
+ * engine (each variant's agent writes a known page with a patch), a real git repository (each
+ * variant in its own worktree), Debian's chromium through playwright-core. Every wait is for a
+ * condition; no assertion depends on a timing.
+ *
+ * Also the preview server on its own: path confinement, read-only, loopback `Host` only, no cookie.
+ */
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { request as httpRequest } from "node:http";
+import { join } from "node:path";
+import { after, describe, test } from "node:test";
+import type { Frame, Page } from "playwright-core";
+import { PreviewServer, previewPage } from "../src/app/preview-server.js";
+import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./helpers/cli.js";
+import { launchBrowser } from "./helpers/browser.js";
+
+const CHILD_SAFETY_MS = 400_000;
+const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:(\d+)\/) \(workspace (.+)\)$/;
+const KEY = "sk-variants-test-key";
+const running: Cli[] = [];
+after(async () => {
+  await Promise.all(running.map((cli) => stop(cli).catch(() => {})));
+});
+
+const git = (cwd: string, ...args: string[]): string =>
+  execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.com", ...args], {
+    cwd,
+    encoding: "utf8",
+  });
+
+/**
+ * The page each variant writes: its script tries to reach the app (its cookie, `document.cookie`,
+ * `parent`, a fetch and a WebSocket to the app's origin) and writes what happened into its own DOM.
+ */
+const PAGE = `<!doctype html>
+<html><head><meta charset="utf-8"><link rel="stylesheet" href="style.css"></head>
+<body><h1>Variant page</h1><pre id="report">pending</pre><script src="app.js"></script></body></html>`;
+const STYLE = "h1 { color: rgb(0, 128, 0); }";
+const SCRIPT = `
+const out = [];
+function probe(name, read) {
+  try { out.push(name + ": READ " + String(read())); } catch (e) { out.push(name + ": blocked"); }
+}
+probe("cookie", () => document.cookie);
+probe("parent", () => parent.document.title);
+probe("parent.cookie", () => parent.document.cookie);
+probe("parent.socket", () => parent.WebSocket.name);
+const app = location.ancestorOrigins[0] || "";
+out.push("app origin: " + app);
+const fetched = fetch(app + "/app/session", { credentials: "include" }).then(
+  (r) => r.text().then((t) => "fetch: READ " + t),
+  () => "fetch: blocked",
+);
+const socket = new Promise((resolve) => {
+  try {
+    const ws = new WebSocket(app.replace(/^http/, "ws") + "/app/ws");
+    ws.onopen = () => resolve("socket: OPEN");
+    ws.onerror = () => resolve("socket: blocked");
+  } catch (e) {
+    resolve("socket: blocked");
+  }
+});
+Promise.all([fetched, socket]).then((results) => {
+  out.push(...results);
+  document.getElementById("report").textContent = out.join("\\n");
+  document.body.dataset.done = "1";
+});
+`;
+
+const patchLines = (files: Record<string, string>): string =>
+  [
+    "*** Begin Patch",
+    ...Object.entries(files).flatMap(([path, text]) => [
+      `*** Add File: ${path}`,
+      ...text.split("\n").map((line) => `+${line}`),
+    ]),
+    "*** End Patch",
+  ].join("\n");
+
+const message = (text: string): object => ({ output: [{ type: "message", text }] });
+
+async function startApp(script: string, workspace: string, home: string): Promise<Cli & { url: string }> {
+  const cli = spawnCli(
+    [
+      "app",
+      workspace,
+      "--port",
+      "0",
+      "--quiet",
+      "--sandbox",
+      "off",
+      "--approval",
+      "never",
+      "--engine",
+      "script",
+      "--script",
+      script,
+      "--rate",
+      "400",
+    ],
+    { SPARK_DATA_DIR: freshDir("data-"), SPARK_HOME: home, SPARK_API_KEY: KEY },
+    CHILD_SAFETY_MS,
+  );
+  running.push(cli);
+  const line = await firstLine(cli);
+  const match = APP_LINE.exec(line);
+  assert.ok(match, `unexpected first line: ${line}\n${cli.stderr()}`);
+  return { ...cli, url: match[1]! };
+}
+
+/** Spark's worktrees of variants under SPARK_HOME (one folder per workspace). */
+function variantWorktrees(home: string): string[] {
+  const top = join(home, "worktrees");
+  if (!existsSync(top)) return [];
+  return readdirSync(top).flatMap((folder) =>
+    readdirSync(join(top, folder))
+      .filter((id) => id.startsWith("variant-"))
+      .map((id) => join(top, folder, id)),
+  );
+}
+
+/** The frame of card `index`'s preview, once its document is there. */
+async function previewFrame(page: Page, index: number): Promise<Frame> {
+  const element = await page
+    .locator(`.variant-card[data-index="${index}"] iframe.variant-preview`)
+    .elementHandle();
+  assert.ok(element);
+  for (;;) {
+    const frame = await element.contentFrame();
+    if (frame) return frame;
+    await page.waitForTimeout(100);
+  }
+}
+
+describe("variants in the app", { timeout: 360_000 }, () => {
+  test("8 variants each write a page: every preview renders in its own origin, its script reaches nothing of the app; picking one lands it and removes the other worktrees", async () => {
+    const workspace = freshDir("ws-");
+    writeFileSync(join(workspace, "README.md"), "# project\n");
+    git(workspace, "init", "-q");
+    git(workspace, "add", "-A");
+    git(workspace, "commit", "-q", "-m", "init");
+    const home = freshDir("home-");
+    const script = file(
+      "variants-page.jsonl",
+      [
+        {
+          output: [
+            {
+              type: "custom_tool_call",
+              name: "apply_patch",
+              input: patchLines({ "site/index.html": PAGE, "site/style.css": STYLE, "site/app.js": SCRIPT }),
+            },
+          ],
+        },
+        message("Page written in site/."),
+        message("AFTER the pick."),
+      ]
+        .map((line) => JSON.stringify(line))
+        .join("\n") + "\n",
+    );
+    const app = await startApp(script, workspace, home);
+
+    const browser = await launchBrowser();
+    const context = await browser.newContext({ viewport: { width: 1440, height: 1000 } });
+    // A cookie of the app that its own script could read (not HttpOnly): a preview must not.
+    await context.addCookies([{ name: "app_visible", value: "SECRET-VISIBLE", url: app.url }]);
+    const page = await context.newPage();
+    page.setDefaultTimeout(0);
+    await page.goto(app.url);
+    await page.locator(".login input").fill(KEY);
+    await page.locator(".login button").click();
+    await page.locator(".welcome textarea.input").waitFor();
+    const csp = (await page.request.get(app.url)).headers()["content-security-policy"] ?? "";
+    assert.match(csp, /frame-src http:\/\/127\.0\.0\.1:\d+ http:\/\/localhost:\d+$/);
+    assert.doesNotMatch(csp, new RegExp(`frame-src[^;]*:${new URL(app.url).port}\\b`));
+
+    await page.locator(".variants-select").selectOption("8");
+    await page.locator("textarea.input").fill("Make a landing page");
+    await page.locator("textarea.input").press("Enter");
+    const cards = page.locator(".variant-card");
+    await cards.nth(7).waitFor();
+    assert.equal(await cards.count(), 8);
+
+    for (let index = 0; index < 8; index++) {
+      const frame = await previewFrame(page, index);
+      await frame.locator("body[data-done='1']").waitFor();
+      assert.equal(await frame.locator("h1").innerText(), "Variant page");
+      // Its stylesheet and script came from its worktree too.
+      assert.equal(await frame.locator("h1").evaluate((h1) => getComputedStyle(h1).color), "rgb(0, 128, 0)");
+      const report = await frame.locator("#report").innerText();
+      assert.match(report, /^cookie: blocked$/m, report);
+      assert.match(report, /^parent: blocked$/m, report);
+      assert.match(report, /^parent\.cookie: blocked$/m, report);
+      assert.match(report, /^parent\.socket: blocked$/m, report);
+      assert.match(report, /^fetch: blocked$/m, report);
+      assert.match(report, /^socket: blocked$/m, report);
+      assert.match(report, new RegExp(`^app origin: ${new URL(app.url).origin}$`, "m"), report);
+      assert.doesNotMatch(report, /SECRET-VISIBLE|spark_app/);
+      // Another origin than the app's: another loopback name and port.
+      const origin = new URL(frame.url()).origin;
+      assert.notEqual(origin, new URL(app.url).origin);
+      assert.match(frame.url(), /^http:\/\/localhost:\d+\/[\w-]+\/site\/index\.html\?v=\d+$/);
+    }
+
+    // Every variant ends; each had its own worktree with its page, the user's tree has none yet.
+    await page.locator('.variant-card[data-state="done"]').nth(7).waitFor();
+    await page.locator(".variant-pick").nth(7).waitFor();
+    const worktrees = variantWorktrees(home);
+    assert.equal(worktrees.length, 8, worktrees.join("\n"));
+    // A patch's added file ends with a newline.
+    for (const dir of worktrees)
+      assert.equal(readFileSync(join(dir, "site", "index.html"), "utf8"), `${PAGE}\n`);
+    assert.equal(existsSync(join(workspace, "site")), false);
+    assert.equal(
+      await cards
+        .nth(0)
+        .locator(".variant-files")
+        .innerText()
+        .then((t) => /^3 files \+\d+ −0/.test(t)),
+      true,
+    );
+
+    await cards.nth(2).locator(".variant-pick").click();
+    await page.locator(".notice", { hasText: "picked variant 3" }).waitFor();
+    await page.locator('.variant-card[data-state="picked"]').waitFor();
+    assert.deepEqual(variantWorktrees(home), []);
+    assert.equal(git(workspace, "branch", "--list", "spark/variant-*").trim(), "");
+    // It landed in the task's own worktree; Apply (in Review) brings it into the working tree.
+    assert.equal(existsSync(join(workspace, "site")), false);
+    await page.locator(".review-button").click();
+    await page.locator("button", { hasText: "Apply all" }).click();
+    await page.locator(".review", { hasText: "site/index.html" }).waitFor();
+    for (;;) {
+      if (existsSync(join(workspace, "site", "app.js"))) break;
+      await page.waitForTimeout(100);
+    }
+    assert.equal(readFileSync(join(workspace, "site", "index.html"), "utf8"), `${PAGE}\n`);
+    assert.equal(readFileSync(join(workspace, "site", "app.js"), "utf8"), `${SCRIPT}\n`);
+    assert.equal(readFileSync(join(workspace, "site", "style.css"), "utf8"), `${STYLE}\n`);
+    // The picked answer is not repeated below the cards; the conversation continues from it.
+    assert.equal(await page.locator(".msg.assistant", { hasText: "Page written" }).count(), 0);
+    await page.locator("textarea.input").fill("And now?");
+    await page.locator("textarea.input").press("Enter");
+    await page.locator(".msg.assistant .markdown", { hasText: "AFTER the pick." }).waitFor();
+    if (process.env.SPARK_APP_SCREENSHOTS)
+      await page.screenshot({ path: join(process.env.SPARK_APP_SCREENSHOTS, "variants-picked.png") });
+    await context.close();
+  });
+});
+
+describe("the preview server", () => {
+  const get = (
+    url: string,
+    headers: Record<string, string> = {},
+    method = "GET",
+  ): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: string }> =>
+    new Promise((resolve, reject) => {
+      const request = httpRequest(url, { method, headers }, (response) => {
+        let body = "";
+        response.setEncoding("utf8").on("data", (chunk: string) => (body += chunk));
+        response.on("end", () =>
+          resolve({ status: response.statusCode ?? 0, headers: response.headers, body }),
+        );
+      });
+      request.on("error", reject);
+      request.end();
+    });
+
+  test("serves a worktree read-only under its token, confined to it, with a sandboxing CSP and no cookie", async () => {
+    const top = freshDir("preview-");
+    const root = join(top, "tree");
+    mkdirSync(join(root, "site"), { recursive: true });
+    mkdirSync(join(root, ".git"));
+    writeFileSync(join(root, "site", "index.html"), "<h1>hi</h1>");
+    writeFileSync(join(root, ".git", "config"), "secret");
+    writeFileSync(join(root, ".env"), "TOKEN=1");
+    writeFileSync(join(top, "outside.txt"), "outside");
+    symlinkSync(join(top, "outside.txt"), join(root, "site", "escape.txt"));
+    const server = new PreviewServer();
+    const origin = await server.listen();
+    try {
+      const token = server.add(root);
+      const page = await get(`${origin}/${token}/site/index.html`, { cookie: "spark_app=abc" });
+      assert.equal(page.status, 200);
+      assert.equal(page.body, "<h1>hi</h1>");
+      assert.equal(page.headers["set-cookie"], undefined);
+      assert.match(String(page.headers["content-security-policy"]), /^sandbox allow-scripts;/);
+      assert.match(String(page.headers["content-security-policy"]), /connect-src 'none'/);
+      assert.equal((await get(`${origin}/${token}/site/`)).body, "<h1>hi</h1>");
+      for (const path of [
+        "site/escape.txt",
+        ".git/config",
+        ".env",
+        "%2e%2e/outside.txt",
+        "site/..%2F..%2Foutside.txt",
+        "site/%2e%2e/%2e%2e/outside.txt",
+      ]) {
+        const refused = await get(`${origin}/${token}/${path}`);
+        assert.equal(refused.status, 404, path);
+        assert.doesNotMatch(refused.body, /outside|secret|TOKEN/);
+      }
+      assert.equal((await get(`${origin}/${token}/site/index.html`, {}, "PUT")).status, 405);
+      assert.equal((await get(`${origin}/${token}/site/index.html`, { host: "evil.example" })).status, 403);
+      assert.equal((await get(`${origin}/nope/site/index.html`)).status, 404);
+      server.remove(token);
+      assert.equal((await get(`${origin}/${token}/site/index.html`)).status, 404);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("the page a card previews: index.html first, then the shallowest page", () => {
+    assert.equal(previewPage(["a/b/page.html", "x.css", "site/index.html"]), "site/index.html");
+    assert.equal(previewPage(["a/b/page.html", "top.html"]), "top.html");
+    assert.equal(previewPage([".hidden/index.html", "x.js"]), undefined);
+  });
+});
