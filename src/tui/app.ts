@@ -1262,7 +1262,7 @@ class TuiApp {
       case "checkpoint":
         this.#screen.endLine();
         this.#screen.line(
-          dim(`↶ turn ${event.turn} changed ${event.files.join(", ")} · /undo puts them back`),
+          dim(`↶ turn ${event.turn} changed ${fewFiles(event.files)} · /undo puts them back`),
         );
         break;
       case "compacted":
@@ -1526,6 +1526,12 @@ const HELP = [
   "/status      server, session, sandbox and context · /retry connect again · /quit",
   "/skills      the skills found ($name in a message invokes one) · /NAME args runs a custom prompt",
 ];
+
+/** Up to six paths, then how many more. */
+function fewFiles(files: readonly string[]): string {
+  const shown = files.slice(0, 6).join(", ");
+  return files.length > 6 ? `${shown} and ${files.length - 6} more` : shown;
+}
 
 /**
  * What /compact did, in numbers that hold: the context's tokens before (the last answer's count)
