@@ -82,7 +82,12 @@ const patchLines = (files: Record<string, string>): string =>
 
 const message = (text: string): object => ({ output: [{ type: "message", text }] });
 
-async function startApp(script: string, workspace: string, home: string): Promise<Cli & { url: string }> {
+async function startApp(
+  script: string,
+  workspace: string,
+  home: string,
+  approval: "never" | "on-request" = "never",
+): Promise<Cli & { url: string }> {
   const cli = spawnCli(
     [
       "app",
@@ -93,7 +98,7 @@ async function startApp(script: string, workspace: string, home: string): Promis
       "--sandbox",
       "off",
       "--approval",
-      "never",
+      approval,
       "--engine",
       "script",
       "--script",
@@ -247,6 +252,73 @@ describe("variants in the app", { timeout: 360_000 }, () => {
     await page.locator(".msg.assistant .markdown", { hasText: "AFTER the pick." }).waitFor();
     if (process.env.SPARK_APP_SCREENSHOTS)
       await page.screenshot({ path: join(process.env.SPARK_APP_SCREENSHOTS, "variants-picked.png") });
+    await context.close();
+  });
+});
+
+describe("a variant's page that changes", { timeout: 240_000 }, () => {
+  test("re-renders in its card: a command the user approves rewrites it, and the frame shows the new page", async () => {
+    const workspace = freshDir("ws-");
+    writeFileSync(join(workspace, "README.md"), "# project\n");
+    git(workspace, "init", "-q");
+    git(workspace, "add", "-A");
+    git(workspace, "commit", "-q", "-m", "init");
+    const home = freshDir("home-");
+    const script = file(
+      "variants-change.jsonl",
+      [
+        {
+          output: [
+            {
+              type: "custom_tool_call",
+              name: "apply_patch",
+              input: patchLines({ "index.html": "<h1>version one</h1>" }),
+            },
+          ],
+        },
+        {
+          output: [
+            {
+              type: "function_call",
+              name: "shell",
+              arguments: JSON.stringify({ command: "sed -i s/one/two/ index.html" }),
+            },
+          ],
+        },
+        message("Changed it."),
+      ]
+        .map((line) => JSON.stringify(line))
+        .join("\n") + "\n",
+    );
+    // No sandbox and on-request: the command waits for the user, so the first page is seen first.
+    const app = await startApp(script, workspace, home, "on-request");
+    const browser = await launchBrowser();
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    const page = await context.newPage();
+    page.setDefaultTimeout(0);
+    await page.goto(app.url);
+    await page.locator(".login input").fill(KEY);
+    await page.locator(".login button").click();
+    await page.locator(".welcome textarea.input").waitFor();
+    await page.locator(".variants-select").selectOption("2");
+    await page.locator("textarea.input").fill("A heading");
+    await page.locator("textarea.input").press("Enter");
+    for (const index of [0, 1]) {
+      const frame = await previewFrame(page, index);
+      await frame.locator("h1", { hasText: "version one" }).waitFor();
+    }
+    // Each variant's command asks (labelled with its variant); approved, it rewrites the page.
+    const approvals = page.locator(".approval", { hasText: /variant [12]: / });
+    await approvals.nth(1).waitFor();
+    for (const index of [0, 1])
+      await approvals.nth(index).locator("button", { hasText: "Approve once" }).click();
+    for (const index of [0, 1]) {
+      await page
+        .locator(`.variant-card[data-index="${index}"] iframe.variant-preview:not([data-version="1"])`)
+        .waitFor();
+      const frame = await previewFrame(page, index);
+      await frame.locator("h1", { hasText: "version two" }).waitFor();
+    }
     await context.close();
   });
 });
