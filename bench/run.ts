@@ -35,6 +35,8 @@
  *      Spark's pick), TTFT, long prompt, completion after a keystroke, continued turn, on the tiny
  *      and a generated weight-bound model. Needs bench/peer/build-llama-server.sh and
  *      bench/peer/make-weight-bound-model.sh; skipped with the reason otherwise. Not in CI.
+ *  27. an app task's worktree in a 10,000-file repository (HEAD plus uncommitted changes), vs plain
+ *      `git worktree add` of the same repository (medians).
  *
  * Options: `--quick` (fewer iterations), `--json` (also write bench/results.json),
  * `--only 1,3` (run some figures only). Every server is in process on 127.0.0.1, port 0.
@@ -58,6 +60,7 @@ import { sessionScale } from "./scale-figures.js";
 import { tenancyOverhead } from "./tenancy-figures.js";
 import { launchFigure, markdownStreamFigure, steerKeystrokeFigure } from "./tui-figures.js";
 import { steeringAndCancel, toolLoop } from "./ws-figures.js";
+import { worktreeFigure } from "./worktree-figures.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -75,7 +78,7 @@ const llamaConfig = args.quick
   : { decodeTokens: 200, decodeRounds: 15, reuseRounds: 9 };
 const wsConfig = args.quick ? { loopRounds: 3, steerRounds: 5 } : { loopRounds: 10, steerRounds: 15 };
 const only = new Set(
-  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26")
+  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27")
     .split(",")
     .map((s) => Number(s.trim())),
 );
@@ -286,6 +289,11 @@ const seconds = (performance.now() - started) / 1000;
 const rows: FigureRow[] = Object.values(results).map((r) => r.row);
 log(`\nSummary (${seconds.toFixed(1)} s, load average now ${loadavg()[0]!.toFixed(2)}):\n`);
 log(
+if (only.has(27)) {
+  log(`\n27. Task worktree creation in a 10,000-file repository vs git worktree add (medians)`);
+  results.taskWorktree = await worktreeFigure({ rounds: args.quick ? 5 : 11 }, log);
+}
+
   table(
     ["Figure", "Spark (server)", "Reference", "Comparison", "Goal", "Met"],
     rows.map((r) => [

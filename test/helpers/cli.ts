@@ -56,12 +56,15 @@ let dataDirs = 0;
 
 /**
  * The parent's environment without any SPARK_* variable, so only what a test sets counts, plus a
- * fresh SPARK_DATA_DIR (unless the test sets one) so servers never share or leave a database.
+ * fresh SPARK_DATA_DIR (unless the test sets one) so servers never share or leave a database, and
+ * a fresh SPARK_HOME (unless the test sets one) so no run reads the machine's ~/.spark config or
+ * leaves task worktrees and checkpoints there.
  */
 export function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
   for (const [key, value] of Object.entries(process.env)) if (!key.startsWith("SPARK_")) env[key] = value;
-  return { ...env, SPARK_DATA_DIR: join(dir, `data-${++dataDirs}`), ...extra };
+  const n = ++dataDirs;
+  return { ...env, SPARK_DATA_DIR: join(dir, `data-${n}`), SPARK_HOME: join(dir, `home-${n}`), ...extra };
 }
 
 export interface Cli {

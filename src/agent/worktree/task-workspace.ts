@@ -128,31 +128,38 @@ interface GitInfo {
   gitDir: string;
   /** HEAD's commit, undefined before the first commit. */
   head: string | undefined;
+  /** Its tree. */
+  headTree: string | undefined;
 }
 
 async function gitInfo(root: string): Promise<GitInfo | undefined> {
-  let lines: string[];
-  try {
-    const out = await neutralGit(root, [
+  // Both at once (each git start costs): the second fails before the first commit.
+  const [where, head] = await Promise.all([
+    neutralGit(root, [
       "rev-parse",
       "--is-inside-work-tree",
       "--show-prefix",
       "--path-format=absolute",
       "--show-toplevel",
       "--git-dir",
-    ]);
-    lines = out.toString("utf8").split("\n");
-  } catch {
+    ]).then(
+      (out) => out.toString("utf8").split("\n"),
+      () => undefined,
+    ),
+    neutralGit(root, ["rev-parse", "HEAD^{commit}", "HEAD^{tree}"]).then(
+      (out) => out.toString("utf8").split("\n"),
+      () => undefined,
+    ),
+  ]);
+  if (where === undefined || where[0] !== "true" || where[2] === undefined || where[3] === undefined)
     return undefined;
-  }
-  if (lines[0] !== "true" || lines[2] === undefined || lines[3] === undefined) return undefined;
-  let head: string | undefined;
-  try {
-    head = (await neutralGit(root, ["rev-parse", "--verify", "-q", "HEAD^{commit}"])).toString("utf8").trim();
-  } catch {
-    head = undefined;
-  }
-  return { prefix: lines[1] ?? "", top: lines[2], gitDir: lines[3], head: head || undefined };
+  return {
+    prefix: where[1] ?? "",
+    top: where[2],
+    gitDir: where[3],
+    head: head?.[0] || undefined,
+    headTree: head?.[1] || undefined,
+  };
 }
 
 /**
@@ -192,12 +199,7 @@ async function snapshotCommit(git: GitInfo, scratch: string, id: string): Promis
     const env = { GIT_INDEX_FILE: index };
     await neutralGit(git.top, ["add", "-A", "--ignore-errors", "--", "."], GIT_BUFFER, { env });
     const tree = (await neutralGit(git.top, ["write-tree"], GIT_BUFFER, { env })).toString("utf8").trim();
-    if (git.head !== undefined) {
-      const headTree = (await neutralGit(git.top, ["rev-parse", `${git.head}^{tree}`]))
-        .toString("utf8")
-        .trim();
-      if (headTree === tree) return git.head;
-    }
+    if (git.head !== undefined && git.headTree === tree) return git.head;
     const parents = git.head === undefined ? [] : ["-p", git.head];
     const commit = await neutralGit(
       git.top,
@@ -211,10 +213,37 @@ async function snapshotCommit(git: GitInfo, scratch: string, id: string): Promis
   }
 }
 
+/**
+ * The worktree on `spark/<id>` at the base. The checkout of HEAD (most of the time, in a large
+ * repository) runs while the base snapshot is made; then only the files that differ between HEAD
+ * and the base are checked out (`read-tree -m -u`, a 2-way merge of a fresh worktree) and the branch
+ * moves to the base.
+ */
 async function createWorktree(root: string, id: string, dir: string, git: GitInfo): Promise<TaskWorkspace> {
-  const base = await snapshotCommit(git, dir, id);
   const branch = `spark/${id}`;
-  await neutralGit(git.top, ["worktree", "add", "--quiet", "-b", branch, dir, base], GIT_BUFFER);
+  const add = (start: string): Promise<Buffer> =>
+    neutralGit(git.top, ["worktree", "add", "--quiet", "-b", branch, dir, start], GIT_BUFFER);
+  let base: string;
+  if (git.head === undefined) {
+    base = await snapshotCommit(git, dir, id);
+    await add(base);
+  } else {
+    const [snapshot, added] = await Promise.allSettled([snapshotCommit(git, dir, id), add(git.head)]);
+    if (snapshot.status === "rejected" || added.status === "rejected") {
+      if (added.status === "fulfilled") await removeWorktree(git.top, dir, branch);
+      throw snapshot.status === "rejected" ? snapshot.reason : (added as PromiseRejectedResult).reason;
+    }
+    base = snapshot.value;
+    if (base !== git.head) {
+      try {
+        await neutralGit(dir, ["read-tree", "-m", "-u", git.head, base], GIT_BUFFER);
+        await neutralGit(dir, ["update-ref", `refs/heads/${branch}`, base, git.head]);
+      } catch (error) {
+        await removeWorktree(git.top, dir, branch);
+        throw error;
+      }
+    }
+  }
   const path = git.prefix === "" ? dir : join(dir, git.prefix);
   await mkdir(path, { recursive: true });
   return { id, kind: "worktree", root, path, branch, base };
