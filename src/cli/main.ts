@@ -340,13 +340,22 @@ leaves no worktree.`,
         `let web pages on this origin use the app; repeatable, * for any ${env("allowedOrigins")}`,
         collect,
       )
-      .option("--quiet", "print only the line with the app's URL"),
+      .option("--quiet", "print only the line with the app's URL")
+      .option(
+        "--in-place",
+        "tasks edit the workspace itself, as before worktrees (default: each task in a worktree of its own)",
+      ),
   )
     .addHelpText(
       "after",
       `
 The agent runs in this process on the workspace; the browser holds one WebSocket to it. Without
 SPARK_API_KEY the app listens on loopback only; with it, browsers sign in with that key.
+
+Each task works in a git worktree of its own (branch spark/TASK, from HEAD plus your uncommitted
+changes; a copy outside git): nothing lands in the workspace until you Apply it in Review, where
+conflicts are shown per file and nothing is half-applied. Deleting a task removes its worktree;
+stale ones are pruned at start. --in-place runs tasks in the workspace itself.
 
 Examples:
   spark app                                  # this directory, in-process model server
@@ -359,6 +368,7 @@ Examples:
         host: options.host as string,
         port: options.port as number,
         quiet: options.quiet === true,
+        ...(options.inPlace === true ? { inPlace: true } : {}),
         ...(Array.isArray(options.allowedHost) ? { allowedHosts: options.allowedHost as string[] } : {}),
         ...(Array.isArray(options.allowedOrigin)
           ? { allowedOrigins: options.allowedOrigin as string[] }

@@ -1,0 +1,405 @@
+/**
+ * App tasks in worktrees of their own, end to end: `spark app` as a real child process on the
+ * script engine (known patches and commands), a real git repository as the workspace, driven over
+ * the app's socket as a page does. Two background tasks patch the same file at once, each in its
+ * worktree, and the user's files stay as they were until Apply; the second Apply conflicts and
+ * writes nothing; a deleted task's worktree and branch are gone; and after a `kill -9` mid-task the
+ * next start re-opens the saved task's worktree and prunes the one no saved task names.
+ */
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { after, describe, test } from "node:test";
+import WebSocket from "ws";
+import type { ClientMessage, ServerMessage, TaskSummary } from "../src/app/protocol.js";
+import { launchBrowser } from "./helpers/browser.js";
+import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./helpers/cli.js";
+
+const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:(\d+)\/) \(workspace (.+)\)$/;
+const running: Cli[] = [];
+after(async () => {
+  await Promise.all(running.map((cli) => stop(cli, "SIGKILL").catch(() => {})));
+});
+
+interface App extends Cli {
+  url: string;
+}
+
+/** `spark app` on `workspace` with Spark's home (where worktrees live) and data dir of the test. */
+async function startApp(
+  args: readonly string[],
+  dirs: { workspace: string; home: string; data: string },
+): Promise<App> {
+  const cli = spawnCli(
+    ["app", dirs.workspace, "--port", "0", "--quiet", "--sandbox", "off", "--approval", "never", ...args],
+    { SPARK_DATA_DIR: dirs.data, SPARK_HOME: dirs.home },
+    600_000,
+  );
+  running.push(cli);
+  const line = await firstLine(cli);
+  const match = APP_LINE.exec(line);
+  assert.ok(match, `unexpected first line: ${line}\n${cli.stderr()}`);
+  return { ...cli, url: match[1]! };
+}
+
+function git(cwd: string, ...args: string[]): string {
+  return execFileSync("git", args, {
+    cwd,
+    encoding: "utf8",
+    env: { ...process.env, GIT_CONFIG_NOSYSTEM: "1", GIT_CONFIG_GLOBAL: "/dev/null" },
+  });
+}
+
+/** A repository with notes.txt committed, and an untracked draft the user has not committed yet. */
+function repository(): string {
+  const workspace = freshDir("ws-");
+  writeFileSync(join(workspace, "notes.txt"), "hello\nworld\n");
+  git(workspace, "init", "-q", "-b", "main");
+  git(workspace, "config", "user.email", "user@example.com");
+  git(workspace, "config", "user.name", "User");
+  git(workspace, "add", "notes.txt");
+  git(workspace, "commit", "-qm", "notes");
+  writeFileSync(join(workspace, "draft.txt"), "the user's uncommitted draft\n");
+  return workspace;
+}
+
+const script = (name: string, lines: readonly object[]): string =>
+  file(name, lines.map((line) => JSON.stringify(line)).join("\n") + "\n");
+const message = (text: string): object => ({ output: [{ type: "message", text }] });
+const patch = (input: string): object => ({
+  output: [{ type: "custom_tool_call", name: "apply_patch", input }],
+});
+const shell = (command: string): object => ({
+  output: [{ type: "function_call", name: "shell", arguments: JSON.stringify({ command }) }],
+});
+
+/** A browser's socket to the app, recording every message. */
+class AppClient {
+  readonly messages: ServerMessage[] = [];
+  readonly tasks = new Map<string, TaskSummary>();
+  #waiters: {
+    predicate: (m: ServerMessage) => boolean;
+    from: number;
+    resolve: (m: ServerMessage) => void;
+  }[] = [];
+
+  private constructor(readonly socket: WebSocket) {
+    socket.on("message", (data) => {
+      const received = JSON.parse(String(data)) as ServerMessage;
+      if (received.type === "hello") for (const task of received.tasks) this.tasks.set(task.id, task);
+      if (received.type === "task.updated") this.tasks.set(received.summary.id, received.summary);
+      if (received.type === "task.removed") this.tasks.delete(received.task);
+      this.messages.push(received);
+      const index = this.messages.length - 1;
+      this.#waiters = this.#waiters.filter((waiter) => {
+        if (index < waiter.from || !waiter.predicate(received)) return true;
+        waiter.resolve(received);
+        return false;
+      });
+    });
+  }
+
+  static async connect(appUrl: string): Promise<AppClient> {
+    const url = new URL(appUrl);
+    const socket = new WebSocket(`ws://${url.host}/app/ws`, { headers: { origin: url.origin } });
+    const client = new AppClient(socket);
+    await new Promise<void>((resolve, reject) => {
+      socket.once("open", () => resolve());
+      socket.once("error", reject);
+    });
+    await client.next((m) => m.type === "hello");
+    return client;
+  }
+
+  send(message: ClientMessage): number {
+    const from = this.messages.length;
+    this.socket.send(JSON.stringify(message));
+    return from;
+  }
+
+  next(predicate: (m: ServerMessage) => boolean, from = 0): Promise<ServerMessage> {
+    const found = this.messages.slice(from).find(predicate);
+    if (found) return Promise.resolve(found);
+    return new Promise((resolve) => this.#waiters.push({ predicate, from, resolve }));
+  }
+
+  /** The summary of `task` once `accept` takes it (the latest one known counts). */
+  async until(task: string, accept: (summary: TaskSummary) => boolean): Promise<TaskSummary> {
+    const known = this.tasks.get(task);
+    if (known && accept(known)) return known;
+    const found = await this.next(
+      (m) => m.type === "task.updated" && m.summary.id === task && accept(m.summary),
+    );
+    return (found as Extract<ServerMessage, { type: "task.updated" }>).summary;
+  }
+
+  /** Sends `message` and returns the review the app answers with. */
+  async review(message: ClientMessage): Promise<Extract<ServerMessage, { type: "review" }>> {
+    const from = this.send(message);
+    const task = "task" in message ? message.task : "";
+    return (await this.next((m) => m.type === "review" && m.task === task, from)) as Extract<
+      ServerMessage,
+      { type: "review" }
+    >;
+  }
+}
+
+/** With SPARK_APP_SCREENSHOTS=DIR, the browser test saves what it shows there. */
+async function screenshot(page: import("playwright-core").Page, name: string): Promise<void> {
+  const dir = process.env.SPARK_APP_SCREENSHOTS;
+  if (dir) await page.screenshot({ path: join(dir, `${name}.png`) });
+}
+
+/** Polls a fact on disk that no message announces. */
+async function until(condition: () => boolean, what: string, timeoutMs = 240_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`gave up waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+const ended = (summary: TaskSummary): boolean =>
+  ["done", "failed", "interrupted", "incomplete"].includes(summary.state);
+
+describe("app tasks in worktrees", { timeout: 300_000 }, () => {
+  test("two background tasks patch the same file at once, each in its worktree; Apply lands one, the second conflicts and writes nothing; delete removes the worktree and branch", async () => {
+    const workspace = repository();
+    const dirs = { workspace, home: freshDir("home-"), data: freshDir("data-") };
+    // Each task changes the same line, then adds a line and a file named after its worktree (its id).
+    const steps = script("two-tasks.jsonl", [
+      patch("*** Begin Patch\n*** Update File: notes.txt\n@@\n hello\n-world\n+spark\n*** End Patch"),
+      shell(
+        'id=$(basename "$PWD"); echo "by $id" >> notes.txt; echo "$id" > "own-$id.txt"; git status --porcelain',
+      ),
+      message("Done in my worktree."),
+    ]);
+    const config = file(
+      "worktree-config.json",
+      JSON.stringify({
+        models: {
+          spark: { engine: "script", script: steps, rate: 100 },
+          deep: { engine: "script", script: steps, rate: 100 },
+        },
+      }),
+    );
+    const app = await startApp(["--config", config], dirs);
+    const client = await AppClient.connect(app.url);
+
+    const create = async (text: string): Promise<string> => {
+      const from = client.send({ type: "task.create", model: "deep", text, background: true });
+      const log = await client.next((m) => m.type === "task.log", from);
+      return (log as Extract<ServerMessage, { type: "task.log" }>).task;
+    };
+    // The second starts while the first runs (background tasks run four at once).
+    const first = await create("Edit the notes (1)");
+    const second = await create("Edit the notes (2)");
+    const [one, two] = await Promise.all([
+      client.until(first, (s) => ended(s) && s.workspace?.bytes !== undefined && s.changedFiles.length === 2),
+      client.until(
+        second,
+        (s) => ended(s) && s.workspace?.bytes !== undefined && s.changedFiles.length === 2,
+      ),
+    ]);
+    assert.equal(one.state, "done");
+    assert.equal(two.state, "done");
+    // They ran at the same time: the second was running before the first ended.
+    const at = (id: string, accept: (state: string) => boolean): number =>
+      client.messages.findIndex(
+        (m) => m.type === "task.updated" && m.summary.id === id && accept(m.summary.state),
+      );
+    assert.ok(
+      at(second, (state) => state === "running") < at(first, (state) => ended({ state } as TaskSummary)),
+      "the two tasks overlapped",
+    );
+    for (const [id, summary] of [
+      [first, one],
+      [second, two],
+    ] as const) {
+      assert.equal(summary.workspace?.kind, "worktree");
+      assert.equal(summary.workspace?.branch, `spark/${id}`);
+      assert.ok(summary.workspace!.path.startsWith(dirs.home), summary.workspace!.path);
+      assert.ok(summary.workspace!.bytes! > 0);
+      assert.deepEqual([...summary.changedFiles].sort(), ["notes.txt", `own-${id}.txt`]);
+      const path = summary.workspace!.path;
+      assert.equal(readFileSync(join(path, "notes.txt"), "utf8"), `hello\nspark\nby ${id}\n`);
+      // The task saw what the user sees: the uncommitted draft came along.
+      assert.equal(readFileSync(join(path, "draft.txt"), "utf8"), "the user's uncommitted draft\n");
+    }
+    // `git status` ran inside the task's worktree (the command's output is in its transcript).
+    // Nothing landed in the user's files, index or branches but the tasks' own.
+    assert.equal(readFileSync(join(workspace, "notes.txt"), "utf8"), "hello\nworld\n");
+    assert.equal(existsSync(join(workspace, `own-${first}.txt`)), false);
+    assert.equal(git(workspace, "status", "--porcelain"), "?? draft.txt\n");
+    assert.deepEqual(
+      git(workspace, "branch", "--format=%(refname:short)").split("\n").filter(Boolean).sort(),
+      ["main", `spark/${first}`, `spark/${second}`].sort(),
+    );
+
+    // Review: the task's diff against where it started.
+    const review = await client.review({ type: "review", task: first });
+    assert.equal(review.source, "task");
+    assert.deepEqual(review.files.map((f) => f.path).sort(), ["notes.txt", `own-${first}.txt`]);
+    assert.deepEqual(review.applied, []);
+    const notes = review.files.find((f) => f.path === "notes.txt")!;
+    assert.deepEqual(
+      notes.lines.filter((l) => l.kind !== "context" && l.kind !== "hunk").map((l) => `${l.kind} ${l.text}`),
+      ["del world", "add spark", `add by ${first}`],
+    );
+
+    // Apply the first: it lands whole.
+    const applied = await client.review({ type: "apply", task: first });
+    assert.deepEqual([...(applied.applied ?? [])].sort(), ["notes.txt", `own-${first}.txt`]);
+    assert.equal(applied.conflicts, undefined);
+    assert.equal(readFileSync(join(workspace, "notes.txt"), "utf8"), `hello\nspark\nby ${first}\n`);
+    assert.equal(readFileSync(join(workspace, `own-${first}.txt`), "utf8"), `${first}\n`);
+
+    // The second changed the same lines: a conflict on notes.txt, and nothing of it written.
+    const conflicted = await client.review({ type: "apply", task: second });
+    assert.deepEqual(
+      conflicted.conflicts?.map((c) => c.path),
+      ["notes.txt"],
+    );
+    assert.deepEqual(conflicted.applied, []);
+    assert.equal(readFileSync(join(workspace, "notes.txt"), "utf8"), `hello\nspark\nby ${first}\n`);
+    assert.equal(existsSync(join(workspace, `own-${second}.txt`)), false, "nothing half-applied");
+    await client.next(
+      (m) =>
+        m.type === "entry" &&
+        m.task === second &&
+        m.entry.kind === "notice" &&
+        /nothing was applied/.test(m.entry.text),
+    );
+
+    // Discarding the conflicting file in the task's worktree lets the rest apply.
+    const discarded = await client.review({ type: "discard", task: second, path: "notes.txt" });
+    assert.deepEqual(
+      discarded.files.map((f) => f.path),
+      [`own-${second}.txt`],
+    );
+    const rest = await client.review({ type: "apply", task: second });
+    assert.deepEqual(rest.applied, [`own-${second}.txt`]);
+    assert.equal(readFileSync(join(workspace, `own-${second}.txt`), "utf8"), `${second}\n`);
+
+    // Deleting a task removes its worktree and its branch.
+    const path = two.workspace!.path;
+    client.send({ type: "task.delete", task: second });
+    await until(
+      () => !existsSync(path) && git(workspace, "branch", "--list", `spark/${second}`) === "",
+      "the deleted task's worktree and branch to go",
+    );
+    assert.doesNotMatch(git(workspace, "worktree", "list"), new RegExp(second));
+    assert.ok(existsSync(one.workspace!.path), "the other task's worktree stays");
+    client.socket.close();
+    await stop(app);
+  });
+
+  test("in the browser: the task header says where it works, Review applies, a conflict is shown per file and nothing is written", async () => {
+    const workspace = repository();
+    const dirs = { workspace, home: freshDir("home-"), data: freshDir("data-") };
+    const steps = script("browser.jsonl", [
+      patch(
+        "*** Begin Patch\n*** Update File: notes.txt\n@@\n hello\n-world\n+spark\n" +
+          "*** Add File: added.txt\n+added by the task\n*** End Patch",
+      ),
+      message("Edited the notes in my worktree."),
+    ]);
+    const app = await startApp(["--engine", "script", "--script", steps, "--rate", "400"], dirs);
+    const browser = await launchBrowser();
+    const page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
+    page.setDefaultTimeout(0);
+    page.on("dialog", (dialog) => void dialog.accept());
+    await page.goto(app.url);
+    await page.locator(".new-task").click();
+    await page.locator("textarea.input").fill("Edit the notes");
+    await page.locator("textarea.input").press("Enter");
+    await page.locator(".msg.assistant .markdown", { hasText: "Edited the notes" }).waitFor();
+    const badge = page.locator(".task-header .workspace-badge.worktree");
+    await badge.filter({ hasText: /⎇ spark\/\S+ · \d/ }).waitFor();
+    assert.equal(readFileSync(join(workspace, "notes.txt"), "utf8"), "hello\nworld\n");
+
+    // The user edits the same line meanwhile: Apply all conflicts, per file, and writes nothing.
+    writeFileSync(join(workspace, "notes.txt"), "hello\nuniverse\n");
+    await page.locator(".review-button").click();
+    await page.locator(".task-review .diff[data-path='notes.txt']").waitFor();
+    assert.match(await page.locator(".review-head").innerText(), /2 files in its worktree spark\//);
+    await page.locator(".apply-all").click();
+    await page.locator(".task-review .conflicts li[data-path='notes.txt']").waitFor();
+    await page.locator(".task-review .diff[data-path='notes.txt'] .conflict-badge").waitFor();
+    await screenshot(page, "worktree-conflict");
+    assert.equal(readFileSync(join(workspace, "notes.txt"), "utf8"), "hello\nuniverse\n");
+    assert.equal(existsSync(join(workspace, "added.txt")), false, "nothing half-applied");
+
+    // The file that does not conflict applies on its own.
+    await page.locator(".task-review .diff[data-path='added.txt'] .apply-file").click();
+    await page.locator(".task-review .diff[data-path='added.txt'] .applied-badge").waitFor();
+    assert.equal(readFileSync(join(workspace, "added.txt"), "utf8"), "added by the task\n");
+    await screenshot(page, "worktree-review");
+    await browser.close();
+    await stop(app);
+  });
+
+  test("after kill -9 mid-task, the next start re-opens the saved task's worktree and prunes the one no saved task names", async () => {
+    const workspace = repository();
+    const dirs = { workspace, home: freshDir("home-"), data: freshDir("data-") };
+    const long = Array.from({ length: 400 }, (_, i) => `Word${i}`).join(" ");
+    const steps = script("crash.jsonl", [
+      patch("*** Begin Patch\n*** Add File: made.txt\n+made by the task\n*** End Patch"),
+      message(`Still writing: ${long}`),
+    ]);
+    const first = await startApp(["--engine", "script", "--script", steps, "--rate", "60"], dirs);
+    const client = await AppClient.connect(first.url);
+    const create = async (text: string): Promise<string> => {
+      const from = client.send({ type: "task.create", model: "spark", text });
+      const log = await client.next((m) => m.type === "task.log", from);
+      return (log as Extract<ServerMessage, { type: "task.log" }>).task;
+    };
+    const kept = await create("Make a file and keep talking");
+    const lost = await create("Make a file too");
+    const paths: Record<string, string> = {};
+    for (const id of [kept, lost]) {
+      const summary = await client.until(id, (s) => s.workspace !== undefined);
+      paths[id] = summary.workspace!.path;
+    }
+    // Both patched their worktree and are still streaming their answer when the app dies.
+    await until(
+      () => existsSync(join(paths[kept]!, "made.txt")) && existsSync(join(paths[lost]!, "made.txt")),
+      "both patches in their worktrees",
+    );
+    await client.until(kept, (s) => s.state === "running");
+    first.child.kill("SIGKILL");
+    await first.exited;
+    client.socket.close();
+    assert.ok(existsSync(paths[kept]!) && existsSync(paths[lost]!), "the crash left both worktrees");
+    assert.equal(existsSync(join(workspace, "made.txt")), false);
+    // The second task's record is gone (as when a crash comes before a task is saved): its
+    // worktree is no task's any more.
+    rmSync(join(dirs.data, "app", "tasks", `${lost}.json`));
+
+    const second = await startApp(["--engine", "script", "--script", steps, "--rate", "400"], dirs);
+    await until(
+      () => !existsSync(paths[lost]!) && git(workspace, "branch", "--list", `spark/${lost}`) === "",
+      "the stale worktree and its branch to be pruned",
+    );
+    assert.doesNotMatch(git(workspace, "worktree", "list"), new RegExp(lost));
+    // The saved task was interrupted; its worktree is re-opened with its change, ready to apply.
+    const again = await AppClient.connect(second.url);
+    const summary = await again.until(kept, (s) => s.workspace !== undefined);
+    assert.equal(summary.state, "interrupted");
+    assert.equal(summary.workspace!.path, paths[kept]);
+    assert.match(git(workspace, "branch", "--list", `spark/${kept}`), new RegExp(`spark/${kept}`));
+    const review = await again.review({ type: "review", task: kept });
+    assert.deepEqual(
+      review.files.map((f) => f.path),
+      ["made.txt"],
+    );
+    assert.equal(existsSync(join(workspace, "made.txt")), false);
+    const applied = await again.review({ type: "apply", task: kept });
+    assert.deepEqual(applied.applied, ["made.txt"]);
+    assert.equal(readFileSync(join(workspace, "made.txt"), "utf8"), "made by the task\n");
+    again.socket.close();
+    await stop(second);
+  });
+});
