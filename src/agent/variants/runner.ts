@@ -145,6 +145,8 @@ export class VariantRun {
   readonly #checkAbort = new AbortController();
   #cancelled = false;
   #finished = false;
+  /** The workspace being created now (they are created in turn). */
+  #creating: Promise<unknown> = Promise.resolve();
   /** Resolves when every variant has ended (done, failed or cancelled) and its check ran. */
   readonly done: Promise<void>;
 
@@ -266,7 +268,11 @@ export class VariantRun {
     this.#update(variant, { state: "starting" });
     let agent: Agent | undefined;
     try {
-      const workspace = await createTaskWorkspace(this.#options.root, variant.id);
+      // One at a time: concurrent `git worktree add`s in one repository race (git 2.39: "failed to
+      // read .git/worktrees/X/commondir" when one reads another's half-made entry).
+      const created = this.#creating.then(() => createTaskWorkspace(this.#options.root, variant.id));
+      this.#creating = created.catch(() => undefined);
+      const workspace = await created;
       this.#update(variant, { workspace });
       agent = await this.#options.createAgent({
         workspace,
