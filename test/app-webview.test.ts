@@ -2,14 +2,16 @@
  * The app as the VS Code pane uses it (editors/vscode/src/pane*.ts): `spark app --allowed-origin`
  * with a webview's origin lets exactly that origin load the front end (a module script: CORS) and
  * open the socket, and refuses every other webview; a task's changed file is read back with `file`
- * (the left side of VS Code's diff) and kept one file at a time with `keep` and a path.
+ * (both sides of VS Code's diff) and applied one file at a time. `@` in the composer completes
+ * workspace file names and attaches the files a message names.
  */
 import assert from "node:assert/strict";
-import { readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import WebSocket from "ws";
 import type { ServerMessage } from "../src/app/protocol.js";
+import { launchBrowser } from "./helpers/browser.js";
 import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./helpers/cli.js";
 
 const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:(\d+)\/) \(workspace (.+)\)$/;
@@ -71,7 +73,7 @@ async function waitFor<T>(what: string, find: () => T | undefined): Promise<T> {
 }
 
 describe("spark app for the VS Code pane", { timeout: 180_000 }, () => {
-  test("allows exactly the webview origin it was given, serves it the front end, and answers file and keep", async () => {
+  test("allows exactly the webview origin it was given, serves it the front end, and answers file", async () => {
     const workspace = freshDir("ws-");
     writeFileSync(join(workspace, "notes.txt"), "hello\nworld\n");
     writeFileSync(join(workspace, "other.txt"), "one\n");
@@ -139,14 +141,52 @@ describe("spark app for the VS Code pane", { timeout: 180_000 }, () => {
     );
     assert.ok(error);
 
-    // `keep` with a path keeps that one file: the other stays in the task's review.
-    ws.send(JSON.stringify({ type: "keep", task: summary.id, path: "notes.txt" }));
-    const review = await waitFor("the review after keeping one file", () =>
+    // The task works in its own copy: the diff's right side is the task's file, not yet on disk.
+    assert.equal(readFileSync(join(workspace, "notes.txt"), "utf8"), "hello\nworld\n");
+    // Apply one file (the diff editor's Apply): it lands, the other stays the task's alone.
+    ws.send(JSON.stringify({ type: "apply", task: summary.id, path: "notes.txt" }));
+    const review = await waitFor("the review after applying one file", () =>
       messages.find((m) => m.type === "review"),
     );
     assert.equal(review.type, "review");
-    assert.deepEqual(review.type === "review" ? review.files.map((f) => f.path) : [], ["other.txt"]);
+    assert.deepEqual(review.type === "review" ? review.applied : [], ["notes.txt"]);
     assert.equal(readFileSync(join(workspace, "notes.txt"), "utf8"), "hello\nspark\n");
+    assert.equal(readFileSync(join(workspace, "other.txt"), "utf8"), "one\n");
     ws.close();
+  });
+});
+
+describe("@ in the composer", { timeout: 180_000 }, () => {
+  test("completes workspace file names, and a message's @path carries the file to the model", async () => {
+    const workspace = freshDir("ws-");
+    writeFileSync(join(workspace, "notes.txt"), "NOTES-CONTENT-42\n");
+    mkdirSync(join(workspace, "src"));
+    writeFileSync(join(workspace, "src", "notebook.ts"), "export {};\n");
+    mkdirSync(join(workspace, "node_modules"));
+    writeFileSync(join(workspace, "node_modules", "notes-lib.js"), "");
+    const script = file(
+      "mention.jsonl",
+      JSON.stringify({ output: [{ type: "message", text: "Read it." }] }) + "\n",
+    );
+    const url = await startApp(workspace, script);
+    const browser = await launchBrowser();
+    const page = await browser.newPage({ viewport: { width: 1200, height: 800 } });
+    page.setDefaultTimeout(0);
+    await page.goto(url);
+    const input = page.locator("textarea.input");
+    await input.waitFor();
+    await input.fill("Summarize @note");
+    const menu = page.locator(".file-menu .menu-name");
+    await menu.first().waitFor();
+    // Names that start with the query first; node_modules is not offered.
+    assert.deepEqual(await menu.allInnerTexts(), ["@notes.txt", "@src/notebook.ts"]);
+    await input.press("Tab");
+    assert.equal(await input.inputValue(), "Summarize @notes.txt ");
+    await input.press("Enter");
+    // The message the task got (and the model with it) carries the file's content.
+    const user = page.locator(".msg.user");
+    await user.filter({ hasText: "NOTES-CONTENT-42" }).waitFor();
+    await page.locator(".msg.assistant .markdown", { hasText: "Read it." }).waitFor();
+    await browser.close();
   });
 });

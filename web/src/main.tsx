@@ -264,14 +264,29 @@ function menuEntries(
   ].filter((entry) => entry.name.startsWith(prefix));
 }
 
+/** The `@word` being typed at the end of the composer's text: what follows the `@`. */
+function mentionAt(text: string): string | undefined {
+  return /(?:^|\s)@([\w@.+/-]*)$/.exec(text)?.[1];
+}
+
 /**
  * The composer of the open task, or (no `task`) of a new one: its first message creates it with
  * `model`. Text leaves the composer only once it was handed to the app server.
  */
 function Composer(props: { task?: TaskSummary; model?: string }): preact.JSX.Element {
   const [text, setText] = useState("");
-  const { context } = useStore();
+  const { context, fileMatches } = useStore();
   const menu = menuEntries(text, context?.prompts ?? []);
+  // `@` completes workspace file names (the app lists them); a message's `@path`s are attached.
+  const mention = mentionAt(text);
+  useEffect(() => {
+    if (mention !== undefined) connection.send({ type: "files", query: mention });
+  }, [mention]);
+  const fileMenu = mention !== undefined && fileMatches?.query === mention ? fileMatches.paths : [];
+  const pickFile = (path: string): void => {
+    setText(`${text.slice(0, text.length - (mention ?? "").length)}${path} `);
+    ref.current?.focus();
+  };
   const pick = (name: string): void => {
     setText(`/${name} `);
     ref.current?.focus();
@@ -363,6 +378,17 @@ function Composer(props: { task?: TaskSummary; model?: string }): preact.JSX.Ele
           onRemove={(index) => setImages((list) => list.filter((_, i) => i !== index))}
         />
       ) : null}
+      {fileMenu.length > 0 ? (
+        <ul class="composer-menu file-menu" role="listbox">
+          {fileMenu.map((path) => (
+            <li key={path}>
+              <button class="menu-item" onClick={() => pickFile(path)}>
+                <span class="menu-name">@{path}</span>
+              </button>
+            </li>
+          ))}
+        </ul>
+      ) : null}
       {menu.length > 0 ? (
         <ul class="composer-menu" role="listbox">
           {menu.map((entry) => (
@@ -399,7 +425,10 @@ function Composer(props: { task?: TaskSummary; model?: string }): preact.JSX.Ele
           attach(files);
         }}
         onKeyDown={(e) => {
-          if (e.key === "Tab" && menu.length > 0) {
+          if (e.key === "Tab" && fileMenu.length > 0) {
+            e.preventDefault();
+            pickFile(fileMenu[0]!);
+          } else if (e.key === "Tab" && menu.length > 0) {
             e.preventDefault();
             pick(menu[0]!.name);
           } else if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {

@@ -56,6 +56,8 @@ export interface AppState {
   draftModel: string;
   /** The project's AGENTS.md files, skills and custom prompts, as the app server loaded them. */
   context: ProjectContext | undefined;
+  /** `@` in the composer: the workspace files matching what follows the `@`, as the app answered. */
+  fileMatches: { query: string; paths: string[] } | undefined;
   /** The port of the app's preview server (variants' pages), when it runs. */
   preview: number | undefined;
 }
@@ -75,6 +77,7 @@ let state: AppState = {
   drawer: false,
   draftModel: "spark",
   context: undefined,
+  fileMatches: undefined,
   preview: undefined,
 };
 const listeners = new Set<() => void>();
@@ -321,6 +324,9 @@ export function apply(message: ServerMessage, receivedAt: number): void {
     }
     case "steer.sent":
       benchProbe()?.steers.push({ sentAt: message.sentAt, at: message.at });
+      return;
+    case "files":
+      setState({ fileMatches: { query: message.query, paths: message.paths } });
       return;
     case "error":
       setState({ error: message.message });
