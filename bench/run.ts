@@ -38,6 +38,9 @@
  *  27. an app task's worktree in a 10,000-file repository (HEAD plus uncommitted changes), vs plain
  *      `git worktree add` of the same repository (medians).
  *
+ *  28. 10 best-of-N variants in the web app at 1,000 tok/s each on one server: the app's main-thread
+ *      longest task while all the cards stream, and last variant's end → every preview rendered.
+ *
  * Options: `--quick` (fewer iterations), `--json` (also write bench/results.json),
  * `--only 1,3` (run some figures only). Every server is in process on 127.0.0.1, port 0.
  */
@@ -46,6 +49,7 @@ import { availableParallelism, cpus, loadavg, platform, arch, totalmem } from "n
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { appFigures } from "./app-figures.js";
+import { variantsFigure } from "./app-variants-figure.js";
 import { skillsListTokens } from "./context-figures.js";
 import { mcpStartFigure } from "./mcp-start.js";
 import { peerFigures, peerSetup } from "./peer-figures.js";
@@ -78,7 +82,7 @@ const llamaConfig = args.quick
   : { decodeTokens: 200, decodeRounds: 15, reuseRounds: 9 };
 const wsConfig = args.quick ? { loopRounds: 3, steerRounds: 5 } : { loopRounds: 10, steerRounds: 15 };
 const only = new Set(
-  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27")
+  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28")
     .split(",")
     .map((s) => Number(s.trim())),
 );
@@ -285,15 +289,25 @@ if (only.has(26)) {
   }
 }
 
-const seconds = (performance.now() - started) / 1000;
-const rows: FigureRow[] = Object.values(results).map((r) => r.row);
-log(`\nSummary (${seconds.toFixed(1)} s, load average now ${loadavg()[0]!.toFixed(2)}):\n`);
-log(
 if (only.has(27)) {
   log(`\n27. Task worktree creation in a 10,000-file repository vs git worktree add (medians)`);
   results.taskWorktree = await worktreeFigure({ rounds: args.quick ? 5 : 11 }, log);
 }
 
+if (only.has(28)) {
+  log(
+    `\n28. spark app: 10 variants of a page at 1,000 tok/s each on one server (script engine, git worktrees)`,
+  );
+  results.appVariants = await variantsFigure(
+    { count: 10, rate: 1000, tokens: args.quick ? 2000 : 3000 },
+    log,
+  );
+}
+
+const seconds = (performance.now() - started) / 1000;
+const rows: FigureRow[] = Object.values(results).map((r) => r.row);
+log(`\nSummary (${seconds.toFixed(1)} s, load average now ${loadavg()[0]!.toFixed(2)}):\n`);
+log(
   table(
     ["Figure", "Spark (server)", "Reference", "Comparison", "Goal", "Met"],
     rows.map((r) => [

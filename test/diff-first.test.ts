@@ -13,6 +13,10 @@ import { after, before, describe, test } from "node:test";
 import type { Page } from "playwright-core";
 import { launchBrowser } from "./helpers/browser.js";
 import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./helpers/cli.js";
+import { workspaceFixture } from "./helpers/workspace.js";
+import { previewPatch } from "../src/agent/apply-patch.js";
+import { contentDiff } from "../src/agent/file-diff.js";
+import { ToolRunner, type ApprovalRequest, type ToolCall } from "../src/agent/tools.js";
 import { distMissing, TmuxServer, tmuxMissing, type Terminal } from "./helpers/tmux.js";
 
 function script(name: string, lines: readonly (readonly object[])[]): string {
@@ -296,5 +300,80 @@ describe("diff-first approvals in the app", { timeout: 180_000 }, () => {
       /-world[\s\S]*\+spark/,
     );
     await page.close();
+  });
+});
+
+describe("a patch's diff before it is applied", () => {
+  const call = (body: string): ToolCall => ({
+    kind: "custom",
+    callId: "c1",
+    name: "apply_patch",
+    input: `*** Begin Patch\n${body}\n*** End Patch`,
+  });
+
+  test("previewPatch computes what would change against the files as they are, and writes nothing", async () => {
+    const { ws, root } = await workspaceFixture("spark-diff-first-", { "notes.txt": "hello\nworld\n" });
+    const body = "*** Update File: notes.txt\n@@\n hello\n-world\n+spark\n*** Add File: new.txt\n+fresh";
+    const preview = await previewPatch(ws, `*** Begin Patch\n${body}\n*** End Patch`);
+    assert.deepEqual(
+      preview.files.map((f) => [f.path, f.before?.toString() ?? null, f.after?.toString() ?? null]),
+      [
+        ["notes.txt", "hello\nworld\n", "hello\nspark\n"],
+        ["new.txt", null, "fresh\n"],
+      ],
+    );
+    assert.equal(readFileSync(join(root, "notes.txt"), "utf8"), "hello\nworld\n", "nothing written");
+    const [notes, added] = preview.files.map((f) => contentDiff(f.path, f.before, f.after));
+    assert.deepEqual(notes?.lines, [
+      { kind: "hunk", text: "@@ -1,2 +1,2 @@" },
+      { kind: "context", text: "hello" },
+      { kind: "del", text: "world" },
+      { kind: "add", text: "spark" },
+    ]);
+    assert.equal(added?.kind, "add");
+    assert.deepEqual([added?.added, added?.removed], [1, 0]);
+  });
+
+  test("the approval carries the diff; a patch that cannot apply fails without asking", async () => {
+    const { ws } = await workspaceFixture("spark-diff-first-", { "notes.txt": "hello\nworld\n" });
+    const asked: ApprovalRequest[] = [];
+    const runner = new ToolRunner(
+      {
+        workspace: ws,
+        sandbox: { kind: "none", reason: "test" },
+        approval: "untrusted",
+        ask: async (request) => {
+          asked.push(request);
+          return "no";
+        },
+      },
+      () => "i",
+    );
+    const signal = new AbortController().signal;
+    const declined = await runner.run(
+      call("*** Update File: notes.txt\n@@\n-world\n+spark"),
+      signal,
+      () => {},
+    );
+    assert.equal(declined.completed.type === "file_change" && declined.completed.status, "declined");
+    assert.equal(asked.length, 1);
+    assert.deepEqual(
+      asked[0]?.diffs?.map((d) => [d.path, d.added, d.removed, d.lines.map((l) => l.text)]),
+      [["notes.txt", 1, 1, ["@@ -1,2 +1,2 @@", "hello", "world", "spark"]]],
+    );
+
+    const stale = await runner.run(
+      call("*** Update File: notes.txt\n@@\n-no such line\n+x"),
+      signal,
+      () => {},
+    );
+    assert.equal(stale.completed.type === "file_change" && stale.completed.status, "failed");
+    assert.match(String(stale.output.output), /does not apply/);
+    assert.equal(asked.length, 1, "not asked about a patch that cannot apply");
+  });
+
+  test("a binary file is said to be one, not diffed", () => {
+    const diff = contentDiff("logo.png", Buffer.from([0x89, 0x50, 0, 1]), Buffer.from([0x89, 0x50, 0, 2]));
+    assert.deepEqual([diff.lines, diff.note], [[], "binary file (4 → 4 bytes)"]);
   });
 });

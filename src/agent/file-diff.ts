@@ -14,6 +14,12 @@ export type Content = string | Uint8Array | null;
 export const MAX_DIFF_BYTES = 1024 * 1024;
 
 const CONTEXT_LINES = 3;
+/**
+ * The most time one diff may take. Myers' algorithm costs (lines × edits): a 15,000-line file
+ * rewritten end to end took over four minutes of the event loop. Past this, the diff shown is the
+ * whole old text removed and the whole new text added (correct, not minimal).
+ */
+const DIFF_TIMEOUT_MS = 300;
 
 function byteLength(content: string | Uint8Array): number {
   return typeof content === "string" ? Buffer.byteLength(content) : content.length;
@@ -49,7 +55,12 @@ export function contentDiff(path: string, before: Content, after: Content): File
       note: `too large to show (${sizes.join(" → ")} bytes)`,
     };
   }
-  const patch = structuredPatch(path, path, text(before), text(after), "", "", { context: CONTEXT_LINES });
+  const oldText = text(before);
+  const newText = text(after);
+  const patch = structuredPatch(path, path, oldText, newText, "", "", {
+    context: CONTEXT_LINES,
+    timeout: DIFF_TIMEOUT_MS,
+  }) ?? { hunks: [wholeFile(oldText, newText)] };
   const lines: DiffLine[] = [];
   let added = 0;
   let removed = 0;
@@ -69,13 +80,19 @@ export function contentDiff(path: string, before: Content, after: Content): File
   return { path, kind, lines, added, removed };
 }
 
-/** `+3 −1` for a set of diffs (or one). */
-export function diffCounts(diffs: readonly FileDiff[]): { added: number; removed: number } {
-  let added = 0;
-  let removed = 0;
-  for (const diff of diffs) {
-    added += diff.added;
-    removed += diff.removed;
-  }
-  return { added, removed };
+/** One hunk that removes every line of `before` and adds every line of `after`. */
+function wholeFile(
+  before: string,
+  after: string,
+): { oldStart: number; oldLines: number; newStart: number; newLines: number; lines: string[] } {
+  const split = (content: string): string[] => (content === "" ? [] : content.replace(/\n$/, "").split("\n"));
+  const old = split(before);
+  const next = split(after);
+  return {
+    oldStart: old.length === 0 ? 0 : 1,
+    oldLines: old.length,
+    newStart: next.length === 0 ? 0 : 1,
+    newLines: next.length,
+    lines: [...old.map((line) => `-${line}`), ...next.map((line) => `+${line}`)],
+  };
 }
