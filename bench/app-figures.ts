@@ -174,13 +174,23 @@ interface TraceEvent {
 
 /**
  * Main-thread tasks of the page's renderer from a `toplevel` trace (every task, not only the ones
- * over 50 ms that `longtask` entries report), in ms.
+ * over 50 ms that `longtask` entries report), in ms. With `pids`, only those renderer processes
+ * (the page's own, not those of frames from other sites).
  */
-function rendererTasks(trace: Buffer): { at: number; ms: number; cpu: number }[] {
+export function rendererTasks(
+  trace: Buffer,
+  pids?: ReadonlySet<number>,
+): { at: number; ms: number; cpu: number }[] {
   const events = (JSON.parse(trace.toString("utf8")) as { traceEvents: TraceEvent[] }).traceEvents;
   const main = new Set(
     events
-      .filter((e) => e.ph === "M" && e.name === "thread_name" && e.args?.name === "CrRendererMain")
+      .filter(
+        (e) =>
+          e.ph === "M" &&
+          e.name === "thread_name" &&
+          e.args?.name === "CrRendererMain" &&
+          (pids === undefined || pids.has(e.pid)),
+      )
       .map((e) => `${e.pid}:${e.tid}`),
   );
   return events

@@ -360,6 +360,7 @@ function VariantCardView(props: {
       class={`variant-card state-${card.state}${entry.chosen === index ? " chosen" : ""}`}
       data-index={index}
       data-state={card.state}
+      data-ended-at={card.endedAt}
     >
       <div class="variant-top">
         <span class="variant-number">#{index + 1}</span>
