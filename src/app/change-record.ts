@@ -7,10 +7,10 @@
 import { readFileSync, realpathSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { isAbsolute, relative, resolve } from "node:path";
-import { structuredPatch, type StructuredPatchHunk } from "diff";
+import { contentDiff } from "../agent/file-diff.js";
 import { neutralGit } from "../agent/neutral-git.js";
 import { writeFileAtomic, type Workspace } from "../agent/workspace.js";
-import type { DiffLine, FileDiff } from "./protocol.js";
+import type { FileDiff } from "./protocol.js";
 
 /** Content of a file, `null` when it did not exist. */
 export interface FileChange {
@@ -159,9 +159,8 @@ async function headDiff(root: string, path: string): Promise<FileDiff | undefine
   const before = head.toString("utf8");
   const after = now === null ? "" : now.toString("utf8");
   if (now !== null && before === after) return undefined;
-  const patch = structuredPatch(path, path, before, after, "", "", { context: 3 });
-  if (patch.hunks.length === 0) return undefined;
-  return toFileDiff(path, now === null ? "delete" : "update", patch.hunks);
+  const diff = contentDiff(path, before, now === null ? null : after);
+  return diff.lines.length === 0 ? undefined : diff;
 }
 
 async function isGitWorkTree(root: string): Promise<boolean> {
@@ -174,28 +173,7 @@ async function isGitWorkTree(root: string): Promise<boolean> {
   }
 }
 
+/** The diff of one recorded change (see file-diff.ts: bounded in time, binary files noted). */
 export function fileDiff(path: string, change: FileChange): FileDiff {
-  const patch = structuredPatch(path, path, change.before ?? "", change.after ?? "", "", "", { context: 3 });
-  const kind = change.before === null ? "add" : change.after === null ? "delete" : "update";
-  return toFileDiff(path, kind, patch.hunks);
-}
-
-function toFileDiff(path: string, kind: FileDiff["kind"], hunks: readonly StructuredPatchHunk[]): FileDiff {
-  const lines: DiffLine[] = [];
-  let added = 0;
-  let removed = 0;
-  for (const hunk of hunks) {
-    lines.push({
-      kind: "hunk",
-      text: `@@ -${hunk.oldStart},${hunk.oldLines} +${hunk.newStart},${hunk.newLines} @@`,
-    });
-    for (const line of hunk.lines) {
-      if (line.startsWith("\\")) continue; // "\ No newline at end of file"
-      const kind = line[0] === "+" ? "add" : line[0] === "-" ? "del" : "context";
-      if (kind === "add") added++;
-      if (kind === "del") removed++;
-      lines.push({ kind, text: line.slice(1) });
-    }
-  }
-  return { path, kind, lines, added, removed };
+  return contentDiff(path, change.before, change.after);
 }
