@@ -6,7 +6,9 @@
  * queues the message for after the turn, Esc interrupts. Ctrl-T toggles the tier (spark ⇄ deep).
  * Ctrl-J or Shift+Enter starts a new line of the message; Tab completes /commands, tier names and
  * `@` file paths (an `@path` in a sent message attaches that workspace file).
- * Commands: /tier, /model, /compact, /new, /variants N, /undo [N], /redo, /status, /retry, /help, /quit.
+ * Commands: /tier, /model, /compact, /new, /variants N, /undo [N], /redo, /diff, /status, /retry, /help,
+ * /quit. Approvals are diff-first: the prompt shows the whole command or the patch's diff (paged
+ * with Space/PgDn and PgUp when it is taller than the screen) before y/a/n.
  *
  * Words: a *tier* is a model name the server lists at `/v1/models` (spark, deep, auto); the *model*
  * is the GGUF file an in-process server loads (`spark --model FILE.gguf`).
