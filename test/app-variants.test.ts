@@ -213,6 +213,9 @@ describe("variants in the app", { timeout: 360_000 }, () => {
     // Every variant ends; each had its own worktree with its page, the user's tree has none yet.
     await page.locator('.variant-card[data-state="done"]').nth(7).waitFor();
     await page.locator(".variant-pick").nth(7).waitFor();
+    // With SPARK_APP_SCREENSHOTS=DIR: the cards with their previews (docs/app/variant-previews.png).
+    if (process.env.SPARK_APP_SCREENSHOTS)
+      await page.screenshot({ path: join(process.env.SPARK_APP_SCREENSHOTS, "variant-previews.png") });
     const worktrees = variantWorktrees(home);
     assert.equal(worktrees.length, 8, worktrees.join("\n"));
     // A patch's added file ends with a newline.
@@ -250,8 +253,6 @@ describe("variants in the app", { timeout: 360_000 }, () => {
     await page.locator("textarea.input").fill("And now?");
     await page.locator("textarea.input").press("Enter");
     await page.locator(".msg.assistant .markdown", { hasText: "AFTER the pick." }).waitFor();
-    if (process.env.SPARK_APP_SCREENSHOTS)
-      await page.screenshot({ path: join(process.env.SPARK_APP_SCREENSHOTS, "variants-picked.png") });
     await context.close();
   });
 });

@@ -753,7 +753,7 @@ export class Task {
       count,
       // From the task's own workspace (its worktree): a pick lands there, not in the user's files.
       root: this.#workspace.root,
-      createAgent: (input, queued) => this.#variantAgent(input, queued, transcript),
+      createAgent: (input) => this.#variantAgent(input, transcript),
       ...(settings?.check
         ? {
             check: {
@@ -780,11 +780,7 @@ export class Task {
   }
 
   /** One variant's agent: its own connection, its worktree as workspace, this conversation so far. */
-  async #variantAgent(
-    input: CreateVariantAgent,
-    queued: (waiting: boolean) => void,
-    transcript: InputItem[],
-  ): Promise<Agent> {
+  async #variantAgent(input: CreateVariantAgent, transcript: InputItem[]): Promise<Agent> {
     const { serverUrl } = this.context;
     const apiKey = this.context.apiKey(this.owner);
     const connect = (): Promise<ResponsesSocket> =>
@@ -813,11 +809,6 @@ export class Task {
       autoCompact: this.context.autoCompact,
       transcript,
       temperature: input.temperature,
-    });
-    agent.on((event) => {
-      if (event.type === "response.queued" && event.lane === "") queued(true);
-      else if ((event.type === "first_token" || event.type === "response.done") && event.lane === "")
-        queued(false);
     });
     if (this.#closed) agent.close();
     return agent;
@@ -974,6 +965,9 @@ export class Task {
     this.#conflicts = [];
     await removeTaskWorkspace(ws);
     this.record.keep();
+    // The turns' changes are gone with the worktree: nothing of them to undo in the fresh one.
+    await this.#checkpoints?.clear().catch(() => {});
+    this.#checkpointSummary();
     const fresh = await this.#workspaceReady();
     this.#notice(
       "info",
@@ -1058,6 +1052,8 @@ export class Task {
     rmSync(join(dir, `${this.id}.json`), { force: true });
     rmSync(join(dir, `${this.id}.log.jsonl`), { force: true });
     rmSync(this.#session.path, { force: true });
+    // Its checkpoints (refs/spark/checkpoints/ID, or its folder) too.
+    void this.#checkpoints?.clear().catch(() => {});
     // Its worktree (or copy) and branch go with it; one still being made removes itself.
     const ws = this.#ws;
     const ready = this.#wsReady;

@@ -8,7 +8,7 @@
  * together at most every FLUSH_MS as one `variants.update` message (appends, or the whole text
  * when a new response replaced it), never one message per token per variant.
  */
-import type { Agent } from "../agent/agent.js";
+import type { Agent, AgentEvent } from "../agent/agent.js";
 import {
   startVariants,
   type CreateVariantAgent,
@@ -35,8 +35,8 @@ export interface AppVariantsOptions {
   count: number;
   /** Where a pick lands: the task's own workspace. */
   root: string;
-  /** Makes one variant's agent (see `VariantsOptions.createAgent`); `queued` marks a card waiting for the server. */
-  createAgent(input: CreateVariantAgent, queued: (waiting: boolean) => void): Promise<Agent>;
+  /** Makes one variant's agent (see `VariantsOptions.createAgent`). */
+  createAgent(input: CreateVariantAgent): Promise<Agent>;
   check?: VariantsOptions["check"];
   concurrency?: number;
   preview?: PreviewServer;
@@ -55,6 +55,12 @@ export class AppVariants {
   readonly #rateSentAt: number[];
   /** A card's preview signature (its page and its tools count) when its version was last bumped. */
   readonly #previewSeen: string[];
+  /**
+   * Each variant's output rate over all its responses: tokens and generating seconds of those done,
+   * and the one streaming now (its first token's time and deltas since). A card shows
+   * tokens / seconds: a short last response does not make the figure jump.
+   */
+  readonly #rates: { tokens: number; seconds: number; startedAt: number; deltas: number }[];
   /** The cards as last sent (their rate left out: it has its own pace). */
   #cardsSent = "";
   #timer: ReturnType<typeof setTimeout> | undefined;
@@ -65,17 +71,21 @@ export class AppVariants {
     this.#sent = Array.from({ length: options.count }, () => "");
     this.#rateSentAt = Array.from({ length: options.count }, () => 0);
     this.#previewSeen = Array.from({ length: options.count }, () => "");
+    this.#rates = Array.from({ length: options.count }, () => ({
+      tokens: 0,
+      seconds: 0,
+      startedAt: 0,
+      deltas: 0,
+    }));
     this.run = startVariants({
       count: options.count,
       prompt: options.prompt,
       root: options.root,
-      createAgent: (input) =>
-        options.createAgent(input, (waiting) => {
-          const card = this.entry.cards?.[input.index];
-          if (!card || card.serverQueued === waiting) return;
-          card.serverQueued = waiting;
-          this.#markDirty(input.index);
-        }),
+      createAgent: async (input) => {
+        const agent = await options.createAgent(input);
+        agent.on((event) => this.#agentEvent(input.index, event));
+        return agent;
+      },
       ...(options.check ? { check: options.check } : {}),
       concurrency: options.concurrency ?? options.count,
     });
@@ -171,6 +181,58 @@ export class AppVariants {
     cards[variant.index] = next;
   }
 
+  /** Follows one variant's agent: waiting on the server for a slot, and its output rate. */
+  #agentEvent(index: number, event: AgentEvent): void {
+    if (this.#closed || !("lane" in event) || event.lane !== "") return;
+    const card = this.entry.cards?.[index];
+    const rate = this.#rates[index];
+    if (!card || !rate) return;
+    const queued = (waiting: boolean): void => {
+      if ((card.serverQueued ?? false) === waiting) return;
+      if (waiting) card.serverQueued = true;
+      else delete card.serverQueued;
+      this.#markDirty(index);
+    };
+    switch (event.type) {
+      case "response.queued":
+        queued(true);
+        return;
+      case "first_token":
+        queued(false);
+        rate.startedAt = performance.now();
+        rate.deltas = 0;
+        return;
+      case "text.delta":
+        rate.deltas++;
+        return;
+      case "response.done": {
+        queued(false);
+        const seconds =
+          event.tokensPerSecond !== undefined && event.tokensPerSecond > 0
+            ? event.outputTokens / event.tokensPerSecond
+            : rate.startedAt > 0
+              ? (performance.now() - rate.startedAt) / 1000
+              : 0;
+        rate.tokens += event.outputTokens;
+        rate.seconds += seconds;
+        rate.startedAt = 0;
+        rate.deltas = 0;
+        this.#markDirty(index);
+        return;
+      }
+      default:
+        return;
+    }
+  }
+
+  /** Tokens per second over the variant's responses so far (the streaming one included). */
+  #rateOf(index: number): number | undefined {
+    const rate = this.#rates[index]!;
+    const live = rate.startedAt > 0 ? (performance.now() - rate.startedAt) / 1000 : 0;
+    const seconds = rate.seconds + live;
+    return seconds > 0.05 ? Math.round((rate.tokens + rate.deltas) / seconds) : undefined;
+  }
+
   #markDirty(index: number): void {
     this.#dirty.add(index);
     if (this.#timer === undefined && !this.#closed) this.#timer = setTimeout(() => this.#flush(), FLUSH_MS);
@@ -194,9 +256,14 @@ export class AppVariants {
       const card = this.entry.cards?.[index];
       if (!card) continue;
       // Tokens/s moves with every delta: sent with the text at most every RATE_MS.
-      const rate = variant.tokensPerSecond;
-      if (rate !== undefined && rate !== card.tokensPerSecond && now - this.#rateSentAt[index]! >= RATE_MS) {
-        card.tokensPerSecond = Math.round(rate);
+      const rate = this.#rateOf(index);
+      const final = ended(variant);
+      if (
+        rate !== undefined &&
+        rate !== card.tokensPerSecond &&
+        (final || now - this.#rateSentAt[index]! >= RATE_MS)
+      ) {
+        card.tokensPerSecond = rate;
         this.#rateSentAt[index] = now;
         cardsChanged = true;
       }
@@ -224,11 +291,7 @@ function cardOf(variant: Variant, previous?: VariantCard): VariantCard {
   return {
     state: variant.state,
     temperature: variant.temperature,
-    ...(ended(variant) && variant.tokensPerSecond !== undefined
-      ? { tokensPerSecond: Math.round(variant.tokensPerSecond) }
-      : previous?.tokensPerSecond === undefined
-        ? {}
-        : { tokensPerSecond: previous.tokensPerSecond }),
+    ...(previous?.tokensPerSecond === undefined ? {} : { tokensPerSecond: previous.tokensPerSecond }),
     outputTokens: variant.outputTokens,
     files: variant.files.map((f) => ({ ...f })),
     added: variant.added,
