@@ -202,6 +202,11 @@ describe("checkpoints", () => {
     assert.equal(bytes(root, "a.txt").toString(), "a changed by turn 1\n");
     resumed.beginTurn();
     assert.equal(resumed.turn, 3);
+    await resumed.endTurn();
+    // Cleared (its task deleted, its worktree discarded): the refs go, nothing is left to undo.
+    await resumed.clear();
+    assert.equal(git(root, "for-each-ref", "refs/spark/"), "");
+    await assert.rejects(resumed.undo(), { code: "nothing_to_undo" });
   });
 
   it("a path that now leads outside the workspace is skipped and said so; the others are restored", async () => {

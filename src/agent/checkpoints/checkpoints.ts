@@ -120,6 +120,8 @@ interface Store {
   lastTurn(): Promise<number>;
   /** The checkpoints saved for this session before, oldest first (unreadable ones skipped). */
   load(): Promise<Checkpoint[]>;
+  /** Removes everything saved for this session. */
+  clear(): Promise<void>;
 }
 
 export class Checkpoints implements TurnRecorder {
@@ -316,6 +318,17 @@ export class Checkpoints implements TurnRecorder {
     this.#done.push(...last.checkpoints);
     this.#scan.clear();
     return { turns: last.checkpoints.map((c) => c.turn), files };
+  }
+
+  /**
+   * Forgets every checkpoint of the session and removes what was saved for it (the files it
+   * changed were thrown away: a task's worktree discarded, the task deleted).
+   */
+  async clear(): Promise<void> {
+    this.#done.length = 0;
+    this.#undone.length = 0;
+    this.#scan.clear();
+    await this.#store.clear();
   }
 
   /** Writes each version back; an unrecorded one is skipped and said so. */
@@ -652,6 +665,13 @@ class GitStore implements Store {
     return (await this.#turns()).at(-1) ?? 0;
   }
 
+  async clear(): Promise<void> {
+    for (const turn of await this.#turns()) {
+      await neutralGit(this.root, ["update-ref", "-d", `${this.#prefix}${turn}`]).catch(() => undefined);
+    }
+    this.#parent = undefined;
+  }
+
   async load(): Promise<Checkpoint[]> {
     const out: Checkpoint[] = [];
     for (const turn of await this.#turns()) {
@@ -763,6 +783,13 @@ class FolderStore implements Store {
 
   async lastTurn(): Promise<number> {
     return (await this.#turns()).at(-1) ?? 0;
+  }
+
+  async clear(): Promise<void> {
+    await rm(this.dir, { recursive: true, force: true });
+    this.#known.clear();
+    this.#bytes = 0;
+    await mkdir(path.join(this.dir, "objects"), { recursive: true });
   }
 
   async load(): Promise<Checkpoint[]> {
