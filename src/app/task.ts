@@ -139,6 +139,15 @@ const savedTask = z.object({
     updatedAt: z.string().optional().catch(undefined),
     parent: z.string().optional().catch(undefined),
     cutOff: z.string().optional().catch(undefined),
+    workspace: z
+      .object({
+        kind: z.enum(["worktree", "copy", "in-place"]),
+        path: z.string(),
+        branch: z.string().optional(),
+        bytes: z.number().optional(),
+      })
+      .optional()
+      .catch(undefined),
     undoTurn: z.number().int().positive().optional().catch(undefined),
   }),
   owner: z.string().optional(),
@@ -357,6 +366,10 @@ export class Task {
       updatedAt: saved.summary.updatedAt ?? createdAt,
       ...(saved.summary.parent === undefined ? {} : { parent: saved.summary.parent }),
       ...(saved.summary.cutOff === undefined ? {} : { cutOff: saved.summary.cutOff }),
+      // As last measured; re-opening the workspace says nothing new until the next turn ends.
+      ...(saved.summary.workspace === undefined || saved.taskWorkspace === undefined
+        ? {}
+        : { workspace: saved.summary.workspace as NonNullable<TaskSummary["workspace"]> }),
       // What Undo turn would undo (the checkpoints are read back when the agent connects); a redo
       // does not outlive the app.
       ...(saved.summary.undoTurn === undefined ? {} : { undoTurn: saved.summary.undoTurn }),
@@ -491,6 +504,9 @@ export class Task {
       if (saved !== undefined) void pruneTaskWorkspaces(ws.path, () => false).catch(() => {});
     }
     this.#ws = ws;
+    const known = this.summary.workspace;
+    // Re-opened as it was saved: nothing to tell the browsers (they got it with the task).
+    if (ws === saved && known?.path === ws.path && known.kind === ws.kind) return ws;
     this.summary.workspace = {
       kind: ws.kind,
       path: ws.path,
