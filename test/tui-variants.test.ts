@@ -146,6 +146,7 @@ describe("variants and --worktree in the terminal", { skip: tmuxMissing ?? false
     assert.deepEqual(sparkWorktrees(home), []);
     assert.equal(git(cwd, "worktree", "list").trim().split("\n").length, 1);
     assert.equal(git(cwd, "branch", "--list", "spark/*").trim(), "");
+    assert.deepEqual(readdirSync(join(home, "worktrees")), [], "their folder too");
     // Its text is not repeated below: only the table's first lines carry it.
     assert.equal(picked.split("More detail that the table does not show.").length - 1, 0);
     assert.equal(picked.split("Added hello.txt and who.txt.").length - 1, 3);

@@ -17,6 +17,7 @@
  * a clean pick (or `discard`) every variant's worktree and branch are gone.
  */
 import { randomBytes } from "node:crypto";
+import { rmdir } from "node:fs/promises";
 import type { Agent, AgentEvent, InputItem } from "../agent.js";
 import type { Sandbox } from "../sandbox.js";
 import { commandEnvironment } from "../secrets.js";
@@ -26,6 +27,7 @@ import {
   createTaskWorkspace,
   discardTaskWorkspace,
   taskChanges,
+  taskWorkspacesFolder,
   type ApplyResult,
   type TaskFileChange,
   type TaskWorkspace,
@@ -228,13 +230,17 @@ export class VariantRun {
       this.cancel();
       await this.done;
     }
+    const folders = new Set<string>();
     await Promise.all(
       this.variants.map(async (variant) => {
         if (!variant.workspace) return;
+        folders.add(taskWorkspacesFolder(variant.workspace.root));
         await discardTaskWorkspace(variant.workspace).catch(() => {});
         delete variant.workspace;
       }),
     );
+    // Their folder goes too when nothing else is in it (rmdir refuses a folder that is not empty).
+    for (const folder of folders) await rmdir(folder).catch(() => {});
   }
 
   #emit(event: VariantEvent): void {
