@@ -36,6 +36,13 @@ describe("decodeKeys", () => {
     );
   });
 
+  test("PgUp and PgDn (they page a long diff in an approval and /diff)", () => {
+    assert.deepEqual(
+      decodeKeys("\x1b[5~\x1b[6~").map((k) => k.name),
+      ["pageup", "pagedown"],
+    );
+  });
+
   test("a bracketed paste is one key, newlines included, between text and keys", () => {
     assert.deepEqual(decodeKeys("\x1b[200~line 1\nline 2\r\nline 3\x1b[201~"), [
       { name: "paste", text: "line 1\nline 2\r\nline 3" },
