@@ -331,6 +331,7 @@ describe("a patch's diff before it is applied", () => {
       { kind: "add", text: "spark" },
     ]);
     assert.equal(added?.kind, "add");
+    assert.equal(added?.lines[0]?.text, "@@ -0,0 +1,1 @@", "an empty range as git writes it");
     assert.deepEqual([added?.added, added?.removed], [1, 0]);
   });
 

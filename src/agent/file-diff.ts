@@ -65,9 +65,12 @@ export function contentDiff(path: string, before: Content, after: Content): File
   let added = 0;
   let removed = 0;
   for (const hunk of patch.hunks) {
+    // An empty range names the line before it, as diff and git write it (`@@ -0,0 +1,3 @@`).
+    const oldStart = hunk.oldLines === 0 ? hunk.oldStart - 1 : hunk.oldStart;
+    const newStart = hunk.newLines === 0 ? hunk.newStart - 1 : hunk.newStart;
     lines.push({
       kind: "hunk",
-      text: `@@ -${hunk.oldStart},${hunk.oldLines} +${hunk.newStart},${hunk.newLines} @@`,
+      text: `@@ -${oldStart},${hunk.oldLines} +${newStart},${hunk.newLines} @@`,
     });
     for (const line of hunk.lines) {
       if (line.startsWith("\\")) continue; // "\ No newline at end of file"
@@ -89,9 +92,9 @@ function wholeFile(
   const old = split(before);
   const next = split(after);
   return {
-    oldStart: old.length === 0 ? 0 : 1,
+    oldStart: 1,
     oldLines: old.length,
-    newStart: next.length === 0 ? 0 : 1,
+    newStart: 1,
     newLines: next.length,
     lines: [...old.map((line) => `-${line}`), ...next.map((line) => `+${line}`)],
   };
