@@ -347,6 +347,12 @@ async function scenario(page: Page, port: number, workspace: string, file: strin
     throw new Error(
       `saved file is ${JSON.stringify(saved)}, expected it to start with ${JSON.stringify(expected)}`,
     );
+  // The accepted edit is one undo step: Ctrl+Z brings back the line as it was, not a piece of it.
+  await page.keyboard.press("Control+Z");
+  await editor.locator(".view-line", { hasText: "items.reduce" }).first().waitFor({ state: "detached" });
+  await editor.locator(".view-line", { hasText: "for (const x of items)" }).first().waitFor();
+  await page.keyboard.press("Control+Shift+Z");
+  await editor.locator(".view-line", { hasText: "items.reduce" }).first().waitFor();
 
   // 4. A quick edit without a selection takes the lines at the cursor; Reject (its CodeLens) puts
   // back the exact bytes: CRLF line ends, a tab, trailing spaces, no newline at the end.

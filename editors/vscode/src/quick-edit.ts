@@ -247,7 +247,10 @@ export class QuickEdit implements vscode.CodeLensProvider {
     pending.editor.setDecorations(this.#removed, []);
     pending.editor.setDecorations(this.#added, []);
     try {
-      const applied = await this.#replace(pending, accept ? this.#after(pending) : pending.before, true);
+      // Back to the original lines first (inside the streamed edits' undo steps, which so come to
+      // nothing); Accept then writes the rewrite as one step of its own, so one Ctrl+Z takes it back.
+      let applied = await this.#replace(pending, pending.before);
+      if (applied && accept) applied = await this.#replace(pending, this.#after(pending), true);
       if (!applied) this.host.log.appendLine("quick edit: the editor refused the final edit");
     } finally {
       this.#pending = undefined;
