@@ -227,12 +227,17 @@ function Approval(props: {
       </div>
       <code class="summary">{entry.request.summary}</code>
       {entry.request.reason ? <div class="reason">{entry.request.reason}</div> : null}
+      {/* Diff-first: open until answered, then collapsed like the applied patch below it. */}
       {entry.request.diffs?.length ? (
-        <div class="approval-diffs">
-          {entry.request.diffs.map((diff) => (
-            <Diff key={diff.path} diff={diff} />
-          ))}
-        </div>
+        entry.answer ? (
+          <PatchDiffs diffs={entry.request.diffs} />
+        ) : (
+          <div class="approval-diffs">
+            {entry.request.diffs.map((diff) => (
+              <Diff key={diff.path} diff={diff} />
+            ))}
+          </div>
+        )
       ) : null}
       {entry.answer ? (
         <div class="answer">
