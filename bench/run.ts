@@ -299,7 +299,7 @@ if (only.has(28)) {
     `\n28. spark app: 10 variants of a page at 1,000 tok/s each on one server (script engine, git worktrees)`,
   );
   results.appVariants = await variantsFigure(
-    { count: 10, rate: 1000, tokens: args.quick ? 2000 : 3000 },
+    { count: 10, rate: 1000, tokens: args.quick ? 6000 : 15000 },
     log,
   );
 }

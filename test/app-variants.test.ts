@@ -236,6 +236,10 @@ describe("variants in the app", { timeout: 360_000 }, () => {
     await page.locator('.variant-card[data-state="picked"]').waitFor();
     assert.deepEqual(variantWorktrees(home), []);
     assert.equal(git(workspace, "branch", "--list", "spark/variant-*").trim(), "");
+    // The picked page goes on showing (now from the task's workspace); the others' are gone.
+    while ((await page.locator("iframe.variant-preview").count()) !== 1) await page.waitForTimeout(100);
+    const picked = await previewFrame(page, 2);
+    await picked.locator("h1", { hasText: "Variant page" }).waitFor();
     // It landed in the task's own worktree; Apply (in Review) brings it into the working tree.
     assert.equal(existsSync(join(workspace, "site")), false);
     await page.locator(".review-button").click();

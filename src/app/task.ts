@@ -422,9 +422,12 @@ export class Task {
       if (entry.kind === "assistant") entry.streaming = false;
       if (entry.kind === "approval" && entry.answer === undefined) entry.answer = "no";
       // Variants of an earlier run cannot be picked any more (their worktrees are pruned at start).
-      if (entry.kind === "variants" && entry.chosen === undefined && entry.cards) {
+      if (entry.kind === "variants" && entry.cards) {
         entry.done = true;
-        for (const card of entry.cards) card.state = "discarded";
+        for (const card of entry.cards) {
+          if (entry.chosen === undefined) card.state = "discarded";
+          delete card.preview; // served by the process that ran them
+        }
       }
       // Held for a server that did not answer before the app stopped: still to be sent.
       if (entry.kind === "user" && entry.pending) task.#held.push(entry.id);
@@ -864,7 +867,7 @@ export class Task {
       );
       return;
     }
-    this.#variants = undefined;
+    // Kept: its card's preview now shows the page in the task's workspace, until the next run.
     adoptInto(agent, picked);
     this.summary.changedFiles = this.record.paths;
     this.#touch();
@@ -879,7 +882,7 @@ export class Task {
   /** Drops the variants of `entryId` (stopping those still running); nothing lands. */
   async discardVariants(entryId: string): Promise<void> {
     const run = this.#variants;
-    if (!run || run.entry.id !== entryId) return;
+    if (!run || run.entry.id !== entryId || run.entry.chosen !== undefined) return;
     this.#variants = undefined;
     await run.discard();
     this.#setState("done");

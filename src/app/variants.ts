@@ -131,14 +131,26 @@ export class AppVariants {
     const picked = await this.run.pick(index);
     if (picked.conflicts.length > 0) return picked;
     this.entry.chosen = index;
+    const shown = this.entry.cards?.[index]?.preview;
     this.#endPreviews();
     this.entry.cards?.forEach((card, i) => (card.state = i === index ? "picked" : "discarded"));
+    // The picked page goes on showing, now from the task's workspace where it landed.
+    const server = this.#options.preview;
+    const card = this.entry.cards?.[index];
+    if (shown && server && card)
+      card.preview = { token: server.add(this.#options.root), path: shown.path, version: shown.version + 1 };
     this.#options.save(this.entry);
+    this.#flush();
     return picked;
   }
 
-  /** Drops every variant (worktrees and branches gone); nothing lands. */
+  /** Drops every variant (worktrees and branches gone); nothing lands. After a pick: ends its preview. */
   async discard(): Promise<void> {
+    if (this.entry.chosen !== undefined) {
+      this.#endPreviews();
+      this.#flush();
+      return;
+    }
     await this.run.discard();
     this.#endPreviews();
     this.entry.done = true;
