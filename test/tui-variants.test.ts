@@ -87,7 +87,7 @@ describe("variants and --worktree in the terminal", { skip: tmuxMissing ?? false
     });
   }
 
-  test("/variants 3: a live table (queued past the limit), files and +/-, the check; /diff 2; /pick 2 lands it and removes the rest", async () => {
+  test("/variants 3: a live table (queued past the limit), files and +/-, the check; /diff 2; /pick 2 lands it and removes the rest; /undo takes it back", async () => {
     const cwd = repository();
     const home = freshDir("home-");
     const config = file(
@@ -156,6 +156,14 @@ describe("variants and --worktree in the terminal", { skip: tmuxMissing ?? false
     term.type("and now?");
     term.press("Enter");
     await term.waitFor(AFTER_PICK, "the next answer", WAIT);
+    await term.idle();
+    // The pick was a checkpoint of its own: /undo takes its files back out.
+    term.type("/undo");
+    term.press("Enter");
+    await term.waitFor(/^↶ undid/m, "the undo", WAIT);
+    assert.equal(existsSync(join(cwd, "hello.txt")), false);
+    assert.equal(existsSync(join(cwd, "who.txt")), false);
+    assert.equal(readFileSync(join(cwd, "base.txt"), "utf8"), "base\nuncommitted\n");
     term.type("/quit");
     term.press("Enter");
     await term.waitFor("EXITED 0", "the exit", WAIT);

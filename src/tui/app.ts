@@ -1097,8 +1097,19 @@ class TuiApp {
     if (variant.state !== "done") {
       return this.#screen.line(yellow(`variant ${k} ${variant.state}: pick another`));
     }
+    // The pick is a turn of its own for the checkpoints: /undo puts the files back as before it.
+    const checkpoints = this.#runtime?.checkpoints;
+    let recording = false;
     try {
+      if (checkpoints) {
+        const paths = (await run.changes(k - 1)).map((change) => change.path);
+        checkpoints.beginTurn();
+        recording = true;
+        await checkpoints.beforeWrite(paths);
+      }
       const picked = await run.pick(k - 1);
+      const checkpoint = recording ? await checkpoints!.endTurn() : undefined;
+      recording = false;
       if (picked.conflicts.length > 0) {
         this.#screen.line(red(`✗ variant ${k} does not apply: nothing was written`));
         for (const conflict of picked.conflicts)
@@ -1117,9 +1128,12 @@ class TuiApp {
         ),
       );
       this.#screen.line(
-        dim("the other variants' worktrees are removed; the conversation continues from its answer"),
+        dim(
+          `the other variants' worktrees are removed; the conversation continues from its answer${checkpoint ? " · /undo puts the files back" : ""}`,
+        ),
       );
     } catch (error) {
+      if (recording) await checkpoints!.endTurn().catch(() => undefined);
       this.#screen.line(red(`✗ /pick ${k}: ${(error as Error).message}`));
     }
   }
