@@ -49,12 +49,14 @@ export function peerSetup(tinyModel: string | undefined): PeerSetup | { missing:
   if (!tinyModel) return { missing: "the tiny model is missing (set SPARK_TEST_MODEL)" };
   if (!existsSync(weightBound))
     return { missing: `no ${weightBound}: run bench/peer/make-weight-bound-model.sh` };
+  // SPARK_PEER_MODELS=tiny (or weight-bound) runs one of them.
+  const wanted = process.env.SPARK_PEER_MODELS?.split(",");
   return {
     server,
     models: [
       { name: "tiny", path: tinyModel, tokens: 400 },
-      { name: "weight-bound", path: weightBound, tokens: 64 },
-    ],
+      { name: "weight-bound", path: weightBound, tokens: 48 },
+    ].filter((model) => !wanted || wanted.includes(model.name)),
   };
 }
 
@@ -70,11 +72,14 @@ async function freePort(): Promise<number> {
 }
 
 interface Running {
-  name: "spark" | "llama-server";
+  /** `spark`, `spark → llama-server` (the openai engine in front of its own llama-server child), `llama-server`. */
+  name: string;
   url: string;
   threads: number;
   child: ChildProcess;
   agent: Agent;
+  /** The proxy's upstream llama-server. */
+  upstream?: Running;
 }
 
 async function waitHealthy(url: string, path: string, child: ChildProcess): Promise<void> {
@@ -92,29 +97,31 @@ async function waitHealthy(url: string, path: string, child: ChildProcess): Prom
   }
 }
 
-async function startSpark(model: string, threads: number | undefined, dataDir: string): Promise<Running> {
+async function startSpark(
+  model: string,
+  threads: number | undefined,
+  dataDir: string,
+  upstream?: Running,
+): Promise<Running> {
+  const engine = upstream
+    ? ["--engine", "openai", "--upstream", `${upstream.url}/v1`]
+    : [
+        "--engine",
+        "llama",
+        "--model",
+        model,
+        "--no-download",
+        "--gpu",
+        "off",
+        "--context-size",
+        String(CONTEXT),
+        "--sequences",
+        String(SEQUENCES),
+        ...(threads !== undefined ? ["--threads", String(threads)] : []),
+      ];
   const child = spawn(
     process.execPath,
-    [
-      "--import",
-      "tsx",
-      "src/cli/main.ts",
-      "serve",
-      "--engine",
-      "llama",
-      "--model",
-      model,
-      "--no-download",
-      "--gpu",
-      "off",
-      "--port",
-      "0",
-      "--context-size",
-      String(CONTEXT),
-      "--sequences",
-      String(SEQUENCES),
-      ...(threads !== undefined ? ["--threads", String(threads)] : []),
-    ],
+    ["--import", "tsx", "src/cli/main.ts", "serve", "--port", "0", ...engine],
     {
       cwd: ROOT,
       stdio: ["ignore", "pipe", "pipe"],
@@ -136,6 +143,15 @@ async function startSpark(model: string, threads: number | undefined, dataDir: s
   const url = /listening on (\S+)/.exec(line)?.[1];
   if (!url) throw new Error(`unexpected first line of spark serve: ${line}`);
   await waitHealthy(url, "/healthz", child);
+  if (upstream)
+    return {
+      name: "spark → llama-server",
+      url,
+      threads: upstream.threads,
+      child,
+      agent: new Agent({ keepAlive: true }),
+      upstream,
+    };
   if (picked === undefined) throw new Error("spark serve did not say how many threads it uses");
   return { name: "spark", url, threads: picked, child, agent: new Agent({ keepAlive: true }) };
 }
@@ -187,6 +203,7 @@ async function startPeer(binary: string, model: string, threads: number): Promis
 }
 
 async function stop(server: Running): Promise<void> {
+  if (server.upstream) await stop(server.upstream);
   server.agent.destroy();
   if (server.child.exitCode !== null) return;
   const exited = new Promise((resolve) => server.child.once("exit", resolve));
@@ -318,42 +335,63 @@ async function aggregate(server: Running, api: Api, tokens: number, streams: num
   return total / ((Math.max(...results.map((r) => r.endedAt)) - started) / 1000);
 }
 
-/** Runs `measure` on both servers, alternating which goes first, `rounds` times; medians and ratio. */
+interface Compared {
+  /** Median of each server's values, by name. */
+  medians: Record<string, number>;
+  peer: number;
+  /** Each contender's median over llama-server's, and the median of the round-by-round ratios. */
+  ratios: Record<string, { ratio: number; paired: number }>;
+}
+
+/**
+ * Runs `measure` on every server (the contenders, then llama-server last in the list) `rounds`
+ * times, rotating which goes first each round; medians and ratios to llama-server.
+ */
 async function sideBySide(
-  servers: readonly [Running, Running],
+  servers: readonly Running[],
   rounds: number,
   measure: (server: Running, round: number) => Promise<number>,
-): Promise<{ spark: number; peer: number; ratio: number; pairedRatio: number }> {
-  await measure(servers[0], -1);
-  await measure(servers[1], -1);
-  const values = { spark: [] as number[], peer: [] as number[] };
+): Promise<Compared> {
+  for (const server of servers) await measure(server, -1);
+  const values = new Map<Running, number[]>(servers.map((server) => [server, []]));
   for (let round = 0; round < rounds; round++) {
-    const order = round % 2 === 0 ? servers : ([servers[1], servers[0]] as const);
-    for (const server of order) {
-      const value = await measure(server, round);
-      (server.name === "spark" ? values.spark : values.peer).push(value);
-    }
+    const shift = round % servers.length;
+    for (const server of [...servers.slice(shift), ...servers.slice(0, shift)])
+      values.get(server)!.push(await measure(server, round));
   }
-  const spark = median(values.spark);
-  const peer = median(values.peer);
-  return {
-    spark,
-    peer,
-    ratio: spark / peer,
-    pairedRatio: median(values.spark.map((value, i) => value / values.peer[i]!)),
-  };
+  const peerServer = servers.at(-1)!;
+  const peerValues = values.get(peerServer)!;
+  const peer = median(peerValues);
+  const medians: Record<string, number> = {};
+  const ratios: Compared["ratios"] = {};
+  for (const server of servers) {
+    const mine = values.get(server)!;
+    medians[server.name] = median(mine);
+    if (server === peerServer) continue;
+    ratios[server.name] = {
+      ratio: median(mine) / peer,
+      paired: median(mine.map((value, i) => value / peerValues[i]!)),
+    };
+  }
+  return { medians, peer, ratios };
 }
 
 export interface PeerOptions {
   rounds: number;
   /** Thread counts to run at besides Spark's own pick. */
   threads: readonly number[];
+  /**
+   * Also measure Spark's openai engine in front of its own llama-server child (the out-of-process
+   * design), beside the embedded engine.
+   */
+  proxy: boolean;
 }
+
+type Line = [what: string, unit: string, figure: Compared, load: string];
 
 export async function peerFigures(setup: PeerSetup, options: PeerOptions, log: Log): Promise<FigureResult[]> {
   const results: FigureResult[] = [];
   const dataDir = mkdtempSync(join(tmpdir(), "spark-bench-peer-"));
-  const rows: Record<string, unknown>[] = [];
   try {
     for (const model of setup.models) {
       // Spark's own pick first: it says which count that is, and a count already run is not repeated.
@@ -367,12 +405,21 @@ export async function peerFigures(setup: PeerSetup, options: PeerOptions, log: L
           continue;
         }
         done.add(spark.threads);
-        const peer = await startPeer(setup.server, model.path, spark.threads);
-        const servers = [spark, peer] as const;
-        const label = `${model.name}, ${spark.threads} thread(s)${threads === undefined ? " (Spark's pick)" : ""}`;
+        const servers: Running[] = [spark];
         try {
+          if (options.proxy) {
+            const upstream = await startPeer(setup.server, model.path, spark.threads);
+            servers.push(
+              await startSpark(model.path, undefined, dataDir, upstream).catch(async (error) => {
+                await stop(upstream);
+                throw error;
+              }),
+            );
+          }
+          servers.push(await startPeer(setup.server, model.path, spark.threads));
+          const label = `${model.name}, ${spark.threads} thread(s)${threads === undefined ? " (Spark's pick)" : ""}`;
           log(`\n  ${label}; load average ${load()}`);
-          const lines: [string, string, Awaited<ReturnType<typeof sideBySide>>, string][] = [];
+          const lines: Line[] = [];
           for (const api of ["chat", "responses"] as const) {
             const single = await sideBySide(servers, options.rounds, async (server) => {
               const { path, body } = decodeBody(api, DECODE_PROMPT, model.tokens);
@@ -387,33 +434,43 @@ export async function peerFigures(setup: PeerSetup, options: PeerOptions, log: L
           lines.push(["decode, 4 streams aggregate, chat", "tok/s", four, load()]);
           log(line(lines.at(-1)!));
           if (threads === undefined) {
-            for (const entry of await latencies(servers, options.rounds, model.tokens)) {
+            for (const entry of await latencies(servers, options.rounds)) {
               lines.push(entry);
               log(line(entry));
             }
           }
           for (const [what, unit, figure, loadAt] of lines) {
             const lowerIsBetter = unit === "ms";
-            const ratio = figure.ratio;
-            // Decode: ≥ 0.95× llama-server's rate; latencies: at most 1/0.95 of its time.
-            const met = lowerIsBetter ? ratio <= 1 / 0.95 : ratio >= 0.95;
-            rows.push({ model: model.name, threads: spark.threads, what, unit, ...figure, load: loadAt });
-            results.push({
-              row: {
-                figure: `${FIGURE}: ${model.name}, ${spark.threads}t, ${what}`,
-                spark: unit === "ms" ? ms(figure.spark) : `${fmt(figure.spark)} ${unit}`,
-                reference:
-                  unit === "ms" ? `llama-server ${ms(figure.peer)}` : `llama-server ${fmt(figure.peer)}`,
-                comparison: `${fmt(ratio, 3)}× (paired ${fmt(figure.pairedRatio, 3)}), load ${loadAt}`,
-                goal: lowerIsBetter ? "≤ 1.05× llama-server" : "≥ 0.95× llama-server",
-                met,
-              },
-              data: { model: model.name, threads: spark.threads, unit, ...figure, loadAverage: loadAt },
-            });
+            const value = (v: number): string => (unit === "ms" ? ms(v) : `${fmt(v)} ${unit}`);
+            for (const [name, { ratio, paired }] of Object.entries(figure.ratios)) {
+              // Decode: ≥ 0.95× llama-server's rate; latencies: at most 1/0.95 of its time.
+              const met = lowerIsBetter ? ratio <= 1 / 0.95 : ratio >= 0.95;
+              results.push({
+                row: {
+                  figure: `${FIGURE}: ${name === "spark" ? "" : `${name}, `}${model.name}, ${spark.threads}t, ${what}`,
+                  spark: value(figure.medians[name]!),
+                  reference: `llama-server ${value(figure.peer)}`,
+                  comparison: `${fmt(ratio, 3)}× (paired ${fmt(paired, 3)}), load ${loadAt}`,
+                  goal: lowerIsBetter ? "≤ 1.05× llama-server" : "≥ 0.95× llama-server",
+                  met,
+                },
+                data: {
+                  server: name,
+                  model: model.name,
+                  threads: spark.threads,
+                  what,
+                  unit,
+                  value: figure.medians[name],
+                  peer: figure.peer,
+                  ratio,
+                  pairedRatio: paired,
+                  loadAverage: loadAt,
+                },
+              });
+            }
           }
         } finally {
-          await stop(spark);
-          await stop(peer);
+          for (const server of servers) await stop(server);
         }
       }
     }
@@ -423,17 +480,13 @@ export async function peerFigures(setup: PeerSetup, options: PeerOptions, log: L
   return results;
 }
 
-function line([what, unit, figure, loadAt]: [
-  string,
-  string,
-  { spark: number; peer: number; ratio: number; pairedRatio: number },
-  string,
-]): string {
+function line([what, unit, figure, loadAt]: Line): string {
   const value = (v: number): string => (unit === "ms" ? ms(v) : `${fmt(v)} ${unit}`);
-  return (
-    `    ${what}: Spark ${value(figure.spark)}, llama-server ${value(figure.peer)}: ` +
-    `Spark / llama-server ${fmt(figure.ratio, 3)} (round by round ${fmt(figure.pairedRatio, 3)}); load ${loadAt}`
+  const contenders = Object.entries(figure.ratios).map(
+    ([name, { ratio, paired }]) =>
+      `${name} ${value(figure.medians[name]!)} (${fmt(ratio, 3)}×, round by round ${fmt(paired, 3)})`,
   );
+  return `    ${what}: llama-server ${value(figure.peer)}; ${contenders.join("; ")}; load ${loadAt}`;
 }
 
 const WORDS =
@@ -454,12 +507,7 @@ function filler(seed: number, words: number): string {
  * far cached): time to the first text, medians; each round uses new text so that nothing is cached
  * from an earlier round.
  */
-async function latencies(
-  servers: readonly [Running, Running],
-  rounds: number,
-  decodeTokens: number,
-): Promise<[string, string, Awaited<ReturnType<typeof sideBySide>>, string][]> {
-  void decodeTokens;
+async function latencies(servers: readonly Running[], rounds: number): Promise<Line[]> {
   const ttft = async (server: Running, path: string, body: Record<string, unknown>): Promise<number> => {
     const timed = await streamed(server, path, body);
     return timed.firstAt - timed.startedAt;
@@ -472,7 +520,7 @@ async function latencies(
     ignore_eos: true,
   });
   let unique = 0;
-  const out: [string, string, Awaited<ReturnType<typeof sideBySide>>, string][] = [];
+  const out: Line[] = [];
   const short = await sideBySide(servers, rounds, (server) =>
     ttft(
       server,
