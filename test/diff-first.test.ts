@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { Page } from "playwright-core";
@@ -46,6 +46,23 @@ describe("diff-first approvals in the terminal", { skip: tmuxMissing ?? false, t
   });
   after(() => tmux.kill());
 
+  /** With SPARK_TUI_CAPTURES=DIR, the visible screen is saved there: NAME.txt, and NAME.ans with colors (docs/tui/). */
+  function capture(term: Terminal, name: string): void {
+    const dir = process.env.SPARK_TUI_CAPTURES;
+    if (!dir) return;
+    mkdirSync(dir, { recursive: true });
+    for (const [ext, flags] of [
+      ["txt", []],
+      ["ans", ["-e"]],
+    ] as const) {
+      const screen = tmux.tmux("capture-pane", "-p", ...flags, "-t", term.name).trimEnd();
+      writeFileSync(
+        join(dir, `${name}.${ext}`),
+        `${screen.replace(/\/tmp\/spark-cli-test-\w+\/ws-\w+/g, "~/project")}\n`,
+      );
+    }
+  }
+
   function startSpark(scriptPath: string, approval: string, rows: number) {
     const cwd = freshDir("ws-");
     writeFileSync(join(cwd, "notes.txt"), "hello\nworld\n");
@@ -73,6 +90,7 @@ describe("diff-first approvals in the terminal", { skip: tmuxMissing ?? false, t
 
     // The prompt holds the diff: the removed and added lines, before anything is written.
     const asked = await term.waitFor(/^Apply patch: update notes\.txt \+1 −1$/m, "the patch's approval");
+    capture(term, "approval-diff");
     assert.ok(hasLine(asked, "-world"), `the removed line is shown:\n${asked}`);
     assert.ok(hasLine(asked, "+spark"), "the added line is shown");
     assert.ok(hasLine(asked, " hello"), "with its context");
@@ -82,6 +100,7 @@ describe("diff-first approvals in the terminal", { skip: tmuxMissing ?? false, t
 
     // A diff taller than the screen: the first page, where it is, and Space for the next.
     const first = await term.waitFor(/^Apply patch: add big\.txt \+80 −0$/m, "the long patch's approval");
+    capture(term, "approval-diff-paged");
     assert.ok(hasLine(first, "+line 1"), "the first page starts at the top");
     assert.ok(!hasLine(first, "+line 80"), "the end of the diff is not on the first page");
     assert.match(first, /^lines 1–\d+ of 82 · Space\/PgDn more$/m);
@@ -108,6 +127,7 @@ describe("diff-first approvals in the terminal", { skip: tmuxMissing ?? false, t
     term.type("/diff");
     term.press("Enter");
     const diff = await term.waitFor(/^Changes this session: 2 files \+81 −1 · q closes$/m, "/diff");
+    capture(term, "session-diff");
     assert.ok(hasLine(diff, "notes.txt +1 −1"), `the changed file is listed:\n${diff}`);
     assert.ok(hasLine(diff, "-world") && hasLine(diff, "+spark"), "with its lines");
     assert.match(diff, /^lines 1–\d+ of \d+ · Space\/PgDn more$/m, "paged to the screen");
