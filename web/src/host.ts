@@ -23,6 +23,8 @@ export type ToEditor =
 export type FromEditor =
   /** "Ask Spark": send `text` (the question with the code attached) to the open task, or a new one. */
   | { type: "ask"; text: string }
+  /** The pane was shown again: answer `painted` after the next paint (the warm open's figure). */
+  | { type: "ping" }
   /** The diff editor's Apply / Discard, for one file or (no path) the whole task. */
   | { type: "apply"; task: string; path?: string }
   | { type: "discard"; task: string; path?: string };

@@ -1022,6 +1022,9 @@ onEditor((message) => {
       if (s.current) send({ type: "send", task: s.current, text: message.text });
       else createTask(s.draftModel, message.text);
       return;
+    case "ping":
+      requestAnimationFrame(() => requestAnimationFrame(() => toEditor({ type: "painted" })));
+      return;
     // A task in a worktree or copy lands with Apply and drops with Discard; one in place keeps
     // (its changes are already in the workspace) or reverts.
     case "apply":

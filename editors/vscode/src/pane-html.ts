@@ -23,6 +23,8 @@ export function paneHtml(appOrigin: string | undefined): string {
     `connect-src ${http} ${ws}`,
     `img-src ${http} data:`,
     `font-src ${http}`,
+    // Variants' pages, framed from the app's preview server (its own loopback port and name).
+    "frame-src http://127.0.0.1:* http://localhost:*",
     "base-uri 'none'",
     "form-action 'none'",
   ].join("; ");
@@ -34,6 +36,8 @@ export function paneHtml(appOrigin: string | undefined): string {
     <meta name="viewport" content="width=device-width, initial-scale=1" />
     <title>Spark</title>
     <style nonce="${nonce}">
+      /* VS Code's default webview padding: the app lays out its own page. */
+      body { padding: 0; }
       .pane-failed { padding: 12px; color: var(--vscode-errorForeground); font-family: var(--vscode-font-family); }
     </style>
   </head>

@@ -22,5 +22,7 @@ export type ToPane =
   /** The app could not be started: shown in the pane. */
   | { type: "failed"; message: string }
   | { type: "ask"; text: string }
+  /** The pane was shown again: answer `painted` after the next paint. */
+  | { type: "ping" }
   | { type: "apply"; task: string; path?: string }
   | { type: "discard"; task: string; path?: string };

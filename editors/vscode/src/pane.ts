@@ -26,7 +26,10 @@ export function registerPane(context: vscode.ExtensionContext): void {
   const pane = new SparkPane(context.globalState);
   context.subscriptions.push(
     pane,
-    vscode.window.registerWebviewViewProvider(PANE_VIEW, pane),
+    // Kept while hidden: its tasks go on streaming into it, and showing it again costs no reload.
+    vscode.window.registerWebviewViewProvider(PANE_VIEW, pane, {
+      webviewOptions: { retainContextWhenHidden: true },
+    }),
     vscode.workspace.registerTextDocumentContentProvider(BASE_SCHEME, pane.bases),
     vscode.commands.registerCommand("spark.pane.open", () => pane.open()),
     vscode.commands.registerCommand("spark.pane.ask", (uri?: unknown) => pane.ask(uri)),
@@ -94,9 +97,10 @@ class SparkPane implements vscode.WebviewViewProvider, vscode.Disposable {
     this.#startEarly();
     view.webview.options = { enableScripts: true, localResourceRoots: [] };
     view.webview.onDidReceiveMessage((message: FromPane) => void this.#received(message));
-    // Hidden, the page is gone (no retained context): shown again, it loads again and says so.
+    // Shown again (the page was kept): it answers a ping after its next paint, which times the open.
     view.onDidChangeVisibility(() => {
-      if (!view.visible) this.#ready = false;
+      if (view.visible && this.#ready && this.#openedAt !== undefined)
+        void view.webview.postMessage({ type: "ping" });
     });
     view.onDidDispose(() => {
       if (this.#view === view) this.#view = undefined;
@@ -110,7 +114,10 @@ class SparkPane implements vscode.WebviewViewProvider, vscode.Disposable {
     this.#openedAt = Date.now();
     this.#phases = {};
     this.#startEarly();
+    const shown = this.#view?.visible === true;
     await vscode.commands.executeCommand(`${PANE_VIEW}.focus`);
+    // Already on screen: nothing changes visibility, so ask for the paint here.
+    if (shown && this.#ready) void this.#view?.webview.postMessage({ type: "ping" } satisfies ToPane);
   }
 
   /** "Ask Spark" on the selection, or on a file (the explorer's menu, or the editor with no selection). */
@@ -277,7 +284,7 @@ class SparkPane implements vscode.WebviewViewProvider, vscode.Disposable {
     // Right: the file itself when it holds what the task made (a task in place, or applied), so
     // the diff follows the disk and can be edited there; else the task's version (in its worktree
     // or copy, not applied yet), read-only until Apply brings it into the workspace.
-    let onDisk: string | null = null;
+    let onDisk: string | null;
     try {
       onDisk = new TextDecoder().decode(await vscode.workspace.fs.readFile(file));
     } catch {
