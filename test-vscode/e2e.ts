@@ -10,7 +10,8 @@
  * (removed lines red, added lines green, Accept/Reject CodeLens), Ctrl+Enter accepts it and the saved
  * file matches; a quick edit without a selection on a CRLF file, rejected with its CodeLens, leaves
  * the exact original bytes; a `[markdown]` file with completions off and a `.env` file send no
- * completion request.
+ * completion request; with no `spark.command` and no `spark` on the PATH, the extension ran the
+ * clone it was packaged from.
  *
  * Run by `npm run test:vscode` (test-vscode/run.sh installs code-server and chromium first).
  */
@@ -20,11 +21,12 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSyn
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { chromium, type Page } from "playwright-core";
+import { onPath } from "../editors/vscode/src/locate.js";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const CACHE =
@@ -170,7 +172,7 @@ async function main(): Promise<void> {
       "editor.suggestOnTriggerCharacters": false,
       // The benchmark goes straight to the server, as figure 13's language server does.
       "spark.serverUrl": BENCH_KEYS > 0 ? spark : proxy,
-      "spark.command": `${process.execPath} ${join(ROOT, "bin/spark.js")}`,
+      // No spark.command: out of the box, the extension finds the clone it was packaged from.
       "spark.debounceMs": BENCH_KEYS > 0 ? 0 : 30,
       "spark.logTimings": true,
       "[markdown]": { "spark.completions.enabled": false },
@@ -200,7 +202,10 @@ async function main(): Promise<void> {
       "--extensions-dir",
       extensions,
     ],
-    { stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, XDG_CONFIG_HOME: join(work, "xdg") } },
+    {
+      stdio: ["ignore", "ignore", "inherit"],
+      env: { ...process.env, PATH: pathWithoutSpark(), XDG_CONFIG_HOME: join(work, "xdg") },
+    },
   );
   children.push(codeServer);
   for (let i = 0; i < 120; i++) {
@@ -220,7 +225,13 @@ async function main(): Promise<void> {
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   try {
     if (BENCH_KEYS > 0) await bench(page, port, workspace, userData);
-    else await scenario(page, port, workspace, file);
+    else {
+      await scenario(page, port, workspace, file);
+      const found = /spark: (.*) \((the clone at [^)]*)\)/.exec(sparkLog(userData));
+      if (found?.[2] !== `the clone at ${resolve(ROOT)}`)
+        throw new Error(`the extension did not run the clone it was packaged from: ${found?.[0]}`);
+      log(`out of the box the extension ran ${found[1]} (${found[2]})`);
+    }
   } catch (error) {
     await page.screenshot({ path: join(SHOTS, "error.png") }).catch(() => undefined);
     throw error;
@@ -466,6 +477,14 @@ async function bench(page: Page, port: number, workspace: string, userData: stri
       `p50 ${pct(values, 50).toFixed(3)} ms, p90 ${pct(values, 90).toFixed(3)} ms, p99 ${pct(values, 99).toFixed(3)} ms`,
     );
   }
+}
+
+/** PATH without any folder that has a `spark`, so the extension has to find the clone. */
+function pathWithoutSpark(): string {
+  return (process.env.PATH ?? "")
+    .split(":")
+    .filter((dir) => onPath("spark", dir) === undefined)
+    .join(":");
 }
 
 /** The Spark output channel's text, from the log files VS Code keeps of it. */
