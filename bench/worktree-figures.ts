@@ -91,7 +91,7 @@ export async function worktreeFigure(options: { rounds: number }, log: Log): Pro
         figure: "27. Task worktree, 10,000-file repository",
         spark: `p50 ${ms(s.p50)}, p90 ${ms(s.p90)} (HEAD + uncommitted changes)`,
         reference: `git worktree add: p50 ${ms(p.p50)}, p90 ${ms(p.p90)}`,
-        comparison: `+${ms(s.p50 - p.p50)} at p50 (${fmt(s.p50 / p.p50, 2)}×)`,
+        comparison: `${s.p50 >= p.p50 ? "+" : "−"}${ms(Math.abs(s.p50 - p.p50))} at p50 (${fmt(s.p50 / p.p50, 2)}×)`,
         goal: `< ${GOAL_MS} ms`,
         met: s.p50 < GOAL_MS,
       },

@@ -71,6 +71,7 @@ test("a task's worktree carries the user's uncommitted and untracked changes, no
   git(root, "add", "staged.txt");
   await writeFile(path.join(root, "new.txt"), "untracked\n");
   await writeFile(path.join(root, "debug.log"), "ignored\n");
+  await rm(path.join(root, "a.txt"));
   const indexBefore = await readFile(path.join(root, ".git", "index"));
   const refsBefore = git(root, "for-each-ref");
   const statusBefore = git(root, "status", "--porcelain");
@@ -84,6 +85,7 @@ test("a task's worktree carries the user's uncommitted and untracked changes, no
   assert.equal(read(path.join(ws.path, "staged.txt")), "staged\n");
   assert.equal(read(path.join(ws.path, "new.txt")), "untracked\n");
   assert.equal(existsSync(path.join(ws.path, "debug.log")), false, "ignored files stay out");
+  assert.equal(existsSync(path.join(ws.path, "a.txt")), false, "a file the user deleted is not there");
   // The base is a commit on top of HEAD; nothing of the user's changed.
   assert.equal(git(root, "rev-parse", `${ws.base}^`).trim(), git(root, "rev-parse", "HEAD").trim());
   assert.deepEqual(await readFile(path.join(root, ".git", "index")), indexBefore);

@@ -10,12 +10,13 @@
  * one folder per workspace root; `pruneTaskWorkspaces` removes the ones no task keeps and never
  * anything outside that folder (a user's own worktrees and branches are not Spark's).
  *
- * Every git command goes through `neutralGit`. Porcelain that reads the work tree is avoided where a
- * repository's configuration could make git run a program (clean filters): changes are found with
- * `diff-files` without an index refresh (stat only, no content read) and compared byte for byte here.
- * The one exception is the base snapshot (`git add -A` into a temporary index), which runs in the
- * user's own repository with its own configuration (which sandboxed commands cannot write: `.git`
- * is read-only to them), as the user's own `git add` would.
+ * Every git command goes through `neutralGit`. Changes are found with `diff-files` without an index
+ * refresh (stat data; only racily clean entries are read back) and compared byte for byte here. Where
+ * git reads or writes the work tree (the base snapshot's `git add -A` into a temporary index, the
+ * checkout of a new worktree, a racily clean entry) it runs with the repository's own configuration,
+ * filters included, as the user's own git would: that configuration is the user's (a sandboxed
+ * command cannot write `.git`, read-only to it), and everything that could start a program without
+ * being named by it (hooks, fsmonitor, pager) is neutralised.
  */
 import { createHash, randomBytes } from "node:crypto";
 import {
@@ -236,7 +237,7 @@ async function createWorktree(root: string, id: string, dir: string, git: GitInf
     base = snapshot.value;
     if (base !== git.head) {
       try {
-        await neutralGit(dir, ["read-tree", "-m", "-u", git.head, base], GIT_BUFFER);
+        await moveFreshWorktree(dir, git.head, base);
         await neutralGit(dir, ["update-ref", `refs/heads/${branch}`, base, git.head]);
       } catch (error) {
         await removeWorktree(git.top, dir, branch);
@@ -246,7 +247,58 @@ async function createWorktree(root: string, id: string, dir: string, git: GitInf
   }
   const path = git.prefix === "" ? dir : join(dir, git.prefix);
   await mkdir(path, { recursive: true });
+  refreshSoon(dir);
   return { id, kind: "worktree", root, path, branch, base };
+}
+
+/**
+ * A fresh worktree's index was written in the same second as its files: every entry is racily clean
+ * and `diff-files` would read every file back each time the task's changes are asked for. Once the
+ * clock has moved on, one refresh (in the background, off the task's start) records them as clean
+ * for good. A worktree removed meanwhile just fails it.
+ */
+function refreshSoon(dir: string): void {
+  setTimeout(() => {
+    neutralGit(dir, ["update-index", "-q", "--refresh"], GIT_BUFFER).catch(() => undefined);
+  }, 1_500).unref();
+}
+
+/**
+ * A worktree just checked out at `from` brought to `to`: the index entries of the paths that differ
+ * between the two trees replaced (`update-index --index-info`), those files written
+ * (`checkout-index -u`, which records their stat data) and removed ones deleted. Only those paths
+ * are touched: `read-tree -m -u` would compare every file of the fresh worktree first (all of them
+ * racily clean, so read back whole), hundreds of milliseconds in a large repository.
+ */
+async function moveFreshWorktree(dir: string, from: string, to: string): Promise<void> {
+  const fields = splitZ(
+    await neutralGit(dir, ["diff-tree", "-r", "-z", "--no-renames", from, to], GIT_BUFFER),
+  );
+  const entries: string[] = [];
+  const written: string[] = [];
+  const removed: string[] = [];
+  for (let i = 0; i + 1 < fields.length; i += 2) {
+    // ":OLDMODE NEWMODE OLDSHA NEWSHA STATUS", then the path.
+    const [, newMode = "", , newSha = "", status = ""] = fields[i]!.slice(1).split(" ");
+    const path = fields[i + 1]!;
+    if (status === "D") {
+      entries.push(`0 ${"0".repeat(newSha.length)}\t${path}`);
+      removed.push(path);
+    } else {
+      entries.push(`${newMode} ${newSha}\t${path}`);
+      if (newMode !== "160000") written.push(path);
+    }
+  }
+  if (entries.length === 0) return;
+  await neutralGit(dir, ["update-index", "-z", "--index-info"], GIT_BUFFER, {
+    input: entries.map((entry) => `${entry}\0`).join(""),
+  });
+  for (const path of removed) await rm(join(dir, path), { force: true });
+  if (written.length > 0) {
+    await neutralGit(dir, ["checkout-index", "-f", "-u", "-z", "--stdin"], GIT_BUFFER, {
+      input: written.map((path) => `${path}\0`).join(""),
+    });
+  }
 }
 
 /** Reads the `.gitignore` files of a directory tree as it is walked (nested ones apply below them). */
