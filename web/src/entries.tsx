@@ -1,4 +1,5 @@
 /** The transcript: one component per entry kind (messages, tool activity, approvals, variants). */
+import { Component } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 import type { ClientMessage, FileDiff, LogEntry, VariantCard } from "../../src/app/protocol.js";
 import { renderInto, StreamingMarkdown } from "./markdown.js";
@@ -6,7 +7,23 @@ import { attachStream, benchProbe, detachStream, getState, variantStream } from 
 
 type Send = (message: ClientMessage) => void;
 
-export function Entry(props: { entry: LogEntry; task: string; send: Send }): preact.JSX.Element | null {
+type EntryProps = { entry: LogEntry; task: string; send: Send };
+
+/**
+ * One transcript entry, re-rendered only when it changed: the store replaces a changed entry's
+ * object and keeps the others, so a streaming variant card's update does not redraw the transcript.
+ */
+export class Entry extends Component<EntryProps> {
+  override shouldComponentUpdate(next: EntryProps): boolean {
+    return next.entry !== this.props.entry || next.task !== this.props.task || next.send !== this.props.send;
+  }
+
+  override render(): preact.JSX.Element | null {
+    return <EntryView {...this.props} />;
+  }
+}
+
+function EntryView(props: EntryProps): preact.JSX.Element | null {
   const { entry } = props;
   switch (entry.kind) {
     case "user":
