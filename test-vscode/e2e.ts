@@ -383,6 +383,11 @@ async function scenario(page: Page, port: number, workspace: string, file: strin
   if (blockDiff.removed.length !== 2 || blockDiff.added.length !== 1)
     throw new Error(`expected the 2 lines of the block removed and 1 added: ${JSON.stringify(blockDiff)}`);
   await page.screenshot({ path: join(SHOTS, "5-quick-edit-block.png") });
+  // Typing above the edit's lines moves them down; Reject still puts back exactly the original.
+  await page.keyboard.press("Control+Home");
+  await page.keyboard.press("End");
+  await page.keyboard.type(" Q");
+  await editor.locator(".view-line", { hasText: "// keep Q" }).first().waitFor();
   await editor.locator(".codelens-decoration a", { hasText: "Reject" }).first().click();
   await editor
     .locator(".codelens-decoration a", { hasText: "Reject" })
@@ -395,7 +400,7 @@ async function scenario(page: Page, port: number, workspace: string, file: strin
   const reads = new Set<string>();
   await waitFor(
     "the rejected file to be saved with its exact bytes and the marker",
-    () => readFileSync(crlf, "utf8") === `${crlfOriginal}Z`,
+    () => readFileSync(crlf, "utf8") === `${crlfOriginal.replace("// keep", "// keep Q")}Z`,
     20_000,
     async () => void reads.add(readFileSync(crlf, "utf8")),
   ).catch((error: Error) => {

@@ -81,7 +81,37 @@ export class QuickEdit implements vscode.CodeLensProvider {
       this.#added,
       this.#lensesChanged,
       vscode.languages.registerCodeLensProvider([{ scheme: "file" }, { scheme: "untitled" }], this),
+      vscode.workspace.onDidChangeTextDocument((event) => this.#documentChanged(event)),
     );
+  }
+
+  /** Edits of our own in flight: their change events are not the user's. */
+  #ownEdits = 0;
+
+  /**
+   * The user edited the document while a quick edit stands in it. Before the edit's lines: they
+   * move down (so Reject still puts back exactly the original lines). After them: nothing to do.
+   * Inside them: the user has taken over; the quick edit ends, leaving the text as it is (never
+   * overwriting what was typed), the request stopped.
+   */
+  #documentChanged(event: vscode.TextDocumentChangeEvent): void {
+    const pending = this.#pending;
+    if (!pending || event.document !== pending.document || this.#ownEdits > 0) return;
+    for (const change of event.contentChanges) {
+      if (change.rangeOffset + change.rangeLength <= pending.start) {
+        pending.start += change.text.length - change.rangeLength;
+      } else if (change.rangeOffset < pending.start + pending.shown.length) {
+        this.host.log.appendLine("quick edit: its lines were edited meanwhile; it ends, the text as it is");
+        this.#pending = undefined;
+        pending.cancel.cancel();
+        pending.cancel.dispose();
+        pending.editor.setDecorations(this.#removed, []);
+        pending.editor.setDecorations(this.#added, []);
+        this.#lensesChanged.fire();
+        void vscode.commands.executeCommand("setContext", "spark.editPending", false);
+        return;
+      }
+    }
   }
 
   /** A quick edit stands in a document (completions pause meanwhile). */
@@ -229,12 +259,17 @@ export class QuickEdit implements vscode.CodeLensProvider {
       document.positionAt(pending.start + shown.length - end),
     );
     // The first edit opens an undo step and Accept closes it: one Ctrl+Z takes the whole edit back.
-    const applied = await pending.editor.edit(
-      (builder) => builder.replace(range, text.slice(same, text.length - end)),
-      { undoStopBefore: shown === pending.before && text !== pending.before, undoStopAfter },
-    );
-    if (applied) pending.shown = text;
-    return applied;
+    this.#ownEdits++;
+    try {
+      const applied = await pending.editor.edit(
+        (builder) => builder.replace(range, text.slice(same, text.length - end)),
+        { undoStopBefore: shown === pending.before && text !== pending.before, undoStopAfter },
+      );
+      if (applied) pending.shown = text;
+      return applied;
+    } finally {
+      this.#ownEdits--;
+    }
   }
 
   /** Accept keeps the rewrite (once it has finished); Reject puts back the original lines. */
