@@ -87,6 +87,7 @@ async function startApp(
   workspace: string,
   home: string,
   approval: "never" | "on-request" = "never",
+  config?: object,
 ): Promise<Cli & { url: string }> {
   const cli = spawnCli(
     [
@@ -106,7 +107,12 @@ async function startApp(
       "--rate",
       "400",
     ],
-    { SPARK_DATA_DIR: freshDir("data-"), SPARK_HOME: home, SPARK_API_KEY: KEY },
+    {
+      SPARK_DATA_DIR: freshDir("data-"),
+      SPARK_HOME: home,
+      SPARK_API_KEY: KEY,
+      ...(config ? { SPARK_CONFIG: file(`config-${Date.now()}.json`, JSON.stringify(config)) } : {}),
+    },
     CHILD_SAFETY_MS,
   );
   running.push(cli);
@@ -262,7 +268,7 @@ describe("variants in the app", { timeout: 360_000 }, () => {
 });
 
 describe("a variant's page that changes", { timeout: 240_000 }, () => {
-  test("re-renders in its card: a command the user approves rewrites it, and the frame shows the new page", async () => {
+  test("re-renders in its card: a command the user approves rewrites it, and the frame shows the new page; the check runs in each worktree", async () => {
     const workspace = freshDir("ws-");
     writeFileSync(join(workspace, "README.md"), "# project\n");
     git(workspace, "init", "-q");
@@ -296,7 +302,10 @@ describe("a variant's page that changes", { timeout: 240_000 }, () => {
         .join("\n") + "\n",
     );
     // No sandbox and on-request: the command waits for the user, so the first page is seen first.
-    const app = await startApp(script, workspace, home, "on-request");
+    // The check (`variants.check`) runs in each variant's worktree when it ends.
+    const app = await startApp(script, workspace, home, "on-request", {
+      variants: { check: "grep -q 'version two' index.html" },
+    });
     const browser = await launchBrowser();
     const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
     const page = await context.newPage();
@@ -323,6 +332,7 @@ describe("a variant's page that changes", { timeout: 240_000 }, () => {
         .waitFor();
       const frame = await previewFrame(page, index);
       await frame.locator("h1", { hasText: "version two" }).waitFor();
+      await page.locator(`.variant-card[data-index="${index}"] .variant-check.passed`).waitFor();
     }
     await context.close();
   });
