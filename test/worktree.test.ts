@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
-import { mkdir, mkdtemp, readFile, realpath, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, realpath, rm, symlink, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -162,6 +162,41 @@ test("apply merges a task's changes into files the user changed meanwhile; a con
   );
   await discardTaskWorkspace(ws);
   await discardTaskWorkspace(other);
+});
+
+test("apply never writes a protected path (.vscode, .git…) nor through a symlink that leads out of the workspace", async () => {
+  const root = await repo();
+  await mkdir(path.join(root, "data"));
+  await writeFile(path.join(root, "data", "kept.txt"), "kept\n");
+  git(root, "add", ".");
+  git(root, "commit", "-q", "-m", "data");
+  const ws = await createTaskWorkspace(root, "guarded");
+  await mkdir(path.join(ws.path, ".vscode"));
+  await writeFile(path.join(ws.path, ".vscode", "tasks.json"), '{"runOn": "folderOpen"}\n');
+  await writeFile(path.join(ws.path, "data", "new.txt"), "new\n");
+  await writeFile(path.join(ws.path, "fine.txt"), "fine\n");
+  // Meanwhile data/ became a symlink to a directory outside the workspace.
+  const outside = await mkdtemp(path.join(os.tmpdir(), "spark-wt-outside-"));
+  dirs.push(outside);
+  await rm(path.join(root, "data"), { recursive: true });
+  await symlink(outside, path.join(root, "data"));
+
+  const result = await applyTaskWorkspace(ws);
+  assert.deepEqual(result.applied, []);
+  assert.deepEqual(
+    result.conflicts.map((c) => c.path),
+    [".vscode/tasks.json", "data/new.txt"],
+  );
+  assert.match(result.conflicts[0]!.reason, /protected/);
+  assert.match(result.conflicts[1]!.reason, /outside the workspace/);
+  assert.equal(existsSync(path.join(root, ".vscode")), false);
+  assert.equal(existsSync(path.join(root, "fine.txt")), false, "nothing of a refused apply is written");
+  assert.deepEqual(await readdir(outside), []);
+  assert.deepEqual(await applyTaskWorkspace(ws, { paths: ["fine.txt"] }), {
+    applied: ["fine.txt"],
+    conflicts: [],
+  });
+  await discardTaskWorkspace(ws);
 });
 
 test("discard removes the worktree and its branch", async () => {

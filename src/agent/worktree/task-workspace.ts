@@ -36,7 +36,8 @@ import { structuredPatch } from "diff";
 import ignore, { type Ignore } from "ignore";
 import { sparkHome } from "../context/spark-home.js";
 import { neutralGit } from "../neutral-git.js";
-import { ToolError, writeFileAtomic } from "../workspace.js";
+import { protectedPart } from "../protected-paths.js";
+import { ToolError, Workspace, writeFileAtomic } from "../workspace.js";
 
 export type TaskWorkspaceKind = "worktree" | "copy" | "in-place";
 
@@ -581,6 +582,32 @@ async function mergeText(
 }
 
 /**
+ * Where `path` lands in the user's workspace: its directory resolved (a symlinked directory must
+ * stay inside the workspace), the name itself not followed (a symlink is replaced, not written
+ * through). Refused, with the reason, outside the workspace, in the home directory's secrets, and
+ * in protected paths (`.git`, `.spark`, `.codex`, `.vscode`): what lands there runs code later,
+ * so it never arrives without the user copying it by hand (patches to them need an approval).
+ */
+async function landingIn(workspace: Workspace, path: string): Promise<string | { refused: string }> {
+  const parent = dirname(path);
+  let dir: string;
+  try {
+    dir = parent === "." ? workspace.root : await workspace.resolve(parent, "write");
+  } catch (error) {
+    return { refused: (error as Error).message };
+  }
+  const target = join(dir, basename(path));
+  if (workspace.isSecret(target)) return { refused: "one of the home directory's secrets" };
+  const part = protectedPart(workspace.root, target);
+  if (part !== undefined) {
+    return {
+      refused: `${part} is protected (what lands there runs code later): review the task's file and copy it by hand`,
+    };
+  }
+  return target;
+}
+
+/**
  * 3-way merge of the task's changes (all, or those of `options.paths`) into root's current files:
  * the base is where the task started, "ours" the root's file now, "theirs" the task's. All or
  * nothing: every file is merged in memory first, and when any conflicts nothing is written and each
@@ -597,8 +624,15 @@ export async function applyTaskWorkspace(
   const applied: string[] = [];
   const conflicts: ApplyResult["conflicts"] = [];
   const scratch = taskWorkspacesFolder(ws.root);
+  const workspace = await Workspace.open(ws.root);
+  const targets = new Map<string, string>();
   for (const change of changes) {
-    const target = join(ws.root, change.path);
+    const target = await landingIn(workspace, change.path);
+    if (typeof target !== "string") {
+      conflicts.push({ path: change.path, reason: target.refused });
+      continue;
+    }
+    targets.set(change.path, target);
     const ours = await readEntry(target);
     const link = await isSymlink(join(ws.path, change.path));
     const { before: base, after: theirs } = change;
@@ -653,7 +687,7 @@ export async function applyTaskWorkspace(
   }
   if (conflicts.length > 0) return { applied: [], conflicts };
   for (const write of writes) {
-    const target = join(ws.root, write.path);
+    const target = targets.get(write.path)!;
     if (write.content === null) {
       await rm(target, { force: true });
     } else if (write.link) {
