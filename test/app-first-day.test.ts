@@ -335,6 +335,8 @@ describe("spark app, the first day", { timeout: 900_000 }, () => {
     await assertFits(page);
     await screenshot(page, "phone-welcome");
     await sendText(page, "Write a wide file");
+    // An applied patch's diff is collapsed: opened, it fits the phone too.
+    await page.locator(".tool.patch.completed details.patch-diffs > summary").click();
     await page.locator(".tool.patch.completed .diff").waitFor();
     await page.locator('.msg.assistant[data-streaming="true"]').waitFor();
     await assertFits(page);
