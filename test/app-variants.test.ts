@@ -338,6 +338,61 @@ describe("a variant's page that changes", { timeout: 240_000 }, () => {
   });
 });
 
+describe("variants past the concurrency limit", { timeout: 240_000 }, () => {
+  test("wait their turn, shown as queued on their cards, and run once a slot is free", async () => {
+    const workspace = freshDir("ws-");
+    writeFileSync(join(workspace, "README.md"), "# project\n");
+    git(workspace, "init", "-q");
+    git(workspace, "add", "-A");
+    git(workspace, "commit", "-q", "-m", "init");
+    // Each variant's command waits for the user: the first one holds the only slot until approved.
+    const script = file(
+      "variants-queue.jsonl",
+      [
+        {
+          output: [
+            {
+              type: "function_call",
+              name: "shell",
+              arguments: JSON.stringify({ command: "touch done.txt" }),
+            },
+          ],
+        },
+        message("Touched it."),
+      ]
+        .map((line) => JSON.stringify(line))
+        .join("\n") + "\n",
+    );
+    const app = await startApp(script, workspace, freshDir("home-"), "on-request", {
+      variants: { concurrency: 1 },
+    });
+    const browser = await launchBrowser();
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    const page = await context.newPage();
+    page.setDefaultTimeout(0);
+    await page.goto(app.url);
+    await page.locator(".login input").fill(KEY);
+    await page.locator(".login button").click();
+    await page.locator(".welcome textarea.input").waitFor();
+    await page.locator(".variants-select").selectOption("2");
+    await page.locator("textarea.input").fill("Touch a file");
+    await page.locator("textarea.input").press("Enter");
+    const first = page.locator(".approval", { hasText: "variant 1: " });
+    await first.waitFor();
+    const second = page.locator('.variant-card[data-index="1"]');
+    assert.equal(await second.getAttribute("data-state"), "queued");
+    assert.equal(await second.locator(".variant-state").innerText(), "queued");
+    assert.match(await page.locator(".variants-head").innerText(), /1 running, 1 queued/);
+    await first.locator("button", { hasText: "Approve once" }).click();
+    const next = page.locator(".approval", { hasText: "variant 2: " });
+    await next.waitFor();
+    await next.locator("button", { hasText: "Approve once" }).click();
+    await page.locator('.variant-card[data-state="done"]').nth(1).waitFor();
+    assert.match(await second.locator(".variant-files").innerText(), /^1 file \+0 −0 done\.txt/);
+    await context.close();
+  });
+});
+
 describe("the preview server", () => {
   const get = (
     url: string,
