@@ -21,7 +21,11 @@ after(async () => {
   await Promise.all(running.map((cli) => stop(cli).catch(() => {})));
 });
 
-async function startApp(workspace: string, script: string): Promise<string> {
+async function startApp(
+  workspace: string,
+  script: string,
+  env: Record<string, string> = {},
+): Promise<string> {
   const cli = spawnCli(
     [
       "app",
@@ -38,7 +42,7 @@ async function startApp(workspace: string, script: string): Promise<string> {
       "--script",
       script,
     ],
-    { SPARK_DATA_DIR: freshDir("data-") },
+    { SPARK_DATA_DIR: freshDir("data-"), ...env },
     300_000,
   );
   running.push(cli);
@@ -52,9 +56,10 @@ async function startApp(workspace: string, script: string): Promise<string> {
 function connect(
   url: string,
   origin: string,
+  protocols: string[] = [],
 ): Promise<{ ws: WebSocket; messages: ServerMessage[] } | number> {
   return new Promise((resolve, reject) => {
-    const ws = new WebSocket(new URL("/app/ws", url.replace(/^http/, "ws")), { origin });
+    const ws = new WebSocket(new URL("/app/ws", url.replace(/^http/, "ws")), protocols, { origin });
     const messages: ServerMessage[] = [];
     ws.on("message", (data) => messages.push(JSON.parse(String(data)) as ServerMessage));
     ws.once("open", () => resolve({ ws, messages }));
@@ -152,6 +157,33 @@ describe("spark app for the VS Code pane", { timeout: 180_000 }, () => {
     assert.deepEqual(review.type === "review" ? review.applied : [], ["notes.txt"]);
     assert.equal(readFileSync(join(workspace, "notes.txt"), "utf8"), "hello\nspark\n");
     assert.equal(readFileSync(join(workspace, "other.txt"), "utf8"), "one\n");
+    ws.close();
+  });
+});
+
+describe("a keyed app in the pane", { timeout: 180_000 }, () => {
+  test("the webview names the session its extension signed in with as a subprotocol; nothing else opens the socket", async () => {
+    const script = file("keyed.jsonl", JSON.stringify({ output: [{ type: "message", text: "hi" }] }) + "\n");
+    const url = await startApp(freshDir("ws-"), script, { SPARK_API_KEY: "pane-key-1" });
+    // No cookie can reach the app from the webview: without the session the socket is refused.
+    assert.equal(await connect(url, WEBVIEW), 401);
+    // The extension signs in from the extension host (no Origin), as pane-app.ts does.
+    const login = await fetch(new URL("/app/login", url), {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ key: "pane-key-1" }),
+    });
+    assert.equal(login.status, 200);
+    const session = /spark_app=([^;]+)/.exec(login.headers.get("set-cookie") ?? "")?.[1];
+    assert.ok(session);
+    assert.equal(await connect(url, WEBVIEW, ["spark-session.not-a-session"]), 401);
+    // Another webview with the right session is still refused by origin.
+    assert.equal(await connect(url, "vscode-webview://someone-else", [`spark-session.${session}`]), 403);
+    const socket = await connect(url, WEBVIEW, [`spark-session.${session}`]);
+    assert.notEqual(typeof socket, "number");
+    const { ws, messages } = socket as Exclude<typeof socket, number>;
+    assert.equal(ws.protocol, `spark-session.${session}`);
+    await waitFor("hello", () => messages.find((m) => m.type === "hello"));
     ws.close();
   });
 });

@@ -63,6 +63,12 @@ export interface AppServerOptions extends Omit<ManagerContext, "broadcast" | "ap
 }
 
 const COOKIE = "spark_app";
+/**
+ * A page that cannot hold the cookie names its session token as a WebSocket subprotocol on the
+ * upgrade: the VS Code pane, whose webview's requests to the app are cross-site, so a SameSite=Strict
+ * cookie never goes with them. Its extension signs in (`POST /app/login`) and hands the page the token.
+ */
+const SESSION_PROTOCOL = "spark-session.";
 /** A frame carries at most a message with its attached images (data URLs, see `images` below). */
 const MAX_FRAME_BYTES = 12 * 1024 * 1024;
 /** Images on one message, and the characters of each data URL (about 7.5 MiB of image). */
@@ -440,6 +446,11 @@ export class AppServer {
     for (const cookie of String(request.headers.cookie ?? "").split(/;\s*/)) {
       if (!cookie.startsWith(`${COOKIE}=`)) continue;
       const token = cookie.slice(COOKIE.length + 1);
+      if (this.#sessions.has(token)) return { owner: this.#sessions.get(token) };
+    }
+    for (const protocol of String(request.headers["sec-websocket-protocol"] ?? "").split(/,\s*/)) {
+      if (!protocol.startsWith(SESSION_PROTOCOL)) continue;
+      const token = protocol.slice(SESSION_PROTOCOL.length);
       if (this.#sessions.has(token)) return { owner: this.#sessions.get(token) };
     }
     return null;

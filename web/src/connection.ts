@@ -3,7 +3,7 @@
  * follow src/app/protocol.ts; this module only moves them.
  */
 import type { ClientMessage, ServerMessage } from "../../src/app/protocol.js";
-import { appBase } from "./host.js";
+import { appBase, appProtocols } from "./host.js";
 
 export type ConnectionState = "connecting" | "open" | "closed" | "unauthenticated";
 
@@ -23,7 +23,7 @@ export class Connection {
     const url = new URL("/app/ws", appBase);
     url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
     this.onState("connecting");
-    const socket = new WebSocket(url);
+    const socket = new WebSocket(url, appProtocols);
     this.#socket = socket;
     let opened = false;
     socket.onopen = () => {

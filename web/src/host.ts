@@ -39,6 +39,8 @@ interface HostConfig {
   appUrl: string;
   /** What the page's `acquireVsCodeApi()` returned (it may be called only once per page). */
   api: VsCodeApi;
+  /** A keyed app: the session the extension signed in with (the webview cannot hold the cookie). */
+  session?: string;
 }
 
 declare global {
@@ -52,6 +54,9 @@ const vscode = config?.kind === "vscode" ? config.api : undefined;
 
 /** Whether the page is the VS Code pane. */
 export const inEditor = vscode !== undefined;
+
+/** The WebSocket subprotocols that carry the pane's session to a keyed app (none in a browser). */
+export const appProtocols = config?.session ? [`spark-session.${config.session}`] : [];
 
 /** The app's base URL: the page's own in a browser, the configured one in the pane. */
 export const appBase = config?.appUrl ?? location.href;

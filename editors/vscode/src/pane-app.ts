@@ -11,17 +11,28 @@ import * as vscode from "vscode";
 
 const START_TIMEOUT_MS = 120_000;
 const APP_LINE = /^spark app on (\S+) \(workspace /;
+/** The API key in VS Code's SecretStorage ("Spark: Set API Key", as extension.ts keeps it). */
+const SECRET_KEY = "spark.apiKey";
+
+/** Where the pane's page finds the app: its URL, and for a keyed app the session to name. */
+export interface AppConnection {
+  url: string;
+  session?: string;
+}
 
 interface Running {
   origin: string;
-  url: Promise<string>;
+  url: Promise<AppConnection>;
   child: ChildProcess | undefined;
 }
 
 export class PaneApp implements vscode.Disposable {
   #running: Running | undefined;
 
-  constructor(private readonly log: vscode.OutputChannel) {}
+  constructor(
+    private readonly log: vscode.OutputChannel,
+    private readonly secrets: vscode.SecretStorage,
+  ) {}
 
   /** The configured app's origin (`spark.appUrl`), or undefined when the extension starts one. */
   static configuredOrigin(): string | undefined {
@@ -34,14 +45,14 @@ export class PaneApp implements vscode.Disposable {
     }
   }
 
-  /** The app's URL for a pane whose page has `origin`: started (or restarted) for it when needed. */
-  url(origin: string): Promise<string> {
+  /** The app for a pane whose page has `origin`: started (or restarted) for it when needed. */
+  url(origin: string): Promise<AppConnection> {
     const configured = vscode.workspace.getConfiguration("spark").get<string>("appUrl");
-    if (configured) return Promise.resolve(configured.endsWith("/") ? configured : `${configured}/`);
+    if (configured) return this.#signIn(configured.endsWith("/") ? configured : `${configured}/`);
     if (this.#running?.origin === origin) return this.#running.url;
     this.stop();
-    const running: Running = { origin, url: Promise.resolve(""), child: undefined };
-    running.url = this.#start(origin, running);
+    const running: Running = { origin, url: Promise.resolve({ url: "" }), child: undefined };
+    running.url = this.#start(origin, running).then((url) => this.#signIn(url));
     // A failed start is not kept: the next open tries again.
     running.url.catch(() => {
       if (this.#running === running) this.#running = undefined;
@@ -59,7 +70,27 @@ export class PaneApp implements vscode.Disposable {
     this.stop();
   }
 
-  #start(origin: string, running: Running): Promise<string> {
+  /**
+   * A keyed app (an API key in SecretStorage or SPARK_API_KEY, which the app then requires): signs in
+   * as a browser would, from here, and returns the session for the page to name on its socket.
+   */
+  async #signIn(url: string): Promise<AppConnection> {
+    const asked = (await (await fetch(new URL("app/session", url))).json()) as { required?: boolean };
+    if (!asked.required) return { url };
+    const key = (await this.secrets.get(SECRET_KEY)) ?? process.env.SPARK_API_KEY;
+    if (!key) throw new Error(`the app at ${url} asks for a key: set it with "Spark: Set API Key"`);
+    const response = await fetch(new URL("app/login", url), {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ key }),
+    });
+    const session = /spark_app=([^;]+)/.exec(response.headers.get("set-cookie") ?? "")?.[1];
+    if (!response.ok || !session)
+      throw new Error(`the app at ${url} refused the API key (HTTP ${response.status})`);
+    return { url, session };
+  }
+
+  async #start(origin: string, running: Running): Promise<string> {
     const settings = vscode.workspace.getConfiguration("spark");
     const folder = vscode.workspace.workspaceFolders?.[0];
     if (!folder || folder.uri.scheme !== "file") {
@@ -81,7 +112,13 @@ export class PaneApp implements vscode.Disposable {
       ...(settings.get<string[]>("appArgs") ?? []),
     ];
     this.log.appendLine(`pane: starting ${command} ${args.join(" ")}`);
-    const child = spawn(command, args, { stdio: ["ignore", "pipe", "pipe"], cwd: folder.uri.fsPath });
+    // The key (never on the command line): its agents use it with the server, browsers sign in with it.
+    const key = await this.secrets.get(SECRET_KEY);
+    const child = spawn(command, args, {
+      stdio: ["ignore", "pipe", "pipe"],
+      cwd: folder.uri.fsPath,
+      env: key ? { ...process.env, SPARK_API_KEY: key } : process.env,
+    });
     running.child = child;
     let stderr = "";
     child.stderr.setEncoding("utf8");

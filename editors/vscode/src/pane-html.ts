@@ -66,7 +66,7 @@ export function paneHtml(appOrigin: string | undefined): string {
           }
           if (message.type !== "load" || loaded) return;
           loaded = true;
-          window.sparkHost = { kind: "vscode", appUrl: message.appUrl, api };
+          window.sparkHost = { kind: "vscode", appUrl: message.appUrl, api, session: message.session };
           const css = document.createElement("link");
           css.rel = "stylesheet";
           css.href = new URL("app.css", message.appUrl).href;

@@ -18,7 +18,7 @@ export type FromPane =
 /** Extension → webview. */
 export type ToPane =
   /** Load the front end from the app at `appUrl`. */
-  | { type: "load"; appUrl: string }
+  | { type: "load"; appUrl: string; session?: string }
   /** The app could not be started: shown in the pane. */
   | { type: "failed"; message: string }
   | { type: "ask"; text: string }

@@ -23,7 +23,7 @@ const ORIGIN_KEY = "spark.pane.origin";
 
 /** Registers the pane, its commands and the `spark-base:` documents. */
 export function registerPane(context: vscode.ExtensionContext): void {
-  const pane = new SparkPane(context.globalState);
+  const pane = new SparkPane(context.globalState, context.secrets);
   context.subscriptions.push(
     pane,
     // Kept while hidden: its tasks go on streaming into it, and showing it again costs no reload.
@@ -65,7 +65,7 @@ interface OpenDiff {
 class SparkPane implements vscode.WebviewViewProvider, vscode.Disposable {
   readonly bases = new Bases();
   readonly #log = vscode.window.createOutputChannel("Spark Pane");
-  readonly #app = new PaneApp(this.#log);
+  readonly #app: PaneApp;
   #view: vscode.WebviewView | undefined;
   /** Whether the front end in the view has painted (messages wait until then). */
   #ready = false;
@@ -79,7 +79,12 @@ class SparkPane implements vscode.WebviewViewProvider, vscode.Disposable {
   readonly #diffs = new Map<string, OpenDiff>();
   #lastDiff: OpenDiff | undefined;
 
-  constructor(private readonly memory: vscode.Memento) {}
+  constructor(
+    private readonly memory: vscode.Memento,
+    secrets: vscode.SecretStorage,
+  ) {
+    this.#app = new PaneApp(this.#log, secrets);
+  }
 
   /**
    * Starts the app for the origin the pane's page had last time (VS Code keeps a webview's origin),
@@ -204,9 +209,13 @@ class SparkPane implements vscode.WebviewViewProvider, vscode.Disposable {
         if (this.#openedAt !== undefined) this.#phases.page = Date.now() - this.#openedAt;
         void this.memory.update(ORIGIN_KEY, message.origin);
         try {
-          const appUrl = await this.#app.url(message.origin);
+          const app = await this.#app.url(message.origin);
           if (this.#openedAt !== undefined) this.#phases.app = Date.now() - this.#openedAt;
-          await view.webview.postMessage({ type: "load", appUrl } satisfies ToPane);
+          await view.webview.postMessage({
+            type: "load",
+            appUrl: app.url,
+            ...(app.session ? { session: app.session } : {}),
+          } satisfies ToPane);
         } catch (error) {
           const text = `Spark could not start the app for this workspace: ${(error as Error).message}`;
           this.#log.appendLine(`pane: ${text}`);
