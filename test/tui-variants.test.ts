@@ -222,6 +222,28 @@ describe("variants and --worktree in the terminal", { skip: tmuxMissing ?? false
     assert.equal(git(cwd, "branch", "--list", "spark/*").trim(), "");
   });
 
+  test("Esc stops running variants; none finished, their worktrees are removed", async () => {
+    const cwd = repository();
+    const home = freshDir("home-");
+    const term = start({
+      args: ["--engine", "script", "--script", script("stopped.jsonl", SLOW_PREFIX.repeat(4))],
+      cwd,
+      home,
+      rate: 20,
+    });
+    await term.ready();
+    term.type("/variants 2 add a greeting");
+    term.press("Enter");
+    await term.waitFor(/^\s*2\s+running\s.*Working on it/m, "variant 2 streaming", WAIT);
+    term.press("Escape");
+    await term.waitFor("no variant finished; their worktrees are removed", "the stop", WAIT);
+    await term.idle();
+    assert.match(term.screen(), /^\s*1\s+cancelled\b/m);
+    assert.deepEqual(sparkWorktrees(home), []);
+    assert.equal(git(cwd, "branch", "--list", "spark/*").trim(), "");
+    assert.equal(existsSync(join(cwd, "hello.txt")), false);
+  });
+
   test("spark exec --worktree leaves the directory untouched and its result on its branch", async () => {
     const cwd = repository();
     const home = freshDir("home-");
