@@ -196,6 +196,10 @@ test("apply never writes a protected path (.vscode, .git…) nor through a symli
     applied: ["fine.txt"],
     conflicts: [],
   });
+  // Per-file discard keeps to the task's workspace too, and never touches its .git.
+  await assert.rejects(restoreTaskFile(ws, ".git"), { code: "invalid_argument" });
+  await assert.rejects(restoreTaskFile(ws, "../escape.txt"), { code: "invalid_argument" });
+  assert.match(readFileSync(path.join(ws.path, ".git"), "utf8"), /^gitdir: /);
   await discardTaskWorkspace(ws);
 });
 

@@ -969,7 +969,12 @@ export class Task {
       return;
     }
     if (path !== undefined) {
-      await restoreTaskFile(ws, path);
+      try {
+        await restoreTaskFile(ws, path);
+      } catch (error) {
+        this.#notice("error", `${path} cannot be discarded: ${(error as Error).message}`);
+        return;
+      }
       this.record.keep(path);
       this.#notice("info", `discarded the task's changes to ${path}`);
       await this.#measure();

@@ -708,13 +708,15 @@ export async function applyTaskWorkspace(
  */
 export async function restoreTaskFile(ws: TaskWorkspace, path: string): Promise<void> {
   if (ws.kind === "in-place") return;
-  const target = join(ws.path, path);
-  if (!isInside(ws.path, target)) {
+  if (!isInside(ws.path, join(ws.path, path))) {
     throw new ToolError(
       "invalid_argument",
       `${JSON.stringify(path)} is not a path inside the task's workspace.`,
     );
   }
+  // As Apply: not through a symlink out of the task's workspace, never its `.git` or other protected paths.
+  const target = await landingIn(await Workspace.open(ws.path), path);
+  if (typeof target !== "string") throw new ToolError("invalid_argument", `${path}: ${target.refused}`);
   let base: Buffer | null;
   let link = false;
   if (ws.kind === "worktree") {
