@@ -255,6 +255,7 @@ export async function mountApp(
       instructions: project.instructions(appInstructions(workspace.root)),
       project,
       autoCompact: 0.8,
+      ...(server.settings.variants ? { variants: server.settings.variants } : {}),
       contextWindow: server.contextWindow
         ? async (model: string) => server.contextWindow?.(model) ?? 8192
         : contextWindows(server.serverUrl, undefined, undefined),
