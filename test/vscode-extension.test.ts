@@ -11,7 +11,7 @@ import { describe, test } from "node:test";
 import { currentBlock, lineDiff, mergedView, splitLines } from "../editors/vscode/src/inline-diff.js";
 import { downloadProgress, locateSpark, onPath } from "../editors/vscode/src/locate.js";
 import { DEFAULT_EXCLUDE_PATTERNS } from "../src/lsp/file-filter.js";
-import { progressBar } from "../src/engines/llama/model-source.js";
+import { DEFAULT_MODEL, progressBar } from "../src/engines/llama/model-source.js";
 import { freshDir } from "./helpers/cli.js";
 
 describe("the quick edit's inline diff", () => {
@@ -128,6 +128,14 @@ describe("finding Spark", () => {
     assert.ok(read.length >= 10 && read.every((p) => p !== undefined), written);
     assert.deepEqual(read.at(-1), { percent: 100, receivedMb: 675.7, totalMb: 675.7 });
     assert.equal(downloadProgress("spark listening on http://127.0.0.1:1"), undefined);
+  });
+
+  test("the download notice names the default model the server downloads", () => {
+    const name = /^(\S+)/.exec(DEFAULT_MODEL.description)![1]!;
+    assert.match(
+      readFileSync("editors/vscode/src/extension.ts", "utf8"),
+      new RegExp(`default model, ${name.replace(/\./g, "\\.")} \\(`),
+    );
   });
 
   test("the extension's default excludePatterns setting is the language server's list", () => {

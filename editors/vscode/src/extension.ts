@@ -18,7 +18,7 @@ import {
   type ServerOptions,
 } from "vscode-languageclient/node";
 import { Completions } from "./completions.js";
-import { downloadProgress, locateSpark, type SparkCommand } from "./locate.js";
+import { downloadProgress, locateSpark, type DownloadLine, type SparkCommand } from "./locate.js";
 import { QuickEdit } from "./quick-edit.js";
 import { showStatusMenu } from "./status-menu.js";
 import { registerPane } from "./pane.js";
@@ -360,35 +360,47 @@ class Extension {
  * downloaded, how to pick another model, and how far it is.
  */
 class DownloadNotice {
-  #report: ((step: { message: string; increment: number }) => void) | undefined;
+  #report: vscode.Progress<{ message?: string; increment?: number }> | undefined;
   #end: (() => void) | undefined;
-  #percent = 0;
-
   #started = false;
+  #latest: DownloadLine | undefined;
+  #shownPercent = 0;
 
   line(line: string): void {
     const progress = downloadProgress(line);
     if (!progress) return;
+    this.#latest = progress;
     if (!this.#started) {
       this.#started = true;
       void vscode.window.withProgress(
         {
           location: vscode.ProgressLocation.Notification,
+          // The name is DEFAULT_MODEL's in src/engines/llama/model-source.ts (a test keeps them equal).
           title:
-            "Spark is downloading its default model (Qwen2.5-Coder-0.5B-Instruct, once, into ~/.cache/spark/models). " +
-            "To use another, set spark.model to a GGUF file or spark.serverUrl to a running server.",
+            `Spark is downloading its default model, Qwen2.5-Coder-0.5B-Instruct (${Math.round(progress.totalMb)} MB), ` +
+            "once, into ~/.cache/spark/models. To use another, set spark.model to a GGUF file, or spark.serverUrl to a running server.",
         },
         (report) =>
           new Promise<void>((resolve) => {
-            this.#report = (step) => report.report(step);
+            this.#report = report;
             this.#end = resolve;
+            this.#flush();
           }),
       );
     }
-    const increment = Math.max(progress.percent - this.#percent, 0);
-    this.#percent = progress.percent;
-    this.#report?.({ message: `${progress.receivedMb}/${progress.totalMb} MB`, increment });
-    if (progress.percent >= 100) this.end();
+    this.#flush();
+  }
+
+  /** Reports the newest line (the task may start after the first lines came). */
+  #flush(): void {
+    const latest = this.#latest;
+    if (!latest || !this.#report) return;
+    this.#report.report({
+      message: `${latest.percent}% · ${latest.receivedMb} of ${latest.totalMb} MB`,
+      increment: Math.max(latest.percent - this.#shownPercent, 0),
+    });
+    this.#shownPercent = latest.percent;
+    if (latest.percent >= 100) this.end();
   }
 
   end(): void {
