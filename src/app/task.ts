@@ -470,6 +470,8 @@ export class Task {
       this.#wsReady = ready;
       ready.catch(() => {
         if (this.#wsReady === ready) this.#wsReady = undefined;
+        if (!this.#deleted)
+          this.#notice("error", `this task's workspace could not be made: ${(error as Error).message}`);
       });
     }
     return this.#wsReady;

@@ -77,6 +77,9 @@ export interface ApplyResult {
 
 /** Ids become branch names and directory names: kept to a plain, safe alphabet. */
 const ID = /^[A-Za-z0-9][A-Za-z0-9_-]{0,79}$/;
+/** Outside git a task copies the workspace twice (its copy and the base): past these, it refuses. */
+const MAX_COPY_FILES = 50_000;
+const MAX_COPY_BYTES = 2 * 2 ** 30;
 /** Beside a copy `<id>`, its base snapshot. */
 const BASE_SUFFIX = ".base";
 /** Git's output is read whole; a workspace's file list fits in this. */
@@ -361,18 +364,30 @@ async function copyEntry(from: string, to: string): Promise<void> {
 
 async function createCopy(root: string, id: string, dir: string): Promise<TaskWorkspace> {
   const base = dir + BASE_SUFFIX;
+  const tooLarge = (what: string): ToolError =>
+    new ToolError(
+      "workspace_too_large",
+      `${root} is not a git repository and ${what}: too much to copy for a task (it would be copied twice, ` +
+        "the task's copy and its base). Make it a git repository (a task then gets a worktree), add what " +
+        "need not be copied to .gitignore, or run tasks in place (`spark app --in-place`).",
+    );
   try {
     const files = await listFiles(root, true);
+    if (files.length > MAX_COPY_FILES)
+      throw tooLarge(`holds ${files.length} files (at most ${MAX_COPY_FILES})`);
     await mkdir(dir, { recursive: true, mode: 0o700 });
     await mkdir(base, { recursive: true, mode: 0o700 });
+    let bytes = 0;
     for (const file of files) {
       // A file removed or unreadable while copying is left out of both (it is not the task's).
       try {
         await copyEntry(join(root, file), join(base, file));
         await copyEntry(join(base, file), join(dir, file));
+        bytes += (await lstat(join(base, file))).size;
       } catch {
         await rm(join(base, file), { force: true });
       }
+      if (bytes > MAX_COPY_BYTES) throw tooLarge(`holds more than ${MAX_COPY_BYTES / 2 ** 30} GiB`);
     }
   } catch (error) {
     await rm(dir, { recursive: true, force: true });
