@@ -468,7 +468,7 @@ export class Task {
     if (this.#wsReady === undefined) {
       const ready = this.#makeWorkspace();
       this.#wsReady = ready;
-      ready.catch(() => {
+      ready.catch((error: unknown) => {
         if (this.#wsReady === ready) this.#wsReady = undefined;
         if (!this.#deleted)
           this.#notice("error", `this task's workspace could not be made: ${(error as Error).message}`);
