@@ -436,6 +436,9 @@ async function scenario(
 
   // 6. Ask Spark on a selection: the request the server receives carries the selected text.
   const editor = page.locator(".editor-instance .monaco-editor").first();
+  // The file alone in the editor (the diff closed), through Quick Open.
+  await command(page, "View: Close All Editors");
+  await page.locator(".monaco-diff-editor").first().waitFor({ state: "detached", timeout: 30_000 });
   await page.keyboard.press("Control+P");
   await page.waitForSelector(".quick-input-widget input", { state: "visible" });
   await page.keyboard.type("sum.ts");
