@@ -12,7 +12,9 @@ import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { file, freshDir, runToExit } from "./helpers/cli.js";
+import { setTimeout as sleep } from "node:timers/promises";
+import { createTaskWorkspace } from "../src/agent/worktree/task-workspace.js";
+import { file, firstLine, freshDir, runToExit, spawnCli } from "./helpers/cli.js";
 import { distMissing, TmuxServer, tmuxMissing, type Terminal } from "./helpers/tmux.js";
 
 /** Only so a broken UI fails instead of hanging (several agents and worktrees per step). */
@@ -59,6 +61,18 @@ function repository(): string {
   git(cwd, "commit", "-q", "-m", "init");
   writeFileSync(join(cwd, "base.txt"), "base\nuncommitted\n");
   return cwd;
+}
+
+/** Runs `body` with SPARK_HOME set to `home` (the worktree module reads it when called). */
+async function withHome<T>(home: string, body: () => Promise<T>): Promise<T> {
+  const before = process.env.SPARK_HOME;
+  process.env.SPARK_HOME = home;
+  try {
+    return await body();
+  } finally {
+    if (before === undefined) delete process.env.SPARK_HOME;
+    else process.env.SPARK_HOME = before;
+  }
 }
 
 /** Spark's worktree folders under SPARK_HOME for any workspace: their entries. */
@@ -323,6 +337,28 @@ describe("variants and --worktree in the terminal", { skip: tmuxMissing ?? false
     assert.equal(nothing.code, 0, nothing.stderr);
     assert.match(nothing.stderr, /worktree: no changes; removed/);
     assert.equal(sparkWorktrees(home).length, 2, "the two results stay, the empty one is gone");
+
+    // `spark app` on the same directory prunes its own stale workspaces at start, not these. A plain
+    // folder there goes last (after every worktree git lists): once it is gone the prune is done.
+    const stale = await withHome(home, () => createTaskWorkspace(cwd, "20990101T000000-stale"));
+    const lastEntry = join(stale.path, "..", "zz-stale-folder");
+    mkdirSync(lastEntry);
+    const app = spawnCli(
+      ["app", cwd, "--port", "0", "--quiet", "--engine", "script", "--script", script("app.jsonl", "")],
+      { SPARK_HOME: home },
+    );
+    try {
+      await firstLine(app);
+      const deadline = Date.now() + WAIT;
+      while (existsSync(lastEntry) && Date.now() < deadline) await sleep(50);
+      assert.equal(existsSync(lastEntry), false, "the prune ran");
+      assert.equal(existsSync(stale.path), false, "the app's stale workspace is pruned");
+      assert.deepEqual(sparkWorktrees(home).filter((id) => id.startsWith("exec-")).length, 2);
+      assert.equal(git(cwd, "show", `${branch}:hello.txt`), "hello\nworld\n");
+    } finally {
+      app.child.kill();
+      await app.exited;
+    }
   });
 });
 

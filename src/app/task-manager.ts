@@ -73,9 +73,11 @@ export class TaskManager {
     }
     // Task workspaces no saved task names (a crash, a task deleted while its removal was cut
     // short) are Spark's to remove; a saved task's, even one that cannot be read now, are kept.
+    // The terminal's workspaces (`spark --worktree`: tui-SESSION, its variants tui-SESSION-vN-K;
+    // `spark exec --worktree`: exec-SESSION, a result left on its branch) are not the app's to prune.
     this.pruned = pruneTaskWorkspaces(
       context.workspace.root,
-      (id) => saved.has(id) || this.#tasks.has(id),
+      (id) => saved.has(id) || this.#tasks.has(id) || /^(tui|exec)-/.test(id),
     ).then(
       ({ removed }) => removed,
       (error: unknown) => {
