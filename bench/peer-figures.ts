@@ -49,14 +49,16 @@ export function peerSetup(tinyModel: string | undefined): PeerSetup | { missing:
   if (!tinyModel) return { missing: "the tiny model is missing (set SPARK_TEST_MODEL)" };
   if (!existsSync(weightBound))
     return { missing: `no ${weightBound}: run bench/peer/make-weight-bound-model.sh` };
-  // SPARK_PEER_MODELS=tiny (or weight-bound) runs one of them.
+  // SPARK_PEER_MODELS=tiny (or weight-bound, or both in the order given) picks the models.
   const wanted = process.env.SPARK_PEER_MODELS?.split(",");
   return {
     server,
     models: [
       { name: "tiny", path: tinyModel, tokens: 400 },
       { name: "weight-bound", path: weightBound, tokens: 48 },
-    ].filter((model) => !wanted || wanted.includes(model.name)),
+    ]
+      .filter((model) => !wanted || wanted.includes(model.name))
+      .sort((a, b) => (wanted ? wanted.indexOf(a.name) - wanted.indexOf(b.name) : 0)),
   };
 }
 
@@ -220,15 +222,53 @@ interface Timed {
   lastAt: number;
   endedAt: number;
   tokens: number;
+  /** Cut short at `STREAM_CAP_MS`: `tokens` is then the text events received (a token each, unless merged). */
+  cut: boolean;
 }
 
-/** One streaming request; the times are those of the chunks carrying text, read off the SSE stream. */
-function streamed(server: Running, path: string, body: Record<string, unknown>): Promise<Timed> {
+/**
+ * Longest a stream may run: a server that collapses (2 threads on a busy 2-core machine can fall to a
+ * few tokens per second) is measured on what it produced by then instead of being waited for.
+ */
+const STREAM_CAP_MS = 8000;
+
+/**
+ * One streaming request; the times are those of the chunks carrying text, read off the SSE stream.
+ * A keep-alive socket the server closed while idle (another server was being measured) fails before
+ * any response: that request is sent again on a new socket.
+ */
+async function streamed(server: Running, path: string, body: Record<string, unknown>): Promise<Timed> {
+  try {
+    return await streamOnce(server, path, body);
+  } catch (error) {
+    if ((error as { code?: string }).code !== "ECONNRESET") throw error;
+    return streamOnce(server, path, body);
+  }
+}
+
+function streamOnce(server: Running, path: string, body: Record<string, unknown>): Promise<Timed> {
   const payload = JSON.stringify({ ...body, stream: true });
   const url = new URL(server.url);
   return new Promise((resolve, reject) => {
-    const timed: Timed = { startedAt: performance.now(), firstAt: 0, lastAt: 0, endedAt: 0, tokens: 0 };
+    const timed: Timed = {
+      startedAt: performance.now(),
+      firstAt: 0,
+      lastAt: 0,
+      endedAt: 0,
+      tokens: 0,
+      cut: false,
+    };
     let usage = 0;
+    let events = 0;
+    let settled = false;
+    const finish = (): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(cap);
+      timed.endedAt = performance.now();
+      timed.tokens = timed.cut ? events : usage;
+      resolve(timed);
+    };
     let buffer = "";
     const req = request(
       {
@@ -267,20 +307,28 @@ function streamed(server: Running, path: string, body: Record<string, unknown>):
             ) {
               if (timed.firstAt === 0) timed.firstAt = now;
               timed.lastAt = now;
+              events++;
             }
             const match = /"(completion_tokens|output_tokens)":(\d+)/.exec(line);
             if (match) usage = Number(match[2]);
           }
         });
-        response.on("end", () => {
-          timed.endedAt = performance.now();
-          timed.tokens = usage;
-          resolve(timed);
-        });
-        response.on("error", reject);
+        response.on("end", finish);
+        response.on("error", (error) => (timed.cut ? finish() : reject(error)));
+        response.on("close", () => timed.cut && finish());
       },
     );
-    req.on("error", reject);
+    const cap = setTimeout(() => {
+      timed.cut = true;
+      req.destroy();
+    }, STREAM_CAP_MS);
+    req.on("error", (error) => {
+      if (timed.cut) finish();
+      else {
+        clearTimeout(cap);
+        reject(error);
+      }
+    });
     req.end(payload);
   });
 }
@@ -318,6 +366,7 @@ function decodeBody(api: Api, text: string, tokens: number): { path: string; bod
 
 /** Output tokens per second of one stream, first text to last text (the prompt is not counted). */
 function rate(timed: Timed): number {
+  if (timed.cut && (timed.tokens < 2 || timed.lastAt <= timed.firstAt)) return 0;
   if (timed.tokens < 2 || timed.lastAt <= timed.firstAt) throw new Error("a stream produced no text");
   return (timed.tokens - 1) / ((timed.lastAt - timed.firstAt) / 1000);
 }
