@@ -292,6 +292,15 @@ describe("app tasks in worktrees", { timeout: 300_000 }, () => {
     );
     assert.doesNotMatch(git(workspace, "worktree", "list"), new RegExp(second));
     assert.ok(existsSync(one.workspace!.path), "the other task's worktree stays");
+
+    // Discard all: the first task's worktree and branch are dropped and made afresh from the
+    // workspace as it is now (its applied changes included); the workspace itself is untouched.
+    const fresh = await client.review({ type: "discard", task: first });
+    assert.deepEqual(fresh.files, []);
+    assert.equal(readFileSync(join(one.workspace!.path, "notes.txt"), "utf8"), `hello\nspark\nby ${first}\n`);
+    assert.equal(existsSync(join(one.workspace!.path, `own-${second}.txt`)), true);
+    assert.equal(readFileSync(join(workspace, "notes.txt"), "utf8"), `hello\nspark\nby ${first}\n`);
+    assert.match(git(workspace, "branch", "--list", `spark/${first}`), new RegExp(`spark/${first}`));
     client.socket.close();
     await stop(app);
   });
