@@ -11,7 +11,7 @@
  * file matches; a quick edit without a selection on a CRLF file, rejected with its CodeLens, leaves
  * the exact original bytes; a `[markdown]` file with completions off and a `.env` file send no
  * completion request; with no `spark.command` and no `spark` on the PATH, the extension ran the
- * clone it was packaged from.
+ * clone it was packaged from; a window whose `spark serve` downloads the default model says so.
  *
  * Run by `npm run test:vscode` (test-vscode/run.sh installs code-server and chromium first).
  */
@@ -25,7 +25,7 @@ import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
-import { chromium, type Page } from "playwright-core";
+import { chromium, type Browser, type Page } from "playwright-core";
 import { onPath } from "../editors/vscode/src/locate.js";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -231,6 +231,7 @@ async function main(): Promise<void> {
       if (found?.[2] !== `the clone at ${resolve(ROOT)}`)
         throw new Error(`the extension did not run the clone it was packaged from: ${found?.[0]}`);
       log(`out of the box the extension ran ${found[1]} (${found[2]})`);
+      await downloadNotice(browser, port, spark);
     }
   } catch (error) {
     await page.screenshot({ path: join(SHOTS, "error.png") }).catch(() => undefined);
@@ -481,6 +482,72 @@ async function bench(page: Page, port: number, workspace: string, userData: stri
       `bench: ${key === "extension" ? "the extension's own time" : "spark lsp round trip"} over ${values.length} completions:`,
       `p50 ${pct(values, 50).toFixed(3)} ms, p90 ${pct(values, 90).toFixed(3)} ms, p99 ${pct(values, 99).toFixed(3)} ms`,
     );
+  }
+}
+
+/**
+ * 6. A window whose folder sets no server and a `spark` (spark.command, workspace settings) whose
+ * `serve` prints the default model's download progress on stderr as the real one does on a pipe:
+ * a notification says what is downloading, how far it is, and how to pick another model.
+ */
+async function downloadNotice(browser: Browser, port: number, spark: string): Promise<void> {
+  const folder = join(work, "ws-download");
+  mkdirSync(join(folder, ".vscode"), { recursive: true });
+  const fake = join(work, "fake-spark.mjs");
+  writeFileSync(
+    fake,
+    `import { spawn } from "node:child_process";
+const [command, ...rest] = process.argv.slice(2);
+if (command === "lsp") {
+  const lsp = spawn(process.execPath, [${JSON.stringify(join(ROOT, "bin/spark.js"))}, "lsp", ...rest], { stdio: "inherit" });
+  lsp.on("exit", (code) => process.exit(code ?? 1));
+} else {
+  console.log("spark listening on ${spark}");
+  let percent = 0;
+  const step = () => {
+    const bar = "#".repeat(Math.round(percent * 0.24)).padEnd(24, "-");
+    process.stderr.write(\`[\${bar}] \${String(percent).padStart(3)}%  \${(6.757 * percent).toFixed(1)}/675.7 MB  9.9 MB/s\\n\`);
+    percent += 10;
+  };
+  step();
+  setInterval(() => percent <= 100 && step(), 1500);
+}
+`,
+  );
+  writeFileSync(
+    join(folder, ".vscode/settings.json"),
+    JSON.stringify({ "spark.serverUrl": "", "spark.command": `${process.execPath} ${fake}` }),
+  );
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  try {
+    await page.goto(`http://127.0.0.1:${port}/?folder=${folder}`);
+    const toast = page.locator(".notification-toast", { hasText: "downloading its default model" }).first();
+    await toast.waitFor({ timeout: 60_000 });
+    let text = "";
+    await waitFor(
+      "the download's progress in the notice",
+      () => /\d+% · [\d.]+ of 675\.7 MB/.test(text),
+      30_000,
+      async () => void (text = (await toast.innerText()).replace(/\s+/g, " ")),
+    ).catch((error: Error) => {
+      throw new Error(`${error.message}; the notice says ${JSON.stringify(text)}`);
+    });
+    log("download notice:", text);
+    if (!/spark\.model/.test(text))
+      throw new Error(`the download notice does not say how to pick a model: ${text}`);
+    // This window may show the Ctrl+Shift+L notice too (the first window's "shown" flag is
+    // written lazily): closed, so the download notice shows whole.
+    const keyNotice = page.locator(".notification-toast", { hasText: "Select All Occurrences" }).first();
+    if (await keyNotice.isVisible()) {
+      await keyNotice.hover();
+      await keyNotice.locator(".codicon-notifications-clear").first().click();
+    }
+    await page.screenshot({ path: join(SHOTS, "6-model-download.png") });
+  } catch (error) {
+    await page.screenshot({ path: join(SHOTS, "error-download.png") }).catch(() => undefined);
+    throw error;
+  } finally {
+    await page.close();
   }
 }
 

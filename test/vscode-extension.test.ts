@@ -134,7 +134,7 @@ describe("finding Spark", () => {
     const name = /^(\S+)/.exec(DEFAULT_MODEL.description)![1]!;
     assert.match(
       readFileSync("editors/vscode/src/extension.ts", "utf8"),
-      new RegExp(`default model, ${name.replace(/\./g, "\\.")} \\(`),
+      new RegExp(`MB: ${name.replace(/\./g, "\\.")}, once`),
     );
   });
 

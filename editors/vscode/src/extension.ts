@@ -376,9 +376,7 @@ class DownloadNotice {
         {
           location: vscode.ProgressLocation.Notification,
           // The name is DEFAULT_MODEL's in src/engines/llama/model-source.ts (a test keeps them equal).
-          title:
-            `Spark is downloading its default model, Qwen2.5-Coder-0.5B-Instruct (${Math.round(progress.totalMb)} MB), ` +
-            "once, into ~/.cache/spark/models. To use another, set spark.model to a GGUF file, or spark.serverUrl to a running server.",
+          title: "Spark is downloading its default model",
         },
         (report) =>
           new Promise<void>((resolve) => {
@@ -396,7 +394,9 @@ class DownloadNotice {
     const latest = this.#latest;
     if (!latest || !this.#report) return;
     this.#report.report({
-      message: `${latest.percent}% · ${latest.receivedMb} of ${latest.totalMb} MB`,
+      message:
+        `${latest.percent}% · ${latest.receivedMb} of ${latest.totalMb} MB: Qwen2.5-Coder-0.5B-Instruct, once, ` +
+        "into ~/.cache/spark/models. Another model: set spark.model to a GGUF file, or spark.serverUrl to a running server.",
       increment: Math.max(latest.percent - this.#shownPercent, 0),
     });
     this.#shownPercent = latest.percent;
