@@ -350,6 +350,35 @@ describe("app tasks in worktrees", { timeout: 300_000 }, () => {
     await stop(app);
   });
 
+  test("client.appInPlace (as --in-place) runs tasks in the workspace itself, as before", async () => {
+    const workspace = repository();
+    const dirs = { workspace, home: freshDir("home-"), data: freshDir("data-") };
+    const steps = script("in-place.jsonl", [
+      patch("*** Begin Patch\n*** Update File: notes.txt\n@@\n hello\n-world\n+spark\n*** End Patch"),
+      message("Edited in place."),
+    ]);
+    const config = file(
+      "in-place-config.json",
+      JSON.stringify({
+        client: { appInPlace: true },
+        models: { spark: { engine: "script", script: steps, rate: 400 } },
+      }),
+    );
+    const app = await startApp(["--config", config], dirs);
+    const client = await AppClient.connect(app.url);
+    const from = client.send({ type: "task.create", model: "spark", text: "Edit the notes" });
+    const id = (
+      (await client.next((m) => m.type === "task.log", from)) as Extract<ServerMessage, { type: "task.log" }>
+    ).task;
+    const summary = await client.until(id, (s) => ended(s) && s.workspace !== undefined);
+    assert.equal(summary.workspace?.kind, "in-place");
+    assert.equal(summary.workspace?.path, workspace);
+    assert.equal(readFileSync(join(workspace, "notes.txt"), "utf8"), "hello\nspark\n");
+    assert.equal(git(workspace, "branch", "--list", "spark/*"), "");
+    client.socket.close();
+    await stop(app);
+  });
+
   test("after kill -9 mid-task, the next start re-opens the saved task's worktree and prunes the one no saved task names", async () => {
     const workspace = repository();
     const dirs = { workspace, home: freshDir("home-"), data: freshDir("data-") };

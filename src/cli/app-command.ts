@@ -83,7 +83,7 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
       approval: client.approval,
       allowEnv: client.allowEnv,
       dataDir: client.dataDir,
-      taskWorkspaces: app.inPlace ? "in-place" : "auto",
+      taskWorkspaces: (app.inPlace ?? client.settings.client?.appInPlace) ? "in-place" : "auto",
       instructions: project.instructions(appInstructions(workspace.root)),
       project,
       autoCompact: client.autoCompact,

@@ -147,6 +147,8 @@ export const clientSettingsSchema = z.strictObject({
     .optional(),
   /** Byte cap of the AGENTS.md files together (default 32768); 0 loads none. */
   projectDocMaxBytes: z.number().int().min(0).optional(),
+  /** `spark app`: tasks edit the workspace itself, as `--in-place` (default: a worktree per task). */
+  appInPlace: z.boolean().optional(),
 });
 export type ClientSettings = z.infer<typeof clientSettingsSchema>;
 
