@@ -313,6 +313,17 @@ async function command(page: Page, title: string): Promise<void> {
   await page.keyboard.press("Enter");
 }
 
+/** The `spark app` processes the extension started for this run's workspace. */
+function appPids(): number[] {
+  const ps = spawnSync("ps", ["-eo", "pid=,args="], { encoding: "utf8" }).stdout ?? "";
+  const pids: number[] = [];
+  for (const line of ps.split("\n")) {
+    const [pid, ...args] = line.trim().split(/\s+/);
+    if (pid && args.includes("app") && args.some((arg) => arg.startsWith(work))) pids.push(Number(pid));
+  }
+  return pids;
+}
+
 const timingLines = (timings: string): { kind: string; ms: number }[] =>
   existsSync(timings)
     ? readFileSync(timings, "utf8")
@@ -470,7 +481,26 @@ async function scenario(
   await shot(page, "pane");
   log("Ask Spark carried the selection");
 
-  // 7. Warm open: the pane hidden (its page is gone), then opened again with the app running.
+  // 7. The app killed under the pane: the extension starts it again and the pane shows the task.
+  const [killed] = appPids();
+  if (killed === undefined) throw new Error("no spark app process found for the workspace");
+  // A mark on the page: gone once the extension has reloaded it for the new app.
+  await pane
+    .locator("body")
+    .evaluate(() => void ((window as unknown as { oldPage: boolean }).oldPage = true));
+  process.kill(killed, "SIGKILL");
+  await waitFor("a new spark app", () => appPids().some((pid) => pid !== killed), 60_000);
+  for (let reloaded = false, deadline = Date.now() + 60_000; !reloaded; await sleep(200)) {
+    if (Date.now() > deadline) throw new Error("the pane was not reloaded for the new spark app");
+    reloaded = await pane
+      .locator("body")
+      .evaluate(() => (window as unknown as { oldPage?: boolean }).oldPage === undefined)
+      .catch(() => false);
+  }
+  await pane.locator(".msg.assistant .markdown", { hasText: "DELTA" }).waitFor({ timeout: 60_000 });
+  log("spark app killed; the pane came back with the task on a new one");
+
+  // 8. Warm open: the pane hidden, then opened again (its page kept).
   for (let i = 0; i < 3; i++) {
     await command(page, "View: Show Explorer");
     await page.locator(".explorer-folders-view, .explorer-viewlet").first().waitFor({ timeout: 30_000 });
@@ -497,16 +527,12 @@ try {
 } finally {
   for (const child of children) child.kill("SIGTERM");
   // The `spark app` the extension started outlives a killed code-server: found by this run's folder.
-  const ps = spawnSync("ps", ["-eo", "pid=,args="], { encoding: "utf8" }).stdout ?? "";
-  for (const line of ps.split("\n")) {
-    const [pid, ...args] = line.trim().split(/\s+/);
-    if (pid && args.includes("app") && args.some((arg) => arg.startsWith(work)))
-      try {
-        process.kill(Number(pid), "SIGTERM");
-      } catch {
-        // already gone
-      }
-  }
+  for (const pid of appPids())
+    try {
+      process.kill(pid, "SIGTERM");
+    } catch {
+      // already gone
+    }
   // code-server may still be writing its state as it exits: retried, and never the test's failure.
   await Promise.all(
     children.map((child) =>

@@ -32,6 +32,8 @@ export class PaneApp implements vscode.Disposable {
   constructor(
     private readonly log: vscode.OutputChannel,
     private readonly secrets: vscode.SecretStorage,
+    /** A started app ended on its own (not stopped here), after `ranMs` of running. */
+    private readonly exited: (ranMs: number) => void = () => undefined,
   ) {}
 
   /** The configured app's origin (`spark.appUrl`), or undefined when the extension starts one. */
@@ -143,9 +145,14 @@ export class PaneApp implements vscode.Disposable {
         clearTimeout(timer);
         reject(new Error(`could not run ${command}: ${error.message} (set spark.command)`));
       });
+      const startedAt = Date.now();
       child.once("exit", (code, signal) => {
         clearTimeout(timer);
-        if (this.#running === running) this.#running = undefined;
+        this.log.appendLine(`pane: spark app exited (${signal ?? `code ${code}`})`);
+        if (this.#running === running) {
+          this.#running = undefined;
+          this.exited(Date.now() - startedAt);
+        }
         reject(new Error(`spark app exited (${signal ?? `code ${code}`}): ${stderr.trim().slice(-600)}`));
       });
     });

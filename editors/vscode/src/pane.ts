@@ -83,7 +83,14 @@ class SparkPane implements vscode.WebviewViewProvider, vscode.Disposable {
     private readonly memory: vscode.Memento,
     secrets: vscode.SecretStorage,
   ) {
-    this.#app = new PaneApp(this.#log, secrets);
+    // An app that ends on its own (a crash, killed) is started again by reloading the page, which
+    // asks for it anew; not one that ends within seconds of starting, which would only loop.
+    this.#app = new PaneApp(this.#log, secrets, (ranMs) => {
+      const view = this.#view;
+      if (!view || ranMs < 10_000) return;
+      this.#ready = false;
+      view.webview.html = paneHtml(PaneApp.configuredOrigin());
+    });
   }
 
   /**
