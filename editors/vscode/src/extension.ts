@@ -7,7 +7,6 @@
  * `spark serve --port 0` itself.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { dirname } from "node:path";
 import { createInterface } from "node:readline";
 import * as vscode from "vscode";
 import {
@@ -18,13 +17,10 @@ import {
   type ServerOptions,
 } from "vscode-languageclient/node";
 import { Completions } from "./completions.js";
-import { downloadProgress, locateSpark, type DownloadLine, type SparkCommand } from "./locate.js";
+import { downloadProgress, findSpark, type DownloadLine, type SparkCommand } from "./locate.js";
 import { QuickEdit } from "./quick-edit.js";
 import { showStatusMenu } from "./status-menu.js";
 import { registerPane } from "./pane.js";
-
-/** The clone `npm run package` ran in (build.mjs defines it): its bin/spark.js is a Spark to run. */
-declare const SPARK_PACKAGED_FROM: string | undefined;
 
 type Tier = "spark" | "deep";
 
@@ -118,15 +114,10 @@ class Extension {
     this.#serverProcess = undefined;
   }
 
-  /** The Spark to run (see locate.ts), or undefined after saying how to install it. */
+  /** The Spark to run (see locate.ts), or undefined. */
   #locate(): SparkCommand | undefined {
     const setting = vscode.workspace.getConfiguration("spark").get<string>("command") ?? "";
-    const repos = [
-      ...(typeof SPARK_PACKAGED_FROM === "string" ? [SPARK_PACKAGED_FROM] : []),
-      // Run from the clone itself (editors/vscode): the clone is two folders up.
-      dirname(dirname(this.context.extensionPath)),
-    ];
-    const found = locateSpark({ setting, path: process.env.PATH, repos, execPath: process.execPath });
+    const found = findSpark(setting, this.context.extensionPath);
     if (found) this.#log.appendLine(`spark: ${[found.command, ...found.args].join(" ")} (${found.how})`);
     return found;
   }

@@ -81,6 +81,22 @@ export function locateSpark(options: LocateOptions): SparkCommand | undefined {
   return undefined;
 }
 
+/** The clone `npm run package` ran in (build.mjs defines it; undefined in the tests). */
+declare const SPARK_PACKAGED_FROM: string | undefined;
+
+/**
+ * The Spark this extension runs (for `spark lsp`, `spark serve`, `spark app`): locateSpark with
+ * `spark.command`, the PATH, the clone the .vsix was packaged from, then the clone the extension
+ * runs from (editors/vscode, two folders up).
+ */
+export function findSpark(setting: string, extensionPath: string): SparkCommand | undefined {
+  const repos = [
+    ...(typeof SPARK_PACKAGED_FROM === "string" ? [SPARK_PACKAGED_FROM] : []),
+    resolve(extensionPath, "../.."),
+  ];
+  return locateSpark({ setting, path: process.env.PATH, repos, execPath: process.execPath });
+}
+
 export interface DownloadLine {
   percent: number;
   receivedMb: number;
