@@ -1227,7 +1227,7 @@ export class Task {
             text:
               (last?.kind === "assistant" ? last.text.slice(0, 400) : "") +
               (this.summary.changedFiles.length > 0
-                ? `\nChanged: ${this.summary.changedFiles.join(", ")}`
+                ? `\nChanged${this.#ws && this.#ws.kind !== "in-place" ? ` in its ${this.#ws.kind === "copy" ? "copy" : "worktree"} (Review to apply)` : ""}: ${this.summary.changedFiles.join(", ")}`
                 : ""),
           });
         }
