@@ -8,6 +8,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
 import * as vscode from "vscode";
+import { findSpark } from "./locate.js";
 
 const START_TIMEOUT_MS = 120_000;
 const APP_LINE = /^spark app on (\S+) \(workspace /;
@@ -98,8 +99,17 @@ export class PaneApp implements vscode.Disposable {
     if (!folder || folder.uri.scheme !== "file") {
       return Promise.reject(new Error("Open a folder first: the Spark pane works on the workspace folder."));
     }
-    const [command, ...prefix] = (settings.get<string>("command") || "spark").trim().split(/\s+/);
-    if (!command) return Promise.reject(new Error("spark.command is empty: set it to the `spark` command."));
+    // The Spark the extension was installed with, as the language server's (locate.ts).
+    const extensionPath = vscode.extensions.getExtension("spark.spark-vscode")?.extensionPath ?? "";
+    const spark = findSpark(settings.get<string>("command") ?? "", extensionPath);
+    if (!spark) {
+      return Promise.reject(
+        new Error(
+          "Spark is not installed: run `npm install -g .` in a clone of Spark, or set spark.command.",
+        ),
+      );
+    }
+    const { command, args: prefix } = spark;
     const server = settings.get<string>("serverUrl");
     const args = [
       ...prefix,
@@ -119,7 +129,7 @@ export class PaneApp implements vscode.Disposable {
     const child = spawn(command, args, {
       stdio: ["ignore", "pipe", "pipe"],
       cwd: folder.uri.fsPath,
-      env: key ? { ...process.env, SPARK_API_KEY: key } : process.env,
+      env: { ...process.env, ...spark.env, ...(key ? { SPARK_API_KEY: key } : {}) },
     });
     running.child = child;
     let stderr = "";
