@@ -523,6 +523,26 @@ export class Task {
     return ws;
   }
 
+  /**
+   * The app's instructions name the workspace; a task in a worktree or copy is told where it works
+   * instead (its tools and commands act there, and an absolute path into the user's files would be
+   * outside its workspace).
+   */
+  #instructions(): string {
+    const ws = this.#ws;
+    const text = this.context.instructions;
+    if (ws === undefined || ws.kind === "in-place") return text;
+    const said = `in the workspace at ${ws.root}.`;
+    const what =
+      ws.kind === "worktree"
+        ? `a git worktree of ${ws.root} on the branch ${ws.branch ?? ""}`
+        : `a copy of ${ws.root}`;
+    return text.replace(
+      said,
+      `in the workspace at ${ws.path} (${what}: work there; the user reviews your changes and applies them to ${ws.root}).`,
+    );
+  }
+
   /** The disk the task's workspace takes, and the files it changed (commands' changes too). */
   async #measure(): Promise<void> {
     const ws = this.#ws;
@@ -578,7 +598,7 @@ export class Task {
         ? { attachments: (text: string) => this.context.project!.attachments(text) }
         : {}),
       model: this.summary.model,
-      instructions: this.context.instructions,
+      instructions: this.#instructions(),
       contextWindow,
       autoCompact: this.context.autoCompact,
       transcript: this.transcript,
