@@ -1,6 +1,6 @@
 // Bundles the extension and vscode-languageclient into one CommonJS file, as VS Code loads it.
 import { build } from "esbuild";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, URL } from "node:url";
 
 await build({
   entryPoints: ["src/extension.ts"],
