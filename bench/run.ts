@@ -35,11 +35,11 @@
  *      Spark's pick), TTFT, long prompt, completion after a keystroke, continued turn, on the tiny
  *      and a generated weight-bound model. Needs bench/peer/build-llama-server.sh and
  *      bench/peer/make-weight-bound-model.sh; skipped with the reason otherwise. Not in CI.
- *  27. an app task's worktree in a 10,000-file repository (HEAD plus uncommitted changes), vs plain
- *      `git worktree add` of the same repository (medians).
- *
+ *  (27 is the VS Code pane's opening, measured by `npm run test:vscode`, see BENCHMARKS.md.)
  *  28. 10 best-of-N variants in the web app at 1,000 tok/s each on one server: the app's main-thread
  *      longest task while all the cards stream, and last variant's end → every preview rendered.
+ *  29. an app task's worktree in a 10,000-file repository (HEAD plus uncommitted changes), vs plain
+ *      `git worktree add` of the same repository (medians).
  *
  * Options: `--quick` (fewer iterations), `--json` (also write bench/results.json),
  * `--only 1,3` (run some figures only). Every server is in process on 127.0.0.1, port 0.
@@ -82,7 +82,7 @@ const llamaConfig = args.quick
   : { decodeTokens: 200, decodeRounds: 15, reuseRounds: 9 };
 const wsConfig = args.quick ? { loopRounds: 3, steerRounds: 5 } : { loopRounds: 10, steerRounds: 15 };
 const only = new Set(
-  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28")
+  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29")
     .split(",")
     .map((s) => Number(s.trim())),
 );
@@ -289,8 +289,8 @@ if (only.has(26)) {
   }
 }
 
-if (only.has(27)) {
-  log(`\n27. Task worktree creation in a 10,000-file repository vs git worktree add (medians)`);
+if (only.has(29)) {
+  log(`\n29. Task worktree creation in a 10,000-file repository vs git worktree add (medians)`);
   results.taskWorktree = await worktreeFigure({ rounds: args.quick ? 5 : 11 }, log);
 }
 

@@ -1,5 +1,5 @@
 /**
- * Figure 27 (issue 24): making an app task's worktree in a repository of 10,000 files, beside plain
+ * Figure 29 (issue 24): making an app task's worktree in a repository of 10,000 files, beside plain
  * `git worktree add` of the same repository. Spark's includes what plain git does not: the base
  * snapshot of HEAD plus the user's uncommitted changes (a temporary index, `git add -A`, write-tree,
  * commit-tree), so the repository has a few modified and untracked files, as a working one does.
@@ -88,7 +88,7 @@ export async function worktreeFigure(options: { rounds: number }, log: Log): Pro
     log(`   median: Spark ${ms(s.p50)} (p90 ${ms(s.p90)}), git worktree add ${ms(p.p50)} (p90 ${ms(p.p90)})`);
     return {
       row: {
-        figure: "27. Task worktree, 10,000-file repository",
+        figure: "29. Task worktree, 10,000-file repository",
         spark: `p50 ${ms(s.p50)}, p90 ${ms(s.p90)} (HEAD + uncommitted changes)`,
         reference: `git worktree add: p50 ${ms(p.p50)}, p90 ${ms(p.p90)}`,
         comparison: `${s.p50 >= p.p50 ? "+" : "−"}${ms(Math.abs(s.p50 - p.p50))} at p50 (${fmt(s.p50 / p.p50, 2)}×)`,
@@ -114,7 +114,7 @@ export async function worktreeFigure(options: { rounds: number }, log: Log): Pro
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const quick = process.argv.includes("--quick");
   console.log(
-    `\n27. Task worktree creation in a ${fmt(FILES)}-file repository vs git worktree add (medians)`,
+    `\n29. Task worktree creation in a ${fmt(FILES)}-file repository vs git worktree add (medians)`,
   );
   const result = await worktreeFigure({ rounds: quick ? 5 : 11 }, (line) => console.log(line));
   console.log(result.row);
