@@ -229,9 +229,11 @@ test("prune removes Spark's stale worktrees, keeps live ones and never touches a
   git(root, "branch", "spark/mine");
   // Junk a crash could leave in Spark's folder.
   await mkdir(path.join(taskWorkspacesFolder(root), "half-made"), { recursive: true });
+  await writeFile(path.join(taskWorkspacesFolder(root), "cut-short.index-0123abcd"), "");
 
   const { removed } = await pruneTaskWorkspaces(root, (id) => id === "live");
-  assert.deepEqual([...removed].sort(), ["half-made", "stale", "vanished"]);
+  assert.deepEqual([...removed].sort(), ["cut-short", "half-made", "stale", "vanished"]);
+  assert.equal(existsSync(path.join(taskWorkspacesFolder(root), "cut-short.index-0123abcd")), false);
   assert.ok(existsSync(live.path));
   assert.equal(existsSync(stale.path), false);
   assert.equal(existsSync(path.join(taskWorkspacesFolder(root), "half-made")), false);

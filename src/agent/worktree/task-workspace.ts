@@ -221,8 +221,7 @@ async function snapshotCommit(git: GitInfo, scratch: string, id: string): Promis
 /**
  * The worktree on `spark/<id>` at the base. The checkout of HEAD (most of the time, in a large
  * repository) runs while the base snapshot is made; then only the files that differ between HEAD
- * and the base are checked out (`read-tree -m -u`, a 2-way merge of a fresh worktree) and the branch
- * moves to the base.
+ * and the base are checked out (`moveFreshWorktree`) and the branch moves to the base.
  */
 async function createWorktree(root: string, id: string, dir: string, git: GitInfo): Promise<TaskWorkspace> {
   const branch = `spark/${id}`;
@@ -828,7 +827,8 @@ export async function pruneTaskWorkspaces(
   }
   const names = await readdir(folder).catch((): string[] => []);
   for (const name of names) {
-    const id = name.endsWith(BASE_SUFFIX) ? name.slice(0, -BASE_SUFFIX.length) : name;
+    // `<id>`, `<id>.base` (a copy's snapshot), `<id>.index-HEX` (a base snapshot's index, cut short).
+    const id = name.replace(/(\.base|\.index-[0-9a-f]{8})$/, "");
     if (!ID.test(id) || keep(id) || registered.has(name)) continue;
     // A copy, its snapshot, or a worktree directory git no longer knows: all Spark's.
     await rm(join(folder, name), { recursive: true, force: true });
