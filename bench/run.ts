@@ -284,7 +284,11 @@ if (only.has(26)) {
     log(`  skipped: ${setup.missing}`);
     results.peer = skipped("26. Engine vs llama-server", setup.missing, "≥ 0.95× llama-server");
   } else {
-    const figures = await peerFigures(setup, { rounds: args.quick ? 5 : 7, threads: [1, 2] }, log);
+    const figures = await peerFigures(
+      setup,
+      { rounds: args.quick ? 5 : 7, threads: [1, 2], proxy: true },
+      log,
+    );
     for (const [index, figure] of figures.entries()) results[`peer${index}`] = figure;
   }
 }
