@@ -203,6 +203,21 @@ test("apply never writes a protected path (.vscode, .git…) nor through a symli
   await discardTaskWorkspace(ws);
 });
 
+test("six tasks created and discarded at once on one repository all succeed (git's worktree bookkeeping is serialised)", async () => {
+  const root = await repo();
+  await writeFile(path.join(root, "a.txt"), "uncommitted\n");
+  const ids = ["par-1", "par-2", "par-3", "par-4", "par-5", "par-6"];
+  const made = await Promise.all(ids.map((id) => createTaskWorkspace(root, id)));
+  for (const ws of made) {
+    assert.equal(ws.kind, "worktree");
+    assert.equal(read(path.join(ws.path, "a.txt")), "uncommitted\n");
+  }
+  assert.equal(git(root, "worktree", "list").trim().split("\n").length, 1 + ids.length);
+  await Promise.all(made.map((ws) => discardTaskWorkspace(ws)));
+  assert.equal(git(root, "worktree", "list").trim().split("\n").length, 1);
+  assert.equal(git(root, "branch", "--list", "spark/*"), "");
+});
+
 test("discard removes the worktree and its branch", async () => {
   const root = await repo();
   const ws = await createTaskWorkspace(root, "gone");

@@ -226,7 +226,9 @@ async function snapshotCommit(git: GitInfo, scratch: string, id: string): Promis
 async function createWorktree(root: string, id: string, dir: string, git: GitInfo): Promise<TaskWorkspace> {
   const branch = `spark/${id}`;
   const add = (start: string): Promise<Buffer> =>
-    neutralGit(git.top, ["worktree", "add", "--quiet", "-b", branch, dir, start], GIT_BUFFER);
+    worktreeAdmin(git.top, () =>
+      neutralGit(git.top, ["worktree", "add", "--quiet", "-b", branch, dir, start], GIT_BUFFER),
+    );
   let base: string;
   if (git.head === undefined) {
     base = await snapshotCommit(git, dir, id);
@@ -755,14 +757,34 @@ export async function restoreTaskFile(ws: TaskWorkspace, path: string): Promise<
   }
 }
 
+/**
+ * Git's worktree bookkeeping (`.git/worktrees/*`) is not safe against itself: two `git worktree add`
+ * at once on one repository can fail ("failed to read .git/worktrees/ID/commondir"). Every add,
+ * remove and prune of one repository runs one at a time, in this process, through this chain.
+ */
+const worktreeAdminChains = new Map<string, Promise<unknown>>();
+function worktreeAdmin<T>(top: string, run: () => Promise<T>): Promise<T> {
+  const previous = worktreeAdminChains.get(top) ?? Promise.resolve();
+  const next = previous.then(run, run);
+  const settled = next.then(
+    () => undefined,
+    () => undefined,
+  );
+  worktreeAdminChains.set(top, settled);
+  void settled.then(() => {
+    if (worktreeAdminChains.get(top) === settled) worktreeAdminChains.delete(top);
+  });
+  return next;
+}
+
 /** Removes one of Spark's worktrees and its branch, whatever state it is in. */
 async function removeWorktree(top: string, dir: string, branch: string | undefined): Promise<void> {
   try {
-    await neutralGit(top, ["worktree", "remove", "--force", "--force", dir]);
+    await worktreeAdmin(top, () => neutralGit(top, ["worktree", "remove", "--force", "--force", dir]));
   } catch {
     // Already gone, or locked: the directory goes, and `worktree prune` forgets it.
     await rm(dir, { recursive: true, force: true });
-    await neutralGit(top, ["worktree", "prune"]).catch(() => undefined);
+    await worktreeAdmin(top, () => neutralGit(top, ["worktree", "prune"])).catch(() => undefined);
   }
   if (branch !== undefined) await neutralGit(top, ["branch", "-D", "--", branch]).catch(() => undefined);
 }
@@ -834,7 +856,10 @@ export async function pruneTaskWorkspaces(
     await rm(join(folder, name), { recursive: true, force: true });
     if (!removed.includes(id)) removed.push(id);
   }
-  if (git !== undefined) await neutralGit(git.top, ["worktree", "prune"]).catch(() => undefined);
+  if (git !== undefined) {
+    const top = git.top;
+    await worktreeAdmin(top, () => neutralGit(top, ["worktree", "prune"])).catch(() => undefined);
+  }
   return { removed };
 }
 
