@@ -145,6 +145,21 @@ class AppClient {
       : (found as Extract<ServerMessage, { type: "tasks" }>).tasks.find((t) => t.id === task)!;
   }
 
+  /**
+   * Where the turn that a message sent at `from` started: the index just past the first summary
+   * that shows the task running. A summary sent for another reason (its disk usage measured, say)
+   * still shows the last turn's end and must not be taken for the new turn's end.
+   */
+  async turnStarted(task: string, from: number): Promise<number> {
+    const running = await this.next(
+      (m) =>
+        (m.type === "task.updated" && m.summary.id === task && m.summary.state === "running") ||
+        (m.type === "tasks" && m.tasks.some((t) => t.id === task && t.state === "running")),
+      from,
+    );
+    return this.messages.indexOf(running, from) + 1;
+  }
+
   waitForState(task: string, states: readonly string[]): Promise<TaskSummary> {
     return this.nextState(task, (state) => states.includes(state));
   }
@@ -391,7 +406,8 @@ describe("the app under faults and floods", { timeout: 600_000 }, () => {
     // Removed: the session is written whole again.
     rmSync(sessions, { recursive: true, force: true });
     let from = client.send({ type: "send", task, text: "second" });
-    const ended = await client.nextState(task, (state) => state === "done" || state === "failed", from);
+    const started = await client.turnStarted(task, from);
+    const ended = await client.nextState(task, (state) => state === "done" || state === "failed", started);
     assert.equal(ended.state, "done");
     const [sessionFile] = readdirSync(sessions);
     assert.ok(sessionFile);
@@ -417,7 +433,7 @@ describe("the app under faults and floods", { timeout: 600_000 }, () => {
     // With room again, the task goes on and its session is whole.
     rmSync(sessions, { force: true });
     from = client.send({ type: "send", task, text: "fourth" });
-    await client.nextState(task, (state) => state === "done", from);
+    await client.nextState(task, (state) => state === "done", await client.turnStarted(task, from));
     const whole = readFileSync(join(sessions, sessionFile), "utf8");
     assert.ok(whole.includes("fourth"));
     client.close();
