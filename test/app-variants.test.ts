@@ -251,10 +251,9 @@ describe("variants in the app", { timeout: 360_000 }, () => {
     await page.locator(".review-button").click();
     await page.locator("button", { hasText: "Apply all" }).click();
     await page.locator(".review", { hasText: "site/index.html" }).waitFor();
-    for (;;) {
-      if (existsSync(join(workspace, "site", "app.js"))) break;
-      await page.waitForTimeout(100);
-    }
+    // Apply writes the files one after another: wait for all three, not the first that shows.
+    const landed = ["index.html", "app.js", "style.css"].map((name) => join(workspace, "site", name));
+    while (!landed.every((file) => existsSync(file))) await page.waitForTimeout(100);
     assert.equal(readFileSync(join(workspace, "site", "index.html"), "utf8"), `${PAGE}\n`);
     assert.equal(readFileSync(join(workspace, "site", "app.js"), "utf8"), `${SCRIPT}\n`);
     assert.equal(readFileSync(join(workspace, "site", "style.css"), "utf8"), `${STYLE}\n`);
