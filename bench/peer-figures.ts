@@ -222,7 +222,7 @@ interface Timed {
   lastAt: number;
   endedAt: number;
   tokens: number;
-  /** Cut short at `STREAM_CAP_MS`: `tokens` is then the text events received (a token each, unless merged). */
+  /** Cut short at the decode cap: `tokens` is then the text events received (a token each, unless merged). */
   cut: boolean;
 }
 
@@ -237,16 +237,26 @@ const STREAM_CAP_MS = 8000;
  * A keep-alive socket the server closed while idle (another server was being measured) fails before
  * any response: that request is sent again on a new socket.
  */
-async function streamed(server: Running, path: string, body: Record<string, unknown>): Promise<Timed> {
+async function streamed(
+  server: Running,
+  path: string,
+  body: Record<string, unknown>,
+  capMs = 600_000,
+): Promise<Timed> {
   try {
-    return await streamOnce(server, path, body);
+    return await streamOnce(server, path, body, capMs);
   } catch (error) {
     if ((error as { code?: string }).code !== "ECONNRESET") throw error;
-    return streamOnce(server, path, body);
+    return streamOnce(server, path, body, capMs);
   }
 }
 
-function streamOnce(server: Running, path: string, body: Record<string, unknown>): Promise<Timed> {
+function streamOnce(
+  server: Running,
+  path: string,
+  body: Record<string, unknown>,
+  capMs: number,
+): Promise<Timed> {
   const payload = JSON.stringify({ ...body, stream: true });
   const url = new URL(server.url);
   return new Promise((resolve, reject) => {
@@ -321,7 +331,7 @@ function streamOnce(server: Running, path: string, body: Record<string, unknown>
     const cap = setTimeout(() => {
       timed.cut = true;
       req.destroy();
-    }, STREAM_CAP_MS);
+    }, capMs);
     req.on("error", (error) => {
       if (timed.cut) finish();
       else {
@@ -377,7 +387,7 @@ async function aggregate(server: Running, api: Api, tokens: number, streams: num
   const results = await Promise.all(
     Array.from({ length: streams }, (_, i) => {
       const { path, body } = decodeBody(api, `${DECODE_PROMPT} Variant ${i}.`, tokens);
-      return streamed(server, path, body);
+      return streamed(server, path, body, STREAM_CAP_MS);
     }),
   );
   const total = results.reduce((sum, r) => sum + r.tokens, 0);
@@ -472,7 +482,7 @@ export async function peerFigures(setup: PeerSetup, options: PeerOptions, log: L
           for (const api of ["chat", "responses"] as const) {
             const single = await sideBySide(servers, options.rounds, async (server) => {
               const { path, body } = decodeBody(api, DECODE_PROMPT, model.tokens);
-              return rate(await streamed(server, path, body));
+              return rate(await streamed(server, path, body, STREAM_CAP_MS));
             });
             lines.push([`decode, 1 stream, ${api}`, "tok/s", single, load()]);
             log(line(lines.at(-1)!));
@@ -559,6 +569,7 @@ function filler(seed: number, words: number): string {
 async function latencies(servers: readonly Running[], rounds: number): Promise<Line[]> {
   const ttft = async (server: Running, path: string, body: Record<string, unknown>): Promise<number> => {
     const timed = await streamed(server, path, body);
+    if (timed.firstAt === 0) throw new Error(`${server.name} ${path}: no text`);
     return timed.firstAt - timed.startedAt;
   };
   const chat = (content: string | { role: string; content: string }[]) => ({
