@@ -286,7 +286,15 @@ if (only.has(26)) {
   } else {
     const figures = await peerFigures(
       setup,
-      { rounds: args.quick ? 5 : 7, threads: [1, 2], proxy: true },
+      {
+        rounds: args.quick ? 5 : 7,
+        // SPARK_PEER_THREADS=2 (comma-separated; empty: Spark's pick only) instead of 1 and 2.
+        threads: (process.env.SPARK_PEER_THREADS ?? "1,2")
+          .split(",")
+          .filter((t) => t.trim() !== "")
+          .map(Number),
+        proxy: true,
+      },
       log,
     );
     for (const [index, figure] of figures.entries()) results[`peer${index}`] = figure;
