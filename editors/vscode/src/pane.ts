@@ -84,10 +84,14 @@ class SparkPane implements vscode.WebviewViewProvider, vscode.Disposable {
     secrets: vscode.SecretStorage,
   ) {
     // An app that ends on its own (a crash, killed) is started again by reloading the page, which
-    // asks for it anew; not one that ends within seconds of starting, which would only loop.
+    // asks for it anew; not once it has ended within seconds of starting twice in a row, which
+    // would only loop. (One quick end is restarted: how long an app ran before a kill says
+    // nothing about whether the next will start.)
+    let quickEnds = 0;
     this.#app = new PaneApp(this.#log, secrets, (ranMs) => {
       const view = this.#view;
-      if (!view || ranMs < 10_000) return;
+      quickEnds = ranMs < 10_000 ? quickEnds + 1 : 0;
+      if (!view || quickEnds >= 2) return;
       this.#ready = false;
       view.webview.html = paneHtml(PaneApp.configuredOrigin());
     });
