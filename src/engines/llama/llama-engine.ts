@@ -22,6 +22,7 @@
  * - Aborting the request's signal stops decoding at the next token.
  */
 import { randomBytes } from "node:crypto";
+import { availableParallelism } from "node:os";
 import { basename } from "node:path";
 import {
   getLlama,
@@ -252,6 +253,17 @@ export class LlamaEngine implements Engine {
           `context ${contextSize} × ${this.#slots.length} sequences (${contextOrigin(contextSize, trained, requested)}), ` +
           `chat format ${this.#chatWrapper.wrapperName}`,
       );
+      const cores = availableParallelism();
+      if (this.options.threads !== undefined && !this.#llama.gpu && this.#threads >= cores) {
+        // node-llama-cpp runs each decode on a libuv pool thread while ggml's other threads spin at
+        // every barrier, and Spark's own thread needs a core too: measured (BENCHMARKS.md, figure
+        // 26) 2 threads on 2 cores decoded at 0.12-0.18x of 1 thread, on an idle machine.
+        log(
+          `llama: warning: ${this.#threads} decode thread(s) on ${cores} core(s) leave none for Spark's own thread; ` +
+            `decoding can be several times slower than with fewer: leave --threads out (Spark measures the fastest) ` +
+            `or use --llama-server`,
+        );
+      }
       this.#status = { ready: true, detail: "ready" };
     } catch (error) {
       this.#status = {
