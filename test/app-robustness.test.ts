@@ -15,10 +15,10 @@ import { appendFileSync, existsSync, readFileSync, readdirSync, rmSync, writeFil
 import { join } from "node:path";
 import { setImmediate as nextTurn, setTimeout as sleep } from "node:timers/promises";
 import { after, describe, test } from "node:test";
-import WebSocket from "ws";
 import { Workspace } from "../src/agent/workspace.js";
 import { AppServer } from "../src/app/app-server.js";
-import type { ClientMessage, LogEntry, ServerMessage, TaskSummary } from "../src/app/protocol.js";
+import type { LogEntry, ServerMessage, TaskSummary } from "../src/app/protocol.js";
+import { AppClient } from "./helpers/app-client.js";
 import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./helpers/cli.js";
 import { startScriptServer } from "./helpers/servers.js";
 
@@ -67,64 +67,7 @@ async function until(condition: () => boolean, what: string, timeoutMs = 240_000
 }
 
 /** A browser's socket to the app, recording every message. */
-class AppClient {
-  readonly messages: ServerMessage[] = [];
-  /** Every task this client has heard of, as last described (hello, task.updated, task.removed). */
-  readonly tasks = new Map<string, TaskSummary>();
-  #waiters: {
-    predicate: (m: ServerMessage) => boolean;
-    from: number;
-    resolve: (m: ServerMessage) => void;
-  }[] = [];
-
-  private constructor(readonly socket: WebSocket) {
-    socket.on("message", (data) => {
-      const received = JSON.parse(String(data)) as ServerMessage;
-      if (received.type === "hello") for (const task of received.tasks) this.tasks.set(task.id, task);
-      if (received.type === "task.updated") this.tasks.set(received.summary.id, received.summary);
-      if (received.type === "task.removed") this.tasks.delete(received.task);
-      // The whole list (what the app sent before per-task updates): understood too, so that these
-      // tests show what they check against an app of either kind.
-      if (received.type === "tasks") {
-        this.tasks.clear();
-        for (const task of received.tasks) this.tasks.set(task.id, task);
-      }
-      this.messages.push(received);
-      const index = this.messages.length - 1;
-      this.#waiters = this.#waiters.filter((waiter) => {
-        if (index < waiter.from || !waiter.predicate(received)) return true;
-        waiter.resolve(received);
-        return false;
-      });
-    });
-  }
-
-  static async connect(appUrl: string): Promise<AppClient> {
-    const url = new URL(appUrl);
-    const socket = new WebSocket(`ws://${url.host}/app/ws`, { headers: { origin: url.origin } });
-    // Listening before the socket opens: the hello can come in the same read as the upgrade.
-    const client = new AppClient(socket);
-    await new Promise<void>((resolve, reject) => {
-      socket.once("open", () => resolve());
-      socket.once("error", reject);
-    });
-    await client.next((m) => m.type === "hello");
-    return client;
-  }
-
-  send(message: ClientMessage): number {
-    const from = this.messages.length;
-    this.socket.send(JSON.stringify(message));
-    return from;
-  }
-
-  /** The first message from index `from` on that matches (one already received counts). */
-  next(predicate: (m: ServerMessage) => boolean, from = 0): Promise<ServerMessage> {
-    const found = this.messages.slice(from).find(predicate);
-    if (found) return Promise.resolve(found);
-    return new Promise((resolve) => this.#waiters.push({ predicate, from, resolve }));
-  }
-
+class RobustnessClient extends AppClient {
   /** Creates a task with `text` and returns its id (from the task's first log, sent to the creator). */
   async create(model: string, text: string): Promise<string> {
     const from = this.send({ type: "task.create", model, text });
@@ -179,10 +122,6 @@ class AppClient {
     const log = await this.next((m) => m.type === "task.log" && m.task === task, from);
     return (log as Extract<ServerMessage, { type: "task.log" }>).entries;
   }
-
-  close(): void {
-    this.socket.terminate();
-  }
 }
 
 function rss(pid: number): number {
@@ -206,7 +145,7 @@ describe("the app under faults and floods", { timeout: 600_000 }, () => {
     const words = "lorem ipsum dolor sit amet consectetur ";
     const answer = words.repeat(Math.ceil((4 * MiB) / words.length)).slice(0, 4 * MiB);
     const app = await startApp(["--engine", "script", "--script", script("big.jsonl", [message(answer)])]);
-    const client = await AppClient.connect(app.url);
+    const client = await RobustnessClient.connect(app.url);
     const pid = app.child.pid!;
     const before = rss(pid);
     let peak = before;
@@ -261,7 +200,7 @@ describe("the app under faults and floods", { timeout: 600_000 }, () => {
       }),
     );
     const app = await startApp(["--config", config]);
-    const client = await AppClient.connect(app.url);
+    const client = await RobustnessClient.connect(app.url);
     let mostRunning = 0;
     const countStates = (): Record<string, number> => {
       const counts: Record<string, number> = {};
@@ -322,7 +261,7 @@ describe("the app under faults and floods", { timeout: 600_000 }, () => {
   test("bad saved files are skipped and reported by name; the app starts and serves the good tasks", async () => {
     const answers = script("good.jsonl", [message("GOOD ANSWER"), message("SECOND ANSWER")]);
     const first = await startApp(["--engine", "script", "--script", answers]);
-    let client = await AppClient.connect(first.url);
+    let client = await RobustnessClient.connect(first.url);
     const good = await client.create("spark", "hello");
     await client.waitForState(good, ["done"]);
     client.close();
@@ -359,7 +298,7 @@ describe("the app under faults and floods", { timeout: 600_000 }, () => {
       workspace: first.workspace,
       dataDir: first.dataDir,
     });
-    client = await AppClient.connect(second.url);
+    client = await RobustnessClient.connect(second.url);
     const hello = client.messages.find((m) => m.type === "hello");
     const ids = hello?.type === "hello" ? hello.tasks.map((t) => t.id).sort() : [];
     assert.deepEqual(ids, [good, "no-created", "null-files"].sort());
@@ -398,7 +337,7 @@ describe("the app under faults and floods", { timeout: 600_000 }, () => {
       message("FOUR"),
     ]);
     const app = await startApp(["--engine", "script", "--script", answers]);
-    const client = await AppClient.connect(app.url);
+    const client = await RobustnessClient.connect(app.url);
     const task = await client.create("spark", "first");
     await client.waitForState(task, ["done"]);
     const sessions = join(app.dataDir, "sessions");
@@ -468,7 +407,7 @@ describe("the app under faults and floods", { timeout: 600_000 }, () => {
       autoCompact: 0,
       contextWindow: async () => 100_000,
     });
-    const client = await AppClient.connect(await app.listen());
+    const client = await RobustnessClient.connect(await app.listen());
     const files = (task: string, session: string): string[] =>
       [
         join(dataDir, "app", "tasks", `${task}.json`),

@@ -10,8 +10,8 @@ import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
-import WebSocket from "ws";
-import type { ClientMessage, LogEntry, ServerMessage, TaskSummary } from "../src/app/protocol.js";
+import type { LogEntry, ServerMessage, TaskSummary } from "../src/app/protocol.js";
+import { AppClient } from "./helpers/app-client.js";
 import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./helpers/cli.js";
 
 const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:(\d+)\/) \(workspace (.+)\)$/;
@@ -40,55 +40,7 @@ const SCRIPT = file(
     .join("\n") + "\n",
 );
 
-class AppClient {
-  readonly messages: ServerMessage[] = [];
-  readonly tasks = new Map<string, TaskSummary>();
-  #waiters: {
-    predicate: (m: ServerMessage) => boolean;
-    from: number;
-    resolve: (m: ServerMessage) => void;
-  }[] = [];
-
-  private constructor(readonly socket: WebSocket) {
-    socket.on("message", (data) => {
-      const received = JSON.parse(String(data)) as ServerMessage;
-      if (received.type === "hello") for (const task of received.tasks) this.tasks.set(task.id, task);
-      if (received.type === "task.updated") this.tasks.set(received.summary.id, received.summary);
-      this.messages.push(received);
-      const index = this.messages.length - 1;
-      this.#waiters = this.#waiters.filter((waiter) => {
-        if (index < waiter.from || !waiter.predicate(received)) return true;
-        waiter.resolve(received);
-        return false;
-      });
-    });
-  }
-
-  static async connect(appUrl: string): Promise<AppClient> {
-    const url = new URL(appUrl);
-    const socket = new WebSocket(`ws://${url.host}/app/ws`, { headers: { origin: url.origin } });
-    const client = new AppClient(socket);
-    await new Promise<void>((resolve, reject) => {
-      socket.once("open", () => resolve());
-      socket.once("error", reject);
-    });
-    await client.next((m) => m.type === "hello");
-    return client;
-  }
-
-  send(message: ClientMessage | Record<string, unknown>): number {
-    const from = this.messages.length;
-    this.socket.send(JSON.stringify(message));
-    return from;
-  }
-
-  next(predicate: (m: ServerMessage) => boolean, from = 0): Promise<ServerMessage> {
-    const found = this.messages.slice(from).find(predicate);
-    if (found) return Promise.resolve(found);
-    return new Promise((resolve) => this.#waiters.push({ predicate, from, resolve }));
-  }
-
-  /** The first summary of `task` from `from` on that `accept` takes. */
+class UndoClient extends AppClient {
   async summary(task: string, accept: (summary: TaskSummary) => boolean, from = 0): Promise<TaskSummary> {
     const known = this.tasks.get(task);
     if (known && accept(known)) return known;
@@ -138,7 +90,7 @@ describe("Undo turn and Redo in the app", () => {
         : [readFileSync(join(workspace, "a.txt"), "utf8"), String(existsSync(join(workspace, "data.bin")))];
     const before = userState();
     const env = { SPARK_DATA_DIR: freshDir("data-"), SPARK_HOME: freshDir("home-") };
-    const start = async (): Promise<{ cli: Cli; app: AppClient }> => {
+    const start = async (): Promise<{ cli: Cli; app: UndoClient }> => {
       const cli = spawnCli(
         [
           "app",
@@ -164,7 +116,7 @@ describe("Undo turn and Redo in the app", () => {
       const line = await firstLine(cli);
       const match = APP_LINE.exec(line);
       assert.ok(match, `unexpected first line: ${line}\n${cli.stderr()}`);
-      return { cli, app: await AppClient.connect(match[1]!) };
+      return { cli, app: await UndoClient.connect(match[1]!) };
     };
     const { cli, app } = await start();
 

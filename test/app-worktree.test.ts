@@ -12,8 +12,8 @@ import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { after, describe, test } from "node:test";
-import WebSocket from "ws";
 import type { ClientMessage, ServerMessage, TaskSummary } from "../src/app/protocol.js";
+import { AppClient } from "./helpers/app-client.js";
 import { launchBrowser } from "./helpers/browser.js";
 import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./helpers/cli.js";
 
@@ -76,55 +76,7 @@ const shell = (command: string): object => ({
 });
 
 /** A browser's socket to the app, recording every message. */
-class AppClient {
-  readonly messages: ServerMessage[] = [];
-  readonly tasks = new Map<string, TaskSummary>();
-  #waiters: {
-    predicate: (m: ServerMessage) => boolean;
-    from: number;
-    resolve: (m: ServerMessage) => void;
-  }[] = [];
-
-  private constructor(readonly socket: WebSocket) {
-    socket.on("message", (data) => {
-      const received = JSON.parse(String(data)) as ServerMessage;
-      if (received.type === "hello") for (const task of received.tasks) this.tasks.set(task.id, task);
-      if (received.type === "task.updated") this.tasks.set(received.summary.id, received.summary);
-      if (received.type === "task.removed") this.tasks.delete(received.task);
-      this.messages.push(received);
-      const index = this.messages.length - 1;
-      this.#waiters = this.#waiters.filter((waiter) => {
-        if (index < waiter.from || !waiter.predicate(received)) return true;
-        waiter.resolve(received);
-        return false;
-      });
-    });
-  }
-
-  static async connect(appUrl: string): Promise<AppClient> {
-    const url = new URL(appUrl);
-    const socket = new WebSocket(`ws://${url.host}/app/ws`, { headers: { origin: url.origin } });
-    const client = new AppClient(socket);
-    await new Promise<void>((resolve, reject) => {
-      socket.once("open", () => resolve());
-      socket.once("error", reject);
-    });
-    await client.next((m) => m.type === "hello");
-    return client;
-  }
-
-  send(message: ClientMessage): number {
-    const from = this.messages.length;
-    this.socket.send(JSON.stringify(message));
-    return from;
-  }
-
-  next(predicate: (m: ServerMessage) => boolean, from = 0): Promise<ServerMessage> {
-    const found = this.messages.slice(from).find(predicate);
-    if (found) return Promise.resolve(found);
-    return new Promise((resolve) => this.#waiters.push({ predicate, from, resolve }));
-  }
-
+class WorktreeClient extends AppClient {
   /** The summary of `task` once `accept` takes it (the latest one known counts). */
   async until(task: string, accept: (summary: TaskSummary) => boolean): Promise<TaskSummary> {
     const known = this.tasks.get(task);
@@ -186,7 +138,7 @@ describe("app tasks in worktrees", { timeout: 300_000 }, () => {
       }),
     );
     const app = await startApp(["--config", config], dirs);
-    const client = await AppClient.connect(app.url);
+    const client = await WorktreeClient.connect(app.url);
 
     const create = async (text: string): Promise<string> => {
       const from = client.send({ type: "task.create", model: "deep", text, background: true });
@@ -365,7 +317,7 @@ describe("app tasks in worktrees", { timeout: 300_000 }, () => {
       }),
     );
     const app = await startApp(["--config", config], dirs);
-    const client = await AppClient.connect(app.url);
+    const client = await WorktreeClient.connect(app.url);
     const from = client.send({ type: "task.create", model: "spark", text: "Edit the notes" });
     const id = (
       (await client.next((m) => m.type === "task.log", from)) as Extract<ServerMessage, { type: "task.log" }>
@@ -388,7 +340,7 @@ describe("app tasks in worktrees", { timeout: 300_000 }, () => {
       message(`Still writing: ${long}`),
     ]);
     const first = await startApp(["--engine", "script", "--script", steps, "--rate", "60"], dirs);
-    const client = await AppClient.connect(first.url);
+    const client = await WorktreeClient.connect(first.url);
     const create = async (text: string): Promise<string> => {
       const from = client.send({ type: "task.create", model: "spark", text });
       const log = await client.next((m) => m.type === "task.log", from);
@@ -423,7 +375,7 @@ describe("app tasks in worktrees", { timeout: 300_000 }, () => {
     );
     assert.doesNotMatch(git(workspace, "worktree", "list"), new RegExp(lost));
     // The saved task was interrupted; its worktree is re-opened with its change, ready to apply.
-    const again = await AppClient.connect(second.url);
+    const again = await WorktreeClient.connect(second.url);
     const summary = await again.until(kept, (s) => s.workspace !== undefined);
     assert.equal(summary.state, "interrupted");
     assert.equal(summary.workspace!.path, paths[kept]);
