@@ -759,7 +759,7 @@ test("an answer cut off by the output token limit ends with cut off, not done", 
   const run = await runToExit(["exec", "-C", workspace, "--config", config, "tell me"], {
     SPARK_DATA_DIR: freshDir("data-"),
   });
-  assert.equal(run.code, 0, run.stderr);
+  assert.equal(run.code, 3, run.stderr);
   assert.match(run.stderr, /cut off \(the output token limit\): \d+ input tokens/);
   assert.doesNotMatch(run.stderr, /\bdone:/);
 });

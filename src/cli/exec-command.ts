@@ -1,11 +1,13 @@
 /**
- * `spark exec "TASK"`: one task, no questions, then exit. Exit status 0 when the turn completed,
- * 1 when it failed or was interrupted, 2 for bad settings.
+ * `spark exec "TASK"`: one task, no questions, then exit. Exit status 0 when the turn finished,
+ * 1 when it failed, 2 for bad settings, 3 when the answer was cut off, 130 when a signal stopped it
+ * (`exec-outcome.ts`).
  *
  * With `--json`, stdout carries one event per line, in the shapes of `codex exec --json`:
  * `thread.started`, `turn.started`, `item.started` / `item.completed` (agent_message,
  * command_execution, file_change, tool_call, error), `turn.completed` with usage, `turn.failed`,
- * and `error`. Without it, the answer streams to stdout and tool activity goes to stderr.
+ * and `error`; a cut-off or stopped turn ends with `turn.incomplete` (its `reason`) instead of
+ * `turn.completed`. Without it, the answer streams to stdout and tool activity goes to stderr.
  *
  * `--worktree`: the task works in a worktree of its own (a copy outside git) and the user's files
  * stay as they are. At the end its result is committed to the branch `spark/exec-<session>` and
@@ -18,7 +20,15 @@ import { describeSandbox } from "../agent/sandbox.js";
 import { ImageFileError, imageDataUrl } from "../agent/images.js";
 import { startRuntime, type ClientFlags } from "./agent-runtime.js";
 import { describeInstructionFiles } from "../agent/context/session-context.js";
-import { cutOffOf } from "../agent/cut-off.js";
+import {
+  cutOffTurn,
+  EXIT_CUT_OFF,
+  EXIT_FAILED,
+  EXIT_FINISHED,
+  EXIT_STOPPED,
+  STOPPED,
+  type CutOffTurn,
+} from "./exec-outcome.js";
 import type { TaskWorkspace } from "../agent/worktree/task-workspace.js";
 import {
   changeLines,
@@ -87,10 +97,19 @@ export async function runExec(task: string, flags: ClientFlags, options: ExecOpt
   const prompt = task.startsWith("/") ? runtime.context.expandPrompt(task) : undefined;
 
   let midLine = false;
-  let cutOff: string | undefined;
+  // The last main-lane response's cut, if it stopped short: the turn ends "cut off", never "done".
+  let cutOff: CutOffTurn | undefined;
+  let interrupted = false;
+  let stopped = false;
   agent.on((event: AgentEvent) => {
+    if (event.type === "turn.interrupted") stopped = true;
+    if (event.type === "response.done" && event.lane === "")
+      cutOff =
+        event.status === "incomplete"
+          ? cutOffTurn(event.reason, event.contextTokens, agent.contextWindow)
+          : undefined;
     if (options.json) {
-      const line = jsonEvent(event);
+      const line = jsonEvent(event, cutOff);
       if (line) out(line);
       return;
     }
@@ -112,32 +131,25 @@ export async function runExec(task: string, flags: ClientFlags, options: ExecOpt
       case "compacted":
         note(`context compacted (${event.items} items kept)`);
         return;
-      case "response.done":
-        // An answer that stopped short ends the turn "cut off", never a plain "done".
-        if (event.lane === "" && event.status === "incomplete")
-          cutOff = cutOffReason(event.reason, event.contextTokens, agent.contextWindow);
-        return;
       case "turn.completed":
         note(
-          `${cutOff ?? "done"}: ${event.usage.input_tokens} input tokens (${event.usage.cached_input_tokens} cached), ` +
+          `${cutOff?.message ?? "done"}: ${event.usage.input_tokens} input tokens (${event.usage.cached_input_tokens} cached), ` +
             `${event.usage.output_tokens} output tokens`,
         );
-        cutOff = undefined;
         return;
       case "turn.failed":
         note(`failed: ${event.error.message}`);
         return;
       case "turn.interrupted":
-        note("interrupted");
+        note(STOPPED.message);
         return;
       default:
         return;
     }
   });
 
-  let interrupted = false;
   const onSignal = (): void => {
-    if (interrupted) process.exit(130);
+    if (interrupted) process.exit(EXIT_STOPPED);
     interrupted = true;
     agent.interrupt();
   };
@@ -150,7 +162,9 @@ export async function runExec(task: string, flags: ClientFlags, options: ExecOpt
         (error: unknown) => note(`worktree: ${error instanceof Error ? error.message : String(error)}`),
       );
     }
-    return ok ? 0 : 1;
+    if (stopped) return EXIT_STOPPED;
+    if (!ok) return EXIT_FAILED;
+    return cutOff === undefined ? EXIT_FINISHED : EXIT_CUT_OFF;
   } finally {
     process.off("SIGINT", onSignal);
     process.off("SIGTERM", onSignal);
@@ -199,8 +213,11 @@ async function reportWorktree(
   }
 }
 
-/** The `--json` line for an agent event, or undefined for events it does not show. */
-function jsonEvent(event: AgentEvent): Record<string, unknown> | undefined {
+/**
+ * The `--json` line for an agent event, or undefined for events it does not show. `cutOff`: the
+ * turn's last response stopped short, so its end is `turn.incomplete`.
+ */
+function jsonEvent(event: AgentEvent, cutOff: CutOffTurn | undefined): Record<string, unknown> | undefined {
   switch (event.type) {
     case "turn.started":
       return { type: "turn.started" };
@@ -208,13 +225,11 @@ function jsonEvent(event: AgentEvent): Record<string, unknown> | undefined {
     case "item.completed":
       return { type: event.type, item: event.item };
     case "turn.completed":
-      return { type: "turn.completed", usage: event.usage };
+      return cutOff === undefined
+        ? { type: "turn.completed", usage: event.usage }
+        : { type: "turn.incomplete", ...cutOff, usage: event.usage };
     case "turn.interrupted":
-      return {
-        type: "turn.failed",
-        error: { message: "interrupted", code: "interrupted" },
-        usage: event.usage,
-      };
+      return { type: "turn.incomplete", ...STOPPED, usage: event.usage };
     case "turn.failed":
       return { type: "turn.failed", error: event.error };
     case "steer":
@@ -247,17 +262,4 @@ function describeItem(item: ThreadItem): string {
     case "agent_message":
       return item.text;
   }
-}
-
-/** Why an answer stopped short, in exec's words (undefined: it was cancelled or steered on purpose). */
-function cutOffReason(
-  reason: string | undefined,
-  contextTokens: number,
-  contextWindow: number,
-): string | undefined {
-  const cut = cutOffOf(reason, contextTokens, contextWindow);
-  if (cut === undefined) return undefined;
-  if (cut === "context_full") return "cut off (context full: `spark resume` and /compact to continue)";
-  if (cut === "output_limit") return "cut off (the output token limit)";
-  return `cut off (${cut.other})`;
 }
