@@ -33,7 +33,11 @@ const SERVE_KEYS = [
   "dataDir",
 ] as const;
 
-export function addClientOptions(command: Command): Command {
+/**
+ * `approvalDefault`: the default `--approval` as the command's own help states it (`spark exec`
+ * cannot ask, so its default is never; the TUI and the app ask).
+ */
+export function addClientOptions(command: Command, approvalDefault = "on-request"): Command {
   return command
     .option(
       "--server <url>",
@@ -48,7 +52,7 @@ export function addClientOptions(command: Command): Command {
       "which of the server's models answers: spark (fast), deep (thorough) or auto (the server's router picks), or another name its /v1/models lists; default spark",
     )
     .addOption(
-      new Option("--approval <mode>", "what runs without asking (default on-request; exec: never)").choices([
+      new Option("--approval <mode>", `what runs without asking (default ${approvalDefault})`).choices([
         "never",
         "on-request",
         "untrusted",

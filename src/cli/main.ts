@@ -7,6 +7,8 @@ import { keysCommand } from "./keys-command.js";
 import { lspCommand } from "./lsp-command.js";
 import { mcpCommand } from "./mcp-command.js";
 import { setupCommand } from "./setup-command.js";
+import { EXIT_CODES_HELP } from "./exec-outcome.js";
+import { shortUsageErrors, mistypedSubcommand } from "./usage-errors.js";
 
 const log = (line: string): void => {
   process.stderr.write(`spark: ${line}\n`);
@@ -250,8 +252,10 @@ Examples:
       `
 In the UI: Enter sends (while the model writes, it steers it), Ctrl-J or Shift+Enter starts a new
 line, Tab completes /commands, tiers and @files (else queues the message for after the turn), Esc
-interrupts, Ctrl-T toggles the tier spark/deep; /tier, /model, /compact, /new, /variants N,
-/pick K, /diff K, /status, /retry, /help, /quit.
+interrupts, Ctrl-T toggles the tier spark/deep, Ctrl-O shows the last tool call in full.
+Commands: /diff (this session's changes), /undo [N], /redo, /expand, /variants N, /pick K,
+/diff K, /apply, /discard (with --worktree), /tier, /model, /compact, /new, /skills, /status,
+/retry, /help, /quit.
 
 Where it works: in place by default, on the files of the current directory (-C DIR for another).
 With --worktree the session works in a worktree of its own, created from HEAD plus your uncommitted
@@ -270,6 +274,17 @@ Examples:
   spark resume                            # continue the newest saved session`,
     )
     .action(async (prompt: string | undefined, options: Record<string, unknown>, command: Command) => {
+      // After `--` a word is a prompt whatever it looks like.
+      const meant =
+        prompt === undefined || process.argv.includes("--")
+          ? undefined
+          : mistypedSubcommand(prompt, subcommandNames(program));
+      if (meant !== undefined) {
+        log(
+          `unknown command "${prompt}": did you mean \`spark ${meant}\`? (a one-word prompt: spark -- "${prompt}")`,
+        );
+        process.exit(2);
+      }
       const { runTui } = await import("../tui/app.js");
       process.exitCode = await runTui(clientFlags(options, command), prompt === undefined ? {} : { prompt });
     });
@@ -277,7 +292,7 @@ Examples:
   addClientOptions(
     program
       .command("exec")
-      .description("run one task without asking anything, then exit (0: the task finished)")
+      .description("run one task without asking anything, then exit (0: the task finished; see Exit status)")
       .argument("<task>", "what to do")
       .option("--json", "print one JSON event per line (thread, turn and item events)")
       .option(
@@ -293,6 +308,7 @@ Examples:
         "--worktree",
         "work in a git worktree of its own and leave the result on its branch (spark/exec-SESSION); your files stay as they are",
       ),
+    "never: exec cannot ask",
   )
     .addHelpText(
       "after",
@@ -309,7 +325,9 @@ In place by default: the task edits the files of the current directory. With --w
 a worktree of its own (from HEAD plus your uncommitted changes; a copy outside git); at the end its
 result is committed to the branch spark/exec-SESSION and stderr says where: the branch, the path,
 the files changed (+/-), and the git commands to see, land or drop it. A task that changed nothing
-leaves no worktree.`,
+leaves no worktree.
+
+${EXIT_CODES_HELP}`,
     )
     .action(async (task: string, options: Record<string, unknown>, command: Command) => {
       const { runExec } = await import("./exec-command.js");
@@ -400,7 +418,13 @@ Examples:
     const { runTui } = await import("../tui/app.js");
     process.exitCode = await runTui(flags, { resume: session ?? null });
   });
+  shortUsageErrors(program);
   return program;
+}
+
+/** The subcommands' names and aliases, for "did you mean". */
+function subcommandNames(program: Command): string[] {
+  return program.commands.flatMap((command) => [command.name(), ...command.aliases()]);
 }
 
 buildProgram()
