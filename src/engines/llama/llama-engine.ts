@@ -21,7 +21,6 @@
  *   penalties default to 0 as well).
  * - Aborting the request's signal stops decoding at the next token.
  */
-import { randomBytes } from "node:crypto";
 import { availableParallelism } from "node:os";
 import { basename } from "node:path";
 import {
@@ -36,18 +35,11 @@ import {
   type Token,
   type Tokenizer,
 } from "node-llama-cpp";
-import type {
-  Engine,
-  EngineModel,
-  EnginePart,
-  EngineRequest,
-  EngineStatus,
-  FinishReason,
-} from "../../engine/types.js";
+import type { Engine, EngineModel, EnginePart, EngineRequest, EngineStatus } from "../../engine/types.js";
 import { carriesImage } from "../../engine/types.js";
 import { SparkError } from "../../protocol/errors.js";
-import { AsyncQueue } from "./async-queue.js";
 import { toChatFunctions, toChatHistory } from "./chat-history.js";
+import { generateChat } from "./chat-generation.js";
 import { AheadSequence } from "./decode-ahead.js";
 import { DraftModel } from "./draft-model.js";
 import { CombinedDrafter, InputLookupDrafter, PredictionDrafter } from "./prediction-drafter.js";
@@ -585,130 +577,22 @@ export class LlamaEngine implements Engine {
     // Output stops where the context is full: past it node-llama-cpp would shift the context and
     // go on generating without bound.
     const room = contextSize - prompt.length;
-    const maxTokens = Math.min(request.maxOutputTokens ?? room, room);
-    // Owned here so that a consumer that stops reading also stops decoding.
-    const local = new AbortController();
-    const onAbort = (): void => local.abort(signal.reason);
-    signal.addEventListener("abort", onAbort, { once: true });
-    const queue = new AsyncQueue<EnginePart>(mergeDeltas);
-    let outputTokens = 0;
-    let tokensAfterAbort = 0;
-    // Set when the context filled up before LlamaChat counted `maxTokens` (text it inserts itself,
-    // such as a function call's syntax, takes cells too): generation is stopped as `length`.
-    let contextFull = false;
-    let textOpen = false;
-    let textCount = 0;
-    const calls = new Map<number, { id: string; custom: boolean; params: string }>();
-    const closeText = (): void => {
-      if (textOpen) queue.push({ type: "text-end", id: `text_${textCount}` });
-      textOpen = false;
-    };
-    const functions = toChatFunctions(request.tools, request.toolChoice);
-    const customTools = new Set(request.tools.filter((t) => t.kind === "custom").map((t) => t.name));
-    slot.ahead.begin(maxTokens, local.signal);
-
-    const generation = slot.chat
-      .generateResponse(toChatHistory(request.items), {
-        ...(functions ? { functions } : {}),
-        signal: local.signal,
-        stopOnAbortSignal: true,
-        maxTokens,
-        repeatPenalty: false,
-        temperature: request.temperature ?? 0,
-        ...(request.topP !== undefined ? { topP: request.topP } : {}),
-        ...(request.ignoreEos ? { tokenBias: this.#ignoreEosBias() } : {}),
-        onToken: (tokens) => {
-          outputTokens += tokens.length;
-          if (local.signal.aborted) tokensAfterAbort += tokens.length;
-          else if (slot.sequence.nextTokenIndex >= contextSize - 1 && outputTokens < maxTokens) {
-            contextFull = true;
-            local.abort("context_full");
-          }
-        },
-        onTextChunk: (text) => {
-          if (!textOpen) {
-            textOpen = true;
-            textCount++;
-            queue.push({ type: "text-start", id: `text_${textCount}` });
-          }
-          queue.push({ type: "text-delta", id: `text_${textCount}`, delta: text });
-        },
-        onFunctionCallParamsChunk: (chunk) => {
-          let call = calls.get(chunk.callIndex);
-          if (!call) {
-            closeText();
-            call = { id: `call_${chunk.callIndex}`, custom: customTools.has(chunk.functionName), params: "" };
-            calls.set(chunk.callIndex, call);
-            queue.push({
-              type: "tool-call-start",
-              id: call.id,
-              kind: call.custom ? "custom" : "function",
-              name: chunk.functionName,
-              callId: `call_${randomSuffix()}`,
-            });
-          }
-          call.params += chunk.paramsChunk;
-          // Custom tools take raw text: their JSON wrapper is decoded once complete.
-          if (!call.custom && chunk.paramsChunk)
-            queue.push({ type: "tool-call-delta", id: call.id, delta: chunk.paramsChunk });
-          if (chunk.done) {
-            if (call.custom)
-              queue.push({ type: "tool-call-delta", id: call.id, delta: customInput(call.params) });
-            queue.push({ type: "tool-call-end", id: call.id });
-          }
-        },
-      })
-      .then((result) => {
-        closeText();
-        const stop = result.metadata.stopReason;
-        const reason: FinishReason =
-          contextFull || stop === "maxTokens"
-            ? "length"
-            : local.signal.aborted || stop === "abort"
-              ? "cancelled"
-              : stop === "functionCalls" || calls.size > 0
-                ? "tool_calls"
-                : "stop";
-        if (reason === "cancelled") this.options.onCancel?.({ tokensAfterAbort });
-        queue.push({
-          type: "finish",
-          reason,
-          usage: { inputTokens: prompt.length, cachedInputTokens: reused, outputTokens },
-        });
-        queue.close();
-      })
-      .catch((error: unknown) => {
-        if (contextFull) {
-          closeText();
-          queue.push({
-            type: "finish",
-            reason: "length",
-            usage: { inputTokens: prompt.length, cachedInputTokens: reused, outputTokens },
-          });
-          queue.close();
-        } else if (local.signal.aborted) {
-          this.options.onCancel?.({ tokensAfterAbort });
-          queue.push({
-            type: "finish",
-            reason: "cancelled",
-            usage: { inputTokens: prompt.length, cachedInputTokens: reused, outputTokens },
-          });
-          queue.close();
-        } else
-          queue.close(
-            SparkError.internal(`llama generation failed: ${(error as Error).message}`, "engine_error"),
-          );
-      })
-      // The slot is free once no token is being decoded ahead on its sequence.
-      .finally(() => slot.ahead.settle())
-      .catch(() => {})
-      .finally(() => this.#release(slot));
     try {
-      yield* queue.drain();
+      yield* generateChat({
+        chat: slot.chat,
+        sequence: slot.sequence,
+        ahead: slot.ahead,
+        request,
+        contextSize,
+        maxTokens: Math.min(request.maxOutputTokens ?? room, room),
+        promptTokens: prompt.length,
+        reusedTokens: reused,
+        signal,
+        ...(request.ignoreEos ? { tokenBias: this.#ignoreEosBias() } : {}),
+        ...(this.options.onCancel ? { onCancel: this.options.onCancel } : {}),
+      });
     } finally {
-      signal.removeEventListener("abort", onAbort);
-      local.abort(signal.reason);
-      await generation;
+      this.#release(slot);
     }
   }
 
@@ -754,26 +638,4 @@ function contextLengthExceeded(contextSize: number, promptTokens: string): Spark
     null,
     "context_length_exceeded",
   );
-}
-
-/** Consecutive deltas of one item, waiting together in the queue, go out as one. */
-function mergeDeltas(a: EnginePart, b: EnginePart): EnginePart | undefined {
-  if (a.type === "text-delta" && b.type === "text-delta" && a.id === b.id)
-    return { type: "text-delta", id: a.id, delta: a.delta + b.delta };
-  if (a.type === "tool-call-delta" && b.type === "tool-call-delta" && a.id === b.id)
-    return { type: "tool-call-delta", id: a.id, delta: a.delta + b.delta };
-  return undefined;
-}
-
-function customInput(params: string): string {
-  try {
-    const parsed = JSON.parse(params) as { input?: unknown };
-    return typeof parsed.input === "string" ? parsed.input : params;
-  } catch {
-    return params;
-  }
-}
-
-function randomSuffix(): string {
-  return randomBytes(12).toString("hex");
 }
