@@ -13,14 +13,25 @@
  * conflict, listed, and nothing is written unless `--force` (then those lines are replaced and the
  * old file is kept as config.toml.spark-backup). `--dry-run` prints the plan and writes nothing.
  *
- * config.toml is edited line by line, not through a TOML library: only the lines this command owns
- * are touched, so the user's comments and layout survive. Forms it does not edit (a dotted
- * `model_providers.spark.x = …` key, an inline table) are refused with what to do by hand.
+ * config.toml is parsed with a real TOML parser and edited only at the ranges it reports
+ * (`codex-toml.ts`), so the user's comments, layout and line endings survive. A config.toml (or
+ * catalog) that is a symbolic link (dotfiles) is written through to its target, which keeps its mode.
  */
-import { copyFileSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  realpathSync,
+  renameSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { homedir } from "node:os";
-import { join, resolve } from "node:path";
+import { basename, dirname, join, resolve } from "node:path";
 import { Command } from "commander";
+import { planCodexConfig, type TomlValue } from "./codex-toml.js";
 import { ConfigError } from "./setting-names.js";
 
 const PROVIDER = "spark";
@@ -73,146 +84,18 @@ export function codexCatalog(serverModels: readonly string[] = []): { models: Re
   return { models: known.map(([slug, name], i) => catalogEntry(slug, name, i + 1)) };
 }
 
-type TomlValue = string | boolean;
-
-function tomlValue(value: TomlValue): string {
-  // A JSON string is a valid TOML basic string (same quotes and escapes, \uXXXX included).
-  return typeof value === "string" ? JSON.stringify(value) : String(value);
-}
-
-/** The value of a `key = value` line as text to compare, without a trailing comment. */
-function parsedValue(raw: string): string {
-  const text = raw.trim();
-  const basic = /^"((?:[^"\\]|\\.)*)"/.exec(text);
-  if (basic) {
-    try {
-      return JSON.parse(`"${basic[1]}"`) as string;
-    } catch {
-      return text;
-    }
-  }
-  const literal = /^'([^']*)'/.exec(text);
-  if (literal) return literal[1]!;
-  return text.replace(/#.*$/, "").trim();
-}
-
-const HEADER = /^\s*\[/;
-
-function keyLine(key: string): RegExp {
-  return new RegExp(`^\\s*(?:${key}|"${key}")\\s*=(.*)$`);
-}
-
-export interface SetupPlan {
-  /** What would be added or replaced, one line each, for the user. */
-  changes: string[];
-  /** Settings of the user's that say something else; nothing is written while there are any, unless forced. */
-  conflicts: string[];
-  text: string;
-}
-
 /**
- * Merges the wanted top-level keys and provider table into `existing` (a config.toml's text, or
- * undefined when there is none). Conflicting lines are replaced only when `force`.
+ * Replaces `path`'s contents at once (a temporary file renamed over it). A symbolic link is written
+ * through: its target is replaced, the link stays (dotfiles managers link ~/.codex/config.toml).
+ * An existing file keeps its mode.
  */
-export function planCodexConfig(
-  existing: string | undefined,
-  top: [string, TomlValue][],
-  provider: [string, TomlValue][],
-  force: boolean,
-): SetupPlan {
-  const lines =
-    existing === undefined || existing === "" ? [] : existing.replace(/\r?\n$/, "").split(/\r?\n/);
-  const changes: string[] = [];
-  const conflicts: string[] = [];
-  const unsupported = lines.findIndex(
-    (line, i) =>
-      /^\s*(?:model_providers|"model_providers")\s*[.=]/.test(line) ||
-      (/^\s*(?:spark|"spark")\s*[.=]/.test(line) && sectionOf(lines, i) === "model_providers"),
-  );
-  if (unsupported >= 0) {
-    throw new ConfigError(
-      `config.toml line ${unsupported + 1} defines model_providers.spark in a form this command does not edit ` +
-        `(${lines[unsupported]!.trim()}); make it a [model_providers.${PROVIDER}] table, or remove it, and run again`,
-    );
-  }
-
-  // Top-level keys: before the first table header.
-  let topEnd = lines.findIndex((line) => HEADER.test(line));
-  if (topEnd < 0) topEnd = lines.length;
-  const added: string[] = [];
-  for (const [key, value] of top) {
-    const pattern = keyLine(key);
-    const at = lines.slice(0, topEnd).findIndex((line) => pattern.test(line));
-    const line = `${key} = ${tomlValue(value)}`;
-    if (at < 0) {
-      added.push(line);
-      changes.push(`add ${line}`);
-    } else if (parsedValue(pattern.exec(lines[at]!)![1]!) !== String(value)) {
-      conflicts.push(`${lines[at]!.trim()} (yours) would become ${line}`);
-      if (force) lines[at] = line;
-    }
-  }
-  if (added.length > 0) {
-    // After the user's own top-level lines (before the blank lines that end them), so the first
-    // table header still comes after every top-level key.
-    let at = topEnd;
-    while (at > 0 && lines[at - 1]!.trim() === "") at--;
-    const block = [
-      ...(at > 0 ? [""] : []),
-      "# Spark (spark setup codex)",
-      ...added,
-      ...(at < lines.length && lines[at]!.trim() !== "" ? [""] : []),
-    ];
-    lines.splice(at, 0, ...block);
-  }
-
-  // The provider table.
-  const header = new RegExp(`^\\s*\\[\\s*model_providers\\.(?:${PROVIDER}|"${PROVIDER}")\\s*\\]\\s*(#.*)?$`);
-  const start = lines.findIndex((line) => header.test(line));
-  if (start < 0) {
-    if (lines.length > 0 && lines.at(-1)!.trim() !== "") lines.push("");
-    lines.push(
-      `[model_providers.${PROVIDER}]`,
-      ...provider.map(([key, value]) => `${key} = ${tomlValue(value)}`),
-    );
-    changes.push(`add a [model_providers.${PROVIDER}] table (${provider.map(([key]) => key).join(", ")})`);
-  } else {
-    let end = lines.findIndex((line, i) => i > start && HEADER.test(line));
-    if (end < 0) end = lines.length;
-    for (const [key, value] of provider) {
-      const pattern = keyLine(key);
-      const line = `${key} = ${tomlValue(value)}`;
-      let at = -1;
-      for (let i = start + 1; i < end; i++) if (pattern.test(lines[i]!)) at = i;
-      if (at < 0) {
-        let insert = end;
-        while (insert > start + 1 && lines[insert - 1]!.trim() === "") insert--;
-        lines.splice(insert, 0, line);
-        end++;
-        changes.push(`add ${line} to [model_providers.${PROVIDER}]`);
-      } else if (parsedValue(pattern.exec(lines[at]!)![1]!) !== String(value)) {
-        conflicts.push(`[model_providers.${PROVIDER}] ${lines[at]!.trim()} (yours) would become ${line}`);
-        if (force) lines[at] = line;
-      }
-    }
-  }
-  if (force) changes.push(...conflicts.map((conflict) => `replace ${conflict}`));
-  return { changes, conflicts, text: lines.join("\n") + "\n" };
-}
-
-/** The table a line belongs to ("" for the top level). */
-function sectionOf(lines: readonly string[], index: number): string {
-  for (let i = index; i >= 0; i--) {
-    const match = /^\s*\[\s*([^\]]+?)\s*\]/.exec(lines[i]!);
-    if (match) return match[1]!.replace(/"/g, "");
-  }
-  return "";
-}
-
 function writeAtomically(path: string, text: string): void {
-  const temporary = `${path}.${process.pid}.tmp`;
-  writeFileSync(temporary, text, { mode: 0o600 });
-  renameSync(temporary, path);
+  const target = existsSync(path) ? realpathSync(path) : path;
+  const mode = existsSync(target) ? statSync(target).mode & 0o7777 : 0o600;
+  const temporary = join(dirname(target), `.${basename(target)}.${process.pid}.tmp`);
+  writeFileSync(temporary, text, { mode });
+  chmodSync(temporary, mode);
+  renameSync(temporary, target);
 }
 
 /** What the server says about itself: its model ids, and whether it wants a key (401). */
