@@ -1,0 +1,1106 @@
+/**
+ * The confined file layer: the only way agent and app code reads, writes, creates, removes, lists,
+ * chmods or links a path that the model, a repository or a task can influence (the workspace, a
+ * task's worktree, project skills, prompts, AGENTS.md, checkpoints' restore targets, Apply targets,
+ * preview files). Lint (eslint.config.js) keeps `node:fs` out of `src/agent` and `src/app` except in
+ * this folder and a short allow-list of files that touch only Spark's own data. One `ConfinedRoot`
+ * per root; every path is relative to it (an absolute path must be spelled inside it).
+ *
+ * The rules (each has tests in test/confined-fs.test.ts, all of them together the property test in
+ * test/confined-property.test.ts):
+ * 1. Resolution happens beneath the root, component by component: each directory is opened with
+ *    `O_NOFOLLOW|O_DIRECTORY` and the walk continues beneath the opened descriptor
+ *    (`/proc/self/fd/N/NAME`), so a component swapped for a link after it was checked cannot redirect
+ *    what follows. A symlink met on the way is read and resolved by the walk itself, never by the
+ *    kernel: one that leaves the root is refused ("outside_workspace"), `..` never climbs above the
+ *    root, at most 40 links per path ("invalid_argument").
+ * 2. Protected names (`.git`, `.spark`, `.codex`, `.vscode`, protected-paths.ts), reached by name or
+ *    through a link, are refused for writes ("protected_path") unless the call says the user approved
+ *    it (`allowProtected`: file tools after an approval); bulk restores (undo/redo, Apply) never pass
+ *    it. Reads of them stay allowed.
+ * 3. Writes never go through a symlink. A write creates a temporary file beside the target
+ *    (`O_CREAT|O_EXCL|O_NOFOLLOW`) and renames it over the entry, so a link there is replaced, never
+ *    followed. `final: "entry"` (the default for writes, what bulk restores use) does not resolve
+ *    the last component at all; `final: "follow"` (the file tools' promise that a link to a file
+ *    inside the workspace edits that file) first resolves it beneath the root, then replaces what it
+ *    lands on. `chmod`, `utimes` and `remove` never follow; a directory removed recursively is walked
+ *    by descriptors too.
+ * 4. Reads take regular files only: the last component is opened `O_NOFOLLOW|O_NONBLOCK` and the
+ *    descriptor checked with `fstat` (a FIFO, socket or device is refused, "not_a_file", never waited
+ *    on), and read up to a byte cap ("too_large").
+ * 5. Secrets are refused for reads and writes ("secret_path"): the home directory's secrets
+ *    (secrets.ts `HOME_SECRETS`: ~/.ssh, ~/.aws…) wherever they lie beneath the root, and for reads
+ *    of contents `.env` and `.env.*` files (not `.env.example`, `.env.sample`, `.env.template`).
+ *    `readUserFile` (a file the user named: an attached image, their own skills, Spark's home)
+ *    refuses the same secrets by the opened descriptor's real path, wherever the path led.
+ * 6. Errors are `ToolError`s (tool-error.ts) with a code and a sentence the model or the user can act
+ *    on; errno codes never leak as the only explanation.
+ *
+ * Which guarantee holds where: on Linux with `/proc` (every supported deployment, and inside the
+ * sandbox) rules 1-5 hold against a concurrent process swapping links between and during operations
+ * (the property test swaps them from another process). Without `/proc/self/fd` (macOS) the walk
+ * falls back to paths: the same checks, but a link swapped in between a check and its use can still
+ * redirect one operation. Bulk writes need no sandbox on Linux: the descriptor walk already pins
+ * every directory, and bubblewrap's read-only mounts of the protected names (sandbox.ts) only guard
+ * commands. Limits: a hard link to a secret made outside Spark is a regular file like any other (the
+ * sandbox keeps the agent from making one); a `.git` file's gitdir elsewhere in the workspace is
+ * protected by the sandbox's mounts, not by name here.
+ */
+import {
+  closeSync,
+  constants as C,
+  existsSync,
+  fstatSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readSync,
+  readlinkSync,
+  type Dirent,
+  type Stats,
+} from "node:fs";
+import {
+  lstat,
+  mkdir,
+  open,
+  readdir,
+  readlink,
+  realpath,
+  rename,
+  rmdir,
+  stat,
+  symlink,
+  unlink,
+  type FileHandle,
+} from "node:fs/promises";
+import { randomBytes } from "node:crypto";
+import os from "node:os";
+import path from "node:path";
+import { PROTECTED_NAMES } from "../protected-paths.js";
+import { HOME_SECRETS } from "../secrets.js";
+import { ToolError } from "./tool-error.js";
+
+export { ToolError } from "./tool-error.js";
+
+/** Symlinks followed in one path before giving up, as the kernel does. */
+export const MAX_LINK_HOPS = 40;
+/** What `readFile` reads at most unless told otherwise. */
+export const DEFAULT_READ_CAP = 64 * 1024 * 1024;
+
+/** Whether the walk can pin directories by descriptor (`/proc/self/fd`). */
+export const PINNED_WALK = process.platform === "linux" && existsSync("/proc/self/fd");
+
+const DIR_FLAGS = C.O_RDONLY | C.O_DIRECTORY | C.O_NOFOLLOW;
+const READ_FLAGS = C.O_RDONLY | C.O_NOFOLLOW | C.O_NONBLOCK | C.O_NOCTTY;
+const CREATE_FLAGS = C.O_WRONLY | C.O_CREAT | C.O_EXCL | C.O_NOFOLLOW;
+
+function errnoCode(error: unknown): string | undefined {
+  return typeof error === "object" && error !== null && "code" in error
+    ? String((error as { code: unknown }).code)
+    : undefined;
+}
+
+function isInside(root: string, candidate: string): boolean {
+  if (candidate === root) return true;
+  const rel = path.relative(root, candidate);
+  return rel !== "" && rel !== ".." && !rel.startsWith(`..${path.sep}`) && !path.isAbsolute(rel);
+}
+
+const toPosix = (p: string): string => (path.sep === "/" ? p : p.split(path.sep).join("/"));
+
+/** Whether a name is one of the protected names (case-insensitively, for case-insensitive file systems). */
+export function isProtectedName(name: string): boolean {
+  return PROTECTED_NAMES.includes(name.toLowerCase());
+}
+
+/** `.env` and `.env.*` files hold a project's credentials; their templates do not. */
+export function isEnvSecretName(name: string): boolean {
+  const lower = name.toLowerCase();
+  if (lower !== ".env" && !lower.startsWith(".env.")) return false;
+  return !/\.(example|sample|template)$/.test(lower);
+}
+
+/** The protected part ("." joined, e.g. ".git") of a root-relative posix path, or undefined. */
+export function protectedPrefix(rel: string): string | undefined {
+  const parts = rel.split("/");
+  const index = parts.findIndex(isProtectedName);
+  return index < 0 ? undefined : parts.slice(0, index + 1).join("/");
+}
+
+/** What an entry is, as `lstat` saw it. */
+export type EntryKind = "file" | "directory" | "symlink" | "other" | "absent";
+
+function kindOf(info: Stats | undefined): EntryKind {
+  if (info === undefined) return "absent";
+  if (info.isFile()) return "file";
+  if (info.isDirectory()) return "directory";
+  if (info.isSymbolicLink()) return "symlink";
+  return "other";
+}
+
+function describeKind(info: Stats): string {
+  if (info.isFIFO()) return "a FIFO";
+  if (info.isSocket()) return "a socket";
+  if (info.isCharacterDevice() || info.isBlockDevice()) return "a device";
+  if (info.isDirectory()) return "a directory";
+  if (info.isSymbolicLink()) return "a symlink";
+  return "not a regular file";
+}
+
+/** A directory the walk holds open; `at(name)` names an entry beneath it without re-resolving it. */
+class Pinned {
+  constructor(
+    /** Root-relative posix path of the directory ("" for the root). */
+    readonly rel: string,
+    /** `/proc/self/fd/N` (or the directory's path where the walk cannot pin). */
+    readonly base: string,
+    private readonly fd: number | undefined,
+  ) {}
+
+  at(name: string): string {
+    return name === "" ? this.base : `${this.base}/${name}`;
+  }
+
+  child(name: string): string {
+    return this.rel === "" ? name : `${this.rel}/${name}`;
+  }
+
+  close(): void {
+    if (this.fd === undefined) return;
+    try {
+      closeSync(this.fd);
+    } catch {
+      // Already closed.
+    }
+  }
+}
+
+/** Where a walk ended: the pinned directory holding the entry, and its name ("" for the root). */
+interface Spot {
+  dir: Pinned;
+  name: string;
+  /** Root-relative posix path of the entry ("" for the root). */
+  rel: string;
+  /** The directories to close once the operation is done. */
+  held: Pinned[];
+}
+
+interface WalkOptions {
+  /** "follow": a link at the last component is resolved beneath the root too; "entry": it is the entry. */
+  final: "follow" | "entry";
+  /** Create missing directories on the way (writes). */
+  create?: boolean;
+  /** A missing directory on the way ends the walk lexically (for checks of paths that need not exist). */
+  lexicalTail?: boolean;
+  /** Refuse protected names on the way and at the end (writes). */
+  write?: boolean;
+  allowProtected?: boolean;
+}
+
+export interface ConfinedOptions {
+  /** The home directory whose secrets are refused where they lie beneath the root; default `$HOME`. */
+  home?: string;
+  /** The secrets as another `ConfinedRoot` of the same root found them (the search worker's). */
+  secrets?: readonly string[];
+  /** How errors name the root to the model: "the workspace" (default), "the skill's folder"… */
+  label?: string;
+}
+
+/** Where the home directory's secrets land (real paths, existing or not), those strictly inside `root`. */
+async function secretsInside(root: string, home: string): Promise<string[]> {
+  if (home === "") return [];
+  const found: string[] = [];
+  for (const rel of HOME_SECRETS) {
+    const landing = await landingPath(path.resolve(home, rel)).catch(() => undefined);
+    if (landing !== undefined && landing !== root && isInside(root, landing)) found.push(landing);
+  }
+  return found;
+}
+
+/** The real path a path lands on (the deepest existing ancestor's real path joined with the rest). */
+async function landingPath(abs: string, hops = 0): Promise<string> {
+  try {
+    return await realpath(abs);
+  } catch (error) {
+    const code = errnoCode(error);
+    if (code !== "ENOENT" && code !== "ENOTDIR") throw error;
+  }
+  const info = await lstat(abs).catch(() => undefined);
+  if (info?.isSymbolicLink()) {
+    if (hops >= MAX_LINK_HOPS) throw new Error("too many links");
+    return landingPath(path.resolve(path.dirname(abs), await readlink(abs)), hops + 1);
+  }
+  const parent = path.dirname(abs);
+  if (parent === abs) return abs;
+  return path.join(await landingPath(parent, hops), path.basename(abs));
+}
+
+/** An entry of a listed directory. */
+export interface ConfinedEntry {
+  name: string;
+  /** Root-relative posix path. */
+  rel: string;
+  kind: Exclude<EntryKind, "absent">;
+}
+
+/** What `locate` found at a path. */
+export interface Location {
+  /** Root-relative posix path where it lands ("" for the root). */
+  rel: string;
+  /** The same, absolute (for display and for git, which takes paths). */
+  abs: string;
+  kind: EntryKind;
+  /** The protected part of `rel` (e.g. ".git"), or undefined. */
+  protectedPart: string | undefined;
+}
+
+export interface ReadOptions {
+  /** Bytes read at most (default `DEFAULT_READ_CAP`); a longer file is ToolError "too_large". */
+  maxBytes?: number;
+  /** "follow" (default): a link at the end is resolved beneath the root; "entry": a link is refused. */
+  final?: "follow" | "entry";
+  /** `.env` files may be read (Spark's own copies, never for the model); default false. */
+  allowEnvFiles?: boolean;
+}
+
+export interface WriteOptions {
+  /** Permission bits; default: the existing file's, else 0666 less the umask. */
+  mode?: number;
+  /** "entry" (default): the last component is replaced whatever it is; "follow": resolved first. */
+  final?: "follow" | "entry";
+  /** The user approved writing protected names. */
+  allowProtected?: boolean;
+}
+
+/** The confined view of one directory tree; see the module comment for its rules. */
+export class ConfinedRoot {
+  readonly #label: string;
+  #rootId: { dev: number; ino: number };
+
+  private constructor(
+    /** The real path of the root. */
+    readonly root: string,
+    /** The root as it was given (absolute), so absolute paths spelled through it are accepted too. */
+    private readonly givenRoot: string,
+    /** The home directory's secrets beneath the root (real paths, existing or not): refused. */
+    readonly secrets: readonly string[],
+    rootId: { dev: number; ino: number },
+    label: string,
+  ) {
+    this.#rootId = rootId;
+    this.#label = label;
+  }
+
+  /** Opens the tree at `root`, which must be an existing directory. */
+  static async open(root: string, options: ConfinedOptions = {}): Promise<ConfinedRoot> {
+    const given = path.resolve(root);
+    const label = options.label ?? "the workspace";
+    let real: string;
+    try {
+      real = await realpath(given);
+    } catch (error) {
+      if (errnoCode(error) === "ENOENT") throw new ToolError("not_found", `${given} does not exist.`);
+      throw error;
+    }
+    const info = await stat(real);
+    if (!info.isDirectory()) throw new ToolError("not_a_directory", `${given} is not a directory.`);
+    const secrets =
+      options.secrets ?? (await secretsInside(real, options.home ?? (process.env.HOME || os.homedir())));
+    return new ConfinedRoot(real, given, [...secrets], { dev: info.dev, ino: info.ino }, label);
+  }
+
+  /** Whether `abs` (a real path) is or lies in one of the home directory's secrets. */
+  isSecret(abs: string): boolean {
+    return this.secrets.some((secret) => isInside(secret, abs));
+  }
+
+  /** `abs` relative to the root, posix-style, for display; "." for the root itself. */
+  relative(abs: string): string {
+    const rel = path.relative(this.root, abs);
+    return rel === "" ? "." : toPosix(rel);
+  }
+
+  /** The absolute path of a root-relative posix path. */
+  absolute(rel: string): string {
+    return rel === "" || rel === "." ? this.root : path.join(this.root, ...rel.split("/"));
+  }
+
+  /** The root-relative posix path of `p` as spelled (no link resolved); throws outside the root. */
+  spelled(p: string): string {
+    if (typeof p !== "string" || p.trim() === "" || p.includes("\0")) {
+      throw new ToolError(
+        "invalid_argument",
+        `Invalid path ${JSON.stringify(p)}: expected a non-empty path.`,
+      );
+    }
+    const abs = path.isAbsolute(p) ? path.normalize(p) : path.resolve(this.root, p);
+    for (const base of [this.root, this.givenRoot]) {
+      if (isInside(base, abs)) return toPosix(path.relative(base, abs));
+    }
+    throw this.#outside(p);
+  }
+
+  #outside(p: string, via?: string): ToolError {
+    const through = via === undefined ? "" : ` (it resolves through a symlink to ${via})`;
+    return new ToolError(
+      "outside_workspace",
+      `${p} is outside ${this.#label}${through}: file tools only work inside ${this.#label} ${this.root}.`,
+    );
+  }
+
+  #secret(p: string, rel: string): ToolError | undefined {
+    const abs = this.absolute(rel);
+    const secret = this.secrets.find((s) => isInside(s, abs));
+    if (secret === undefined) return undefined;
+    return new ToolError(
+      "secret_path",
+      `${p} is in ${this.relative(secret)}, one of the home directory's secrets (keys, credentials, ` +
+        "histories): the agent's tools neither read nor write them.",
+    );
+  }
+
+  #protected(p: string, rel: string): ToolError | undefined {
+    const part = protectedPrefix(rel);
+    if (part === undefined) return undefined;
+    return new ToolError(
+      "protected_path",
+      `${p} is in ${part}, a protected path (its contents run outside the sandbox later), and the user ` +
+        "has not approved changing it.",
+    );
+  }
+
+  /** Opens the root, checking it is still the directory that was opened. */
+  #openRoot(): Pinned {
+    if (!PINNED_WALK) return new Pinned("", this.root, undefined);
+    let fd: number;
+    try {
+      fd = openSync(this.root, DIR_FLAGS);
+    } catch (error) {
+      throw new ToolError(
+        "not_found",
+        `${this.root} cannot be opened any more (${errnoCode(error) ?? String(error)}).`,
+      );
+    }
+    const info = fstatSync(fd);
+    if (info.dev !== this.#rootId.dev || info.ino !== this.#rootId.ino) {
+      closeSync(fd);
+      throw new ToolError("not_found", `${this.root} was replaced since it was opened.`);
+    }
+    return new Pinned("", `/proc/self/fd/${fd}`, fd);
+  }
+
+  /** Opens a directory beneath `dir` without following a link (ENOTDIR for a link or a file). */
+  #openChild(dir: Pinned, name: string): Pinned {
+    const rel = dir.child(name);
+    if (!PINNED_WALK) {
+      const info = lstatSync(dir.at(name));
+      if (!info.isDirectory()) throw Object.assign(new Error("not a directory"), { code: "ENOTDIR" });
+      return new Pinned(rel, dir.at(name), undefined);
+    }
+    const fd = openSync(dir.at(name), DIR_FLAGS);
+    return new Pinned(rel, `/proc/self/fd/${fd}`, fd);
+  }
+
+  /**
+   * Walks `p` beneath the root (rule 1). The caller must close `held`. Throws ToolError
+   * "outside_workspace", "not_found" (a missing directory on the way, unless `create` or
+   * `lexicalTail`), "not_a_directory", "invalid_argument" (too many links), "protected_path" and
+   * "secret_path" (writes).
+   */
+  #walk(p: string, options: WalkOptions): Spot {
+    let pending = this.spelled(p)
+      .split("/")
+      .filter((c) => c !== "" && c !== ".");
+    const stack: Pinned[] = [this.#openRoot()];
+    const release = (): void => {
+      for (const dir of stack) dir.close();
+    };
+    let hops = 0;
+    try {
+      while (pending.length > 0) {
+        const name = pending[0]!;
+        pending = pending.slice(1);
+        if (name === ".") continue;
+        if (name === "..") {
+          if (stack.length === 1) throw this.#outside(p);
+          stack.pop()!.close();
+          continue;
+        }
+        const top = stack.at(-1)!;
+        const rel = top.child(name);
+        const last = pending.length === 0;
+        if (options.write) {
+          if (!options.allowProtected) {
+            const refused = this.#protected(p, rel);
+            if (refused) throw refused;
+          }
+          const secret = this.#secret(p, rel);
+          if (secret) throw secret;
+        }
+        if (last && options.final === "entry") return { dir: top, name, rel, held: stack };
+        if (!last) {
+          try {
+            stack.push(this.#openChild(top, name));
+            continue;
+          } catch (error) {
+            const code = errnoCode(error);
+            if (code === "ENOENT") {
+              if (options.lexicalTail) {
+                // Nothing there yet: the rest is spelled as it would be created.
+                const rest = [name, ...pending];
+                const parts = top.rel === "" ? [] : top.rel.split("/");
+                for (const part of rest) {
+                  if (part === "..") {
+                    if (parts.length === 0) throw this.#outside(p);
+                    parts.pop();
+                  } else if (part !== "." && part !== "") parts.push(part);
+                }
+                const tailName = parts.pop() ?? "";
+                return {
+                  dir: new Pinned(parts.join("/"), "", undefined),
+                  name: tailName,
+                  rel: [...parts, tailName].join("/"),
+                  held: stack,
+                };
+              }
+              if (!options.create) {
+                throw new ToolError(
+                  "not_found",
+                  `${p} does not exist (${rel} is missing, in ${this.#label}).`,
+                );
+              }
+              try {
+                mkdirSync(top.at(name));
+              } catch (e) {
+                if (errnoCode(e) !== "EEXIST") throw e;
+              }
+              pending = [name, ...pending];
+              continue;
+            }
+            if (code !== "ENOTDIR" && code !== "ELOOP") throw error;
+          }
+        }
+        const info = lstatOrUndefined(top.at(name));
+        if (info?.isSymbolicLink()) {
+          if (++hops > MAX_LINK_HOPS) {
+            throw new ToolError("invalid_argument", `${p}: too many levels of symlinks.`);
+          }
+          const target = readlinkSync(top.at(name));
+          if (path.isAbsolute(target)) {
+            let inside: string | undefined;
+            for (const base of [this.root, this.givenRoot]) {
+              if (isInside(base, path.normalize(target))) inside = toPosix(path.relative(base, target));
+            }
+            if (inside === undefined) throw this.#outside(p, target);
+            while (stack.length > 1) stack.pop()!.close();
+            pending = [...inside.split("/").filter((c) => c !== ""), ...pending];
+          } else {
+            pending = [...target.split("/").filter((c) => c !== ""), ...pending];
+          }
+          continue;
+        }
+        if (!last) {
+          if (info === undefined) {
+            // Vanished between the open and the lstat: walk this component again.
+            pending = [name, ...pending];
+            continue;
+          }
+          const what = info.isFile() ? "a file" : describeKind(info);
+          throw new ToolError("not_a_directory", `${p}: ${rel} is ${what}, not a directory.`);
+        }
+        return { dir: top, name, rel, held: stack };
+      }
+      // The root itself (or a path that resolved to it).
+      const top = stack.at(-1)!;
+      if (top.rel === "") return { dir: top, name: "", rel: "", held: stack };
+      // A directory reached as the last step of a link chain: name it from its parent.
+      const parent = stack.at(-2)!;
+      stack.pop()!.close();
+      const name = top.rel.slice(top.rel.lastIndexOf("/") + 1);
+      return { dir: parent, name, rel: top.rel, held: stack };
+    } catch (error) {
+      release();
+      throw error;
+    }
+  }
+
+  #release(spot: Spot): void {
+    for (const dir of spot.held) dir.close();
+  }
+
+  /** Runs `fn` on the walked spot and closes what the walk holds. */
+  async #with<T>(p: string, options: WalkOptions, fn: (spot: Spot) => Promise<T>): Promise<T> {
+    const spot = this.#walk(p, options);
+    try {
+      return await fn(spot);
+    } finally {
+      this.#release(spot);
+    }
+  }
+
+  /**
+   * Where `p` lands beneath the root (links resolved by the walk, the last one too unless `final`
+   * is "entry"), what is there, and whether it is protected. Missing directories on the way are
+   * spelled as they would be created. Throws as the walk does; secrets are "secret_path".
+   */
+  async locate(p: string, options: { final?: "follow" | "entry" } = {}): Promise<Location> {
+    return this.#with(p, { final: options.final ?? "follow", lexicalTail: true }, async (spot) => {
+      const secret = this.#secret(p, spot.rel);
+      if (secret) throw secret;
+      const info =
+        spot.dir.base === "" ? undefined : await lstat(spot.dir.at(spot.name)).catch(() => undefined);
+      return {
+        rel: spot.rel,
+        abs: this.absolute(spot.rel),
+        kind: kindOf(info),
+        protectedPart: protectedPrefix(spot.rel),
+      };
+    });
+  }
+
+  /**
+   * The absolute path `p` lands on (compatibility with path-taking callers: display, git). For
+   * "read" it must exist (ToolError "not_found"). Never use the result to open a file: use the
+   * layer's own operations.
+   */
+  async resolve(p: string, purpose: "read" | "write"): Promise<string> {
+    const where = await this.locate(p);
+    if (purpose === "read" && where.kind === "absent") {
+      throw new ToolError("not_found", `${p} does not exist (in ${this.#label} ${this.root}).`);
+    }
+    return where.abs;
+  }
+
+  /** `lstat` of the entry (`final: "entry"`) or of what it resolves to (default); undefined when absent. */
+  async stat(p: string, options: { final?: "follow" | "entry" } = {}): Promise<Stats | undefined> {
+    return this.#with(p, { final: options.final ?? "follow", lexicalTail: true }, async (spot) => {
+      if (spot.dir.base === "") return undefined;
+      return lstat(spot.dir.at(spot.name)).catch(() => undefined);
+    });
+  }
+
+  /** The target of the symlink at `p` (never followed). */
+  async readlink(p: string): Promise<string> {
+    return this.#with(p, { final: "entry" }, async (spot) => {
+      try {
+        return await readlink(spot.dir.at(spot.name));
+      } catch (error) {
+        const code = errnoCode(error);
+        if (code === "ENOENT") throw new ToolError("not_found", `${p} does not exist.`);
+        throw new ToolError("invalid_argument", `${p} is not a symlink.`);
+      }
+    });
+  }
+
+  /**
+   * Opens a regular file for reading (rule 4) and hands the descriptor to `use`, closing it after.
+   * `info` is the descriptor's `fstat`.
+   */
+  async withFile<T>(
+    p: string,
+    options: ReadOptions,
+    use: (file: { handle: FileHandle; info: Stats; rel: string }) => Promise<T>,
+  ): Promise<T> {
+    for (let attempt = 0; ; attempt++) {
+      const spot = this.#walk(p, { final: options.final ?? "follow" });
+      let handle: FileHandle | undefined;
+      try {
+        this.#refuseRead(p, spot, options);
+        try {
+          handle = await open(spot.dir.at(spot.name), READ_FLAGS);
+        } catch (error) {
+          if (errnoCode(error) === "ELOOP" && options.final !== "entry" && attempt < 3) continue;
+          throw openError(p, error);
+        }
+        const info = await handle.stat();
+        checkRegular(p, info);
+        return await use({ handle, info, rel: spot.rel });
+      } finally {
+        await handle?.close().catch(() => undefined);
+        this.#release(spot);
+      }
+    }
+  }
+
+  /** Refuses reading a secret (rule 5) at the walked spot. */
+  #refuseRead(p: string, spot: Spot, options: ReadOptions): void {
+    if (spot.name === "") throw new ToolError("not_a_file", `${p} is a directory, not a file.`);
+    const secret = this.#secret(p, spot.rel);
+    if (secret) throw secret;
+    if (!options.allowEnvFiles && isEnvSecretName(spot.name)) {
+      throw new ToolError(
+        "secret_path",
+        `${p} is a .env file (a project's credentials): the agent's tools do not read it.`,
+      );
+    }
+  }
+
+  /**
+   * `readFile` for a caller that cannot wait (the app's change record, taken while a patch waits to
+   * write): the same walk and checks, synchronously.
+   */
+  readFileSync(p: string, options: ReadOptions = {}): Buffer {
+    const cap = options.maxBytes ?? DEFAULT_READ_CAP;
+    const spot = this.#walk(p, { final: options.final ?? "follow" });
+    let fd: number | undefined;
+    try {
+      this.#refuseRead(p, spot, options);
+      try {
+        fd = openSync(spot.dir.at(spot.name), READ_FLAGS);
+      } catch (error) {
+        throw openError(p, error);
+      }
+      const info = fstatSync(fd);
+      checkRegular(p, info);
+      if (info.size > cap) throw tooLarge(p, info.size, cap);
+      const chunks: Buffer[] = [];
+      let total = 0;
+      while (total <= cap) {
+        const buffer = Buffer.allocUnsafe(Math.min(64 * 1024, cap + 1 - total));
+        const read = readSync(fd, buffer, 0, buffer.length, total);
+        if (read === 0) break;
+        chunks.push(buffer.subarray(0, read));
+        total += read;
+      }
+      if (total > cap) throw tooLarge(p, total, cap);
+      return Buffer.concat(chunks, total);
+    } finally {
+      if (fd !== undefined) closeSync(fd);
+      this.#release(spot);
+    }
+  }
+
+  /** A regular file's bytes, at most `maxBytes` (rules 1, 4, 5). */
+  async readFile(p: string, options: ReadOptions = {}): Promise<Buffer> {
+    const cap = options.maxBytes ?? DEFAULT_READ_CAP;
+    return this.withFile(p, options, async ({ handle, info }) => {
+      if (info.size > cap) throw tooLarge(p, info.size, cap);
+      const bytes = await readCapped(handle, cap + 1);
+      if (bytes.length > cap) throw tooLarge(p, bytes.length, cap);
+      return bytes;
+    });
+  }
+
+  /** The entries of a directory (links not followed), sorted by name. */
+  async readdir(p: string): Promise<ConfinedEntry[]> {
+    return this.#with(p, { final: "follow" }, async (spot) => {
+      const secret = this.#secret(p, spot.rel);
+      if (secret) throw secret;
+      let dir: Pinned;
+      try {
+        dir = spot.name === "" ? spot.dir : this.#openChild(spot.dir, spot.name);
+      } catch (error) {
+        const code = errnoCode(error);
+        if (code === "ENOENT") throw new ToolError("not_found", `${p} does not exist.`);
+        if (code === "ENOTDIR" || code === "ELOOP")
+          throw new ToolError("not_a_directory", `${p} is not a directory.`);
+        throw error;
+      }
+      try {
+        return await listPinned(dir);
+      } finally {
+        if (dir !== spot.dir) dir.close();
+      }
+    });
+  }
+
+  /**
+   * Visits the tree under directory `p` by descriptors (rule 1 at every level), depth first in
+   * sorted order; `enter` decides which directories are descended into, `visit` sees every entry
+   * (links are entries, never followed) and may open regular files with `open`.
+   */
+  async walkTree(
+    p: string,
+    visit: (entry: ConfinedEntry, open: () => Promise<FileHandle | undefined>) => Promise<void> | void,
+    enter: (entry: ConfinedEntry) => boolean = () => true,
+  ): Promise<void> {
+    await this.#with(p, { final: "follow" }, async (spot) => {
+      let top: Pinned | undefined;
+      try {
+        top = spot.name === "" ? spot.dir : this.#openChild(spot.dir, spot.name);
+      } catch {
+        top = undefined;
+      }
+      if (top === undefined) throw new ToolError("not_a_directory", `${p} is not a directory.`);
+      const descend = async (dir: Pinned): Promise<void> => {
+        for (const entry of await listPinned(dir)) {
+          if (this.secrets.length > 0 && this.isSecret(this.absolute(entry.rel))) continue;
+          const opener = async (): Promise<FileHandle | undefined> => {
+            if (entry.kind !== "file") return undefined;
+            const handle = await open(dir.at(entry.name), READ_FLAGS).catch(() => undefined);
+            if (handle === undefined) return undefined;
+            const info = await handle.stat();
+            if (!info.isFile()) {
+              await handle.close();
+              return undefined;
+            }
+            return handle;
+          };
+          await visit(entry, opener);
+          if (entry.kind === "directory" && enter(entry)) {
+            let child: Pinned;
+            try {
+              child = this.#openChild(dir, entry.name);
+            } catch {
+              continue; // swapped for a link or removed meanwhile: not descended into
+            }
+            try {
+              await descend(child);
+            } finally {
+              child.close();
+            }
+          }
+        }
+      };
+      try {
+        await descend(top);
+      } finally {
+        if (top !== spot.dir) top.close();
+      }
+    });
+  }
+
+  /**
+   * Writes `data` to `p` atomically (rule 3): a temporary file beside it renamed over the entry, so
+   * readers never see half a file and a link there is replaced. Missing directories are created.
+   * Returns where it landed and whether the file is new.
+   */
+  async writeFile(
+    p: string,
+    data: string | Uint8Array,
+    options: WriteOptions = {},
+  ): Promise<{ rel: string; created: boolean }> {
+    const final = options.final ?? "entry";
+    return this.#with(
+      p,
+      { final, create: true, write: true, allowProtected: options.allowProtected === true },
+      async (spot) => {
+        if (spot.name === "")
+          throw new ToolError("not_a_file", `${p} is ${this.#label}'s root, a directory.`);
+        if (final === "follow") {
+          const refused = options.allowProtected ? undefined : this.#protected(p, spot.rel);
+          if (refused) throw refused;
+        }
+        const existing = await lstat(spot.dir.at(spot.name)).catch(() => undefined);
+        if (existing?.isDirectory()) {
+          throw new ToolError("not_a_file", `${p} is a directory, not a file.`);
+        }
+        const mode = options.mode ?? (existing?.isFile() ? existing.mode & 0o7777 : undefined);
+        const temp = `.${spot.name.slice(0, 100)}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`;
+        const handle = await open(spot.dir.at(temp), CREATE_FLAGS, 0o666);
+        try {
+          try {
+            await handle.writeFile(data);
+            if (mode !== undefined) await handle.chmod(mode);
+          } finally {
+            await handle.close();
+          }
+          await rename(spot.dir.at(temp), spot.dir.at(spot.name));
+        } catch (error) {
+          await unlink(spot.dir.at(temp)).catch(() => undefined);
+          if (errnoCode(error) === "EISDIR" || errnoCode(error) === "ENOTEMPTY")
+            throw new ToolError("not_a_file", `${p} is a directory, not a file.`);
+          throw error;
+        }
+        return { rel: spot.rel, created: existing === undefined };
+      },
+    );
+  }
+
+  /**
+   * Makes `p` a symlink to `target` (replacing what is there, rule 3). Refused ("symlink_refused")
+   * when the target, resolved from the link's directory beneath the root, leaves the root, enters a
+   * protected name or a secret: a link is as dangerous as where it points.
+   */
+  async symlink(p: string, target: string, options: { allowProtected?: boolean } = {}): Promise<void> {
+    await this.#with(
+      p,
+      { final: "entry", create: true, write: true, allowProtected: options.allowProtected === true },
+      async (spot) => {
+        const reason = await this.linkRefusal(spot.rel, target);
+        if (reason !== undefined) throw new ToolError("symlink_refused", `${p} → ${target}: ${reason}.`);
+        const temp = `.${spot.name.slice(0, 100)}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`;
+        await symlink(target, spot.dir.at(temp));
+        try {
+          await rename(spot.dir.at(temp), spot.dir.at(spot.name));
+        } catch (error) {
+          await unlink(spot.dir.at(temp)).catch(() => undefined);
+          if (errnoCode(error) === "EISDIR" || errnoCode(error) === "ENOTEMPTY")
+            throw new ToolError("not_a_file", `${p} is a directory, not a link.`);
+          throw error;
+        }
+      },
+    );
+  }
+
+  /**
+   * Why a link at `rel` (root-relative) to `target` must not exist, or undefined when it may: its
+   * target resolved beneath the root (through the links already there) must stay inside, out of
+   * protected names and secrets.
+   */
+  async linkRefusal(rel: string, target: string): Promise<string | undefined> {
+    if (target === "" || target.includes("\0")) return "an empty target";
+    if (path.isAbsolute(target)) {
+      const inside = [this.root, this.givenRoot].some((base) => isInside(base, path.normalize(target)));
+      if (!inside) return `it points outside ${this.#label}`;
+    }
+    const dir = rel.includes("/") ? rel.slice(0, rel.lastIndexOf("/")) : "";
+    const spelled = path.isAbsolute(target) ? target : dir === "" ? target : `${dir}/${target}`;
+    let where: Location;
+    try {
+      where = await this.locate(path.isAbsolute(target) ? spelled : path.posix.normalize(spelled));
+    } catch (error) {
+      if (error instanceof ToolError) {
+        if (error.code === "outside_workspace") return `it points outside ${this.#label}`;
+        if (error.code === "secret_path") return "it points at one of the home directory's secrets";
+        return error.message;
+      }
+      throw error;
+    }
+    if (where.protectedPart !== undefined) return `it points into ${where.protectedPart}, a protected path`;
+    if (where.rel === "") return undefined;
+    if (isEnvSecretName(where.rel.slice(where.rel.lastIndexOf("/") + 1)))
+      return "it points at a .env file (credentials)";
+    return undefined;
+  }
+
+  /**
+   * Removes the entry at `p` (never followed: a link is removed, not its target); a directory only
+   * with `recursive` (its tree walked by descriptors) or when empty. Returns whether something was there.
+   */
+  async remove(p: string, options: { recursive?: boolean; allowProtected?: boolean } = {}): Promise<boolean> {
+    return this.#with(
+      p,
+      { final: "entry", write: true, allowProtected: options.allowProtected === true },
+      async (spot) => {
+        if (spot.name === "") throw new ToolError("invalid_argument", `${p} is ${this.#label}'s root.`);
+        const info = await lstat(spot.dir.at(spot.name)).catch(() => undefined);
+        if (info === undefined) return false;
+        if (info.isDirectory()) {
+          if (options.recursive) await this.#removeTree(spot.dir, spot.name);
+          else {
+            await rmdir(spot.dir.at(spot.name)).catch((error: unknown) => {
+              if (errnoCode(error) === "ENOTEMPTY" || errnoCode(error) === "EEXIST") {
+                throw new ToolError("invalid_argument", `${p} is a directory that is not empty.`);
+              }
+              throw error;
+            });
+          }
+        } else {
+          await unlink(spot.dir.at(spot.name)).catch((error: unknown) => {
+            if (errnoCode(error) !== "ENOENT") throw error;
+          });
+        }
+        return true;
+      },
+    );
+  }
+
+  async #removeTree(dir: Pinned, name: string): Promise<void> {
+    let child: Pinned;
+    try {
+      child = this.#openChild(dir, name);
+    } catch (error) {
+      const code = errnoCode(error);
+      if (code === "ENOENT") return;
+      if (code === "ENOTDIR" || code === "ELOOP") {
+        // Swapped for a file or a link meanwhile: that entry goes, never what it points to.
+        await unlink(dir.at(name)).catch(() => undefined);
+        return;
+      }
+      throw error;
+    }
+    try {
+      for (const entry of await listPinned(child)) {
+        if (entry.kind === "directory") await this.#removeTree(child, entry.name);
+        else await unlink(child.at(entry.name)).catch(() => undefined);
+      }
+    } finally {
+      child.close();
+    }
+    await rmdir(dir.at(name)).catch((error: unknown) => {
+      if (errnoCode(error) !== "ENOENT") throw error;
+    });
+  }
+
+  /** Creates directory `p` and its missing parents (links on the way resolved beneath the root). */
+  async mkdir(p: string, options: { allowProtected?: boolean } = {}): Promise<void> {
+    await this.#with(
+      p,
+      { final: "entry", create: true, write: true, allowProtected: options.allowProtected === true },
+      async (spot) => {
+        if (spot.name === "") return;
+        await mkdir(spot.dir.at(spot.name)).catch(async (error: unknown) => {
+          if (errnoCode(error) !== "EEXIST") throw error;
+          const info = await lstat(spot.dir.at(spot.name));
+          if (!info.isDirectory())
+            throw new ToolError("not_a_directory", `${p} exists and is not a directory.`);
+        });
+      },
+    );
+  }
+
+  /** Sets the permission bits of the entry at `p`, never through a link ("symlink_refused"). */
+  async chmod(p: string, mode: number, options: { allowProtected?: boolean } = {}): Promise<void> {
+    await this.#withEntryHandle(p, options, (handle) => handle.chmod(mode & 0o7777));
+  }
+
+  /** Sets the times of the entry at `p`, never through a link ("symlink_refused"). */
+  async utimes(
+    p: string,
+    atime: Date,
+    mtime: Date,
+    options: { allowProtected?: boolean } = {},
+  ): Promise<void> {
+    await this.#withEntryHandle(p, options, (handle) => handle.utimes(atime, mtime));
+  }
+
+  async #withEntryHandle(
+    p: string,
+    options: { allowProtected?: boolean },
+    fn: (handle: FileHandle) => Promise<void>,
+  ): Promise<void> {
+    await this.#with(
+      p,
+      { final: "entry", write: true, allowProtected: options.allowProtected === true },
+      async (spot) => {
+        if (spot.name === "") throw new ToolError("invalid_argument", `${p} is ${this.#label}'s root.`);
+        let handle: FileHandle;
+        try {
+          handle = await open(spot.dir.at(spot.name), READ_FLAGS);
+        } catch (error) {
+          const code = errnoCode(error);
+          if (code === "ELOOP")
+            throw new ToolError("symlink_refused", `${p} is a symlink; it is not followed.`);
+          if (code === "ENOENT") throw new ToolError("not_found", `${p} does not exist.`);
+          throw error;
+        }
+        try {
+          await fn(handle);
+        } finally {
+          await handle.close();
+        }
+      },
+    );
+  }
+}
+
+async function listPinned(dir: Pinned): Promise<ConfinedEntry[]> {
+  const entries: Dirent[] = await readdir(dir.base, { withFileTypes: true });
+  return entries
+    .map((entry) => ({
+      name: entry.name,
+      rel: dir.child(entry.name),
+      kind: entry.isFile()
+        ? ("file" as const)
+        : entry.isDirectory()
+          ? ("directory" as const)
+          : entry.isSymbolicLink()
+            ? ("symlink" as const)
+            : ("other" as const),
+    }))
+    .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}
+
+/** The ToolError for a failed open of a file to read. */
+function openError(p: string, error: unknown): unknown {
+  const code = errnoCode(error);
+  if (code === "ENOENT" || code === "ENOTDIR") return new ToolError("not_found", `${p} does not exist.`);
+  if (code === "ELOOP")
+    return new ToolError("symlink_refused", `${p} is a symlink; it is not followed here.`);
+  if (code === "EISDIR") return new ToolError("not_a_file", `${p} is a directory, not a file.`);
+  return error;
+}
+
+/** Refuses anything but a regular file (rule 4). */
+function checkRegular(p: string, info: Stats): void {
+  if (info.isDirectory()) throw new ToolError("not_a_file", `${p} is a directory, not a file.`);
+  if (!info.isFile()) {
+    throw new ToolError(
+      "not_a_file",
+      `${p} is ${describeKind(info)}, not a regular file: only regular files are read.`,
+    );
+  }
+}
+
+function lstatOrUndefined(p: string): Stats | undefined {
+  try {
+    return lstatSync(p);
+  } catch {
+    return undefined;
+  }
+}
+
+function tooLarge(p: string, size: number, cap: number): ToolError {
+  return new ToolError("too_large", `${p} has ${size} bytes, more than the ${cap} read at most.`);
+}
+
+/** Reads from the handle's start until EOF or `limit` bytes. */
+async function readCapped(handle: FileHandle, limit: number): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let total = 0;
+  while (total < limit) {
+    const buffer = Buffer.allocUnsafe(Math.min(64 * 1024, limit - total));
+    const { bytesRead } = await handle.read(buffer, 0, buffer.length, total);
+    if (bytesRead === 0) break;
+    chunks.push(buffer.subarray(0, bytesRead));
+    total += bytesRead;
+  }
+  return Buffer.concat(chunks, total);
+}
+
+/**
+ * A file the user named (an attached image, their own skills in `~/.agents/skills`, Spark's home):
+ * links are followed where the user put them, but only a regular file is read (opened non-blocking,
+ * `fstat`), at most `maxBytes`, and never one of the home directory's secrets or a `.env` file,
+ * judged by the real path of the descriptor actually opened. Throws ToolError.
+ */
+export async function readUserFile(
+  file: string,
+  options: { maxBytes?: number; home?: string } = {},
+): Promise<Buffer> {
+  const cap = options.maxBytes ?? DEFAULT_READ_CAP;
+  let handle: FileHandle;
+  try {
+    handle = await open(file, C.O_RDONLY | C.O_NONBLOCK | C.O_NOCTTY);
+  } catch (error) {
+    const code = errnoCode(error);
+    if (code === "ENOENT" || code === "ENOTDIR") throw new ToolError("not_found", `${file} does not exist.`);
+    if (code === "EISDIR") throw new ToolError("not_a_file", `${file} is a directory, not a file.`);
+    throw new ToolError("not_found", `${file} cannot be opened (${code ?? String(error)}).`);
+  }
+  try {
+    const info = await handle.stat();
+    if (!info.isFile()) {
+      throw new ToolError("not_a_file", `${file} is ${describeKind(info)}, not a regular file.`);
+    }
+    const real = PINNED_WALK
+      ? await readlink(`/proc/self/fd/${handle.fd}`).catch(() => file)
+      : await realpath(file).catch(() => file);
+    if (await isHomeSecret(real, options.home)) {
+      throw new ToolError(
+        "secret_path",
+        `${file} leads to ${real}, one of the home directory's secrets: it is not read on the model's behalf.`,
+      );
+    }
+    if (isEnvSecretName(path.basename(real))) {
+      throw new ToolError("secret_path", `${file} leads to a .env file (credentials): it is not read.`);
+    }
+    if (info.size > cap) throw tooLarge(file, info.size, cap);
+    const bytes = await readCapped(handle, cap + 1);
+    if (bytes.length > cap) throw tooLarge(file, bytes.length, cap);
+    return bytes;
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
+}
+
+/** Whether a real path is or lies in one of the home directory's secrets (their real paths). */
+async function isHomeSecret(real: string, home = process.env.HOME || os.homedir()): Promise<boolean> {
+  if (home === "") return false;
+  for (const rel of HOME_SECRETS) {
+    const secret = await landingPath(path.resolve(home, rel)).catch(() => path.resolve(home, rel));
+    if (isInside(secret, real)) return true;
+  }
+  return false;
+}
