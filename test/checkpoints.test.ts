@@ -6,13 +6,13 @@
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { existsSync, readFileSync, statSync } from "node:fs";
+import { existsSync, lstatSync, readFileSync, statSync } from "node:fs";
 import { chmod, mkdtemp, rm, unlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, describe, it } from "node:test";
 import { Checkpoints, CheckpointError, describeRestore } from "../src/agent/checkpoints/checkpoints.js";
-import { writeFileAtomic } from "../src/agent/workspace.js";
+import { writeFileAtomic } from "../src/agent/fs/spark-data.js";
 import { workspaceFixture } from "./helpers/workspace.js";
 
 const home = await mkdtemp(path.join(tmpdir(), "spark-checkpoints-home-"));
@@ -228,6 +228,46 @@ describe("checkpoints", () => {
     assert.match(skipped?.reason ?? "", /outside the workspace/);
     assert.equal(existsSync(path.join(outside, "inner.txt")), false, "nothing written outside");
     assert.equal(bytes(root, "top.txt").toString(), "top\n");
+  });
+
+  it("undo and redo replace a link the turn left, never writing through it into .git/hooks (issue 30 defect 1)", async () => {
+    const { root, ws } = await workspaceFixture("spark-cp-hook-", { "README.md": "readme\n" });
+    git(root, "init", "-q", "-b", "main");
+    git(root, "add", "-A");
+    git(root, "commit", "-q", "-m", "init");
+    const hook = path.join(root, ".git", "hooks", "pre-commit");
+    const checkpoints = await Checkpoints.open(ws, "hook-session", home);
+    // Turn 1: a command writes an executable tool.sh.
+    checkpoints.beginTurn();
+    await checkpoints.beforeCommand();
+    sh(root, "printf '#!/bin/sh\\necho pwned > pwned.txt\\n' > tool.sh && chmod 755 tool.sh");
+    await checkpoints.afterCommand();
+    await checkpoints.endTurn();
+    // Turn 2: it becomes a link into .git/hooks (allowed: the link lives in the workspace).
+    checkpoints.beginTurn();
+    await checkpoints.beforeCommand();
+    sh(root, "rm tool.sh && ln -s .git/hooks/pre-commit tool.sh");
+    await checkpoints.afterCommand();
+    await checkpoints.endTurn();
+    const undo = await checkpoints.undo();
+    assert.equal(describeRestore(undo), "restored tool.sh");
+    assert.equal(existsSync(hook), false, "no pre-commit hook was written");
+    const tool = lstatSync(path.join(root, "tool.sh"));
+    assert.equal(tool.isFile(), true, "the link was replaced by the recorded file");
+    assert.equal(tool.mode & 0o777, 0o755);
+    assert.match(bytes(root, "tool.sh").toString(), /echo pwned/);
+    // A link is not recorded (only regular files are): redo says so and writes nothing in .git.
+    assert.match(
+      describeRestore(await checkpoints.redo()),
+      /could not restore tool\.sh \(not a regular file\)/,
+    );
+    assert.equal(existsSync(hook), false);
+    // Undo of turn 1 through a link swapped in again removes the link, not the hook's target.
+    sh(root, "rm -f tool.sh && ln -s .git/hooks/pre-commit tool.sh");
+    await checkpoints.undo(1);
+    assert.equal(existsSync(hook), false);
+    git(root, "commit", "-q", "--allow-empty", "-m", "still no hook runs");
+    assert.equal(existsSync(path.join(root, "pwned.txt")), false, "git commit ran no hook");
   });
 
   it("a file deleted by a command in a subfolder workspace of a repository comes back", async () => {

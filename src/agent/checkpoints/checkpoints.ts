@@ -23,24 +23,13 @@
  * cannot be undone.
  */
 import { createHash } from "node:crypto";
-import {
-  chmod,
-  lstat,
-  mkdir,
-  readdir,
-  readFile,
-  rename,
-  rm,
-  stat,
-  utimes,
-  writeFile,
-} from "node:fs/promises";
+import { lstat, mkdir, readdir, readFile, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { sparkHome } from "../context/spark-home.js";
 import { listFiles } from "../file-tools.js";
 import { neutralGit } from "../neutral-git.js";
-import { writeFileAtomic, type Workspace } from "../workspace.js";
+import type { Workspace } from "../workspace.js";
 
 /** What a path held at one moment. */
 export type Version =
@@ -346,25 +335,31 @@ export class Checkpoints implements TurnRecorder {
     return out;
   }
 
-  /** Puts one path back; undefined when it already is as it was. */
+  /**
+   * Puts one path back; undefined when it already is as it was. Through the confined layer with the
+   * last component never followed: a link the turn left where a file was is replaced by the file,
+   * never written through (a link to `.git/hooks/pre-commit` must not become a hook), and protected
+   * names are never written by a restore.
+   */
   async #restoreOne(rel: string, version: Version): Promise<FileRestore | undefined> {
-    const abs = await this.#workspace.resolve(rel, "write");
-    const existed = await lstat(abs).then(
-      () => true,
-      () => false,
-    );
     if (version.kind === "unrecorded") return { path: rel, action: "skipped", reason: version.reason };
+    const workspace = this.#workspace;
+    const entry = await workspace.stat(rel, { final: "entry" });
     if (version.kind === "absent") {
-      if (!existed) return undefined;
-      await rm(abs, { force: true });
+      if (!entry) return undefined;
+      if (entry.isDirectory()) return { path: rel, action: "skipped", reason: "a directory is there now" };
+      await workspace.remove(rel);
       return { path: rel, action: "removed" };
     }
     const bytes = await this.#store.get(version.id);
-    const current = existed ? await readFile(abs).catch(() => undefined) : undefined;
-    if (current?.equals(bytes) && (await modeOf(abs)) === version.mode) return undefined;
-    await writeFileAtomic(abs, bytes);
-    await chmod(abs, version.mode);
-    return { path: rel, action: existed ? "restored" : "recreated" };
+    if (entry?.isFile() && (entry.mode & 0o7777) === version.mode) {
+      const current = await workspace
+        .readFile(rel, { final: "entry", maxBytes: MAX_FILE_BYTES, allowEnvFiles: true })
+        .catch(() => undefined);
+      if (current?.equals(bytes)) return undefined;
+    }
+    await workspace.writeFile(rel, bytes, { mode: version.mode, final: "entry" });
+    return { path: rel, action: entry ? "restored" : "recreated" };
   }
 
   /** A turn no one began (a tool run outside the agent's turns): counted like one. */
@@ -525,13 +520,6 @@ function sameVersion(a: Version, b: Version): boolean {
   if (a.kind === "file" && b.kind === "file") return a.id === b.id && a.mode === b.mode;
   // An unrecorded file cannot be compared: counted as changed, so an undo says it cannot restore it.
   return a.kind === b.kind && a.kind === "absent";
-}
-
-async function modeOf(abs: string): Promise<number | undefined> {
-  return stat(abs).then(
-    (info) => info.mode & 0o7777,
-    () => undefined,
-  );
 }
 
 async function isGitWorkTree(root: string): Promise<boolean> {
