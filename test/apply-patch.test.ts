@@ -13,7 +13,7 @@ import { workspaceFixture, type WorkspaceFixture } from "./helpers/workspace.js"
 import { applyPatch, parsePatch, protectedWrites } from "../src/agent/apply-patch.js";
 import type { Sandbox } from "../src/agent/sandbox.js";
 import { ToolRunner, type ApprovalAnswer, type ApprovalRequest, type ToolCall } from "../src/agent/tools.js";
-import { ToolError, writeFileAtomic } from "../src/agent/workspace.js";
+import { ToolError } from "../src/agent/workspace.js";
 
 type Fixture = WorkspaceFixture;
 
@@ -408,9 +408,9 @@ describe("apply_patch: failures change nothing", () => {
         ),
         {
           io: {
-            writeFile: async (abs, content) => {
-              if (abs.endsWith("b.txt")) throw new Error("disk full");
-              await writeFileAtomic(abs, content);
+            writeFile: async (rel, content) => {
+              if (rel.endsWith("b.txt")) throw new Error("disk full");
+              await ws.writeFile(rel, content);
             },
           },
         },

@@ -3,8 +3,9 @@
  * `@@` hunks, `*** End of File`) and applies it to a workspace all-or-nothing.
  *
  * Contract:
- * - Every path goes through `Workspace.resolve(path, "write")`, so escapes are refused before anything
- *   is read or written.
+ * - Every path goes through the confined file layer (fs/confined.ts): resolved beneath the workspace
+ *   root before anything is read or written, read as regular files only, written by a rename that
+ *   replaces (never follows) whatever entry is at the landing path.
  * - Every new file content is computed in memory first; the disk is only touched once every operation
  *   succeeded. Writes are atomic per file (deletes come last); when a write fails midway, the files
  *   already written are restored from their in-memory originals (best effort) and the error rethrown.
@@ -21,10 +22,8 @@
  *   unless `allowProtected` says the user approved it (`protectedWrites` tells which ones a patch
  *   touches, so the caller can ask first).
  */
-import { mkdir, readFile, rm, rmdir, stat } from "node:fs/promises";
 import path from "node:path";
-import { protectedPart } from "./protected-paths.js";
-import { ToolError, writeFileAtomic, type Workspace } from "./workspace.js";
+import { ToolError, type Workspace } from "./workspace.js";
 
 export interface HunkLine {
   /** " " context, "-" removed, "+" added. */
@@ -71,10 +70,13 @@ export interface PatchResult {
   summary: string;
 }
 
-/** The disk operations of the write phase; replaceable so that tests can make one fail midway. */
+/**
+ * The disk operations of the write phase, on workspace-relative landing paths; replaceable so that
+ * tests can make one fail midway.
+ */
 export interface PatchIO {
-  writeFile(absPath: string, content: string | Uint8Array): Promise<void>;
-  deleteFile(absPath: string): Promise<void>;
+  writeFile(rel: string, content: string | Uint8Array): Promise<void>;
+  deleteFile(rel: string): Promise<void>;
 }
 
 export interface ApplyPatchOptions {
@@ -442,12 +444,6 @@ function applyHunks(content: string, hunks: readonly PatchHunk[], display: strin
   return joinText(out, file);
 }
 
-function errnoCode(error: unknown): string | undefined {
-  return typeof error === "object" && error !== null && "code" in error
-    ? String((error as { code: unknown }).code)
-    : undefined;
-}
-
 type Content = string | Buffer | null;
 
 /**
@@ -461,12 +457,21 @@ export async function applyPatch(
   text: string,
   options: ApplyPatchOptions = {},
 ): Promise<PatchResult> {
-  const plan = await planPatch(workspace, text, options.allowProtected === true);
+  const allowProtected = options.allowProtected === true;
+  const plan = await planPatch(workspace, text, allowProtected);
   const io: PatchIO = {
-    writeFile: options.io?.writeFile ?? writeFileAtomic,
-    deleteFile: options.io?.deleteFile ?? ((abs) => rm(abs)),
+    writeFile:
+      options.io?.writeFile ??
+      (async (rel, content) => {
+        await workspace.writeFile(rel, content, { allowProtected });
+      }),
+    deleteFile:
+      options.io?.deleteFile ??
+      (async (rel) => {
+        await workspace.remove(rel, { allowProtected });
+      }),
   };
-  await commit(plan.planned, plan.originals, io);
+  await commit(workspace, plan.planned, plan.originals, io, allowProtected);
   return { changes: plan.changes, files: plan.files, summary: summarize(plan.changes) };
 }
 
@@ -494,46 +499,42 @@ interface PatchPlan {
 async function planPatch(workspace: Workspace, text: string, allowProtected: boolean): Promise<PatchPlan> {
   const ops = parsePatch(text);
 
-  // abs → planned content (null: absent); originals: abs → bytes on disk before the patch (null: absent).
+  // Landing path (workspace-relative) → planned content (null: absent); originals: the bytes there
+  // before the patch (null: absent).
   const planned = new Map<string, Content>();
   const originals = new Map<string, Buffer | null>();
-  const load = async (abs: string, display: string): Promise<Content> => {
-    if (planned.has(abs)) return planned.get(abs) ?? null;
-    let bytes: Buffer | null;
-    try {
-      if ((await stat(abs)).isDirectory()) {
-        throw new ToolError(
-          "not_a_file",
-          `apply_patch: ${display} is a directory, not a file. No file was changed.`,
-        );
-      }
-      bytes = await readFile(abs);
-    } catch (error) {
-      if (errnoCode(error) !== "ENOENT" && errnoCode(error) !== "ENOTDIR") throw error;
-      bytes = null;
+  const load = async (rel: string, display: string): Promise<Content> => {
+    if (planned.has(rel)) return planned.get(rel) ?? null;
+    const info = await workspace.stat(rel, { final: "entry" });
+    let bytes: Buffer | null = null;
+    if (info?.isDirectory()) {
+      throw new ToolError(
+        "not_a_file",
+        `apply_patch: ${display} is a directory, not a file. No file was changed.`,
+      );
     }
-    originals.set(abs, bytes);
-    planned.set(abs, bytes);
+    if (info !== undefined) bytes = await workspace.readFile(rel, { final: "entry" });
+    originals.set(rel, bytes);
+    planned.set(rel, bytes);
     return bytes;
   };
 
   const resolveWrite = async (p: string): Promise<string> => {
-    const abs = await workspace.resolve(p, "write");
-    const part = protectedPart(workspace.root, abs);
-    if (part !== undefined && !allowProtected) {
+    const where = await workspace.locate(p);
+    if (where.protectedPart !== undefined && !allowProtected) {
       throw new ToolError(
         "protected_path",
-        `apply_patch: ${p} is in ${part}, a protected path (its contents run outside the sandbox ` +
+        `apply_patch: ${p} is in ${where.protectedPart}, a protected path (its contents run outside the sandbox ` +
           "later), and the user has not approved changing it. No file was changed.",
       );
     }
-    return abs;
+    return where.rel;
   };
 
   const changes: PatchChange[] = [];
   for (const op of ops) {
     const abs = await resolveWrite(op.path);
-    const display = workspace.relative(abs);
+    const display = abs;
     const current = await load(abs, display);
     if (op.kind === "add") {
       if (current !== null) {
@@ -569,7 +570,7 @@ async function planPatch(workspace: Workspace, text: string, allowProtected: boo
       continue;
     }
     const dest = await resolveWrite(op.moveTo);
-    const destDisplay = workspace.relative(dest);
+    const destDisplay = dest;
     if (dest !== abs) {
       if ((await load(dest, destDisplay)) !== null) {
         throw new ToolError(
@@ -586,7 +587,7 @@ async function planPatch(workspace: Workspace, text: string, allowProtected: boo
 
   const files = [...planned]
     .filter(([abs, next]) => !sameBytes(next, originals.get(abs) ?? null))
-    .map(([abs, after]) => ({ path: workspace.relative(abs), before: originals.get(abs) ?? null, after }));
+    .map(([rel, after]) => ({ path: rel, before: originals.get(rel) ?? null, after }));
   return { changes, files, planned, originals };
 }
 
@@ -606,7 +607,7 @@ export async function protectedWrites(workspace: Workspace, text: string): Promi
   for (const op of ops) {
     for (const p of op.kind === "update" && op.moveTo !== undefined ? [op.path, op.moveTo] : [op.path]) {
       try {
-        const part = protectedPart(workspace.root, await workspace.resolve(p, "write"));
+        const part = (await workspace.locate(p)).protectedPart;
         if (part !== undefined) found.add(part);
       } catch {
         // Refused by applyPatch itself.
@@ -617,18 +618,14 @@ export async function protectedWrites(workspace: Workspace, text: string): Promi
 }
 
 /** Refuses a new file whose nearest existing ancestor is a file rather than a directory. */
-async function assertParentIsDirectory(workspace: Workspace, abs: string): Promise<void> {
-  for (let dir = path.dirname(abs); ; dir = path.dirname(dir)) {
-    try {
-      if ((await stat(dir)).isDirectory()) return;
-    } catch (error) {
-      const code = errnoCode(error);
-      if ((code === "ENOENT" || code === "ENOTDIR") && path.dirname(dir) !== dir) continue;
-      throw error;
-    }
+async function assertParentIsDirectory(workspace: Workspace, rel: string): Promise<void> {
+  for (let dir = path.posix.dirname(rel); dir !== "." && dir !== ""; dir = path.posix.dirname(dir)) {
+    const info = await workspace.stat(dir);
+    if (info === undefined) continue;
+    if (info.isDirectory()) return;
     throw new ToolError(
       "not_a_directory",
-      `apply_patch: cannot create ${workspace.relative(abs)}: ${workspace.relative(dir)} is a file, not a directory. No file was changed.`,
+      `apply_patch: cannot create ${rel}: ${dir} is a file, not a directory. No file was changed.`,
     );
   }
 }
@@ -638,53 +635,71 @@ function sameBytes(a: Content, b: Buffer | null): boolean {
   return (typeof a === "string" ? Buffer.from(a, "utf8") : a).equals(b);
 }
 
+/** The first missing directory on the way to `rel` (what writing it creates), or undefined. */
+async function firstMissingDir(workspace: Workspace, rel: string): Promise<string | undefined> {
+  let missing: string | undefined;
+  for (let dir = path.posix.dirname(rel); dir !== "." && dir !== ""; dir = path.posix.dirname(dir)) {
+    if ((await workspace.stat(dir)) !== undefined) break;
+    missing = dir;
+  }
+  return missing;
+}
+
 /** Writes (in first-touch order) then deletes; on failure restores what was done and rethrows. */
 async function commit(
+  workspace: Workspace,
   planned: Map<string, Content>,
   originals: Map<string, Buffer | null>,
   io: PatchIO,
+  allowProtected: boolean,
 ): Promise<void> {
-  const steps = [...planned].filter(([abs, next]) => !sameBytes(next, originals.get(abs) ?? null));
+  const steps = [...planned].filter(([rel, next]) => !sameBytes(next, originals.get(rel) ?? null));
   const ordered = [
     ...steps.filter(([, next]) => next !== null),
     ...steps.filter(([, next]) => next === null),
   ];
-  const done: { abs: string; createdDir: string | undefined }[] = [];
+  const done: { rel: string; createdDir: string | undefined }[] = [];
   try {
-    for (const [abs, next] of ordered) {
+    for (const [rel, next] of ordered) {
       if (next === null) {
-        await io.deleteFile(abs);
-        done.push({ abs, createdDir: undefined });
+        await io.deleteFile(rel);
+        done.push({ rel, createdDir: undefined });
       } else {
-        const createdDir = await mkdir(path.dirname(abs), { recursive: true });
-        done.push({ abs, createdDir });
-        await io.writeFile(abs, next);
+        const createdDir = await firstMissingDir(workspace, rel);
+        done.push({ rel, createdDir });
+        await io.writeFile(rel, next);
       }
     }
   } catch (error) {
-    for (const { abs, createdDir } of done.reverse()) {
-      const original = originals.get(abs) ?? null;
+    for (const { rel, createdDir } of done.reverse()) {
+      const original = originals.get(rel) ?? null;
       try {
-        if (original === null) await rm(abs, { force: true });
-        else await writeFileAtomic(abs, original);
+        if (original === null) await workspace.remove(rel, { allowProtected });
+        else await workspace.writeFile(rel, original, { allowProtected });
       } catch {
         // Best effort: keep restoring the others.
       }
-      if (createdDir !== undefined) await removeEmptyDirs(path.dirname(abs), createdDir);
+      if (createdDir !== undefined)
+        await removeEmptyDirs(workspace, path.posix.dirname(rel), createdDir, allowProtected);
     }
     throw error;
   }
 }
 
 /** Removes `dir` and its parents up to and including `top` while they are empty. */
-async function removeEmptyDirs(dir: string, top: string): Promise<void> {
-  for (let current = dir; ; current = path.dirname(current)) {
+async function removeEmptyDirs(
+  workspace: Workspace,
+  dir: string,
+  top: string,
+  allowProtected: boolean,
+): Promise<void> {
+  for (let current = dir; current !== "." && current !== ""; current = path.posix.dirname(current)) {
     try {
-      await rmdir(current);
+      await workspace.remove(current, { allowProtected });
     } catch {
       return;
     }
-    if (current === top || path.dirname(current) === current) return;
+    if (current === top) return;
   }
 }
 

@@ -16,9 +16,7 @@ import { listFiles, readFile, searchFiles } from "./file-tools.js";
 import type { Sandbox } from "./sandbox.js";
 import { commandEnvironment } from "./secrets.js";
 import { formatCommandOutput, runCommand } from "./shell.js";
-import { readFile as readFileBytes } from "node:fs/promises";
-import { protectedPart } from "./protected-paths.js";
-import { ToolError, writeFileAtomic, type Workspace } from "./workspace.js";
+import { ToolError, type Workspace } from "./workspace.js";
 import { readSkill, SKILL_TOOL_DEFINITION, type Skill } from "./context/skills.js";
 import { patchPaths, type TurnRecorder } from "./checkpoints/checkpoints.js";
 import { contentDiff } from "./file-diff.js";
@@ -659,18 +657,24 @@ export class ToolRunner {
       ...(error === undefined ? {} : { error }),
     });
     const workspace = this.context.workspace;
-    const source = await workspace.resolve(path, "read");
-    const bytes = await readFileBytes(source);
-    if (bytes.length > MAX_REWRITE_BYTES) {
+    // Where the path lands (a link to a file inside the workspace is that file), read and later
+    // replaced there through the confined layer.
+    const target = await workspace.locate(path);
+    const bytes = await workspace
+      .readFile(target.rel, { final: "entry", maxBytes: MAX_REWRITE_BYTES })
+      .catch((error: unknown) => {
+        if (error instanceof ToolError && error.code === "too_large") return undefined;
+        throw error;
+      });
+    if (bytes === undefined || bytes.length > MAX_REWRITE_BYTES) {
       throw new ToolError(
         "invalid_argument",
-        `${path} has ${bytes.length} bytes; edit_file rewrites files up to ${MAX_REWRITE_BYTES}: use apply_patch`,
+        `${path} has more than ${MAX_REWRITE_BYTES} bytes; edit_file rewrites files up to that: use apply_patch`,
       );
     }
     if (bytes.includes(0)) throw new ToolError("invalid_argument", `${path} is binary; edit_file edits text`);
     const original = bytes.toString("utf8");
-    const target = await workspace.resolve(path, "write");
-    const part = protectedPart(workspace.root, target);
+    const part = target.protectedPart;
     const protectedPaths = part === undefined ? [] : [part];
     // A write that is refused outright is refused before the rewrite costs anything.
     const refused = decidePatch(this.context.approval, {
@@ -715,7 +719,7 @@ export class ToolRunner {
         };
       }
       await this.context.checkpoints?.beforeWrite([path]);
-      await writeFileAtomic(target, text);
+      await workspace.writeFile(target.rel, text, { allowProtected: protectedPaths.length > 0 });
       return {
         started,
         completed: item("completed"),

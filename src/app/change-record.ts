@@ -4,12 +4,9 @@
  * the workspace is a git repository, and only this task's changes when several tasks share one
  * workspace) and lets a revert put back exactly what was there.
  */
-import { readFileSync, realpathSync } from "node:fs";
-import { rm } from "node:fs/promises";
-import { isAbsolute, relative, resolve } from "node:path";
 import { contentDiff } from "../agent/file-diff.js";
 import { neutralGit } from "../agent/neutral-git.js";
-import { writeFileAtomic, type Workspace } from "../agent/workspace.js";
+import type { Workspace } from "../agent/workspace.js";
 import type { FileDiff } from "./protocol.js";
 
 /** Content of a file, `null` when it did not exist. */
@@ -80,9 +77,10 @@ export class ChangeRecord {
     for (const p of paths) {
       const change = this.#files.get(p);
       if (!change) continue;
-      const target = await this.workspace.resolve(p, "write");
-      if (change.before === null) await rm(target, { force: true });
-      else await writeFileAtomic(target, change.before);
+      // Through the confined layer: a link left at the path is replaced, never written through,
+      // and protected names are never written by a revert.
+      if (change.before === null) await this.workspace.remove(p);
+      else await this.workspace.writeFile(p, change.before);
       this.#files.delete(p);
       restored.push(p);
     }
@@ -100,28 +98,22 @@ export class ChangeRecord {
    * points out is not followed there). Synchronous: `before` runs while the patch waits to write.
    */
   #read(path: string): string | null {
-    const buffer = readInside(this.workspace.root, path);
-    if (buffer === null) return null;
-    return buffer.length > MAX_RECORDED_BYTES
-      ? `[${buffer.length} bytes, not recorded]`
-      : buffer.toString("utf8");
+    const buffer = this.bytesNow(path, MAX_RECORDED_BYTES);
+    if (buffer === "too_large") return `[more than ${MAX_RECORDED_BYTES} bytes, not recorded]`;
+    return buffer === null ? null : buffer.toString("utf8");
   }
-}
 
-/** The bytes of `path` under `root`, or null when it is missing or resolves outside `root`. */
-function readInside(root: string, path: string): Buffer | null {
-  let abs: string;
-  try {
-    abs = realpathSync(resolve(root, path));
-  } catch {
-    return null;
-  }
-  const inside = relative(root, abs);
-  if (inside.startsWith("..") || isAbsolute(inside)) return null;
-  try {
-    return readFileSync(abs);
-  } catch {
-    return null;
+  /**
+   * The bytes of `path` now through the confined layer (links resolved beneath the workspace, a
+   * regular file only, never waited on); null when it is missing or cannot be read there.
+   */
+  bytesNow(path: string, cap: number): Buffer | null | "too_large" {
+    try {
+      return this.workspace.readFileSync(path, { maxBytes: cap, allowEnvFiles: true });
+    } catch (error) {
+      if ((error as { code?: unknown }).code === "too_large") return "too_large";
+      return null;
+    }
   }
 }
 
@@ -140,21 +132,21 @@ export async function reviewDiffs(
   if (recorded.length === 0 || !(await isGitWorkTree(root))) return { files: recorded, source: "record" };
   const files: FileDiff[] = [];
   for (const diff of recorded) {
-    files.push((await headDiff(root, diff.path)) ?? diff);
+    files.push((await headDiff(root, record, diff.path)) ?? diff);
   }
   return { files, source: "git" };
 }
 
 /** `path` from HEAD to now, or undefined when HEAD does not have it or there is nothing to show. */
-async function headDiff(root: string, path: string): Promise<FileDiff | undefined> {
+async function headDiff(root: string, record: ChangeRecord, path: string): Promise<FileDiff | undefined> {
   let head: Buffer;
   try {
     head = await neutralGit(root, ["cat-file", "blob", `HEAD:./${path}`], MAX_RECORDED_BYTES);
   } catch {
     return undefined; // not in HEAD (a new repository, an untracked file), or too large
   }
-  const now = readInside(root, path);
-  if (now !== null && now.length > MAX_RECORDED_BYTES) return undefined;
+  const now = record.bytesNow(path, MAX_RECORDED_BYTES);
+  if (now === "too_large") return undefined;
   if (head.includes(0) || (now !== null && now.includes(0))) return undefined;
   const before = head.toString("utf8");
   const after = now === null ? "" : now.toString("utf8");

@@ -37,7 +37,8 @@ import ignore, { type Ignore } from "ignore";
 import { sparkHome } from "../context/spark-home.js";
 import { neutralGit } from "../neutral-git.js";
 import { protectedPart } from "../protected-paths.js";
-import { ToolError, Workspace, writeFileAtomic } from "../workspace.js";
+import { writeFileAtomic } from "../fs/spark-data.js";
+import { ToolError, Workspace } from "../workspace.js";
 
 export type TaskWorkspaceKind = "worktree" | "copy" | "in-place";
 
@@ -447,11 +448,18 @@ async function readEntry(abs: string): Promise<Buffer | null> {
   }
 }
 
-async function isDirectory(abs: string): Promise<boolean> {
+/**
+ * The entry at `rel` beneath a confined root, not followed: a file's bytes, a symlink's target (with
+ * `link`), null when absent or neither (a FIFO is never opened).
+ */
+async function confinedEntry(root: Workspace, rel: string): Promise<{ bytes: Buffer | null; link: boolean }> {
   try {
-    return (await lstat(abs)).isDirectory();
+    const info = await root.stat(rel, { final: "entry" });
+    if (info?.isSymbolicLink()) return { bytes: Buffer.from(await root.readlink(rel)), link: true };
+    if (!info?.isFile()) return { bytes: null, link: false };
+    return { bytes: await root.readFile(rel, { final: "entry", allowEnvFiles: true }), link: false };
   } catch {
-    return false;
+    return { bytes: null, link: false };
   }
 }
 
@@ -649,17 +657,25 @@ export async function applyTaskWorkspace(
       continue;
     }
     targets.set(change.path, target);
-    const ours = await readEntry(target);
+    const ours = (await confinedEntry(workspace, change.path)).bytes;
     const link = await isSymlink(join(ws.path, change.path));
     const { before: base, after: theirs } = change;
     const same = (a: Buffer | null, b: Buffer | null): boolean =>
       a === null ? b === null : b !== null && a.equals(b);
-    if (await isDirectory(target)) {
+    if ((await workspace.stat(change.path, { final: "entry" }))?.isDirectory()) {
       conflicts.push({
         path: change.path,
         reason: "the workspace has a directory where the task has a file",
       });
       continue;
+    }
+    if (link && theirs !== null) {
+      // A link is as dangerous as where it points: never one out of the workspace or into .git.
+      const refused = await workspace.linkRefusal(change.path, theirs.toString("utf8"));
+      if (refused !== undefined) {
+        conflicts.push({ path: change.path, reason: `a symlink to ${theirs.toString("utf8")}: ${refused}` });
+        continue;
+      }
     }
     applied.push(change.path);
     if (same(ours, theirs)) continue; // already there
@@ -702,18 +718,12 @@ export async function applyTaskWorkspace(
     }
   }
   if (conflicts.length > 0) return { applied: [], conflicts };
+  // Through the confined layer: a link at a target is replaced, never written through, and no
+  // protected name is ever written (landingIn refused them above; the layer refuses them again).
   for (const write of writes) {
-    const target = targets.get(write.path)!;
-    if (write.content === null) {
-      await rm(target, { force: true });
-    } else if (write.link) {
-      await rm(target, { force: true });
-      await mkdir(dirname(target), { recursive: true });
-      await symlink(write.content.toString("utf8"), target);
-    } else {
-      if (await isSymlink(target)) await rm(target, { force: true });
-      await writeFileAtomic(target, write.content);
-    }
+    if (write.content === null) await workspace.remove(write.path);
+    else if (write.link) await workspace.symlink(write.path, write.content.toString("utf8"));
+    else await workspace.writeFile(write.path, write.content);
   }
   return { applied, conflicts: [] };
 }
@@ -731,7 +741,8 @@ export async function restoreTaskFile(ws: TaskWorkspace, path: string): Promise<
     );
   }
   // As Apply: not through a symlink out of the task's workspace, never its `.git` or other protected paths.
-  const target = await landingIn(await Workspace.open(ws.path), path);
+  const taskRoot = await Workspace.open(ws.path);
+  const target = await landingIn(taskRoot, path);
   if (typeof target !== "string") throw new ToolError("invalid_argument", `${path}: ${target.refused}`);
   let base: Buffer | null;
   let link = false;
@@ -747,14 +758,9 @@ export async function restoreTaskFile(ws: TaskWorkspace, path: string): Promise<
     base = await readEntry(join(ws.base, path));
     link = await isSymlink(join(ws.base, path));
   }
-  await rm(target, { force: true });
-  if (base === null) return;
-  if (link) {
-    await mkdir(dirname(target), { recursive: true });
-    await symlink(base.toString("utf8"), target);
-  } else {
-    await writeFileAtomic(target, base);
-  }
+  if (base === null) await taskRoot.remove(path);
+  else if (link) await taskRoot.symlink(path, base.toString("utf8"));
+  else await taskRoot.writeFile(path, base);
 }
 
 /**
