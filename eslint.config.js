@@ -14,6 +14,62 @@ const serverLayers = [
   "**/router/**",
 ];
 
+// node:fs stays out of the code that touches what the model, a repository or a task can influence
+// (agent, app, the CLI files that touch the user's files): that goes through the confined file layer.
+const rawFileSystem = ["node:fs", "node:fs/promises", "fs", "fs/promises"].map((name) => ({
+  name,
+  message:
+    "Touch the user's files through the confined file layer (src/agent/fs/confined.ts: ConfinedRoot, " +
+    "readUserFile); Spark's own data through src/agent/fs/spark-data.ts or a file on the allow-list.",
+}));
+// `import("node:fs/promises")` is no way round it either.
+const dynamicFileSystem = [
+  "error",
+  {
+    selector: "ImportExpression[source.value=/^(node:)?fs(\\u002Fpromises)?$/]",
+    message: "Touch the user's files through the confined file layer (src/agent/fs/confined.ts).",
+  },
+];
+// Files that may import node:fs because they touch only Spark's own data or the host's set-up, never
+// a path the model, a repository or a task names.
+const sparkOwnData = [
+  "src/agent/fs/**", // the confined layer itself, and spark-data.ts (SPARK_HOME, the data dir)
+  "src/agent/sandbox.ts", // the sandbox's set-up: mount points, placeholders, the seccomp filter file
+  "src/agent/shell.ts", // the seccomp filter file sandbox.ts wrote, the command's working directory
+  "src/agent/secrets.ts", // this process's own /proc/self/environ
+  "src/agent/session-file.ts", // session files in the data directory
+  "src/agent/variants/runner.ts", // the empty folder of Spark's own variant worktrees
+  "src/app/app-server.ts", // the bundled front end (web/dist)
+  "src/app/task-manager.ts", // the data directory's task files
+  "src/cli/setup-command.ts", // the user's own ~/.codex config, which no model or repository names
+];
+// Callers still being moved onto the confined layer (issue 30); this list only shrinks.
+const notYetConfined = [
+  "src/agent/protected-paths.ts",
+  "src/agent/file-tools.ts",
+  "src/agent/images.ts",
+  "src/agent/checkpoints/checkpoints.ts",
+  "src/agent/worktree/task-workspace.ts",
+  "src/agent/context/**",
+  "src/app/preview-server.ts",
+  "src/app/workspace-files.ts",
+  "src/app/task.ts",
+  "src/cli/worktree-session.ts",
+];
+
+// What the app server never imports: it reaches the server only over the wire, and shares only the
+// server's origin policy and request-target parsing (the same checks guard both).
+const appLayerPatterns = [
+  {
+    group: ["**/core/**", "**/engines/**", "**/engine/**", "**/store/**", "**/router/**", "**/cli/**"],
+    message: "The app reaches the server only through the Responses API (src/agent).",
+  },
+  {
+    regex: "/server/(?!(origin-policy|request-target)\\.js$)",
+    message: "Of the server, the app uses only its origin policy and request-target parsing.",
+  },
+];
+
 export default tseslint.config(
   {
     ignores: [
@@ -87,6 +143,26 @@ export default tseslint.config(
     },
   },
   {
+    // The agent touches the user's files only through the confined layer (src/agent/fs).
+    files: ["src/agent/**"],
+    ignores: [...sparkOwnData, ...notYetConfined],
+    rules: {
+      "no-restricted-syntax": dynamicFileSystem,
+      "no-restricted-imports": [
+        "error",
+        {
+          paths: rawFileSystem,
+          patterns: [
+            {
+              group: serverLayers,
+              message: "The client reaches the server only through the Responses API (responses-socket.ts).",
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
     // The agent's rooms for MCP and hooks are reached through its tool and session seams (tools.ts's
     // ToolContext, the runtime that starts a session); they never reach back into the turn loop, the
     // tools or the approvals. They are clients too: the server's layers stay out.
@@ -95,6 +171,7 @@ export default tseslint.config(
       "no-restricted-imports": [
         "error",
         {
+          paths: rawFileSystem,
           patterns: [
             {
               group: [...serverLayers, "**/cli/**"],
@@ -118,25 +195,33 @@ export default tseslint.config(
       "no-restricted-imports": [
         "error",
         {
-          patterns: [
-            {
-              group: [
-                "**/core/**",
-                "**/engines/**",
-                "**/engine/**",
-                "**/store/**",
-                "**/router/**",
-                "**/cli/**",
-              ],
-              message: "The app reaches the server only through the Responses API (src/agent).",
-            },
-            {
-              regex: "/server/(?!(origin-policy|request-target)\\.js$)",
-              message: "Of the server, the app uses only its origin policy and request-target parsing.",
-            },
-          ],
+          patterns: appLayerPatterns,
         },
       ],
+    },
+  },
+  {
+    // The app touches the user's files only through the confined layer (src/agent/fs).
+    files: ["src/app/**"],
+    ignores: [...sparkOwnData, ...notYetConfined],
+    rules: {
+      "no-restricted-syntax": dynamicFileSystem,
+      "no-restricted-imports": [
+        "error",
+        {
+          paths: rawFileSystem,
+          patterns: appLayerPatterns,
+        },
+      ],
+    },
+  },
+  {
+    // The CLI files that touch the user's files (a worktree session's Apply, setup).
+    files: ["src/cli/worktree-session.ts", "src/cli/setup-command.ts"],
+    ignores: [...sparkOwnData, ...notYetConfined],
+    rules: {
+      "no-restricted-syntax": dynamicFileSystem,
+      "no-restricted-imports": ["error", { paths: rawFileSystem }],
     },
   },
   {
