@@ -4,7 +4,8 @@
  * `matcher`, a regular expression over the tool's name), `UserPromptSubmit` and `Stop`; each entry
  * is `{"matcher"?, "command", "timeoutMs"?}`, or Claude's own group
  * `{"matcher"?, "hooks": [{"type": "command", "command", "timeout"? (seconds)}]}`, so a Claude
- * settings file's `hooks` can be pasted as it is.
+ * settings file's `hooks` can be pasted as it is. `trustWorkspace: true` (on an entry, or on a
+ * command of a group) lets a hook run code the agent can write (see workspace-code.ts).
  */
 import { z } from "zod";
 
@@ -28,6 +29,8 @@ const flatHook = z.strictObject({
   command: z.string().min(1, "must not be empty"),
   /** Milliseconds before the command is killed (default 60 s). */
   timeoutMs: z.number().int().positive().max(3_600_000).optional(),
+  /** Run it even though it runs code from the workspace, which the agent can write. */
+  trustWorkspace: z.boolean().optional(),
 });
 
 const claudeGroup = z.strictObject({
@@ -38,6 +41,7 @@ const claudeGroup = z.strictObject({
       command: z.string().min(1, "must not be empty"),
       /** Seconds, as Claude Code counts them. */
       timeout: z.number().positive().max(3600).optional(),
+      trustWorkspace: z.boolean().optional(),
     }),
   ),
 });
@@ -65,6 +69,8 @@ export interface HookCommand {
   matcher: RegExp | undefined;
   command: string;
   timeoutMs: number;
+  /** The user's config lets it run code from the workspace. */
+  trustWorkspace: boolean;
 }
 
 export const DEFAULT_HOOK_TIMEOUT_MS = 60_000;
@@ -81,6 +87,7 @@ export function flattenHooks(config: HooksConfig | undefined): HookCommand[] {
           matcher: regex,
           command: entry.command,
           timeoutMs: entry.timeoutMs ?? DEFAULT_HOOK_TIMEOUT_MS,
+          trustWorkspace: entry.trustWorkspace === true,
         });
       } else {
         for (const hook of entry.hooks) {
@@ -89,6 +96,7 @@ export function flattenHooks(config: HooksConfig | undefined): HookCommand[] {
             matcher: regex,
             command: hook.command,
             timeoutMs: hook.timeout === undefined ? DEFAULT_HOOK_TIMEOUT_MS : Math.round(hook.timeout * 1000),
+            trustWorkspace: hook.trustWorkspace === true,
           });
         }
       }

@@ -14,10 +14,14 @@
  *   the failure is reported to the user and the agent goes on. Never fatal.
  *
  * Hooks come only from the user's config file (never from the workspace's files: a cloned
- * repository must not run commands on open).
+ * repository must not run commands on open). A hook that runs code from the workspace (which the
+ * sandboxed agent can write: a script there, package.json scripts, a Makefile…) is refused unless
+ * its config entry says `"trustWorkspace": true` (workspace-code.ts): it never runs, and
+ * `refused` says why, for a one-line warning at start.
  */
 import { spawn } from "node:child_process";
 import { flattenHooks, type HookCommand, type HookEventName, type HooksConfig } from "./config.js";
+import { workspaceCodeOf } from "./workspace-code.js";
 
 /** What the event's hooks decided. */
 export interface HookOutcome {
@@ -46,13 +50,23 @@ export interface HookRunnerOptions {
 const MAX_OUTPUT = 64 * 1024;
 
 export class HookRunner implements Hooks {
-  readonly #commands: HookCommand[];
+  readonly #commands: HookCommand[] = [];
+  /** One line per hook refused because it runs code from the workspace, for the user. */
+  readonly refused: string[] = [];
 
   constructor(
     config: HooksConfig | undefined,
     private readonly options: HookRunnerOptions,
   ) {
-    this.#commands = flattenHooks(config);
+    for (const hook of flattenHooks(config)) {
+      const reason = hook.trustWorkspace ? undefined : workspaceCodeOf(hook.command, options.cwd);
+      if (reason === undefined) this.#commands.push(hook);
+      else
+        this.refused.push(
+          `${hook.event} hook \`${shorten(hook.command)}\` not run: ${reason}, which the agent can write; ` +
+            `add "trustWorkspace": true to it in your config to run it anyway`,
+        );
+    }
   }
 
   get size(): number {
