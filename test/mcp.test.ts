@@ -514,7 +514,7 @@ describe("spark mcp list and the config", { timeout: 120_000 }, () => {
       },
     });
     const run = await runToExit(["mcp", "list", "--config", cfg], { SPARK_HOME: freshDir("home-") });
-    assert.equal(run.code, 0, run.stderr);
+    assert.equal(run.code, 1, `an enabled server failed: ${run.stderr}`);
     assert.match(run.stdout, /^everything {2}stdio {2}ready {2}trusted {2}\d+ tools$/m);
     assert.match(run.stdout, /^ {2}mcp__everything__echo {2}Echoes back the input string$/m);
     assert.match(run.stdout, /^ {2}mcp__everything__get-sum /m);
@@ -526,6 +526,7 @@ describe("spark mcp list and the config", { timeout: 120_000 }, () => {
     const json = await runToExit(["mcp", "list", "--json", "--config", cfg], {
       SPARK_HOME: freshDir("home-"),
     });
+    assert.equal(json.code, 1, json.stderr);
     const list = JSON.parse(json.stdout) as { name: string; state: string }[];
     assert.deepEqual(
       list.map((s) => [s.name, s.state]),

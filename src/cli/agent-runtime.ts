@@ -128,6 +128,13 @@ export function withUserConfig(serve: Record<string, unknown>): Record<string, u
 
 /** A line for the user about an MCP server's state (undefined for states not worth a line). */
 export function describeMcpStatus(status: McpServerStatus): string | undefined {
+  if (status.state === "starting") {
+    if (status.turnWentOn)
+      return `MCP server ${status.name} is still starting: this turn goes on without its tools; they join once it is ready`;
+    const seconds = Math.round((status.startingForMs ?? 0) / 1000);
+    // The first report comes after a moment: a server that starts at once is not announced.
+    return seconds < 1 ? undefined : `MCP server ${status.name}: starting… (${seconds} s)`;
+  }
   if (status.state === "ready") {
     return `MCP server ${status.name}: ${status.tools.length} tool${status.tools.length === 1 ? "" : "s"}`;
   }
@@ -404,6 +411,8 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
         transcriptPath: session.path,
       })
     : undefined;
+  // A hook refused for running workspace code is said once, at start (the variants' are the same).
+  for (const line of hooks?.refused ?? []) options.progress(`warning: ${line}`);
   const agent = new Agent({
     socket,
     reconnect: connect,

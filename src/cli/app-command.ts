@@ -67,6 +67,7 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
   const hooks = client.settings.hooks
     ? new HookRunner(client.settings.hooks, { cwd: workspace.root })
     : undefined;
+  for (const line of hooks?.refused ?? []) log(`warning: ${line}`);
   const allowedHosts = app.allowedHosts ?? client.settings.allowedHosts;
   const allowedOrigins = app.allowedOrigins ?? client.settings.allowedOrigins;
   let appServer;

@@ -1,4 +1,8 @@
-/** `spark mcp list`: the configured MCP servers, each started once to show its state and its tools. */
+/**
+ * `spark mcp list`: the configured MCP servers, each started once to show its state and its tools.
+ * A start takes as long as it needs (a first `npx -y` downloads its package), saying `starting…` on
+ * stderr meanwhile. Exit status 1 when an enabled server failed, so a script or CI notices.
+ */
 import { Command } from "commander";
 
 export function mcpCommand(): Command {
@@ -18,19 +22,33 @@ export function mcpCommand(): Command {
       "where stdio servers run unless their cwd says (default: the current directory)",
     )
     .option("--json", "print the servers as one JSON array")
+    .addHelpText(
+      "after",
+      `
+A first start may take minutes (npx -y downloads its package): it says "starting…" on stderr meanwhile.
+Exit status: 0 when every enabled server started, 1 when one failed, 2 for bad settings.`,
+    )
     .exitOverride((error) => process.exit(error.exitCode === 0 ? 0 : 2))
     .action(async (options: { config?: string; cd?: string; json?: boolean }) => {
-      const [{ resolveSettings }, { withUserConfig }, { McpManager }] = await Promise.all([
+      const [{ resolveSettings }, { withUserConfig, describeMcpStatus }, { McpManager }] = await Promise.all([
         import("./config.js"),
         import("./agent-runtime.js"),
         import("../agent/mcp/manager.js"),
       ]);
       const settings = resolveSettings(withUserConfig(options.config ? { config: options.config } : {}));
       const servers = settings.mcpServers ?? {};
-      const manager = new McpManager(servers, { cwd: options.cd ?? process.cwd() });
+      const manager = new McpManager(servers, {
+        cwd: options.cd ?? process.cwd(),
+        onStatus: (status) => {
+          if (status.state !== "starting") return;
+          const line = describeMcpStatus(status);
+          if (line !== undefined) process.stderr.write(`spark: ${line}\n`);
+        },
+      });
       try {
-        await manager.ready();
+        await manager.settled();
         const list = manager.list();
+        if (list.some((server) => server.state === "failed")) process.exitCode = 1;
         if (options.json) {
           process.stdout.write(`${JSON.stringify(list)}\n`);
           return;

@@ -64,7 +64,14 @@ const serverEntry = z.unknown().transform((value, ctx): McpServerConfig => {
 export const MCP_SERVER_NAME = /^[A-Za-z0-9_-]{1,32}$/;
 
 export const mcpServersSchema = z.record(
-  z.string().regex(MCP_SERVER_NAME, "server names are 1-32 letters, digits, '_' or '-'"),
+  z
+    .string()
+    .regex(MCP_SERVER_NAME, "server names are 1-32 letters, digits, '_' or '-'")
+    // Server `a` with tool `b__c` and server `a__b` with tool `c` would both be `mcp__a__b__c`.
+    .refine((name) => !name.includes("__"), {
+      message:
+        "server names must not contain '__': tool names are mcp__SERVER__TOOL, so it would be ambiguous",
+    }),
   serverEntry,
 );
 

@@ -5,10 +5,17 @@
  *
  * Contracts:
  * - Servers start once per session, in the background, on the first `start()` (or `ready()`); the
- *   SDK is imported only then, so a session without servers loads none of it. `ready()` waits
- *   until every server has connected and listed its tools or failed (each bounded by its
- *   `startupTimeoutMs`): the agent waits for it before a turn's first request, never before the
- *   prompt is drawn.
+ *   SDK is imported only then, so a session without servers loads none of it. A start takes as long
+ *   as it needs (a first `npx -y …` downloads its package: minutes), up to `startupTimeoutMs` when
+ *   the config sets one (then it fails), else up to `FIRST_START_LIMIT_MS`; while it lasts the
+ *   server is reported `starting` every few seconds (`startingForMs`).
+ * - `ready()` is what a turn waits for before its first request (never before the prompt is drawn):
+ *   every server ready or failed, or, for one still starting, at most `startupWaitMs` (its
+ *   `startupTimeoutMs`, else 30 s) from its start: then the turn goes on without its tools (the
+ *   user is told once), and they join from the next request once it is ready. `settled()` waits
+ *   for every start to end (`spark mcp list`).
+ * - Tool names are unique across servers (`tool-names.ts`): a name reaches one tool of one server.
+ * - A status is reported once per change (state, tool count, error), never twice for the same.
  * - A server that fails to start, crashes or hangs costs only its own tools: its state says why
  *   (`onStatus` tells the user), and a call of one of its tools fails with that reason as the tool
  *   error the model sees. A call that outlives `toolTimeoutMs` fails and is cancelled.
@@ -18,6 +25,9 @@
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
 import type { McpServerConfig, McpServersConfig } from "./config.js";
+import { toolName, uniqueToolNames } from "./tool-names.js";
+
+export { toolName } from "./tool-names.js";
 
 export type McpServerState = "disabled" | "idle" | "starting" | "ready" | "failed" | "stopped";
 
@@ -30,6 +40,10 @@ export interface McpServerStatus {
   tools: { name: string; tool: string; description: string }[];
   /** Why it failed or stopped. */
   error?: string;
+  /** `starting`: for how long so far. */
+  startingForMs?: number;
+  /** `starting`: a turn stopped waiting for it and went on without its tools. */
+  turnWentOn?: boolean;
 }
 
 export interface McpCallResult {
@@ -55,7 +69,13 @@ export class McpToolError extends Error {
   override readonly name = "McpToolError";
 }
 
-export const DEFAULT_STARTUP_TIMEOUT_MS = 30_000;
+/** How long a turn waits for a server still starting, unless its `startupTimeoutMs` says. */
+export const DEFAULT_STARTUP_WAIT_MS = 30_000;
+/** The longest a start without `startupTimeoutMs` may take (a first `npx -y` downloads a package). */
+export const FIRST_START_LIMIT_MS = 10 * 60_000;
+/** A server still starting is reported after this long, and then every `STARTING_REPORT_MS`. */
+const FIRST_STARTING_REPORT_MS = 5_000;
+const STARTING_REPORT_MS = 15_000;
 export const DEFAULT_TOOL_TIMEOUT_MS = 120_000;
 /** Most characters of a tool's output the model gets. */
 const MAX_OUTPUT_CHARS = 64 * 1024;
@@ -78,14 +98,17 @@ class McpServer {
   #client: Client | undefined;
   #transport: Transport | undefined;
   #started: Promise<void> | undefined;
+  #startedAt = 0;
   #stderr = "";
   #closing = false;
+  #turnWentOn = false;
 
   constructor(
     readonly name: string,
     readonly config: McpServerConfig,
     private readonly cwd: string,
     private readonly onChange: (server: McpServer) => void,
+    private readonly defaultWaitMs: number,
   ) {
     this.state = config.enabled === false ? "disabled" : "idle";
   }
@@ -100,15 +123,62 @@ class McpServer {
     return this.#started;
   }
 
-  async #start(): Promise<void> {
-    this.#set("starting");
-    const timeoutMs = this.config.startupTimeoutMs ?? DEFAULT_STARTUP_TIMEOUT_MS;
+  /** How long a turn waits for this server's start (see the module's contract). */
+  get startupWaitMs(): number {
+    return this.config.startupTimeoutMs ?? this.defaultWaitMs;
+  }
+
+  /**
+   * Resolves when the start has ended, or when a turn has waited `startupWaitMs` since it began
+   * (then the user is told, once, that the turn goes on without this server's tools).
+   */
+  waitForTurn(): Promise<void> {
+    const started = this.start();
+    if (this.state !== "starting") return started;
+    const left = this.#startedAt + this.startupWaitMs - Date.now();
     let timer: NodeJS.Timeout | undefined;
+    const waited = new Promise<void>((resolve) => {
+      timer = setTimeout(
+        () => {
+          if (this.state === "starting" && !this.#turnWentOn) {
+            this.#turnWentOn = true;
+            this.onChange(this);
+          }
+          resolve();
+        },
+        Math.max(0, left),
+      );
+    });
+    return Promise.race([started, waited]).finally(() => clearTimeout(timer));
+  }
+
+  async #start(): Promise<void> {
+    this.#startedAt = Date.now();
+    this.#set("starting");
+    const timeoutMs = this.config.startupTimeoutMs ?? FIRST_START_LIMIT_MS;
+    let timer: NodeJS.Timeout | undefined;
+    // While it starts the user hears of it now and then (a first npx run downloads its package).
+    let report = setTimeout(
+      function again(this: void, server: McpServer) {
+        if (server.state !== "starting" || server.#closing) return;
+        server.onChange(server);
+        report = setTimeout(again, STARTING_REPORT_MS, server).unref();
+      },
+      FIRST_STARTING_REPORT_MS,
+      this,
+    ).unref();
     try {
       const connect = this.#connect(timeoutMs);
       const deadline = new Promise<never>((_, reject) => {
         timer = setTimeout(
-          () => reject(new Error(`did not start within ${timeoutMs} ms (startupTimeoutMs)`)),
+          () =>
+            reject(
+              new Error(
+                this.config.startupTimeoutMs === undefined
+                  ? `did not start within ${timeoutMs / 60_000} minutes`
+                  : `did not start within ${timeoutMs} ms (startupTimeoutMs)`,
+              ),
+            ),
           timeoutMs,
         );
       });
@@ -127,6 +197,7 @@ class McpServer {
       void this.#shutdown();
     } finally {
       clearTimeout(timer);
+      clearTimeout(report);
     }
   }
 
@@ -257,6 +328,9 @@ class McpServer {
       trusted: this.config.trusted === true,
       tools: this.tools.map((t) => ({ name: t.name, tool: t.tool, description: t.description })),
       ...(this.error === undefined ? {} : { error: this.error }),
+      ...(this.state === "starting"
+        ? { startingForMs: Date.now() - this.#startedAt, ...(this.#turnWentOn ? { turnWentOn: true } : {}) }
+        : {}),
     };
   }
 
@@ -300,11 +374,6 @@ class McpServer {
     const tail = this.#stderr.trim().split("\n").slice(-3).join(" | ");
     return tail ? `${message} (stderr: ${tail.slice(-500)})` : message;
   }
-}
-
-/** `mcp__SERVER__TOOL`, within the 64 characters of `[A-Za-z0-9_-]` a function name may have. */
-export function toolName(server: string, tool: string): string {
-  return `mcp__${server}__${tool.replace(/[^A-Za-z0-9_-]/g, "_")}`.slice(0, 64);
 }
 
 /** A result's image parts (`{type: "image", data, mimeType}`); a part without base64 data is left out. */
@@ -367,18 +436,47 @@ export interface McpManagerOptions {
   cwd: string;
   /** A server's state changed (starting, ready, failed): the user is told. */
   onStatus?: (status: McpServerStatus) => void;
+  /** How long a turn waits for a server without `startupTimeoutMs` (default 30 s). */
+  startupWaitMs?: number;
 }
 
 /** The MCP tools seam of the agent (see tools.ts `ToolContext.mcp`). */
 export class McpManager {
   readonly #servers: McpServer[];
   #starting: Promise<void> | undefined;
+  /** What was last reported of each server, so that no status is reported twice. */
+  readonly #reported = new Map<string, string>();
 
   constructor(config: McpServersConfig, options: McpManagerOptions) {
     this.#servers = Object.entries(config).map(
       ([name, entry]) =>
-        new McpServer(name, entry, options.cwd, (server) => options.onStatus?.(server.status())),
+        new McpServer(
+          name,
+          entry,
+          options.cwd,
+          (server) => {
+            this.#assignNames();
+            const status = server.status();
+            const key =
+              status.state === "starting"
+                ? `starting ${status.startingForMs ?? 0} ${status.turnWentOn === true}`
+                : `${status.state} ${status.tools.length} ${status.error ?? ""}`;
+            if (this.#reported.get(server.name) === key) return;
+            this.#reported.set(server.name, key);
+            options.onStatus?.(status);
+          },
+          options.startupWaitMs ?? DEFAULT_STARTUP_WAIT_MS,
+        ),
     );
+  }
+
+  /** Gives every ready server's tools a name no other tool has (see tool-names.ts). */
+  #assignNames(): void {
+    const entries = this.#servers.flatMap((server) =>
+      server.state === "ready" ? server.tools.map((entry) => ({ server: server.name, entry })) : [],
+    );
+    const names = uniqueToolNames(entries.map(({ server, entry }) => ({ server, tool: entry.tool })));
+    entries.forEach(({ entry }, i) => (entry.name = names[i]!));
   }
 
   /** Whether any server is configured and enabled. */
@@ -391,8 +489,17 @@ export class McpManager {
     this.#starting ??= Promise.all(this.#servers.map((server) => server.start())).then(() => {});
   }
 
-  /** Resolves when every server is ready or has failed. */
+  /**
+   * What a turn waits for: every server ready or failed, or still starting past its wait (the turn
+   * goes on without its tools; they join once it is ready).
+   */
   ready(): Promise<void> {
+    this.start();
+    return Promise.all(this.#servers.map((server) => server.waitForTurn())).then(() => {});
+  }
+
+  /** Resolves when every server's start has ended: ready or failed (`spark mcp list`). */
+  settled(): Promise<void> {
     this.start();
     return this.#starting!;
   }
@@ -460,6 +567,7 @@ export class McpManager {
     if (server.state !== "ready") throw new McpToolError(server.unavailable());
     const entry = server.tools.find((tool) => tool.name === name);
     if (!entry) {
+      this.#assignNames();
       const names = server.tools.map((tool) => tool.name).join(", ");
       throw new McpToolError(
         `MCP server "${server.name}" has no tool ${name}; its tools: ${names || "none"}`,
@@ -474,7 +582,12 @@ export class McpManager {
 
   #find(name: string): McpServer | undefined {
     if (!name.startsWith("mcp__")) return undefined;
-    // The longest matching name wins (`a` and `a__b` are both possible server names).
+    // A ready server's tool by its exact (unique) name; else the server the name's prefix names.
+    const exact = this.#servers.find(
+      (server) => server.state === "ready" && server.tools.some((tool) => tool.name === name),
+    );
+    if (exact) return exact;
+    // The longest matching name wins (`a` and `a_` are both possible server names).
     let found: McpServer | undefined;
     for (const server of this.#servers) {
       if (name.startsWith(`mcp__${server.name}__`) && (!found || server.name.length > found.name.length)) {
