@@ -411,7 +411,11 @@ describe("spark app in a browser", { timeout: 180_000 }, () => {
   });
 });
 
-describe("variants in the app", { timeout: 120_000 }, () => {
+// Its waits are all conditions (a card's pick button, the chosen card, the state label, a reply):
+// three full agent runs (each a workspace copy, a socket, a turn) behind a browser and an app
+// started cold. It took 12 s here (load ~17, warm caches); a fresh clone's CI at load ~5 passed every
+// wait but was cancelled at the former 120 s, so its budget is the children's (CHILD_SAFETY_MS).
+describe("variants in the app", { timeout: CHILD_SAFETY_MS }, () => {
   test("N variants side by side as cards, and the conversation continues from the picked one", async () => {
     const lines = script("variants.jsonl", [message("VARIANT answer."), message("AFTER choosing.")]);
     const app = await startApp({ args: ["--engine", "script", "--script", lines, "--rate", "200"] });
