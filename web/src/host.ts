@@ -65,10 +65,26 @@ export function toEditor(message: ToEditor): void {
   vscode?.postMessage(message);
 }
 
-/** Messages from the extension (none in a browser). */
+/**
+ * Whether a `message` event comes from the extension. VS Code delivers the extension's messages from
+ * the webview's host frame, with this page's own origin (`postMessage(message, window.origin)`; the
+ * page and its host frame share one origin, and VS Code deletes `window.parent` from the page, so
+ * the origin is what can be checked). A frame inside the pane never has that origin: a variant's
+ * preview is served from another origin and sandboxed without `allow-same-origin` (origin "null").
+ * Its messages, and any child frame's, are ignored whatever they say: a framed page must never ask,
+ * apply or discard on the user's behalf.
+ */
+export function fromExtension(event: MessageEvent<unknown>): boolean {
+  if (event.origin !== window.origin || event.source === window) return false;
+  for (let i = 0; i < window.frames.length; i++) if (event.source === window.frames[i]) return false;
+  return true;
+}
+
+/** Messages from the extension (none in a browser), and from nothing else (`fromExtension`). */
 export function onEditor(handler: (message: FromEditor) => void): void {
   if (!vscode) return;
   window.addEventListener("message", (event: MessageEvent<unknown>) => {
+    if (!fromExtension(event)) return;
     const data = event.data as { type?: unknown } | null;
     if (data && typeof data === "object" && typeof data.type === "string") handler(data as FromEditor);
   });

@@ -5,6 +5,9 @@
  * with the app's URL, loads the front end (web/dist's app.js and app.css) from the app itself, so
  * the pane always runs the front end of the app it talks to. `window.sparkHost` tells the front end
  * where the app is and hands it the page's one `acquireVsCodeApi()` (see web/src/host.ts).
+ * Both this page's listener and the front end's obey only messages with the page's own origin, which
+ * VS Code's host frame delivers the extension's with: a framed page (a variant's preview) cannot
+ * drive the pane (see `fromExtension` in web/src/host.ts).
  */
 import { randomBytes } from "node:crypto";
 
@@ -53,6 +56,10 @@ export function paneHtml(appOrigin: string | undefined): string {
         const api = acquireVsCodeApi();
         let loaded = false;
         window.addEventListener("message", (event) => {
+          // Only the extension's messages, which VS Code's host frame delivers with this page's own
+          // origin; never a child frame's (a variant's preview: another origin, or "null").
+          if (event.origin !== window.origin || event.source === window) return;
+          for (let i = 0; i < window.frames.length; i++) if (event.source === window.frames[i]) return;
           const message = event.data;
           if (!message || typeof message !== "object") return;
           if (message.type === "failed") {
