@@ -41,6 +41,7 @@ const sparkOwnData = [
   "src/agent/variants/runner.ts", // the empty folder of Spark's own variant worktrees
   "src/app/app-server.ts", // the bundled front end (web/dist)
   "src/app/task-manager.ts", // the data directory's task files
+  "src/app/data-folders.ts", // the app's folders in the data directory, made ready at start
   "src/cli/setup-command.ts", // the user's own ~/.codex config, which no model or repository names
 ];
 // Callers still being moved onto the confined layer (issue 30); this list only shrinks.

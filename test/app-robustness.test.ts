@@ -6,12 +6,21 @@
  * - `delegate` and the browser's background button are bounded (queued, then refused readably),
  *   and a changed task is sent as itself, not as the whole list again;
  * - bad saved files (null, missing fields, a FIFO, bad lines) are skipped and reported, not fatal;
- * - a removed or unusable sessions directory fails the task, not the app;
+ * - a removed or unusable sessions directory fails the task, not the app; a file where a data
+ *   folder belongs at start is moved aside (and said), not fatal;
  * - a task deleted while it streams or runs a command writes nothing again.
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { appendFileSync, existsSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import {
+  appendFileSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import { setImmediate as nextTurn, setTimeout as sleep } from "node:timers/promises";
 import { after, describe, test } from "node:test";
@@ -327,6 +336,42 @@ describe("the app under faults and floods", { timeout: 600_000 }, () => {
     assert.equal(second.child.exitCode, null);
     client.close();
     assert.equal(await stop(second), 0, second.stderr().slice(-2000));
+  });
+
+  test("a file where the app's data folders belong is moved aside and said; the app starts and saves tasks", async () => {
+    const dataDir = freshDir("data-");
+    mkdirSync(join(dataDir, "app"));
+    writeFileSync(join(dataDir, "app", "tasks"), "TASKS-WAS-A-FILE");
+    writeFileSync(join(dataDir, "sessions"), "SESSIONS-WAS-A-FILE");
+    const app = await startApp(
+      ["--engine", "script", "--script", script("aside.jsonl", [message("SAVED")])],
+      {
+        dataDir,
+      },
+    );
+    // Said on stderr (which may arrive after the first line on stdout).
+    for (const name of ["tasks", "sessions"]) {
+      const said = new RegExp(`/${name} was a file, not a folder: moved aside to .*${name}\\.not-a-folder-`);
+      await until(() => said.test(app.stderr()), `stderr to say that ${name} was moved aside`);
+    }
+    // Nothing lost: the files are beside the new folders, as they were.
+    const aside = (dir: string, name: string): string => {
+      const found = readdirSync(dir).find((n) => n.startsWith(`${name}.not-a-folder-`));
+      assert.ok(found, `${name} moved aside in ${dir}`);
+      return readFileSync(join(dir, found), "utf8");
+    };
+    assert.equal(aside(join(dataDir, "app"), "tasks"), "TASKS-WAS-A-FILE");
+    assert.equal(aside(dataDir, "sessions"), "SESSIONS-WAS-A-FILE");
+    // The page is told too, and a task runs and is saved in the new folders.
+    const client = await RobustnessClient.connect(app.url);
+    const said = await client.next((m) => m.type === "error" && m.code === "data_moved_aside");
+    assert.match(said.type === "error" ? said.message : "", /app\/tasks was a file, not a folder/);
+    const task = await client.create("spark", "hello");
+    await client.waitForState(task, ["done"]);
+    assert.ok(existsSync(join(dataDir, "app", "tasks", `${task}.json`)));
+    assert.equal(readdirSync(join(dataDir, "sessions")).length, 1);
+    client.close();
+    assert.equal(await stop(app), 0, app.stderr().slice(-2000));
   });
 
   test("a removed sessions directory is recreated; an unusable one fails the task, not the app", async () => {

@@ -512,6 +512,9 @@ export class AppServer {
           `${problems.length === 1 ? "was" : "were"} skipped: ${problems.join("; ").slice(0, 2000)}`,
       });
     }
+    // Something of the wrong kind stood where the app's data folders belong: moved aside, said.
+    if (owner === undefined && this.tasks.movedAside.length > 0)
+      reply({ type: "error", code: "data_moved_aside", message: this.tasks.movedAside.join("; ") });
     ws.on("message", (data, isBinary) => {
       if (isBinary) return reply({ type: "error", code: "invalid_frame", message: "frames are JSON text" });
       let json: unknown;

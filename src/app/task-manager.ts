@@ -8,13 +8,14 @@
  * one task, a new one is refused with an error the model can read. An owner keeps at most
  * MAX_TASKS tasks. Browsers hear of a changed task as that one task (`task.updated`), not the list.
  */
-import { mkdirSync, readdirSync } from "node:fs";
-import { join } from "node:path";
+import { readdirSync } from "node:fs";
+import { join, relative } from "node:path";
 import { ToolError } from "../agent/workspace.js";
 import { CheckpointError } from "../agent/checkpoints/checkpoints.js";
 import type { ClientMessage, ServerMessage, TaskState, TaskSummary } from "./protocol.js";
 import { Task, type TaskContext } from "./task.js";
 import { WorkspaceFiles } from "./workspace-files.js";
+import { prepareFolder } from "./data-folders.js";
 import { pruneTaskWorkspaces } from "../agent/worktree/task-workspace.js";
 import { MAX_VARIANTS, MIN_VARIANTS } from "../agent/variants/runner.js";
 
@@ -55,8 +56,17 @@ export class TaskManager {
       delegate: async (parent, text) => this.#background(text, parent.id, parent.owner).summary,
       changed: (task) => this.#changed(task),
     };
-    const dir = Task.directory(context.dataDir);
-    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    // Something of the wrong kind where the folders belong is moved aside (and said), not fatal.
+    const movedAside = (problem: string): void => {
+      this.movedAside.push(problem);
+      process.stderr.write(`spark app: ${problem}\n`);
+    };
+    const dir = prepareFolder(
+      context.dataDir,
+      relative(context.dataDir, Task.directory(context.dataDir)),
+      movedAside,
+    );
+    prepareFolder(context.dataDir, "sessions", movedAside);
     const saved = new Set<string>();
     // One bad file costs its task, not the app: what cannot be read is skipped and reported.
     for (const name of readdirSync(dir)) {
@@ -86,6 +96,9 @@ export class TaskManager {
       },
     );
   }
+
+  /** What stood where the app's data folders belong and was moved aside at start (data-folders.ts). */
+  readonly movedAside: string[] = [];
 
   /** The ids of the stale task workspaces removed at start (once pruning is done). */
   readonly pruned: Promise<string[]>;
