@@ -5,7 +5,7 @@
 import type { EnginePart, EngineRequest, FinishReason, Usage } from "../engine/types.js";
 import { chatCompletionSchema, type ChatCompletionBody } from "../protocol/chat.js";
 import { carriesImage } from "../engine/types.js";
-import { itemsFromChatMessages, predictionText, toolChoiceFrom, toolsFromChat } from "./conversation.js";
+import { itemsFromChatMessages, predictionText } from "./conversation.js";
 import type { Admission, Ticket } from "./admission.js";
 import { observeGeneration } from "./generation.js";
 import { newId } from "./ids.js";
@@ -13,6 +13,7 @@ import { anonymousPrincipal, type Principal } from "./keys.js";
 import type { Metrics } from "./metrics.js";
 import { applySampling, type ModelRegistry, type ResolvedModel } from "./model-registry.js";
 import { predictionOverlap } from "./prediction.js";
+import { applyFeatures, chatFeatures } from "./request-features.js";
 import { validateBody } from "./validate.js";
 
 export interface PreparedChat {
@@ -59,7 +60,8 @@ export class ChatCompletionsService {
     const acceptedAt = performance.now();
     const body = validateBody(chatCompletionSchema, raw);
     const items = itemsFromChatMessages(body.messages);
-    const tools = toolsFromChat(body.tools);
+    const features = chatFeatures(body);
+    const { tools } = features;
     const prediction = predictionText(body.prediction);
     const maxTokens = body.max_completion_tokens ?? body.max_tokens;
     const resolved = this.models.resolve(
@@ -77,9 +79,10 @@ export class ChatCompletionsService {
       model: resolved.engineModel,
       items,
       tools,
-      toolChoice: toolChoiceFrom(body.tool_choice),
+      toolChoice: features.toolChoice,
       parallelToolCalls: body.parallel_tool_calls ?? true,
     };
+    applyFeatures(request, resolved.entry.engine, features);
     applySampling(request, resolved.entry.defaults, {
       maxOutputTokens: maxTokens,
       temperature: body.temperature,

@@ -4,7 +4,7 @@
  */
 import type { ChatCompletionBody, ChatMessage } from "../protocol/chat.js";
 import type { InputItem, ResponseCreateBody } from "../protocol/responses.js";
-import type { ContentPart, ConversationItem, ImagePart, ToolChoice, ToolSpec } from "../engine/types.js";
+import type { ContentPart, ConversationItem, ImagePart, ToolSpec } from "../engine/types.js";
 import { SparkError } from "../protocol/errors.js";
 
 type Part = {
@@ -162,16 +162,6 @@ export function toolsFromResponses(tools: ResponseCreateBody["tools"]): ToolSpec
     specs.push(spec);
   }
   return specs;
-}
-
-export function toolChoiceFrom(choice: unknown): ToolChoice {
-  if (choice === "none" || choice === "required" || choice === "auto") return choice;
-  if (choice && typeof choice === "object") {
-    const named = choice as { name?: unknown; function?: { name?: unknown } };
-    const name = typeof named.name === "string" ? named.name : named.function?.name;
-    if (typeof name === "string") return { name };
-  }
-  return "auto";
 }
 
 export function itemsFromChatMessages(messages: readonly ChatMessage[]): ConversationItem[] {

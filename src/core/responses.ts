@@ -17,13 +17,7 @@ import {
   type ResponseUsage,
 } from "../protocol/responses.js";
 import { carriesImage } from "../engine/types.js";
-import {
-  itemsFromResponsesInput,
-  predictionText,
-  toolChoiceFrom,
-  toolsFromResponses,
-  unavailableTools,
-} from "./conversation.js";
+import { itemsFromResponsesInput, predictionText, unavailableTools } from "./conversation.js";
 import {
   compactConversation,
   conversationText,
@@ -47,6 +41,7 @@ import {
   type StoredItem,
   type StoredResponse,
 } from "./response-store.js";
+import { applyFeatures, responsesFeatures } from "./request-features.js";
 import { validateBody } from "./validate.js";
 
 /** Context size assumed for the default compaction threshold when the engine does not report one. */
@@ -170,7 +165,8 @@ export class ResponsesService {
     if (context.prefix) items.push(...context.prefix);
     items.push(...itemsFromResponsesInput(input, undefined));
 
-    const tools = toolsFromResponses(body.tools);
+    const features = responsesFeatures(body);
+    const { tools } = features;
     const prediction = predictionText(body.prediction);
     const model = this.models.resolve(
       body.model ?? this.defaultModel,
@@ -186,9 +182,10 @@ export class ResponsesService {
       model: model.engineModel,
       items,
       tools,
-      toolChoice: toolChoiceFrom(body.tool_choice),
+      toolChoice: features.toolChoice,
       parallelToolCalls: body.parallel_tool_calls ?? true,
     };
+    applyFeatures(request, model.entry.engine, features);
     if (prediction !== undefined) request.prediction = prediction;
     if (body.speculation?.input_lookup != null)
       request.speculation = { inputLookup: body.speculation.input_lookup };

@@ -57,9 +57,47 @@ export interface ToolSpec {
   parameters?: Record<string, unknown>;
   /** Freeform input format (grammar or text), for `custom` tools. Informational. */
   format?: Record<string, unknown>;
+  /**
+   * The client asked for arguments that always match `parameters` (`strict: true`): an engine that
+   * constrains decoding refuses a schema it cannot enforce (400 `invalid_json_schema`) instead of
+   * enforcing part of it. Otherwise the schema is followed as far as the engine can.
+   */
+  strict?: boolean;
+  /** Where the client sent this tool (`tools[2]`), for errors that name it. */
+  param?: string;
 }
 
-export type ToolChoice = "auto" | "none" | "required" | { name: string };
+/**
+ * `required`: at least one call; `{name}`: a call to that tool; `none`: no call. `allowed` (Responses'
+ * `allowed_tools`) narrows the tools the model may call this turn to those names, with `mode`
+ * `auto` or `required`; the others stay in the prompt.
+ */
+export type ToolChoice =
+  "auto" | "none" | "required" | { name: string } | { allowed: readonly string[]; mode: "auto" | "required" };
+
+/**
+ * Structured output: the answer's text is a JSON value (`json_object`: an object) or valid against
+ * `schema`. `param` is where the client put it (`response_format`, `text.format`), for errors.
+ */
+export type ResponseFormat =
+  | { type: "json_object"; param: string }
+  | {
+      type: "json_schema";
+      name: string;
+      description?: string;
+      schema: Record<string, unknown>;
+      strict: boolean;
+      param: string;
+    };
+
+/** A token of the output with its log probability, and the most likely alternatives at its place. */
+export interface TokenLogprob {
+  token: string;
+  logprob: number;
+  /** The token's UTF-8 bytes (a token may hold part of a character). */
+  bytes: number[];
+  top: { token: string; logprob: number; bytes: number[] }[];
+}
 
 export interface EngineRequest {
   /** The model id as the engine knows it (already resolved from aliases). */
@@ -93,6 +131,14 @@ export interface EngineRequest {
    * continuing a prompt needs no FIM tokens.
    */
   fim?: FimInput;
+  /** Structured output for the answer's text (tool calls are constrained by their own schemas). */
+  responseFormat?: ResponseFormat;
+  /**
+   * Report each output text token's log probability with its `top` (0-20) likeliest alternatives
+   * (`TokenLogprob` on `text-delta` parts). `param` names the request's parameter, for an engine
+   * that cannot report them exactly in this request and refuses it (400) in `validateRequest`.
+   */
+  logprobs?: { top: number; param: string };
 }
 
 export interface FimInput {
@@ -129,7 +175,7 @@ export type FinishReason = "stop" | "length" | "tool_calls" | "cancelled";
 
 export type EnginePart =
   | { type: "text-start"; id: string }
-  | { type: "text-delta"; id: string; delta: string }
+  | { type: "text-delta"; id: string; delta: string; logprobs?: readonly TokenLogprob[] }
   | { type: "text-end"; id: string }
   | { type: "tool-call-start"; id: string; kind: ToolKind; name: string; callId: string }
   | { type: "tool-call-delta"; id: string; delta: string }
@@ -147,6 +193,10 @@ export interface EngineCapabilities {
   fim?: boolean;
   /** Its models see images (`ConversationItem.parts`). A model entry's `vision` setting overrides it. */
   vision?: boolean;
+  /** Serves `EngineRequest.responseFormat` (without it the core refuses structured output with a 400). */
+  structuredOutputs?: boolean;
+  /** Serves `EngineRequest.logprobs`, at least in some requests (see `validateRequest`). */
+  logprobs?: boolean;
 }
 
 export interface EngineModel {
@@ -181,5 +231,28 @@ export interface Engine {
    */
   validateRequest?(request: EngineRequest): void;
   stream(request: EngineRequest, signal: AbortSignal): AsyncIterable<EnginePart>;
+  /**
+   * Optional: the input tokens `request` would cost, by the model's tokenizer with the chat template,
+   * tool definitions and instructions it would be rendered with (`POST /v1/responses/input_tokens`).
+   * Engines without it cannot count exactly; the core answers such a request with a 400.
+   */
+  countInputTokens?(request: EngineRequest, signal: AbortSignal): Promise<number>;
+  /** Optional: embedding vectors (`POST /v1/embeddings`); without it the route answers 400. */
+  embed?(request: EmbeddingRequest, signal: AbortSignal): Promise<EmbeddingResult>;
   close(): Promise<void>;
+}
+
+/** `POST /v1/embeddings`, normalized: each input a text or a list of token ids. */
+export interface EmbeddingRequest {
+  /** The model id as the engine knows it (resolved). */
+  model: string;
+  inputs: readonly (string | readonly number[])[];
+  /** Requested vector length; engines refuse it (400 naming `dimensions`) unless they can honour it. */
+  dimensions?: number;
+}
+
+export interface EmbeddingResult {
+  vectors: number[][];
+  /** Input tokens read. */
+  inputTokens: number;
 }

@@ -49,13 +49,11 @@ export const chatCompletionSchema = z.looseObject({
   model: z.string().min(1).optional(),
   messages: z.array(chatMessage).min(1),
   tools: z.array(chatTool).nullish(),
-  tool_choice: z
-    .union([
-      z.enum(["auto", "none", "required"]),
-      z.looseObject({ type: z.literal("function"), function: z.looseObject({ name: z.string() }) }),
-    ])
-    .nullish(),
+  /** Checked against the tools in `core/tool-choice.ts`. */
+  tool_choice: z.union([z.enum(["auto", "none", "required"]), z.looseObject({ type: z.string() })]).nullish(),
   parallel_tool_calls: z.boolean().nullish(),
+  /** Checked and normalized in `core/structured-output.ts`. */
+  response_format: z.unknown().optional(),
   max_tokens: z.number().int().positive().nullish(),
   max_completion_tokens: z.number().int().positive().nullish(),
   temperature: z.number().min(0).max(2).nullish(),
