@@ -7,14 +7,35 @@
  * \`maxTokens\` and at the context (\`length\`); an abort of \`signal\` (or a consumer that stops
  * reading) stops decoding at the next token (\`cancelled\`). When it returns, nothing is decoding on
  * the sequence any more (a token decoded ahead has been undone), so the caller may hand it on.
+ *
+ * Tool choice and structured output (`EngineRequest.toolChoice`, `responseFormat`):
+ * - a call that must be made (`required`, a named tool) is forced through the slot's
+ *   `ForcingChatWrapper` (`forced-calls.ts`): the answer starts in function-calling mode, so the
+ *   name and arguments are grammar-constrained; `parallelToolCalls: false` allows one call;
+ * - a `grammar` (the response format's) constrains the text: without callable tools the whole answer
+ *   is generated under it; with callable tools the model first answers freely with its functions
+ *   (`LlamaChat` cannot hold both), and the first text it starts (rather than a call) ends that
+ *   attempt unseen; the answer is then generated again under the grammar, without functions. That is
+ *   llama-server's lazy grammar turned around: the model chooses between a call and a message, and a
+ *   message it chooses is constrained from its first token.
  */
 import { randomBytes } from "node:crypto";
-import type { LlamaChat, LlamaContextSequence, TokenBias } from "node-llama-cpp";
+import type {
+  ChatModelFunctions,
+  LlamaChat,
+  LlamaChatResponseFunctionCallParamsChunk,
+  LlamaContextSequence,
+  LlamaGrammar,
+  Token,
+  TokenBias,
+} from "node-llama-cpp";
+import { callRequired } from "../../engine/tool-choice.js";
 import type { EnginePart, EngineRequest, FinishReason } from "../../engine/types.js";
 import { SparkError } from "../../protocol/errors.js";
 import { AsyncQueue } from "./async-queue.js";
 import { toChatFunctions, toChatHistory } from "./chat-history.js";
 import type { AheadSequence } from "./decode-ahead.js";
+import type { CallForcing } from "./forced-calls.js";
 
 export interface ChatGeneration {
   chat: LlamaChat;
@@ -31,11 +52,47 @@ export interface ChatGeneration {
   signal: AbortSignal;
   tokenBias?: TokenBias;
   onCancel?: (info: { tokensAfterAbort: number }) => void;
+  /** The response format's grammar, if the request has one. */
+  grammar?: LlamaGrammar;
+  /** The forcing switch of `chat`'s wrapper (see `forced-calls.ts`). */
+  forcing: CallForcing;
 }
 
 export async function* generateChat(run: ChatGeneration): AsyncGenerator<EnginePart> {
+  const { request, grammar } = run;
+  const functions = toChatFunctions(request.tools, request.toolChoice);
+  if (!functions) {
+    yield* attempt(run, grammar ? { grammar } : {});
+    return;
+  }
+  if (callRequired(request.toolChoice) || !grammar) {
+    yield* attempt(run, { functions, force: callRequired(request.toolChoice) });
+    return;
+  }
+  const first = { functions, stopAtText: true };
+  for await (const part of attempt(run, first)) {
+    if (part.type === "finish" && first.stopAtText && stoppedAtText.has(first)) break;
+    yield part;
+  }
+  if (stoppedAtText.has(first)) yield* attempt(run, { grammar });
+}
+
+interface Attempt {
+  functions?: ChatModelFunctions;
+  /** Start the answer with a call (`functions` must be set). */
+  force?: boolean;
+  grammar?: LlamaGrammar;
+  /** End the attempt, emitting nothing of it, when the model starts text rather than a call. */
+  stopAtText?: boolean;
+}
+
+/** Attempts that ended because the model started text (`Attempt.stopAtText`). */
+const stoppedAtText = new WeakSet<Attempt>();
+
+async function* attempt(run: ChatGeneration, mode: Attempt): AsyncGenerator<EnginePart> {
   const { chat, sequence, ahead, request, contextSize, maxTokens, promptTokens, reusedTokens, signal } = run;
   const { tokenBias, onCancel } = run;
+  const { functions, grammar } = mode;
   // Owned here so that a consumer that stops reading also stops decoding.
   const local = new AbortController();
   const onAbort = (): void => local.abort(signal.reason);
@@ -48,66 +105,92 @@ export async function* generateChat(run: ChatGeneration): AsyncGenerator<EngineP
   let contextFull = false;
   let textOpen = false;
   let textCount = 0;
-  const calls = new Map<number, { id: string; custom: boolean; params: string }>();
+  const calls = new Map<number, { id: string; custom: boolean; params: string; held: string }>();
   const closeText = (): void => {
     if (textOpen) queue.push({ type: "text-end", id: `text_${textCount}` });
     textOpen = false;
   };
-  const functions = toChatFunctions(request.tools, request.toolChoice);
   const customTools = new Set(request.tools.filter((t) => t.kind === "custom").map((t) => t.name));
   ahead.begin(maxTokens, local.signal);
+  run.forcing.force = mode.force === true;
 
-  const generation = chat
-    .generateResponse(toChatHistory(request.items), {
-      ...(functions ? { functions } : {}),
-      signal: local.signal,
-      stopOnAbortSignal: true,
-      maxTokens,
-      repeatPenalty: false,
-      temperature: request.temperature ?? 0,
-      ...(request.topP !== undefined ? { topP: request.topP } : {}),
-      ...(tokenBias ? { tokenBias } : {}),
-      onToken: (tokens) => {
-        outputTokens += tokens.length;
-        if (local.signal.aborted) tokensAfterAbort += tokens.length;
-        else if (sequence.nextTokenIndex >= contextSize - 1 && outputTokens < maxTokens) {
-          contextFull = true;
-          local.abort("context_full");
-        }
-      },
-      onTextChunk: (text) => {
-        if (!textOpen) {
-          textOpen = true;
-          textCount++;
-          queue.push({ type: "text-start", id: `text_${textCount}` });
-        }
-        queue.push({ type: "text-delta", id: `text_${textCount}`, delta: text });
-      },
-      onFunctionCallParamsChunk: (chunk) => {
-        let call = calls.get(chunk.callIndex);
-        if (!call) {
-          closeText();
-          call = { id: `call_${chunk.callIndex}`, custom: customTools.has(chunk.functionName), params: "" };
-          calls.set(chunk.callIndex, call);
-          queue.push({
-            type: "tool-call-start",
-            id: call.id,
-            kind: call.custom ? "custom" : "function",
-            name: chunk.functionName,
-            callId: `call_${randomSuffix()}`,
-          });
-        }
-        call.params += chunk.paramsChunk;
-        // Custom tools take raw text: their JSON wrapper is decoded once complete.
-        if (!call.custom && chunk.paramsChunk)
-          queue.push({ type: "tool-call-delta", id: call.id, delta: chunk.paramsChunk });
-        if (chunk.done) {
-          if (call.custom)
-            queue.push({ type: "tool-call-delta", id: call.id, delta: customInput(call.params) });
-          queue.push({ type: "tool-call-end", id: call.id });
-        }
-      },
-    })
+  // Arguments as they arrive, less trailing whitespace (the grammar ends parameters with newlines):
+  // whitespace is held back until something follows it.
+  const onFunctionCallParamsChunk = (chunk: LlamaChatResponseFunctionCallParamsChunk): void => {
+    let call = calls.get(chunk.callIndex);
+    if (!call) {
+      closeText();
+      call = {
+        id: `call_${chunk.callIndex}`,
+        custom: customTools.has(chunk.functionName),
+        params: "",
+        held: "",
+      };
+      calls.set(chunk.callIndex, call);
+      queue.push({
+        type: "tool-call-start",
+        id: call.id,
+        kind: call.custom ? "custom" : "function",
+        name: chunk.functionName,
+        callId: `call_${randomSuffix()}`,
+      });
+    }
+    call.params += chunk.paramsChunk;
+    // Custom tools take raw text: their JSON wrapper is decoded once complete.
+    if (!call.custom && chunk.paramsChunk) {
+      if (chunk.paramsChunk.trim() === "") call.held += chunk.paramsChunk;
+      else {
+        queue.push({ type: "tool-call-delta", id: call.id, delta: call.held + chunk.paramsChunk });
+        call.held = "";
+      }
+    }
+    if (chunk.done) {
+      if (call.custom) queue.push({ type: "tool-call-delta", id: call.id, delta: customInput(call.params) });
+      queue.push({ type: "tool-call-end", id: call.id });
+    }
+  };
+  const options = {
+    signal: local.signal,
+    stopOnAbortSignal: true,
+    maxTokens,
+    repeatPenalty: false as const,
+    temperature: request.temperature ?? 0,
+    ...(request.topP !== undefined ? { topP: request.topP } : {}),
+    ...(tokenBias ? { tokenBias } : {}),
+    onToken: (tokens: Token[]) => {
+      outputTokens += tokens.length;
+      if (local.signal.aborted) tokensAfterAbort += tokens.length;
+      else if (sequence.nextTokenIndex >= contextSize - 1 && outputTokens < maxTokens) {
+        contextFull = true;
+        local.abort("context_full");
+      }
+    },
+    onTextChunk: (text: string) => {
+      if (mode.stopAtText && calls.size === 0) {
+        if (text.trim() === "" || local.signal.aborted) return;
+        stoppedAtText.add(mode);
+        local.abort("text");
+        return;
+      }
+      if (!textOpen) {
+        textOpen = true;
+        textCount++;
+        queue.push({ type: "text-start", id: `text_${textCount}` });
+      }
+      queue.push({ type: "text-delta", id: `text_${textCount}`, delta: text });
+    },
+  };
+  const history = toChatHistory(request.items);
+  const generation = (
+    functions
+      ? chat.generateResponse(history, {
+          ...options,
+          functions,
+          onFunctionCallParamsChunk,
+          ...(request.parallelToolCalls ? {} : { maxParallelFunctionCalls: 1 }),
+        })
+      : chat.generateResponse(history, { ...options, ...(grammar ? { grammar } : {}) })
+  )
     .then((result) => {
       closeText();
       const stop = result.metadata.stopReason;
@@ -150,7 +233,10 @@ export async function* generateChat(run: ChatGeneration): AsyncGenerator<EngineP
         );
     })
     // The sequence is free once no token is being decoded ahead on it.
-    .finally(() => ahead.settle())
+    .finally(() => {
+      run.forcing.force = false;
+      return ahead.settle();
+    })
     .catch(() => {});
   try {
     yield* queue.drain();

@@ -8,7 +8,9 @@ import type {
   ChatModelFunctions,
   ChatModelResponse,
 } from "node-llama-cpp";
+import { callableTools } from "../../engine/tool-choice.js";
 import type { ConversationItem, ToolChoice, ToolSpec } from "../../engine/types.js";
+import { enforceableSchema } from "./json-schema-grammar.js";
 
 export function toChatHistory(items: readonly ConversationItem[]): ChatHistoryItem[] {
   const results = new Map<string, string>();
@@ -53,21 +55,32 @@ function parseArguments(text: string): unknown {
   }
 }
 
+/**
+ * The functions the model may call under `choice` (all, the named one, the allowed ones, none), in
+ * node-llama-cpp's shape. A strict tool's schema is enforced exactly or refused (a 400 naming it,
+ * see `json-schema-grammar.ts`); other tools' schemas are followed as far as the grammar can.
+ */
 export function toChatFunctions(
   tools: readonly ToolSpec[],
   choice: ToolChoice,
 ): ChatModelFunctions | undefined {
-  if (choice === "none" || tools.length === 0) return undefined;
-  const selected = typeof choice === "object" ? tools.filter((t) => t.name === choice.name) : tools;
+  const selected = callableTools(tools, choice);
+  if (selected.length === 0) return undefined;
   const functions: Record<string, { description?: string; params?: object }> = {};
   for (const tool of selected) {
     const params =
       tool.kind === "custom"
         ? { type: "object", properties: { input: { type: "string" } }, required: ["input"] }
-        : sanitizeSchema(tool.parameters ?? { type: "object", properties: {} });
+        : tool.strict
+          ? enforceableSchema(
+              tool.parameters ?? { type: "object", properties: {} },
+              `${tool.param ?? "tools"}.parameters`,
+              "tool",
+            )
+          : sanitizeSchema(tool.parameters ?? { type: "object", properties: {} });
     functions[tool.name] = tool.description ? { description: tool.description, params } : { params };
   }
-  return Object.keys(functions).length > 0 ? (functions as ChatModelFunctions) : undefined;
+  return functions as ChatModelFunctions;
 }
 
 const KEPT_KEYS = [

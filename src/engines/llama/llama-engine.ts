@@ -26,7 +26,9 @@ import { basename } from "node:path";
 import {
   getLlama,
   LlamaChat,
+  resolveChatWrapper,
   TokenBias,
+  type GbnfJsonSchema,
   type ChatWrapper,
   type Llama,
   type LlamaContext,
@@ -40,6 +42,8 @@ import { carriesImage } from "../../engine/types.js";
 import { SparkError } from "../../protocol/errors.js";
 import { toChatFunctions, toChatHistory } from "./chat-history.js";
 import { generateChat } from "./chat-generation.js";
+import { forcingChatWrapper, type CallForcing } from "./forced-calls.js";
+import { ANY_OBJECT, enforceableSchema, GrammarCache, patchNumberGrammar } from "./json-schema-grammar.js";
 import { AheadSequence } from "./decode-ahead.js";
 import { DraftModel } from "./draft-model.js";
 import { CombinedDrafter, InputLookupDrafter, PredictionDrafter } from "./prediction-drafter.js";
@@ -110,6 +114,8 @@ interface Slot {
   /** What `chat` sees of `sequence`: decodes one token ahead, tokenizes through the cache. */
   ahead: AheadSequence;
   chat: LlamaChat;
+  /** Makes `chat`'s answer start with a function call (see `forced-calls.ts`). */
+  forcing: CallForcing;
   busy: boolean;
   lastUsed: number;
 }
@@ -142,6 +148,7 @@ export class LlamaEngine implements Engine {
     prefixReuse: true,
     summaries: true,
     fim: true,
+    structuredOutputs: true,
   };
   #status: EngineStatus = { ready: false, detail: "not started" };
   #llama: Llama | undefined;
@@ -160,6 +167,9 @@ export class LlamaEngine implements Engine {
   #modelName = "";
   readonly #fimPrompts = new WeakMap<EngineRequest, Token[]>();
   #eogBias: TokenBias | undefined;
+  #grammars: GrammarCache | undefined;
+  /** A structured-output request's schema as node-llama-cpp enforces it, translated once per request. */
+  readonly #formats = new WeakMap<EngineRequest, GbnfJsonSchema>();
 
   constructor(private readonly options: LlamaEngineOptions) {}
 
@@ -187,6 +197,9 @@ export class LlamaEngine implements Engine {
       const batchSize = Math.min(this.options.batchSize ?? 512, requested ?? trained);
       this.#threads = this.options.threads ?? (await this.#calibrateThreads(batchSize, log));
       this.#tokenizer = cachingTokenizer(this.#model.tokenizer);
+      if (!patchNumberGrammar(this.#llama))
+        log("llama: warning: JSON number rules could not be tightened (node-llama-cpp changed?)");
+      this.#grammars = new GrammarCache(this.#llama);
       this.#fim = fimTokensOf(this.#model);
       this.#modelName = basename(path);
       const sequences = this.options.sequences ?? DEFAULT_SEQUENCES;
@@ -219,10 +232,13 @@ export class LlamaEngine implements Engine {
       for (let i = 0; i < this.#context.totalSequences; i++) {
         const sequence = this.#context.getSequence();
         const ahead = new AheadSequence(sequence, this.#tokenizer, this.options.decodeAhead ?? true);
+        const forcing: CallForcing = { force: false };
+        const chatWrapper = forcingChatWrapper(resolveChatWrapper(this.#model), forcing);
         this.#slots.push({
           sequence,
           ahead,
-          chat: new LlamaChat({ contextSequence: ahead.sequence }),
+          chat: new LlamaChat({ contextSequence: ahead.sequence, chatWrapper }),
+          forcing,
           busy: false,
           lastUsed: 0,
         });
@@ -337,6 +353,17 @@ export class LlamaEngine implements Engine {
     };
   }
 
+  /** The schema a structured-output request's text must follow, as node-llama-cpp enforces it (or a 400). */
+  #formatSchema(request: EngineRequest): GbnfJsonSchema {
+    const known = this.#formats.get(request);
+    if (known) return known;
+    const format = request.responseFormat!;
+    const schema =
+      format.type === "json_object" ? ANY_OBJECT : enforceableSchema(format.schema, `${format.param}.schema`);
+    this.#formats.set(request, schema);
+    return schema;
+  }
+
   /** The prompt tokens a request renders to with the model's chat format. */
   promptTokens(request: EngineRequest): Token[] {
     return (request.fim ? this.#fimPrompt(request) : this.#prompt(request)).slice();
@@ -387,6 +414,7 @@ export class LlamaEngine implements Engine {
    */
   validateRequest(request: EngineRequest): void {
     refuseImages(request);
+    if (request.responseFormat) this.#formatSchema(request);
     if (!this.#status.ready) return;
     if (request.fim) {
       this.#fimPrompt(request);
@@ -565,10 +593,13 @@ export class LlamaEngine implements Engine {
     this.#checkFits(prompt.length);
     const lookup = request.speculation?.inputLookup ?? this.options.inputLookup ?? false;
     const predicted = !!request.prediction && this.options.predictedOutputs !== false;
-    if ((predicted || lookup || this.#draftModel) && request.tools.length === 0) {
+    if ((predicted || lookup || this.#draftModel) && request.tools.length === 0 && !request.responseFormat) {
       yield* this.#streamPredicted(request, prompt, signal);
       return;
     }
+    const grammar = request.responseFormat
+      ? await this.#grammars!.get(this.#formatSchema(request))
+      : undefined;
     const contextSize = this.#context!.contextSize;
     const acquired = await this.#acquire(prompt, signal);
     const slot = acquired.slot;
@@ -580,6 +611,8 @@ export class LlamaEngine implements Engine {
     try {
       yield* generateChat({
         chat: slot.chat,
+        forcing: slot.forcing,
+        ...(grammar ? { grammar } : {}),
         sequence: slot.sequence,
         ahead: slot.ahead,
         request,
