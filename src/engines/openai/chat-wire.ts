@@ -22,6 +22,7 @@ import {
   newCallId,
   parseData,
   PartWriter,
+  formatFields,
   protocolError,
   samplingFields,
   streamedError,
@@ -48,6 +49,7 @@ function chatRequestBody(request: EngineRequest): Json {
     stream: true,
     stream_options: { include_usage: true },
     ...samplingFields(request, "max_tokens"),
+    ...formatFields(request, "chat"),
   };
   // Predicted Outputs: OpenAI and vLLM take it; an upstream that does not ignores or rejects it.
   if (request.prediction) body.prediction = { type: "content", content: request.prediction };
@@ -66,7 +68,17 @@ function chatRequestBody(request: EngineRequest): Json {
     }));
     const choice = request.toolChoice;
     body.tool_choice =
-      typeof choice === "string" ? choice : { type: "function", function: { name: choice.name } };
+      typeof choice === "string"
+        ? choice
+        : "name" in choice
+          ? { type: "function", function: { name: choice.name } }
+          : {
+              type: "allowed_tools",
+              allowed_tools: {
+                mode: choice.mode,
+                tools: choice.allowed.map((name) => ({ type: "function", function: { name } })),
+              },
+            };
     body.parallel_tool_calls = request.parallelToolCalls;
   }
   return body;

@@ -102,6 +102,7 @@ export class OpenAIEngine implements Engine {
     prefixReuse: false,
     summaries: true,
     fim: true,
+    structuredOutputs: true,
   };
 
   readonly #replicas: ReplicaPool;

@@ -18,6 +18,7 @@ import {
   newCallId,
   parseData,
   PartWriter,
+  formatFields,
   protocolError,
   samplingFields,
   streamedError,
@@ -37,15 +38,23 @@ function responsesRequestBody(request: EngineRequest): Json {
     stream: true,
     store: false,
     ...samplingFields(request, "max_output_tokens"),
+    ...formatFields(request, "responses"),
   };
   if (request.tools.length > 0) {
     body.tools = request.tools.map(responsesTool);
     const choice = request.toolChoice;
+    const kindOf = (name: string): string =>
+      request.tools.find((tool) => tool.name === name)?.kind ?? "function";
     if (typeof choice === "string") {
       body.tool_choice = choice;
+    } else if ("name" in choice) {
+      body.tool_choice = { type: kindOf(choice.name), name: choice.name };
     } else {
-      const kind = request.tools.find((tool) => tool.name === choice.name)?.kind ?? "function";
-      body.tool_choice = { type: kind, name: choice.name };
+      body.tool_choice = {
+        type: "allowed_tools",
+        mode: choice.mode,
+        tools: choice.allowed.map((name) => ({ type: kindOf(name), name })),
+      };
     }
     body.parallel_tool_calls = request.parallelToolCalls;
   }

@@ -129,6 +129,25 @@ export function count(value: unknown): number {
   return typeof value === "number" && Number.isFinite(value) ? value : 0;
 }
 
+/** The response format in the shape of either wire: `response_format` (chat) or `text.format` (responses). */
+export function formatFields(request: EngineRequest, wire: "chat" | "responses"): Json {
+  const format = request.responseFormat;
+  if (!format) return {};
+  if (format.type === "json_object")
+    return wire === "chat"
+      ? { response_format: { type: "json_object" } }
+      : { text: { format: { type: "json_object" } } };
+  const spec = {
+    name: format.name,
+    ...(format.description !== undefined ? { description: format.description } : {}),
+    schema: format.schema,
+    strict: format.strict,
+  };
+  return wire === "chat"
+    ? { response_format: { type: "json_schema", json_schema: spec } }
+    : { text: { format: { type: "json_schema", ...spec } } };
+}
+
 export function samplingFields(request: EngineRequest, maxTokensField: string): Json {
   const fields: Json = {};
   if (request.maxOutputTokens !== undefined) fields[maxTokensField] = request.maxOutputTokens;
