@@ -102,7 +102,7 @@ interface Route {
 export const DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024;
 export const DEFAULT_MAX_CONNECTIONS = 4096;
 export const DEFAULT_HEADERS_TIMEOUT_MS = 15_000;
-/** How long a connection refused past --max-connections is kept for its 503 to be read. */
+/** Longest a connection refused past --max-connections is kept if its 503 cannot be written. */
 const REFUSED_LINGER_MS = 1000;
 export const DEFAULT_REQUEST_TIMEOUT_MS = 120_000;
 const DEFAULT_CAPACITY = 64;
@@ -261,12 +261,16 @@ export class SparkServer {
     });
     this.#server.on("connection", (socket: Socket) => {
       if (this.#sockets.size >= this.#maxConnections) {
-        // Answered before the request is read: the client sees why as soon as it sends one.
+        // Answered before the request is read, whether or not the client ever sends one, and closed
+        // at once: ending only half-closes, and a client that sends nothing, never reads nor closes
+        // would hold the connection (and its descriptor) past the limit. It is destroyed as soon as
+        // the answer is in the kernel's hands (one loop turn later, so bytes the client already sent
+        // are read first: closing over unread bytes would reset the connection and could lose the
+        // answer). The linger is only a backstop for a write that never completes.
         socket.on("error", () => socket.destroy());
-        socket.end(rawResponse(tooManyConnections(this.#maxConnections)));
-        // Ending only half-closes: a client that never reads nor closes would hold the connection
-        // (and its descriptor) past the limit until the header timeout. It goes once the answer had
-        // time to arrive.
+        socket.end(rawResponse(tooManyConnections(this.#maxConnections)), () =>
+          setImmediate(() => socket.destroy()),
+        );
         const linger = setTimeout(() => socket.destroy(), REFUSED_LINGER_MS).unref();
         socket.once("close", () => clearTimeout(linger));
         this.metrics.connectionsRefused.inc();
