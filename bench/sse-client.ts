@@ -5,6 +5,7 @@
  * `JSON.parse` for any other shape; every other event is parsed.
  */
 import { Agent, request } from "node:http";
+import { threadCpuMicros } from "./cpu-time.js";
 
 export interface ResponseUsage {
   input_tokens: number;
@@ -31,6 +32,8 @@ export interface StreamResult {
   /** `response.output_text.delta` events received. */
   deltas: number;
   terminal: TerminalEvent | undefined;
+  /** CPU time of the client's own thread from the request to the end of the body, in microseconds. */
+  clientCpuMicros: number;
 }
 
 /** Anything that can run one streaming request: `SseClient` here or `ThreadedSseClient` on a worker. */
@@ -69,7 +72,9 @@ export class SseClient implements StreamClient {
         endedAt: 0,
         deltas: 0,
         terminal: undefined,
+        clientCpuMicros: 0,
       };
+      const cpuAtStart = threadCpuMicros();
       const req = request(
         {
           agent: this.#agent,
@@ -105,6 +110,7 @@ export class SseClient implements StreamClient {
           });
           res.on("end", () => {
             result.endedAt = performance.now();
+            result.clientCpuMicros = threadCpuMicros() - cpuAtStart;
             resolve(result);
           });
           res.on("error", reject);

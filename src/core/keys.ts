@@ -52,9 +52,19 @@ export function generateKey(): { key: string; hash: string } {
   return { key, hash: hashKey(key) };
 }
 
+/** Keys whose digest `KeyRing` remembers (the most recently first seen; a few per client). */
+const DIGEST_CACHE_KEYS = 1024;
+
 export class KeyRing {
   readonly #byHash = new Map<string, Principal>();
   readonly #anonymous: Principal;
+  /**
+   * Digests of keys presented before that named a principal, so a client's every request does not
+   * hash its key again (a cold SHA-256 was a tenth of what keys, routing and limits added per
+   * request). Only the digest is remembered: the principal is looked up by digest every time, so a
+   * key removed from the ring stops working at once. Wrong keys are never cached.
+   */
+  readonly #digests = new Map<string, string>();
 
   constructor(records: readonly KeyRecord[], defaults: Limits = {}) {
     const merge = (limits: Limits = {}): Principal["limits"] => ({
@@ -90,7 +100,14 @@ export class KeyRing {
         { "www-authenticate": 'Bearer realm="spark"' },
       );
     }
-    const principal = this.#byHash.get(hashKey(match[1]!));
+    const token = match[1]!;
+    const known = this.#digests.get(token);
+    const digest = known ?? hashKey(token);
+    const principal = this.#byHash.get(digest);
+    if (principal && known === undefined) {
+      if (this.#digests.size >= DIGEST_CACHE_KEYS) this.#digests.delete(this.#digests.keys().next().value!);
+      this.#digests.set(token, digest);
+    }
     if (!principal) {
       const key = match[1]!;
       const shown = key.length > 12 ? `${key.slice(0, 9)}...${key.slice(-4)}` : "***";

@@ -71,7 +71,9 @@
  *
  * Cost: a few microseconds for a typical request (a short prompt after Codex's instructions); the
  * worst case is bounded by the scan limits (tens of microseconds for a 2.5 KiB task scan, whatever
- * the conversation size).
+ * the conversation size). What the expressions find in a task text is remembered for the last
+ * {@link TASK_MEMO_ENTRIES} texts, so the turns of a tool loop (one task, many requests) do not
+ * scan it again.
  */
 import type { ConversationItem, ToolSpec } from "../engine/types.js";
 
@@ -469,6 +471,61 @@ function instructionText(items: readonly ConversationItem[], nearTask: readonly 
   return parts.join("\n").toLowerCase();
 }
 
+/** Distinct task texts whose regular-expression results are remembered (see `taskText`). */
+const TASK_MEMO_ENTRIES = 256;
+const taskMemo = new Map<string, TaskText>();
+
+/**
+ * What the rules read from the task text, each computed on first use and remembered with the text:
+ * a coding agent's tool loop routes the same task (its latest user message) on every turn, and the
+ * keyword expressions were most of what routing cost per request. Results depend on the text only.
+ */
+class TaskText {
+  readonly trimmed: string;
+  readonly #matches = new Map<RegExp, RegExpExecArray | null>();
+  readonly #trimmedMatches = new Map<RegExp, RegExpExecArray | null>();
+  #paths: string[] | undefined;
+  #codeOnly: boolean | undefined;
+
+  constructor(readonly text: string) {
+    this.trimmed = text.trim();
+  }
+
+  /** `pattern.exec(text)`, remembered (patterns here have no `g` flag: exec keeps no state). */
+  exec(pattern: RegExp): RegExpExecArray | null {
+    let match = this.#matches.get(pattern);
+    if (match === undefined) this.#matches.set(pattern, (match = pattern.exec(this.text)));
+    return match;
+  }
+
+  /** `pattern.exec(trimmed)`, remembered. */
+  execTrimmed(pattern: RegExp): RegExpExecArray | null {
+    let match = this.#trimmedMatches.get(pattern);
+    if (match === undefined) this.#trimmedMatches.set(pattern, (match = pattern.exec(this.trimmed)));
+    return match;
+  }
+
+  paths(): string[] {
+    return (this.#paths ??= filePaths(this.text));
+  }
+
+  codeOnly(): boolean {
+    return (this.#codeOnly ??= looksLikeCodeOnly(this.trimmed));
+  }
+}
+
+/** The remembered analysis of `text`, most recently used last. */
+function taskText(text: string): TaskText {
+  let task = taskMemo.get(text);
+  if (task) taskMemo.delete(text);
+  else {
+    task = new TaskText(text);
+    if (taskMemo.size >= TASK_MEMO_ENTRIES) taskMemo.delete(taskMemo.keys().next().value!);
+  }
+  taskMemo.set(text, task);
+  return task;
+}
+
 /** Chooses the tier for a `model: "auto"` request. Deterministic; bounded work on any input. */
 export function routeRequest(input: RouteInput): RouteDecision {
   const { items } = input;
@@ -509,11 +566,11 @@ export function routeRequest(input: RouteInput): RouteDecision {
       taskChars += part.length;
     }
   }
-  const text = clip(taskParts.reverse().join("\n")).toLowerCase();
-  const trimmed = text.trim();
+  const task = taskText(clip(taskParts.reverse().join("\n")).toLowerCase());
+  const trimmed = task.trimmed;
 
   // 1. Security-sensitive work.
-  const strong = STRONG_SECURITY.exec(text);
+  const strong = task.exec(STRONG_SECURITY);
   if (strong !== null) {
     return decide(
       "deep",
@@ -521,7 +578,7 @@ export function routeRequest(input: RouteInput): RouteDecision {
       `Security-sensitive task: the request mentions "${cite(strong[0])}".`,
     );
   }
-  const weak = WEAK_SECURITY.exec(text);
+  const weak = task.exec(WEAK_SECURITY);
   if (weak !== null) {
     const setting = SECURITY_CONTEXT.exec(instructionText(items, context));
     if (setting !== null) {
@@ -542,7 +599,7 @@ export function routeRequest(input: RouteInput): RouteDecision {
       `Long autonomous run: ${count} tool results since the last user message (threshold ${LONG_RUN_TOOL_RESULTS}).`,
     );
   }
-  const autonomy = AUTONOMY.exec(text);
+  const autonomy = task.exec(AUTONOMY);
   if (autonomy !== null) {
     return decide(
       "deep",
@@ -552,12 +609,12 @@ export function routeRequest(input: RouteInput): RouteDecision {
   }
 
   // 3. Multi-file refactor.
-  const refactor = REFACTOR_VERB.exec(text);
-  const change = refactor ?? CHANGE_VERB.exec(text);
-  const paths = change !== null ? filePaths(text) : [];
-  if (change !== null && !(paths.length <= 1 && LOCAL_SCOPE.test(text))) {
+  const refactor = task.exec(REFACTOR_VERB);
+  const change = refactor ?? task.exec(CHANGE_VERB);
+  const paths = change !== null ? task.paths() : [];
+  if (change !== null && !(paths.length <= 1 && task.exec(LOCAL_SCOPE) !== null)) {
     const scope =
-      WIDE_SCOPE.exec(text) ?? (refactor !== null && paths.length !== 1 ? ITEM_SCOPE.exec(text) : null);
+      task.exec(WIDE_SCOPE) ?? (refactor !== null && paths.length !== 1 ? task.exec(ITEM_SCOPE) : null);
     if (scope !== null) {
       return decide(
         "deep",
@@ -594,7 +651,7 @@ export function routeRequest(input: RouteInput): RouteDecision {
         : "No user message and no deep signal; interactive default.",
     );
   }
-  const fim = FIM_MARKER.exec(text);
+  const fim = task.exec(FIM_MARKER);
   if (fim !== null) {
     return decide(
       "spark",
@@ -603,7 +660,7 @@ export function routeRequest(input: RouteInput): RouteDecision {
     );
   }
   if (trimmed.length <= SHORT_PROMPT_CHARS) {
-    const ask = COMPLETION_ASK.exec(trimmed);
+    const ask = task.execTrimmed(COMPLETION_ASK);
     if (ask !== null) {
       return decide(
         "spark",
@@ -611,7 +668,7 @@ export function routeRequest(input: RouteInput): RouteDecision {
         `Inline completion: short prompt asking to "${cite(ask[0])}" (${trimmed.length} chars).`,
       );
     }
-    if (looksLikeCodeOnly(trimmed)) {
+    if (task.codeOnly()) {
       return decide(
         "spark",
         "inline_completion",
@@ -619,10 +676,10 @@ export function routeRequest(input: RouteInput): RouteDecision {
       );
     }
   }
-  const polite = POLITE_REQUEST.exec(trimmed);
+  const polite = task.execTrimmed(POLITE_REQUEST);
   const politeChange = polite?.[1] !== undefined && CHANGE_VERB.test(polite[1]);
   if (!politeChange) {
-    const opener = QUESTION_START.exec(trimmed);
+    const opener = task.execTrimmed(QUESTION_START);
     if (opener !== null) {
       return decide(
         "spark",
@@ -630,7 +687,7 @@ export function routeRequest(input: RouteInput): RouteDecision {
         `Question: the request starts with "${cite(opener[0])}" and asks no deep work.`,
       );
     }
-    if (QUESTION_LINE_END.test(text)) {
+    if (task.exec(QUESTION_LINE_END) !== null) {
       return decide("spark", "question", `Question: the request asks a question ("?") and no deep work.`);
     }
   }
