@@ -25,6 +25,7 @@ import { readJsonBody } from "./body.js";
 import { OriginPolicy } from "./origin-policy.js";
 import { rawResponse } from "./raw-response.js";
 import { expectationFailed, originForm } from "./request-target.js";
+import { DEFAULT_COALESCE, isTokenDelta, type CoalesceOptions } from "./coalesce.js";
 import { SseWriter } from "./sse.js";
 import { ResponsesWebSocket, type WebSocketOptions } from "./websocket.js";
 
@@ -75,6 +76,12 @@ export type SparkServerOptions = (
   requestTimeoutMs?: number;
   /** The server log, one line each (`spark serve` writes it to stderr). */
   log?: (line: string) => void;
+  /**
+   * When streamed events are written, over SSE and WebSocket (see `WriteCoalescer`): by default
+   * token deltas that arrive faster than 1 ms apart are held up to 1 ms (8 at most) and written
+   * together; `{ windowMs: 0 }` writes every event at the end of its tick.
+   */
+  coalesce?: CoalesceOptions;
 };
 
 type Handler = (context: RequestContext) => Promise<void>;
@@ -126,6 +133,7 @@ export class SparkServer {
   readonly #websocket: ResponsesWebSocket | undefined;
   readonly #origins: OriginPolicy;
   readonly #maxConnections: number;
+  readonly #coalesce: CoalesceOptions;
   #url: string | undefined;
 
   constructor(private readonly options: SparkServerOptions) {
@@ -138,6 +146,7 @@ export class SparkServer {
     this.#store = options.store ?? new MemoryResponseStore();
     this.admission = new Admission(options.admission ?? DEFAULT_ADMISSION, this.metrics);
     this.#maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
+    this.#coalesce = options.coalesce ?? DEFAULT_COALESCE;
     const defaultModel = options.defaultModel ?? "spark";
     this.#responses = new ResponsesService({
       models: this.models,
@@ -152,6 +161,7 @@ export class SparkServer {
     if (options.websocket !== false) {
       const websocketOptions = typeof options.websocket === "object" ? options.websocket : {};
       this.#websocket = new ResponsesWebSocket(this.#responses, this.metrics, {
+        coalesce: this.#coalesce,
         ...websocketOptions,
         maxFrameBytes: this.#maxBodyBytes,
       });
@@ -422,11 +432,11 @@ export class SparkServer {
       sendJson(response, 200, await this.#responses.complete(prepared, signal));
       return;
     }
-    const sse = new SseWriter(response);
+    const sse = new SseWriter(response, this.#coalesce);
     sse.open();
     try {
       for await (const event of this.#responses.events(prepared, signal)) {
-        const pending = sse.send(JSON.stringify(event), event.type);
+        const pending = sse.send(JSON.stringify(event), event.type, isTokenDelta(event.type));
         if (pending) await pending;
       }
     } catch (error) {
@@ -453,7 +463,7 @@ export class SparkServer {
       sendJson(response, 200, await this.#chat.complete(prepared, signal));
       return;
     }
-    await sendChunkStream(response, this.#chat.chunks(prepared, signal));
+    await sendChunkStream(response, this.#chat.chunks(prepared, signal), this.#coalesce);
   }
 
   async #completion({ request, response, signal, principal }: RequestContext): Promise<void> {
@@ -464,7 +474,7 @@ export class SparkServer {
       sendJson(response, 200, await this.#completions.complete(prepared, signal));
       return;
     }
-    await sendChunkStream(response, this.#completions.chunks(prepared, signal));
+    await sendChunkStream(response, this.#completions.chunks(prepared, signal), this.#coalesce);
   }
 
   async #getResponse({ response, params, principal }: RequestContext): Promise<void> {
@@ -686,12 +696,17 @@ function tooManyConnections(limit: number): SparkError {
  * The streaming shape shared by Chat Completions and Completions: one `data:` line per chunk, an
  * error object if the stream fails once started, then `data: [DONE]`.
  */
-async function sendChunkStream(response: ServerResponse, chunks: AsyncIterable<unknown>): Promise<void> {
-  const sse = new SseWriter(response);
+async function sendChunkStream(
+  response: ServerResponse,
+  chunks: AsyncIterable<unknown>,
+  coalesce: CoalesceOptions,
+): Promise<void> {
+  const sse = new SseWriter(response, coalesce);
   sse.open();
   try {
     for await (const chunk of chunks) {
-      const pending = sse.send(JSON.stringify(chunk));
+      // Every chunk but the last few is a delta; those go out at the end of their tick anyway.
+      const pending = sse.send(JSON.stringify(chunk), undefined, true);
       if (pending) await pending;
     }
   } catch (error) {

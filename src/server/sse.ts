@@ -1,27 +1,28 @@
 import { once } from "node:events";
 import type { ServerResponse } from "node:http";
+import { DEFAULT_COALESCE, WriteCoalescer, type CoalesceOptions } from "./coalesce.js";
 
-/** A burst larger than this is written at once instead of waiting for the end of the tick. */
+/** A burst larger than this is written at once instead of waiting for its flush. */
 const FLUSH_BYTES = 64 * 1024;
 
 /**
- * Writes Server-Sent Events with back-pressure. Events sent in the same tick are joined into one
- * string and written once when the tick ends, so a fast engine costs one write per burst rather than
- * per token, while a paced engine still gets every event out at once.
+ * Writes Server-Sent Events with back-pressure, coalesced (see `WriteCoalescer`): events are joined
+ * into one string and written once per flush: at the end of the tick for anything but a token
+ * delta, and within about a millisecond for deltas that arrive faster than that. A fast engine costs
+ * one write per burst rather than per token; the first token and a paced engine's tokens go out at
+ * once.
  */
 export class SseWriter {
   #pending = "";
-  #scheduled = false;
   #drain: Promise<void> | undefined;
-  readonly #flush = (): void => {
-    this.#scheduled = false;
-    if (this.#pending === "" || this.response.destroyed) return;
-    const ok = this.response.write(this.#pending);
-    this.#pending = "";
-    if (!ok && !this.#drain) this.#drain = this.#drained().finally(() => (this.#drain = undefined));
-  };
+  readonly #coalescer: WriteCoalescer;
 
-  constructor(private readonly response: ServerResponse) {}
+  constructor(
+    private readonly response: ServerResponse,
+    coalesce: CoalesceOptions = DEFAULT_COALESCE,
+  ) {
+    this.#coalescer = new WriteCoalescer(() => this.#write(), coalesce);
+  }
 
   open(headers: Record<string, string> = {}): void {
     this.response.writeHead(200, {
@@ -35,18 +36,23 @@ export class SseWriter {
   }
 
   /**
-   * Queues one event. Returns a promise while the client is not keeping up (wait for it before
-   * sending more), so a slow reader bounds the memory a stream can hold.
+   * Queues one event; `delta` marks a token delta, which may wait a little for company. Returns a
+   * promise while the client is not keeping up (wait for it before sending more), so a slow reader
+   * bounds the memory a stream can hold.
    */
-  send(data: string, event?: string): Promise<void> | undefined {
+  send(data: string, event?: string, delta = false): Promise<void> | undefined {
     if (this.response.destroyed) return undefined;
     this.#pending += event ? `event: ${event}\ndata: ${data}\n\n` : `data: ${data}\n\n`;
-    if (this.#pending.length >= FLUSH_BYTES) this.#flush();
-    else if (!this.#scheduled) {
-      this.#scheduled = true;
-      process.nextTick(this.#flush);
-    }
+    if (this.#pending.length >= FLUSH_BYTES) this.#coalescer.flushNow();
+    else this.#coalescer.queued(delta);
     return this.#drain;
+  }
+
+  #write(): void {
+    if (this.#pending === "" || this.response.destroyed) return;
+    const ok = this.response.write(this.#pending);
+    this.#pending = "";
+    if (!ok && !this.#drain) this.#drain = this.#drained().finally(() => (this.#drain = undefined));
   }
 
   async #drained(): Promise<void> {
@@ -65,8 +71,13 @@ export class SseWriter {
     }
   }
 
+  /** Writes what is queued and ends the response, in one write. */
   end(): void {
-    this.#flush();
-    if (!this.response.destroyed) this.response.end();
+    this.#coalescer.stop();
+    const rest = this.#pending;
+    this.#pending = "";
+    if (this.response.destroyed) return;
+    if (rest === "") this.response.end();
+    else this.response.end(rest);
   }
 }

@@ -24,6 +24,7 @@ import {
 } from "../core/session.js";
 import { SparkError } from "../protocol/errors.js";
 import type { ResponseEvent } from "../protocol/responses.js";
+import { DEFAULT_COALESCE, isTokenDelta, WriteCoalescer, type CoalesceOptions } from "./coalesce.js";
 import { rawResponse } from "./raw-response.js";
 import { parseClientJson } from "./json.js";
 
@@ -42,12 +43,16 @@ export interface WebSocketOptions {
   /** Estimated bytes of lane history kept over all connections (each also has `limits.historyBytes`). */
   historyBytesTotal?: number;
   limits?: Partial<SessionLimits>;
+  /** When events are written (see `WriteCoalescer`); the default holds token deltas up to 1 ms. */
+  coalesce?: CoalesceOptions;
 }
 
 export const DEFAULT_MAX_CONNECTION_MS = 60 * 60 * 1000;
 const DEFAULT_PING_INTERVAL_MS = 30_000;
 const DEFAULT_HIGH_WATER_BYTES = 1024 * 1024;
 const DEFAULT_HISTORY_BYTES_TOTAL = 256 * 1024 * 1024;
+/** Queued frames past this many bytes are written at once instead of waiting for their flush. */
+const FLUSH_BYTES = 64 * 1024;
 /** Close codes of RFC 6455. */
 const CLOSE_NORMAL = 1000;
 const CLOSE_GOING_AWAY = 1001;
@@ -70,6 +75,7 @@ export class ResponsesWebSocket {
       highWaterBytes: options.highWaterBytes ?? DEFAULT_HIGH_WATER_BYTES,
       limits: { ...DEFAULT_SESSION_LIMITS, ...options.limits },
       history: new ByteBudget(options.historyBytesTotal ?? DEFAULT_HISTORY_BYTES_TOTAL),
+      coalesce: options.coalesce ?? DEFAULT_COALESCE,
     };
     // Frames up to twice the limit are read so the client can be told why it is closed; beyond
     // that `ws` closes with 1009 on its own before buffering more.
@@ -97,7 +103,7 @@ export class ResponsesWebSocket {
   /** Completes an HTTP upgrade already routed to `/v1/responses` and authenticated as `principal`. */
   upgrade(request: IncomingMessage, socket: Duplex, head: Buffer, principal: Principal): void {
     this.#server.handleUpgrade(request, socket, head, (ws) => {
-      const connection = new Connection(ws, this.service, this.metrics, this.#options, principal);
+      const connection = new Connection(ws, socket, this.service, this.metrics, this.#options, principal);
       this.#connections.add(connection);
       this.metrics.websocketConnections.inc();
       this.metrics.websocketConnectionsTotal.inc();
@@ -130,6 +136,11 @@ type ConnectionOptions = Required<Omit<WebSocketOptions, "limits" | "historyByte
 class Connection implements SessionSink {
   readonly #session: ResponsesSession;
   readonly #timers: NodeJS.Timeout[] = [];
+  /** Events serialized and waiting for their flush, in order, and their size. */
+  #frames: string[] = [];
+  #framesBytes = 0;
+  readonly #coalescer: WriteCoalescer;
+  /** Queued or handed to `ws` and not yet written to the kernel. */
   #unsentBytes = 0;
   #drainWaiters: (() => void)[] = [];
   #alive = true;
@@ -138,12 +149,15 @@ class Connection implements SessionSink {
 
   constructor(
     private readonly ws: WebSocket,
+    /** The upgraded socket under `ws`: corked around a flush, so its frames leave in one write. */
+    private readonly socket: Duplex,
     service: ResponsesService,
     private readonly metrics: Metrics,
     private readonly options: ConnectionOptions,
     principal: Principal,
   ) {
     this.#session = new ResponsesSession(service, this, options.limits, metrics, principal, options.history);
+    this.#coalescer = new WriteCoalescer(() => this.#write(), options.coalesce);
     ws.on("message", (data, isBinary) => {
       try {
         this.#onMessage(data, isBinary);
@@ -155,6 +169,7 @@ class Connection implements SessionSink {
     ws.on("error", () => ws.terminate());
     ws.once("close", () => {
       for (const timer of this.#timers) clearTimeout(timer);
+      this.#coalescer.stop();
       this.#releaseWaiters();
       void this.#session.close(AbortReason.clientDisconnected);
     });
@@ -168,19 +183,15 @@ class Connection implements SessionSink {
     return this.#unsentBytes;
   }
 
+  /** Queues one event as its own frame; frames go out per flush (see `WriteCoalescer`), in order. */
   send(event: ResponseEvent): Promise<void> | undefined {
     if (this.ws.readyState !== WebSocket.OPEN) return undefined;
     const data = JSON.stringify(event);
-    const bytes = data.length;
-    this.#unsentBytes += bytes;
-    this.ws.send(data, () => {
-      this.#unsentBytes -= bytes;
-      this.#progress = true;
-      if (this.#unsentBytes <= this.options.highWaterBytes / 2) {
-        this.#releaseWaiters();
-        if (this.ws.isPaused) this.ws.resume();
-      }
-    });
+    this.#frames.push(data);
+    this.#framesBytes += data.length;
+    this.#unsentBytes += data.length;
+    if (this.#framesBytes >= FLUSH_BYTES) this.#coalescer.flushNow();
+    else this.#coalescer.queued(isTokenDelta(event.type));
     if (this.#unsentBytes <= this.options.highWaterBytes) return undefined;
     // Replies pile up: stop reading this client's frames until it reads what it has been sent,
     // so a client that only writes gets TCP backpressure instead of an ever-growing reply queue.
@@ -193,7 +204,44 @@ class Connection implements SessionSink {
 
   async shutdown(): Promise<void> {
     await this.#session.close(AbortReason.serverShutdown);
-    this.ws.close(CLOSE_GOING_AWAY, "server shutting down");
+    this.#close(CLOSE_GOING_AWAY, "server shutting down");
+  }
+
+  /**
+   * Writes the queued frames: one frame per event, as the protocol requires, in one socket write
+   * (the socket is corked around them); one completion callback accounts for all of them.
+   */
+  #write(): void {
+    const frames = this.#frames;
+    const bytes = this.#framesBytes;
+    if (frames.length === 0) return;
+    this.#frames = [];
+    this.#framesBytes = 0;
+    if (this.ws.readyState !== WebSocket.OPEN) {
+      this.#unsentBytes -= bytes;
+      return;
+    }
+    const written = (): void => {
+      this.#unsentBytes -= bytes;
+      this.#progress = true;
+      if (this.#unsentBytes <= this.options.highWaterBytes / 2) {
+        this.#releaseWaiters();
+        if (this.ws.isPaused) this.ws.resume();
+      }
+    };
+    this.socket.cork();
+    try {
+      for (let i = 0; i < frames.length - 1; i++) this.ws.send(frames[i]!);
+      this.ws.send(frames[frames.length - 1]!, written);
+    } finally {
+      this.socket.uncork();
+    }
+  }
+
+  /** Closes the connection after writing what is queued (an error event must precede its close). */
+  #close(code: number, reason: string): void {
+    this.#coalescer.flushNow();
+    this.ws.close(code, reason);
   }
 
   #onMessage(data: RawData, isBinary: boolean): void {
@@ -213,7 +261,7 @@ class Connection implements SessionSink {
           "frame_too_large",
         ),
       );
-      this.ws.close(CLOSE_TOO_BIG, "frame too large");
+      this.#close(CLOSE_TOO_BIG, "frame too large");
       return;
     }
     let frame: unknown;
@@ -251,7 +299,7 @@ class Connection implements SessionSink {
         `A connection may stay open at most ${formatDuration(this.options.maxConnectionMs)}; reconnect to continue (chains with store: true continue across connections).`,
       ),
     );
-    this.ws.close(CLOSE_NORMAL, "connection limit reached");
+    this.#close(CLOSE_NORMAL, "connection limit reached");
   }
 
   #releaseWaiters(): void {
