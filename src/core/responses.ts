@@ -91,6 +91,8 @@ export interface PrepareContext {
   prefix?: readonly ConversationItem[];
   /** Who asks: owner of stored responses, subject of rate limits. Anonymous when absent. */
   principal?: Principal;
+  /** Validates the create body (a connection's `ValidationCache`); `validateBody` when absent. */
+  validate?: (raw: unknown) => ResponseCreateBody;
 }
 
 export interface ResponsesServiceOptions {
@@ -135,7 +137,7 @@ export class ResponsesService {
    */
   async prepare(raw: unknown, context: PrepareContext = {}): Promise<PreparedResponse> {
     const acceptedAt = performance.now();
-    const body = validateBody(responseCreateSchema, raw);
+    const body = context.validate ? context.validate(raw) : validateBody(responseCreateSchema, raw);
     const principal = context.principal ?? anonymousPrincipal;
     // The input as stored and listed is the resolved one: what the model saw.
     if (Array.isArray(body.input) && body.input.some((item) => referencedId(item) !== undefined))
@@ -337,79 +339,73 @@ export class ResponsesService {
    * reading, in which case the engine is stopped through `signal`.
    */
   async *events(prepared: PreparedResponse, signal: AbortSignal): AsyncGenerator<ResponseEvent> {
-    let usage: Usage = { inputTokens: 0, cachedInputTokens: 0, outputTokens: 0 };
+    // One generator, not one wrapping another: each level of async generators costs every token
+    // a few promise resolutions.
+    let charged = 0;
     try {
-      yield* this.run(prepared, signal, (final) => (usage = final));
-    } finally {
-      // Frees the engine slot or queue place, also when the consumer stopped reading.
-      prepared.ticket?.release(usage.inputTokens + usage.outputTokens);
-    }
-  }
-
-  private async *run(
-    prepared: PreparedResponse,
-    signal: AbortSignal,
-    reportUsage: (usage: Usage) => void,
-  ): AsyncGenerator<ResponseEvent> {
-    const builder = new ResponseBuilder(prepared.response);
-    const empty: Usage = { inputTokens: 0, cachedInputTokens: 0, outputTokens: 0 };
-    const ticket = prepared.ticket;
-    if (ticket?.queued) {
-      prepared.response.status = "queued";
-      yield builder.event("response.created", { response: builder.snapshot() });
-      yield builder.event("response.queued", { response: builder.snapshot() });
-      try {
-        await ticket.wait(signal);
-      } catch {
-        // The client left (or the server is stopping) while waiting: nothing was generated.
-        yield await this.settle(prepared, builder.finish("cancelled", empty, abortReasonOf(signal)));
+      const builder = new ResponseBuilder(prepared.response);
+      const empty: Usage = { inputTokens: 0, cachedInputTokens: 0, outputTokens: 0 };
+      const ticket = prepared.ticket;
+      if (ticket?.queued) {
+        prepared.response.status = "queued";
+        yield builder.event("response.created", { response: builder.snapshot() });
+        yield builder.event("response.queued", { response: builder.snapshot() });
+        try {
+          await ticket.wait(signal);
+        } catch {
+          // The client left (or the server is stopping) while waiting: nothing was generated.
+          yield await this.settle(prepared, builder.finish("cancelled", empty, abortReasonOf(signal)));
+          return;
+        }
+        prepared.response.status = "in_progress";
+      } else {
+        yield builder.event("response.created", { response: builder.snapshot() });
+      }
+      if (prepared.body.generate === false) {
+        yield await this.settle(prepared, builder.finish("stop", empty, undefined));
         return;
       }
-      prepared.response.status = "in_progress";
-    } else {
-      yield builder.event("response.created", { response: builder.snapshot() });
-    }
-    if (prepared.body.generate === false) {
-      yield await this.settle(prepared, builder.finish("stop", empty, undefined));
-      return;
-    }
-    yield builder.event("response.in_progress", { response: builder.snapshot() });
-    const engine = prepared.model.entry.engine;
-    let reason: FinishReason = "stop";
-    let usage: Usage = empty;
-    try {
-      const threshold = this.compactThreshold(prepared);
-      if (threshold !== undefined) {
-        const tokens = await engine.countTokens(conversationText(prepared.request.items));
-        if (tokens > threshold) {
-          const compacted = await compactConversation(
-            engine,
-            prepared.request.model,
-            prepared.request.items,
-            signal,
-            { keepTail: true },
-          );
-          yield* builder.compaction(encodeCompaction(compacted.state));
-          prepared.request = { ...prepared.request, items: compacted.pruned };
+      yield builder.event("response.in_progress", { response: builder.snapshot() });
+      const engine = prepared.model.entry.engine;
+      let reason: FinishReason = "stop";
+      let usage: Usage = empty;
+      try {
+        const threshold = this.compactThreshold(prepared);
+        if (threshold !== undefined) {
+          const tokens = await engine.countTokens(conversationText(prepared.request.items));
+          if (tokens > threshold) {
+            const compacted = await compactConversation(
+              engine,
+              prepared.request.model,
+              prepared.request.items,
+              signal,
+              { keepTail: true },
+            );
+            yield* builder.compaction(encodeCompaction(compacted.state));
+            prepared.request = { ...prepared.request, items: compacted.pruned };
+          }
         }
-      }
-      const parts = observeGeneration(engine, prepared.request, signal, this.metrics, prepared.acceptedAt);
-      for await (const part of parts) {
-        if (part.type === "finish") {
-          reason = part.reason;
-          usage = part.usage;
-          reportUsage(usage);
-          break;
+        const parts = observeGeneration(engine, prepared.request, signal, this.metrics, prepared.acceptedAt);
+        for await (const part of parts) {
+          if (part.type === "finish") {
+            reason = part.reason;
+            usage = part.usage;
+            charged = usage.inputTokens + usage.outputTokens;
+            break;
+          }
+          yield* builder.apply(part);
         }
-        yield* builder.apply(part);
+      } catch (error) {
+        prepared.failure = SparkError.from(error);
+        yield builder.fail(prepared.failure);
+        return;
       }
-    } catch (error) {
-      prepared.failure = SparkError.from(error);
-      yield builder.fail(prepared.failure);
-      return;
+      const abortReason = reason === "cancelled" ? abortReasonOf(signal) : undefined;
+      yield await this.settle(prepared, builder.finish(reason, usage, abortReason));
+    } finally {
+      // Frees the engine slot or queue place, also when the consumer stopped reading.
+      prepared.ticket?.release(charged);
     }
-    const abortReason = reason === "cancelled" ? abortReasonOf(signal) : undefined;
-    yield await this.settle(prepared, builder.finish(reason, usage, abortReason));
   }
 
   /**

@@ -30,6 +30,7 @@ import { anonymousPrincipal, type Principal } from "./keys.js";
 import type { Metrics } from "./metrics.js";
 import type { StoredItem } from "./response-store.js";
 import type { PreparedResponse, ResponsesService } from "./responses.js";
+import { ValidationCache } from "./validation-cache.js";
 
 /** Receives the session's events in order; a returned promise means "wait before sending more". */
 export interface SessionSink {
@@ -125,6 +126,9 @@ export class ResponsesSession {
   #active = 0;
   #sequence = 0;
   #closed = false;
+  /** Frames repeat their settings turn after turn: each distinct set is validated once. */
+  readonly #validation = new ValidationCache();
+  readonly #validate = (raw: unknown) => this.#validation.validate(raw);
 
   constructor(
     private readonly service: ResponsesService,
@@ -310,6 +314,7 @@ export class ResponsesSession {
         item: (id) => this.#laneItem(id),
         prefix: job.prefix,
         principal: this.principal,
+        validate: this.#validate,
       });
     } catch (error) {
       this.#error(SparkError.from(error), lane.id);
