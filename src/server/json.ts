@@ -26,7 +26,10 @@ export function parseClientJson(text: string, what: "request body" | "frame"): u
       "invalid_json",
     );
   }
-  const path = tooDeep(value, MAX_JSON_DEPTH);
+  // The text is scanned first (linear, strings skipped natively): walking the parsed value cost
+  // more than parsing it for frames carrying a coding agent's tool schemas. Only a text that is too
+  // deep is walked, to name the field.
+  const path = textTooDeep(text, MAX_JSON_DEPTH) ? tooDeep(value, MAX_JSON_DEPTH) : undefined;
   if (path !== undefined) {
     const field = typeof path[0] === "string" ? path[0] : null;
     throw SparkError.invalid(
@@ -36,6 +39,31 @@ export function parseClientJson(text: string, what: "request body" | "frame"): u
     );
   }
   return value;
+}
+
+/**
+ * Whether valid JSON `text` nests arrays and objects more than `limit` levels deep: brackets are
+ * counted outside strings, and strings are skipped with `indexOf` (escaped quotes included).
+ */
+function textTooDeep(text: string, limit: number): boolean {
+  let depth = 0;
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    if (code === 34) {
+      // A string: its closing quote is the next one not escaped by an odd run of backslashes.
+      for (;;) {
+        const quote = text.indexOf('"', i + 1);
+        if (quote === -1) return false;
+        let backslashes = 0;
+        while (text.charCodeAt(quote - 1 - backslashes) === 92) backslashes++;
+        i = quote;
+        if (backslashes % 2 === 0) break;
+      }
+    } else if (code === 123 || code === 91) {
+      if (++depth > limit) return true;
+    } else if (code === 125 || code === 93) depth--;
+  }
+  return false;
 }
 
 /**
