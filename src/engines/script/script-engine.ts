@@ -127,6 +127,7 @@ export class ScriptEngine implements Engine {
   readonly #interval: number;
   readonly #models: readonly EngineModel[];
   #callCounter = 0;
+  readonly #pieceCounts = new WeakMap<ConversationItem, number>();
 
   constructor(options: ScriptEngineOptions) {
     if (options.lines.length === 0) throw new Error("the script engine needs at least one response");
@@ -185,6 +186,22 @@ export class ScriptEngine implements Engine {
     return line;
   }
 
+  /**
+   * The pieces of one conversation item, counted once per item object: a continued conversation
+   * hands the same history items back every turn, so a turn costs its new items, not its history.
+   */
+  #itemPieces(item: ConversationItem): number {
+    let count = this.#pieceCounts.get(item);
+    if (count === undefined) {
+      count = 0;
+      const text = item.type === "message" ? item.text : item.type === "tool_call" ? item.input : item.output;
+      const pattern = new RegExp(PIECE.source, "g");
+      while (pattern.exec(text) !== null) count++;
+      this.#pieceCounts.set(item, count);
+    }
+    return count;
+  }
+
   validateRequest(request: EngineRequest): void {
     if (request.fim) this.completionFor(request.fim.prefix);
     else this.lineFor(request.items);
@@ -197,11 +214,7 @@ export class ScriptEngine implements Engine {
     }
     const line = this.lineFor(request.items);
     let inputTokens = 0;
-    for (const item of request.items) {
-      inputTokens += splitPieces(
-        item.type === "message" ? item.text : item.type === "tool_call" ? item.input : item.output,
-      ).length;
-    }
+    for (const item of request.items) inputTokens += this.#itemPieces(item);
     const limit = request.maxOutputTokens ?? Infinity;
     const pacer = new Pacer(this.#interval, signal);
     let outputTokens = 0;
