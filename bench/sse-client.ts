@@ -38,8 +38,15 @@ export interface StreamResult {
 
 /** Anything that can run one streaming request: `SseClient` here or `ThreadedSseClient` on a worker. */
 export interface StreamClient {
-  stream(body: Record<string, unknown>): Promise<StreamResult>;
+  stream(body: Record<string, unknown>, path?: StreamPath): Promise<StreamResult>;
 }
+
+/**
+ * Where a stream is requested: the Responses API, or Chat Completions (then a chunk carrying
+ * `content` counts as a delta, and the `usage` chunk, asked for with `stream_options`, gives
+ * `terminal.response.usage` with `output_tokens`).
+ */
+export type StreamPath = "/v1/responses" | "/v1/chat/completions";
 
 const DATA = "data:";
 const FAST_DELTA = 'data: {"type":"response.output_text.delta"';
@@ -60,9 +67,12 @@ export class SseClient implements StreamClient {
     this.#port = Number(url.port);
   }
 
-  /** POSTs a streaming `/v1/responses` request and reads the event stream to its end. */
-  stream(body: Record<string, unknown>): Promise<StreamResult> {
-    const payload = JSON.stringify({ ...body, stream: true });
+  /** POSTs a streaming request (`/v1/responses` by default) and reads the event stream to its end. */
+  stream(body: Record<string, unknown>, path: StreamPath = "/v1/responses"): Promise<StreamResult> {
+    const chat = path === "/v1/chat/completions";
+    const payload = JSON.stringify(
+      chat ? { ...body, stream: true, stream_options: { include_usage: true } } : { ...body, stream: true },
+    );
     return new Promise((resolve, reject) => {
       const result: StreamResult = {
         startedAt: performance.now(),
@@ -81,7 +91,7 @@ export class SseClient implements StreamClient {
           host: this.#host,
           port: this.#port,
           method: "POST",
-          path: "/v1/responses",
+          path,
           headers: {
             ...this.headers,
             "content-type": "application/json",
@@ -103,7 +113,10 @@ export class SseClient implements StreamClient {
             const text = pending + chunk;
             let start = 0;
             for (let end = text.indexOf("\n", start); end !== -1; end = text.indexOf("\n", start)) {
-              if (end > start) this.#line(text, start, end, now, result);
+              if (end > start) {
+                if (chat) this.#chatLine(text, start, end, now, result);
+                else this.#line(text, start, end, now, result);
+              }
               start = end + 1;
             }
             pending = text.slice(start);
@@ -145,6 +158,24 @@ export class SseClient implements StreamClient {
     if (event.type === "response.output_text.delta") this.#delta(now, result);
     else if (event.type && TERMINAL.has(event.type)) {
       result.terminal = event as TerminalEvent;
+      result.terminalAt = now;
+    }
+  }
+
+  #chatLine(text: string, start: number, end: number, now: number, result: StreamResult): void {
+    if (!text.startsWith(DATA, start) || text.startsWith("data: [DONE]", start)) return;
+    const line = text.slice(start + DATA.length, end);
+    if (line.includes('"content":"') && !line.includes('"content":""')) this.#delta(now, result);
+    if (line.includes('"usage":{')) {
+      const usage = (JSON.parse(line) as { usage: { prompt_tokens: number; completion_tokens: number } })
+        .usage;
+      result.terminal = {
+        type: "response.completed",
+        response: {
+          status: "completed",
+          usage: { input_tokens: usage.prompt_tokens, output_tokens: usage.completion_tokens },
+        },
+      };
       result.terminalAt = now;
     }
   }
