@@ -528,11 +528,18 @@ export class ConfinedRoot {
     for (const dir of spot.held) dir.close();
   }
 
-  /** Runs `fn` on the walked spot and closes what the walk holds. */
+  /** Runs `fn` on the walked spot and closes what the walk holds; every failure a ToolError (rule 6). */
   async #with<T>(p: string, options: WalkOptions, fn: (spot: Spot) => Promise<T>): Promise<T> {
-    const spot = this.#walk(p, options);
+    let spot: Spot;
+    try {
+      spot = this.#walk(p, options);
+    } catch (error) {
+      throw asToolError(p, error);
+    }
     try {
       return await fn(spot);
+    } catch (error) {
+      throw asToolError(p, error);
     } finally {
       this.#release(spot);
     }
@@ -602,7 +609,12 @@ export class ConfinedRoot {
     use: (file: { handle: FileHandle; info: Stats; rel: string }) => Promise<T>,
   ): Promise<T> {
     for (let attempt = 0; ; attempt++) {
-      const spot = this.#walk(p, { final: options.final ?? "follow" });
+      let spot: Spot;
+      try {
+        spot = this.#walk(p, { final: options.final ?? "follow" });
+      } catch (error) {
+        throw asToolError(p, error);
+      }
       let handle: FileHandle | undefined;
       try {
         this.#refuseRead(p, spot, options);
@@ -615,6 +627,8 @@ export class ConfinedRoot {
         const info = await handle.stat();
         checkRegular(p, info);
         return await use({ handle, info, rel: spot.rel });
+      } catch (error) {
+        throw asToolError(p, error);
       } finally {
         await handle?.close().catch(() => undefined);
         this.#release(spot);
@@ -641,7 +655,12 @@ export class ConfinedRoot {
    */
   readFileSync(p: string, options: ReadOptions = {}): Buffer {
     const cap = options.maxBytes ?? DEFAULT_READ_CAP;
-    const spot = this.#walk(p, { final: options.final ?? "follow" });
+    let spot: Spot;
+    try {
+      spot = this.#walk(p, { final: options.final ?? "follow" });
+    } catch (error) {
+      throw asToolError(p, error);
+    }
     let fd: number | undefined;
     try {
       this.#refuseRead(p, spot, options);
@@ -664,6 +683,8 @@ export class ConfinedRoot {
       }
       if (total > cap) throw tooLarge(p, total, cap);
       return Buffer.concat(chunks, total);
+    } catch (error) {
+      throw asToolError(p, error);
     } finally {
       if (fd !== undefined) closeSync(fd);
       this.#release(spot);
@@ -707,12 +728,14 @@ export class ConfinedRoot {
   /**
    * Visits the tree under directory `p` by descriptors (rule 1 at every level), depth first in
    * sorted order; `enter` decides which directories are descended into, `visit` sees every entry
-   * (links are entries, never followed) and may open regular files with `open`.
+   * (links are entries, never followed) and may open regular files with `open` (undefined for
+   * anything else, and for `.env` files unless `allowEnvFiles`: Spark's own copies, never the model's).
    */
   async walkTree(
     p: string,
     visit: (entry: ConfinedEntry, open: () => Promise<FileHandle | undefined>) => Promise<void> | void,
     enter: (entry: ConfinedEntry) => boolean = () => true,
+    options: { allowEnvFiles?: boolean } = {},
   ): Promise<void> {
     await this.#with(p, { final: "follow" }, async (spot) => {
       let top: Pinned | undefined;
@@ -727,6 +750,7 @@ export class ConfinedRoot {
           if (this.secrets.length > 0 && this.isSecret(this.absolute(entry.rel))) continue;
           const opener = async (): Promise<FileHandle | undefined> => {
             if (entry.kind !== "file") return undefined;
+            if (!options.allowEnvFiles && isEnvSecretName(entry.name)) return undefined;
             const handle = await open(dir.at(entry.name), READ_FLAGS).catch(() => undefined);
             if (handle === undefined) return undefined;
             const info = await handle.stat();
@@ -877,7 +901,8 @@ export class ConfinedRoot {
         const info = await lstat(spot.dir.at(spot.name)).catch(() => undefined);
         if (info === undefined) return false;
         if (info.isDirectory()) {
-          if (options.recursive) await this.#removeTree(spot.dir, spot.name);
+          if (options.recursive)
+            await this.#removeTree(spot.dir, spot.name, p, options.allowProtected === true);
           else {
             await rmdir(spot.dir.at(spot.name)).catch((error: unknown) => {
               if (errnoCode(error) === "ENOTEMPTY" || errnoCode(error) === "EEXIST") {
@@ -896,7 +921,42 @@ export class ConfinedRoot {
     );
   }
 
-  async #removeTree(dir: Pinned, name: string): Promise<void> {
+  /**
+   * Removes a directory tree by descriptors (a subdirectory swapped for a link meanwhile is unlinked,
+   * never followed). A protected name or a secret anywhere in it refuses the whole removal: a first
+   * pass looks, the second deletes (and still never deletes one that appeared meanwhile).
+   */
+  async #removeTree(dir: Pinned, name: string, p: string, allowProtected: boolean): Promise<void> {
+    const guard = (rel: string, entryName: string): ToolError | undefined => {
+      if (!allowProtected && isProtectedName(entryName)) return this.#protected(p, rel);
+      return this.#secret(p, rel);
+    };
+    await this.#visitTree(dir, name, async (parent, entry) => {
+      const refused = guard(entry.rel, entry.name);
+      if (refused) throw refused;
+    });
+    await this.#visitTree(
+      dir,
+      name,
+      async (parent, entry) => {
+        if (guard(entry.rel, entry.name) !== undefined) return;
+        if (entry.kind !== "directory") await unlink(parent.at(entry.name)).catch(() => undefined);
+      },
+      async (parent, childName) => {
+        await rmdir(parent.at(childName)).catch((error: unknown) => {
+          if (errnoCode(error) !== "ENOENT") throw error;
+        });
+      },
+    );
+  }
+
+  /** Depth first under `dir/name` by descriptors: `visit` each entry, `leave` each directory after its entries. */
+  async #visitTree(
+    dir: Pinned,
+    name: string,
+    visit: (parent: Pinned, entry: ConfinedEntry) => Promise<void>,
+    leave?: (parent: Pinned, name: string) => Promise<void>,
+  ): Promise<void> {
     let child: Pinned;
     try {
       child = this.#openChild(dir, name);
@@ -905,22 +965,20 @@ export class ConfinedRoot {
       if (code === "ENOENT") return;
       if (code === "ENOTDIR" || code === "ELOOP") {
         // Swapped for a file or a link meanwhile: that entry goes, never what it points to.
-        await unlink(dir.at(name)).catch(() => undefined);
+        if (leave) await unlink(dir.at(name)).catch(() => undefined);
         return;
       }
       throw error;
     }
     try {
       for (const entry of await listPinned(child)) {
-        if (entry.kind === "directory") await this.#removeTree(child, entry.name);
-        else await unlink(child.at(entry.name)).catch(() => undefined);
+        await visit(child, entry);
+        if (entry.kind === "directory") await this.#visitTree(child, entry.name, visit, leave);
       }
     } finally {
       child.close();
     }
-    await rmdir(dir.at(name)).catch((error: unknown) => {
-      if (errnoCode(error) !== "ENOENT") throw error;
-    });
+    await leave?.(dir, name);
   }
 
   /** Creates directory `p` and its missing parents (links on the way resolved beneath the root). */
@@ -1000,6 +1058,40 @@ async function listPinned(dir: Pinned): Promise<ConfinedEntry[]> {
             : ("other" as const),
     }))
     .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}
+
+/**
+ * Any failure as a ToolError (rule 6): a system error gets a code and a sentence (a directory removed
+ * by a command while Spark wrote into it, a full disk, a permission), never a bare errno.
+ */
+export function asToolError(p: string, error: unknown): ToolError {
+  if (error instanceof ToolError) return error;
+  const code = errnoCode(error);
+  const detail = error instanceof Error ? error.message : String(error);
+  switch (code) {
+    case "ENOENT":
+      return new ToolError("not_found", `${p} does not exist (or was removed meanwhile).`);
+    case "ENOTDIR":
+      return new ToolError("not_a_directory", `${p}: a part of it is not a directory.`);
+    case "EISDIR":
+    case "ENOTEMPTY":
+      return new ToolError("not_a_file", `${p} is a directory, not a file.`);
+    case "ELOOP":
+      return new ToolError("symlink_refused", `${p} is a symlink; it is not followed.`);
+    case "EEXIST":
+      return new ToolError("file_exists", `${p} already exists.`);
+    case "EACCES":
+    case "EPERM":
+    case "EROFS":
+      return new ToolError("permission_denied", `${p} cannot be changed or read here (${code}).`);
+    case "ENOSPC":
+    case "EDQUOT":
+      return new ToolError("no_space", `No space left to write ${p}.`);
+    case "ENAMETOOLONG":
+      return new ToolError("invalid_argument", `${p}: a name is too long.`);
+    default:
+      return new ToolError("io_error", `${p}: ${detail}`);
+  }
 }
 
 /** The ToolError for a failed open of a file to read. */
