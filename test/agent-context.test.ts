@@ -8,101 +8,18 @@
  * prompt with arguments.
  */
 import assert from "node:assert/strict";
-import { once } from "node:events";
 import { mkdirSync, writeFileSync } from "node:fs";
-import http from "node:http";
-import type { AddressInfo } from "node:net";
 import { dirname, join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { file, freshDir, jsonLines, runToExit, spawnCli, stop, waitForStdout } from "./helpers/cli.js";
 import { WebSocket } from "ws";
 import type { ServerMessage } from "../src/app/protocol.js";
 import { skillsBudgetChars, skillsList, type Skill } from "../src/agent/context/skills.js";
-
-interface ChatMessage {
-  role: string;
-  content?: unknown;
-  tool_calls?: unknown[];
-}
-interface ChatRequest {
-  messages: ChatMessage[];
-  tools?: { type: string; function?: { name: string } }[];
-}
-type Turn = { text: string } | { call: { name: string; arguments: Record<string, unknown> } };
-
-/** A fake upstream: `GET /v1/models`, and streamed chat completions answered from `turns` in order. */
-class FakeUpstream {
-  readonly requests: ChatRequest[] = [];
-  turns: Turn[] = [];
-  #server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on("data", (chunk: Buffer) => chunks.push(chunk));
-    req.on("end", () => {
-      if (req.method === "GET" && req.url?.endsWith("/models")) {
-        res.writeHead(200, { "content-type": "application/json" });
-        res.end(JSON.stringify({ object: "list", data: [{ id: "fake-model", object: "model" }] }));
-        return;
-      }
-      if (req.method !== "POST" || !req.url?.endsWith("/chat/completions")) {
-        res.writeHead(404).end();
-        return;
-      }
-      const body = JSON.parse(Buffer.concat(chunks).toString("utf8")) as ChatRequest;
-      this.requests.push(body);
-      // A request without tools is the server's own (a compaction summary): it takes no turn.
-      const turn = body.tools?.length
-        ? (this.turns.shift() ?? { text: "(no more turns)" })
-        : { text: "SUMMARY" };
-      const chunk = (delta: Record<string, unknown>, finish: string | null = null): string =>
-        `data: ${JSON.stringify({
-          id: "chatcmpl-1",
-          object: "chat.completion.chunk",
-          choices: [{ index: 0, delta, finish_reason: finish }],
-        })}\n\n`;
-      res.writeHead(200, { "content-type": "text/event-stream" });
-      if ("text" in turn) res.write(chunk({ role: "assistant", content: turn.text }) + chunk({}, "stop"));
-      else {
-        res.write(
-          chunk({
-            tool_calls: [
-              {
-                index: 0,
-                id: `call_${this.requests.length}`,
-                type: "function",
-                function: { name: turn.call.name, arguments: JSON.stringify(turn.call.arguments) },
-              },
-            ],
-          }) + chunk({}, "tool_calls"),
-        );
-      }
-      res.end("data: [DONE]\n\n");
-    });
-  });
-
-  async start(): Promise<string> {
-    this.#server.listen(0, "127.0.0.1");
-    await once(this.#server, "listening");
-    return `http://127.0.0.1:${(this.#server.address() as AddressInfo).port}/v1`;
-  }
-
-  close(): Promise<void> {
-    this.#server.closeAllConnections();
-    return new Promise((resolve) => this.#server.close(() => resolve()));
-  }
-}
+import { FakeUpstream, text, type ChatRequest } from "./helpers/fake-upstream.js";
 
 function write(path: string, text: string): void {
   mkdirSync(dirname(path), { recursive: true });
   writeFileSync(path, text);
-}
-
-function text(content: unknown): string {
-  if (typeof content === "string") return content;
-  if (Array.isArray(content))
-    return content
-      .map((part: { text?: unknown }) => (typeof part.text === "string" ? part.text : ""))
-      .join("");
-  return "";
 }
 
 /** The instructions the model got: the request's system (or developer) messages. */
