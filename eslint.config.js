@@ -51,7 +51,6 @@ const notYetConfined = [
   "src/agent/images.ts",
   "src/agent/checkpoints/checkpoints.ts",
   "src/agent/worktree/task-workspace.ts",
-  "src/agent/context/**",
   "src/app/preview-server.ts",
   "src/app/workspace-files.ts",
   "src/app/task.ts",

@@ -86,6 +86,11 @@ describe("rule 1: resolution beneath the root", () => {
     assert.equal((await ws.readFile("real/up.txt")).toString(), "real\n");
     assert.equal((await ws.readFile("absolute-alias/file.txt")).toString(), "real\n");
     assert.equal((await ws.locate("chain.txt")).rel, "real/file.txt");
+    assert.deepEqual(
+      { ...(await ws.locate(".")), abs: "" },
+      { rel: "", abs: "", kind: "directory", protectedPart: undefined },
+    );
+    assert.equal((await ws.locate("alias")).kind, "directory");
     await rejectsWith(ws.readFile("loop-a"), "invalid_argument", "too many levels of symlinks");
     await rejectsWith(ws.readFile("missing/file.txt"), "not_found");
     await rejectsWith(ws.readFile("real/file.txt/x"), "not_a_directory", "is a file");

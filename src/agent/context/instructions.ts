@@ -11,9 +11,13 @@
  *   skipped, and cut at a byte cap (32 KiB by default; 0 turns project files off) with a warning
  *   that says what was cut.
  * Loaded once per session; the agent sends them as the conversation's developer instructions.
+ * The project's files are read through the confined layer beneath the project root (context-reads.ts):
+ * an `AGENTS.md` that links out of the project (to `~/.ssh/id_ed25519`) or to a secret is refused
+ * with a warning, and a FIFO is refused at once instead of blocking start-up.
  */
-import { open, stat } from "node:fs/promises";
 import { dirname, join, relative, resolve, sep } from "node:path";
+import { entryKind } from "../fs/confined.js";
+import { openProject, readContextFile, type ContextDir } from "./context-reads.js";
 import { sparkHome } from "./spark-home.js";
 
 export const DEFAULT_PROJECT_DOC_MAX_BYTES = 32 * 1024;
@@ -73,21 +77,25 @@ export async function loadInstructions(options: InstructionOptions): Promise<Pro
   const sections: string[] = [];
   if (maxBytes <= 0) return { text: "", files, root, warnings };
 
-  const candidates: { dir: string; names: readonly string[]; scope: "global" | "project" }[] = [
-    { dir: home, names: GLOBAL_NAMES, scope: "global" },
+  const candidates: { where: ContextDir; names: readonly string[]; scope: "global" | "project" }[] = [
+    { where: { dir: home }, names: GLOBAL_NAMES, scope: "global" },
   ];
   const names = [...PROJECT_NAMES, ...(options.fallbackFilenames ?? [])];
-  for (const dir of pathDown(root, cwd)) candidates.push({ dir, names, scope: "project" });
+  const down = pathDown(root, cwd);
+  const project = await openProject(down[0] ?? cwd);
+  if (project !== undefined) {
+    for (const dir of down) candidates.push({ where: { dir, project }, names, scope: "project" });
+  }
 
   let remaining = maxBytes;
   const skipped: string[] = [];
-  for (const { dir, names: tried, scope } of candidates) {
+  for (const { where, names: tried, scope } of candidates) {
     for (const name of tried) {
-      const path = join(dir, name);
+      const path = join(where.dir, name);
       const label = scope === "global" ? join(displayHome(home), name) : relative(root, path) || name;
       if (remaining <= 0) {
         // Only whether it would have counted matters for the warning.
-        const size = await nonEmptySize(path);
+        const size = await nonEmptySize(where, name);
         if (size > 0) {
           skipped.push(label);
           break;
@@ -96,9 +104,9 @@ export async function loadInstructions(options: InstructionOptions): Promise<Pro
       }
       let read: { text: string; size: number; bytes: number } | undefined;
       try {
-        read = await readCapped(path, remaining);
+        read = await readCapped(where, name, remaining);
       } catch (error) {
-        warnings.push(`${label}: cannot read it (${(error as NodeJS.ErrnoException).code ?? error})`);
+        warnings.push(`${label}: not read (${(error as Error).message})`);
         continue;
       }
       if (read === undefined || read.text.trim() === "") continue;
@@ -151,61 +159,45 @@ function displayHome(home: string): string {
 }
 
 async function exists(path: string): Promise<boolean> {
-  try {
-    await stat(path);
-    return true;
-  } catch {
-    return false;
-  }
+  return (await entryKind(path)) !== "absent";
 }
 
-async function nonEmptySize(path: string): Promise<number> {
+async function nonEmptySize(where: ContextDir, name: string): Promise<number> {
   try {
-    const info = await stat(path);
-    return info.isFile() ? info.size : 0;
+    return (await readContextFile(where, name, 0)).size;
   } catch {
     return 0;
   }
 }
 
 /**
- * At most `limit` bytes of the file at `path` (cut at a UTF-8 character boundary), its size, and
- * how many bytes were taken; undefined when there is no regular file there.
+ * At most `limit` bytes of `name` in `where` (cut at a UTF-8 character boundary), its size, and
+ * how many bytes were taken; undefined when there is no such file. Throws ToolError for one that
+ * may not be read (a link out, a secret, a FIFO).
  */
 async function readCapped(
-  path: string,
+  where: ContextDir,
+  name: string,
   limit: number,
 ): Promise<{ text: string; size: number; bytes: number } | undefined> {
-  let handle;
+  let read: { bytes: Buffer; size: number };
   try {
-    handle = await open(path, "r");
+    read = await readContextFile(where, name, limit);
   } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code;
-    if (code === "ENOENT" || code === "ENOTDIR") return undefined;
+    const code = (error as { code?: unknown }).code;
+    if (code === "not_found" || code === "not_a_directory") return undefined;
     throw error;
   }
-  try {
-    const info = await handle.stat();
-    if (!info.isFile()) return undefined;
-    const want = Math.min(info.size, limit);
-    const buffer = Buffer.alloc(want);
-    let got = 0;
-    while (got < want) {
-      const { bytesRead } = await handle.read(buffer, got, want - got, got);
-      if (bytesRead === 0) break;
-      got += bytesRead;
-    }
-    let end = got;
-    if (got < info.size && got > 0) {
-      // Do not split a multi-byte character: drop the last one when it is incomplete.
-      let start = end - 1;
-      while (start > 0 && (buffer[start]! & 0xc0) === 0x80) start--;
-      const lead = buffer[start]!;
-      const length = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1;
-      if (start + length > end) end = start;
-    }
-    return { text: buffer.subarray(0, end).toString("utf8"), size: info.size, bytes: end };
-  } finally {
-    await handle.close();
+  const buffer = read.bytes;
+  const got = buffer.length;
+  let end = got;
+  if (got < read.size && got > 0) {
+    // Do not split a multi-byte character: drop the last one when it is incomplete.
+    let start = end - 1;
+    while (start > 0 && (buffer[start]! & 0xc0) === 0x80) start--;
+    const lead = buffer[start]!;
+    const length = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1;
+    if (start + length > end) end = start;
   }
+  return { text: buffer.subarray(0, end).toString("utf8"), size: read.size, bytes: end };
 }

@@ -5,8 +5,8 @@
  * the positional ones (quotes group words), `$$` a dollar sign. An optional YAML front matter gives
  * `description` and `argument-hint`, shown in `/help` and the app's composer menu.
  */
-import { readdir, readFile, stat } from "node:fs/promises";
 import { join, relative, resolve, sep } from "node:path";
+import { listContextDir, openProject, readContextFile, type ContextDir } from "./context-reads.js";
 import { frontMatter } from "./skills.js";
 import { sparkHome } from "./spark-home.js";
 
@@ -38,30 +38,31 @@ export async function loadPrompts(options: {
     if (parent === dir) break;
     dir = parent;
   }
-  dirs.push(join(options.home ?? sparkHome(), "prompts"));
+  const project = await openProject(inside ? root : cwd);
+  const places: ContextDir[] = project ? dirs.map((dir) => ({ dir, project })) : [];
+  // Spark's home is the user's own: its prompts may link where the user put them.
+  places.push({ dir: join(options.home ?? sparkHome(), "prompts") });
   const prompts: CustomPrompt[] = [];
   const warnings: string[] = [];
-  for (const dir of dirs) {
-    let entries: string[];
-    try {
-      entries = (await readdir(dir)).filter((e) => e.endsWith(".md")).sort();
-    } catch {
-      continue;
-    }
+  for (const where of places) {
+    const entries = (await listContextDir(where)).filter((e) => e.endsWith(".md"));
     for (const entry of entries) {
       const name = entry.slice(0, -3);
-      const path = join(dir, entry);
+      const path = join(where.dir, entry);
       if (!PROMPT_NAME.test(name) || prompts.some((p) => p.name === name)) continue;
       let text: string;
       try {
-        const info = await stat(path);
-        if (!info.isFile()) continue;
-        if (info.size > MAX_PROMPT_BYTES) {
+        // Through context-reads.ts: a link out of the folder or to a secret is refused, a FIFO never waited on.
+        const read = await readContextFile(where, entry, MAX_PROMPT_BYTES + 1);
+        if (read.size > MAX_PROMPT_BYTES) {
           warnings.push(`prompt ${path}: larger than ${MAX_PROMPT_BYTES} bytes, skipped`);
           continue;
         }
-        text = await readFile(path, "utf8");
-      } catch {
+        text = read.bytes.toString("utf8");
+      } catch (error) {
+        const code = (error as { code?: unknown }).code;
+        if (code !== "not_found" && code !== "not_a_file")
+          warnings.push(`prompt ${path}: ${(error as Error).message}`);
         continue;
       }
       let body = text;

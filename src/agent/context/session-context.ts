@@ -7,7 +7,14 @@
  */
 import { loadInstructions, type InstructionFile, type ProjectInstructions } from "./instructions.js";
 import { expandPrompt, loadPrompts, matchPrompt, type CustomPrompt } from "./prompts.js";
-import { discoverSkills, mentionedSkills, skillsBudgetChars, skillsList, type Skill } from "./skills.js";
+import {
+  discoverSkills,
+  mentionedSkills,
+  skillBody,
+  skillsBudgetChars,
+  skillsList,
+  type Skill,
+} from "./skills.js";
 
 export interface SessionContextOptions {
   cwd: string;
@@ -86,10 +93,9 @@ export class SessionContext {
 
   /** The `$name` mentions of `text`: one message per skill, its whole SKILL.md attached. */
   async attachments(text: string): Promise<string[]> {
-    const { readFile } = await import("node:fs/promises");
     const out: string[] = [];
     for (const skill of mentionedSkills(text, this.skills)) {
-      const body = await readFile(skill.path, "utf8").catch(() => undefined);
+      const body = await skillBody(skill);
       if (body === undefined) continue;
       out.push(
         `<skill name="${skill.name}" folder="${skill.dir}">\nThe user invoked the skill $${skill.name}; ` +

@@ -11,10 +11,11 @@
  * which is confined to the workspace while `~/.agents` lies outside it); `$name` in a prompt
  * attaches it explicitly.
  */
-import { readdir, readFile, stat } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join, relative, resolve, sep } from "node:path";
 import { parse as parseYaml } from "yaml";
+import type { ConfinedRoot } from "../fs/confined.js";
+import { listContextDir, openProject, readContextFile, type ContextDir } from "./context-reads.js";
 
 export interface Skill {
   name: string;
@@ -24,6 +25,11 @@ export interface Skill {
   /** Its `SKILL.md` (absolute). */
   path: string;
   scope: "project" | "user";
+  /**
+   * A project skill's project root (real path): its files are read beneath it through the confined
+   * layer, and only those that stay inside the skill's folder (the agent can write the folder).
+   */
+  projectRoot?: string;
 }
 
 export interface SkillCatalog {
@@ -72,26 +78,26 @@ export async function discoverSkills(options: SkillOptions): Promise<SkillCatalo
   const skills: Skill[] = [];
   const warnings: string[] = [];
   const seen = new Map<string, Skill>();
+  const projectBase = inside ? root : cwd;
+  const project = await openProject(projectBase);
   for (const { dir, scope } of dirs) {
-    let entries: string[];
-    try {
-      entries = (await readdir(dir)).sort();
-    } catch {
-      continue;
-    }
-    for (const entry of entries) {
+    if (scope === "project" && project === undefined) continue;
+    const where: ContextDir = scope === "project" ? { dir, project: project! } : { dir };
+    for (const entry of await listContextDir(where)) {
       const skillDir = join(dir, entry);
       const path = join(skillDir, "SKILL.md");
       let text: string;
       try {
-        const info = await stat(path);
-        if (!info.isFile()) continue;
-        if (info.size > MAX_SKILL_BYTES) {
+        text = await readSkillText(
+          { dir: skillDir, ...(where.project ? { project: where.project } : {}) },
+          "SKILL.md",
+        );
+      } catch (error) {
+        const code = (error as { code?: unknown }).code;
+        if (code === "too_large")
           warnings.push(`skill ${path}: larger than ${MAX_SKILL_BYTES} bytes, skipped`);
-          continue;
-        }
-        text = await readFile(path, "utf8");
-      } catch {
+        else if (code !== "not_found" && code !== "not_a_directory")
+          warnings.push(`skill ${path}: ${(error as Error).message} Skipped.`);
         continue;
       }
       const parsed = frontMatter(text);
@@ -119,7 +125,14 @@ export async function discoverSkills(options: SkillOptions): Promise<SkillCatalo
         warnings.push(`skill ${name}: ${path} is shadowed by ${earlier.path}`);
         continue;
       }
-      const skill: Skill = { name, description, dir: skillDir, path, scope };
+      const skill: Skill = {
+        name,
+        description,
+        dir: skillDir,
+        path,
+        scope,
+        ...(scope === "project" && project ? { projectRoot: project.root } : {}),
+      };
       seen.set(name, skill);
       skills.push(skill);
     }
@@ -204,7 +217,29 @@ function shorten(text: string, max: number): string {
   return text.length <= max ? text : `${text.slice(0, Math.max(0, max - 1)).trimEnd()}…`;
 }
 
-/** The `skill` tool's answer: the skill's whole SKILL.md, or one of its other files. */
+/** A file of a skill's folder as text, through context-reads.ts (whole, at most `MAX_SKILL_BYTES`). */
+async function readSkillText(where: ContextDir, file: string): Promise<string> {
+  const { bytes, size } = await readContextFile(where, file, MAX_SKILL_BYTES + 1);
+  if (size > MAX_SKILL_BYTES || bytes.length > MAX_SKILL_BYTES) {
+    throw Object.assign(new Error(`${file}: larger than ${MAX_SKILL_BYTES} bytes`), { code: "too_large" });
+  }
+  return bytes.toString("utf8");
+}
+
+/** Where a discovered skill's files are read: its project confining it, or the user's own folder. */
+async function skillFolder(skill: Skill): Promise<ContextDir> {
+  if (skill.projectRoot === undefined) return { dir: skill.dir };
+  const project: ConfinedRoot | undefined = await openProject(skill.projectRoot);
+  if (project === undefined) throw new Error(`the project ${skill.projectRoot} cannot be opened`);
+  return { dir: skill.dir, project };
+}
+
+/**
+ * The `skill` tool's answer: the skill's whole SKILL.md (read again on every call), or one of its
+ * other files. A project skill's files are read only when they are regular files whose real path
+ * stays inside the skill's folder (a link to `~/.ssh/id_ed25519` or out of the folder is refused, a
+ * FIFO never waited on); the user's own skills may link where the user chose, but never to a secret.
+ */
 export async function readSkill(skills: readonly Skill[], name: string, file?: string): Promise<string> {
   const skill = skills.find((s) => s.name === name);
   if (!skill) {
@@ -213,19 +248,26 @@ export async function readSkill(skills: readonly Skill[], name: string, file?: s
         (skills.length > 0 ? `; the skills are ${skills.map((s) => s.name).join(", ")}` : "; there are none"),
     );
   }
+  const folder = await skillFolder(skill);
   if (file !== undefined && file !== "" && file !== "SKILL.md") {
     const target = resolve(skill.dir, file);
     const rel = relative(skill.dir, target);
     if (rel === "" || rel.startsWith("..") || rel.startsWith(sep)) {
       throw new Error(`${file}: not a file inside the skill's folder`);
     }
-    const info = await stat(target).catch(() => undefined);
-    if (!info?.isFile()) throw new Error(`${file}: no such file in the skill ${name}`);
-    if (info.size > MAX_SKILL_BYTES) throw new Error(`${file}: larger than ${MAX_SKILL_BYTES} bytes`);
-    return readFile(target, "utf8");
+    return readSkillText(folder, rel.split(sep).join("/"));
   }
-  const text = await readFile(skill.path, "utf8");
+  const text = await readSkillText(folder, "SKILL.md");
   return `Skill ${skill.name} (folder ${skill.dir}; its other files can be read with the skill tool's file argument, or run from there)\n\n${text}`;
+}
+
+/** A skill's whole SKILL.md (for `$name`), read as the `skill` tool reads it; undefined when it cannot be. */
+export async function skillBody(skill: Skill): Promise<string | undefined> {
+  try {
+    return await readSkillText(await skillFolder(skill), "SKILL.md");
+  } catch {
+    return undefined;
+  }
 }
 
 /** `$name` mentions of known skills in a prompt, each once, in order. */

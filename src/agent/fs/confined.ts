@@ -554,8 +554,7 @@ export class ConfinedRoot {
     return this.#with(p, { final: options.final ?? "follow", lexicalTail: true }, async (spot) => {
       const secret = this.#secret(p, spot.rel);
       if (secret) throw secret;
-      const info =
-        spot.dir.base === "" ? undefined : await lstat(spot.dir.at(spot.name)).catch(() => undefined);
+      const info = await entryStat(spot);
       return {
         rel: spot.rel,
         abs: this.absolute(spot.rel),
@@ -581,8 +580,7 @@ export class ConfinedRoot {
   /** `lstat` of the entry (`final: "entry"`) or of what it resolves to (default); undefined when absent. */
   async stat(p: string, options: { final?: "follow" | "entry" } = {}): Promise<Stats | undefined> {
     return this.#with(p, { final: options.final ?? "follow", lexicalTail: true }, async (spot) => {
-      if (spot.dir.base === "") return undefined;
-      return lstat(spot.dir.at(spot.name)).catch(() => undefined);
+      return entryStat(spot);
     });
   }
 
@@ -1115,6 +1113,13 @@ function checkRegular(p: string, info: Stats): void {
   }
 }
 
+/** `lstat` of a walked entry; the directory itself (a `/proc/self/fd` link) by `stat`; undefined when absent. */
+async function entryStat(spot: Spot): Promise<Stats | undefined> {
+  if (spot.dir.base === "") return undefined; // a missing directory on the way
+  if (spot.name === "") return stat(spot.dir.base).catch(() => undefined);
+  return lstat(spot.dir.at(spot.name)).catch(() => undefined);
+}
+
 function lstatOrUndefined(p: string): Stats | undefined {
   try {
     return lstatSync(p);
@@ -1143,23 +1148,20 @@ async function readCapped(handle: FileHandle, limit: number): Promise<Buffer> {
 
 /**
  * A file the user named (an attached image, their own skills in `~/.agents/skills`, Spark's home):
- * links are followed where the user put them, but only a regular file is read (opened non-blocking,
- * `fstat`), at most `maxBytes`, and never one of the home directory's secrets or a `.env` file,
- * judged by the real path of the descriptor actually opened. Throws ToolError.
+ * links are followed where the user put them, but only a regular file is opened (non-blocking,
+ * `fstat`), and never one of the home directory's secrets or a `.env` file, judged by the real path
+ * of the descriptor actually opened. `use` reads it; the descriptor is closed after. Throws ToolError.
  */
-export async function readUserFile(
+export async function withUserFile<T>(
   file: string,
-  options: { maxBytes?: number; home?: string } = {},
-): Promise<Buffer> {
-  const cap = options.maxBytes ?? DEFAULT_READ_CAP;
+  options: { home?: string },
+  use: (opened: { handle: FileHandle; info: Stats }) => Promise<T>,
+): Promise<T> {
   let handle: FileHandle;
   try {
     handle = await open(file, C.O_RDONLY | C.O_NONBLOCK | C.O_NOCTTY);
   } catch (error) {
-    const code = errnoCode(error);
-    if (code === "ENOENT" || code === "ENOTDIR") throw new ToolError("not_found", `${file} does not exist.`);
-    if (code === "EISDIR") throw new ToolError("not_a_file", `${file} is a directory, not a file.`);
-    throw new ToolError("not_found", `${file} cannot be opened (${code ?? String(error)}).`);
+    throw asToolError(file, error);
   }
   try {
     const info = await handle.stat();
@@ -1178,13 +1180,41 @@ export async function readUserFile(
     if (isEnvSecretName(path.basename(real))) {
       throw new ToolError("secret_path", `${file} leads to a .env file (credentials): it is not read.`);
     }
+    return await use({ handle, info });
+  } catch (error) {
+    throw asToolError(file, error);
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
+}
+
+/** `withUserFile`, reading the whole file (at most `maxBytes`, else ToolError "too_large"). */
+export async function readUserFile(
+  file: string,
+  options: { maxBytes?: number; home?: string } = {},
+): Promise<Buffer> {
+  const cap = options.maxBytes ?? DEFAULT_READ_CAP;
+  return withUserFile(file, options, async ({ handle, info }) => {
     if (info.size > cap) throw tooLarge(file, info.size, cap);
     const bytes = await readCapped(handle, cap + 1);
     if (bytes.length > cap) throw tooLarge(file, bytes.length, cap);
     return bytes;
-  } finally {
-    await handle.close().catch(() => undefined);
-  }
+  });
+}
+
+/** The names in a directory the user named (their skills, Spark's home), sorted; [] when unreadable. */
+export async function readUserDir(dir: string): Promise<string[]> {
+  return (await readdir(dir).catch((): string[] => [])).sort();
+}
+
+/** What is at a path (metadata only: nothing is opened, a link is not followed); "absent" when nothing. */
+export async function entryKind(abs: string): Promise<EntryKind> {
+  return kindOf(await lstat(abs).catch(() => undefined));
+}
+
+/** Reads at most `limit` bytes from the start of an open file (see `withFile`, `withUserFile`). */
+export function readPrefix(handle: FileHandle, limit: number): Promise<Buffer> {
+  return readCapped(handle, limit);
 }
 
 /** Whether a real path is or lies in one of the home directory's secrets (their real paths). */
