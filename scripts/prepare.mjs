@@ -27,9 +27,19 @@ function run(args) {
   if (result.status !== 0) process.exit(result.status ?? 1);
 }
 
+// Each step says what it does and how long it took: `npm install -g --foreground-scripts .` shows
+// these lines (npm hides a lifecycle script's output without that flag).
+const started = Date.now();
+const seconds = () => `${Math.round((Date.now() - started) / 1000)} s`;
 if (!existsSync(join(root, "node_modules", "typescript", "package.json"))) {
-  console.error("spark: installing dependencies in " + root + " (a fresh clone), then building");
+  console.error(
+    `spark: installing dependencies in ${root} (a fresh clone: minutes; better-sqlite3 compiles SQLite ` +
+      "unless its prebuilt binary can be downloaded), then building",
+  );
   run(["ci", "--include=dev", "--no-audit", "--no-fund"]);
+  console.error(`spark: dependencies installed and built in ${seconds()}`);
 } else {
+  console.error("spark: building dist/ (TypeScript) and web/dist (the web app)…");
   run(["run", "build"]);
+  console.error(`spark: built in ${seconds()}`);
 }

@@ -49,7 +49,7 @@ function shellEnv(): NodeJS.ProcessEnv {
 }
 
 test(
-  "npm install -g . on a fresh copy of the sources installs a spark that runs from any folder",
+  "npm install -g --foreground-scripts . on a fresh copy of the sources shows its progress and installs a spark that runs from any folder",
   {
     skip: process.env.SPARK_TEST_INSTALL === "1" ? false : "set SPARK_TEST_INSTALL=1 (.ci/run does)",
     timeout: 30 * 60_000,
@@ -70,13 +70,17 @@ test(
         copyFileSync(join(REPO_ROOT, file), join(source, file));
       }
       const prefix = join(root, "prefix");
-      const install = spawnSync("npm", ["install", "-g", "--prefix", prefix, "."], {
+      // The README's command: --foreground-scripts shows the build's progress.
+      const install = spawnSync("npm", ["install", "-g", "--foreground-scripts", "--prefix", prefix, "."], {
         cwd: source,
         env: shellEnv(),
         encoding: "utf8",
         maxBuffer: 64 * 1024 * 1024,
       });
       assert.equal(install.status, 0, `npm install -g . failed:\n${install.stdout}\n${install.stderr}`);
+      const output = `${install.stdout}\n${install.stderr}`;
+      assert.match(output, /spark: installing dependencies in /, "it says what it does");
+      assert.match(output, /spark: built in \d+ s/, "and when the build is done");
       const installed = join(prefix, "lib", "node_modules", "spark");
       assert.ok(existsSync(join(installed, "dist", "cli", "main.js")), "dist/ was built");
       assert.ok(existsSync(join(installed, "web", "dist", "index.html")), "web/dist was built");
