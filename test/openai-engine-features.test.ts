@@ -36,6 +36,11 @@ async function startUpstream(): Promise<FakeUpstream> {
       const path = new URL(req.url ?? "/", "http://x").pathname;
       const body = chunks.length ? (JSON.parse(Buffer.concat(chunks).toString("utf8")) as Json) : {};
       received.push({ path, body });
+      if (path === "/v1/responses/input_tokens") {
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(JSON.stringify({ object: "response.input_tokens", input_tokens: 42 }));
+        return;
+      }
       if (path === "/v1/models") {
         res.writeHead(200, { "content-type": "application/json" });
         res.end(
@@ -175,6 +180,30 @@ for (const wire of ["chat", "responses"] as const) {
       });
       if (wire === "chat") assert.deepEqual(last().response_format, { type: "json_object" });
       else assert.deepEqual(last().text, { format: { type: "json_object" } });
+    });
+
+    test("input_tokens is the upstream's count over the responses wire, a 400 over the chat wire", async () => {
+      const body = { model: "spark", instructions: "Be brief.", input: "Count me." };
+      if (wire === "responses") {
+        const counted = await openai.responses.inputTokens.count(body);
+        assert.equal(counted.input_tokens, 42);
+        const sent = upstream.received.at(-1)!;
+        assert.equal(sent.path, "/v1/responses/input_tokens");
+        assert.equal(sent.body.model, "up-model");
+        assert.equal(sent.body.stream, undefined);
+        assert.deepEqual(sent.body.input, [
+          { type: "message", role: "system", content: "Be brief." },
+          { type: "message", role: "user", content: "Count me." },
+        ]);
+      } else {
+        await assert.rejects(openai.responses.inputTokens.count(body), (error: unknown) => {
+          assert.ok(error instanceof OpenAI.APIError);
+          assert.equal(error.status, 400);
+          assert.equal(error.param, "model");
+          assert.equal(error.code, "input_tokens_unsupported");
+          return true;
+        });
+      }
     });
 
     test("tool_choice reaches the upstream in its wire's shape", async () => {

@@ -18,6 +18,7 @@ import { anonymousPrincipal, KeyRing, type Principal } from "../core/keys.js";
 import { Metrics } from "../core/metrics.js";
 import { ModelRegistry, type ResolvedModel } from "../core/model-registry.js";
 import { MemoryResponseStore, type ResponseStore } from "../core/response-store.js";
+import { countInputTokens } from "../core/input-tokens.js";
 import { ResponsesService, type InputItemsPage } from "../core/responses.js";
 import type { Engine } from "../engine/types.js";
 import { shown, SparkError } from "../protocol/errors.js";
@@ -178,6 +179,15 @@ export class SparkServer {
         pattern: /^\/v1\/responses\/compact$/,
         name: "/v1/responses/compact",
         handler: (c) => this.#compactResponse(c),
+      },
+      {
+        method: "POST",
+        pattern: /^\/v1\/responses\/input_tokens$/,
+        name: "/v1/responses/input_tokens",
+        handler: async ({ request, response, signal, principal }) => {
+          const body = await readJsonBody(request, this.#maxBodyBytes);
+          sendJson(response, 200, await countInputTokens(this.#responses, body, principal, signal));
+        },
       },
       {
         method: "GET",

@@ -408,6 +408,14 @@ export class LlamaEngine implements Engine {
     return tokens;
   }
 
+  /** The request's prompt as generation would render it (chat template, tools), by the model's tokenizer. */
+  async countInputTokens(request: EngineRequest): Promise<number> {
+    if (!this.#status.ready)
+      throw SparkError.unavailable(`The llama engine is not ready: ${this.#status.detail}.`);
+    refuseImages(request);
+    return this.#prompt(request).length;
+  }
+
   /**
    * Rejects a request whose prompt leaves no room in the context for output, with OpenAI's 400
    * `context_length_exceeded`, before anything is streamed. The rendered prompt is kept for `stream`.

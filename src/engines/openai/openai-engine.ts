@@ -25,12 +25,20 @@
  */
 import type { Dispatcher } from "undici";
 import type { Registry } from "prom-client";
-import type { Engine, EngineModel, EnginePart, EngineRequest, EngineStatus } from "../../engine/types.js";
+import type {
+  EmbeddingRequest,
+  EmbeddingResult,
+  Engine,
+  EngineModel,
+  EnginePart,
+  EngineRequest,
+  EngineStatus,
+} from "../../engine/types.js";
 import { SparkError } from "../../protocol/errors.js";
 import type { OpenAIErrorType } from "../../protocol/errors.js";
 import { chatWire } from "./chat-wire.js";
 import { completionsWire } from "./completions-wire.js";
-import type { RouterOptions } from "./prefix-router.js";
+import { EMPTY_KEY, type PrefixKey, type RouterOptions } from "./prefix-router.js";
 import { ReplicaPool, type HealthOptions, type Replica, type UpstreamTarget } from "./replica-pool.js";
 import { responsesWire } from "./responses-wire.js";
 import { formatBytes, SseParser, SseTooLargeError } from "./sse-lines.js";
@@ -279,6 +287,107 @@ export class OpenAIEngine implements Engine {
       // No-op after a complete response; otherwise closes the upstream connection, so a consumer
       // that stops iterating never leaves the upstream generating.
       body.destroy();
+    }
+  }
+
+  /**
+   * Counted by the upstream (`POST /responses/input_tokens`, with the body a create would send). An
+   * upstream spoken to over Chat Completions has no such route: a 400 rather than an estimate.
+   */
+  async countInputTokens(request: EngineRequest, signal: AbortSignal): Promise<number> {
+    if (this.#wire !== responsesWire)
+      throw SparkError.invalid(
+        "This model's upstream is spoken to over Chat Completions, which cannot count input tokens; " +
+          "use a model whose upstream speaks the Responses API (--upstream-api responses).",
+        "model",
+        "input_tokens_unsupported",
+      );
+    const { stream: _stream, store: _store, ...created } = responsesWire.requestBody(request);
+    const counted = ["model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text"];
+    const body = Object.fromEntries(Object.entries(created).filter(([key]) => counted.includes(key)));
+    const result = await this.#postJson(
+      "/responses/input_tokens",
+      body,
+      (pool) => pool.router.key(request),
+      signal,
+    );
+    if (typeof result.input_tokens !== "number")
+      throw protocolError("the input token count has no number 'input_tokens'");
+    return result.input_tokens;
+  }
+
+  /** `POST /embeddings` on the upstream, vectors as floats. */
+  async embed(request: EmbeddingRequest, signal: AbortSignal): Promise<EmbeddingResult> {
+    const body: Json = { model: request.model, input: request.inputs, encoding_format: "float" };
+    if (request.dimensions !== undefined) body.dimensions = request.dimensions;
+    const result = await this.#postJson("/embeddings", body, () => EMPTY_KEY, signal);
+    const data = Array.isArray(result.data) ? result.data : [];
+    const vectors: number[][] = [];
+    for (const entry of data) {
+      const index = isRecord(entry) && typeof entry.index === "number" ? entry.index : vectors.length;
+      const embedding = isRecord(entry) ? entry.embedding : undefined;
+      if (!Array.isArray(embedding) || !embedding.every((value) => typeof value === "number"))
+        throw protocolError("an embedding is not an array of numbers");
+      vectors[index] = embedding as number[];
+    }
+    if (vectors.length !== request.inputs.length || vectors.some((vector) => vector === undefined))
+      throw protocolError(`expected ${request.inputs.length} embeddings, got ${data.length}`);
+    const usage = isRecord(result.usage) ? result.usage : {};
+    return { vectors, inputTokens: typeof usage.prompt_tokens === "number" ? usage.prompt_tokens : 0 };
+  }
+
+  /** One JSON request to one replica (retried once on another when that one failed), its JSON answer. */
+  async #postJson(
+    path: string,
+    body: Json,
+    key: (pool: ReplicaPool) => PrefixKey,
+    signal: AbortSignal,
+  ): Promise<Json> {
+    const pool = this.#replicas;
+    const payload = JSON.stringify(body);
+    let failed = -1;
+    for (;;) {
+      const replica = pool.acquire(key(pool), failed);
+      try {
+        let response: Dispatcher.ResponseData;
+        try {
+          response = await replica.pool.request({
+            method: "POST",
+            path: replica.path(path),
+            headers: replica.headers("application/json", true),
+            body: payload,
+            signal,
+          });
+        } catch (error) {
+          throw new AttemptError(this.#transportError(replica, error, false), true, true);
+        }
+        if (response.statusCode < 200 || response.statusCode >= 300) {
+          const status = response.statusCode;
+          const error = await this.#httpError(replica, response, `POST ${path}`);
+          throw new AttemptError(error, status >= 500, status >= 500 || status === 429);
+        }
+        let parsed: unknown;
+        try {
+          const text = await readAtMost(response.body, MAX_JSON_BODY_BYTES * 8);
+          if (!text.complete)
+            throw new Error(`the answer is larger than ${formatBytes(MAX_JSON_BODY_BYTES * 8)}`);
+          parsed = JSON.parse(text.text);
+        } catch (error) {
+          throw new AttemptError(protocolError(`POST ${path}: ${(error as Error).message}`), true, false);
+        }
+        if (!isRecord(parsed))
+          throw new AttemptError(protocolError(`POST ${path}: not a JSON object`), true, false);
+        this.#replicas.succeeded(replica);
+        return parsed;
+      } catch (error) {
+        if (!(error instanceof AttemptError)) throw error;
+        if (signal.aborted) throw error.error;
+        if (error.replicaFault) pool.failed(replica);
+        if (!error.retryable || failed >= 0 || !pool.canRetry()) throw error.error;
+        failed = replica.index;
+      } finally {
+        pool.release(replica);
+      }
     }
   }
 

@@ -91,7 +91,7 @@ export interface Route {
   miss?: MissReason;
 }
 
-const EMPTY_KEY: PrefixKey = { hashes: new Float64Array(0) };
+export const EMPTY_KEY: PrefixKey = { hashes: new Float64Array(0) };
 
 /** Table values: the replicas' bits in the low 32 bits, and this flag once the prefix was continued. */
 const CONTINUED = 2 ** 32;

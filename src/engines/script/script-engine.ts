@@ -207,14 +207,24 @@ export class ScriptEngine implements Engine {
     else this.lineFor(request.items);
   }
 
+  /** The script engine's token count of a conversation: its pieces, as usage reports them. */
+  async countInputTokens(request: EngineRequest): Promise<number> {
+    return this.#inputTokens(request);
+  }
+
+  #inputTokens(request: EngineRequest): number {
+    let inputTokens = 0;
+    for (const item of request.items) inputTokens += this.#itemPieces(item);
+    return inputTokens;
+  }
+
   async *stream(request: EngineRequest, signal: AbortSignal): AsyncGenerator<EnginePart> {
     if (request.fim) {
       yield* this.#complete(request, request.fim.prefix, signal);
       return;
     }
     const line = this.lineFor(request.items);
-    let inputTokens = 0;
-    for (const item of request.items) inputTokens += this.#itemPieces(item);
+    const inputTokens = this.#inputTokens(request);
     const limit = request.maxOutputTokens ?? Infinity;
     const pacer = new Pacer(this.#interval, signal);
     let outputTokens = 0;
