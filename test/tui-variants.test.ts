@@ -149,6 +149,9 @@ describe("variants and --worktree in the terminal", { skip: tmuxMissing ?? false
     assert.match(diff, /^\+\+\+ b\/hello\.txt$/m);
     assert.match(diff, /^\+world$/m);
     const id = /^\+(tui-\S+-v1-2)$/m.exec(diff)![1]!;
+    // The pager closes on q, which types nothing into the composer.
+    term.type("q");
+    await term.waitFor((screen) => !screen.includes("q closes"), "the pager closed", WAIT);
 
     term.type("/pick 2");
     term.press("Enter");

@@ -35,7 +35,7 @@ import { changeLine, counts, diffRows, page } from "./diff-view.js";
 import { truncate, wrapText } from "./wrap.js";
 import type { VariantRun } from "../agent/variants/runner.js";
 import { describeTaskWorkspace as describeWorkspace } from "../cli/worktree-session.js";
-import { colorDiff, variantTable } from "./variants-view.js";
+import { discardQuestion, fileCount, variantDiffPage, variantTable } from "./variants-view.js";
 
 export interface TuiOptions {
   prompt?: string;
@@ -109,6 +109,8 @@ class TuiApp {
     { request: ApprovalRequest; resolve: (answer: ApprovalAnswer) => void; offset: number } | undefined;
   /** `/diff` open in the footer: its rows, a screenful from `offset`. */
   #pager: { head: string; rows: string[]; offset: number } | undefined;
+  /** A message sent while variants wait for a pick: sent (discarding them) if Enter comes again. */
+  #discardArmed: string | undefined;
   /**
    * Each file's content before this session first changed it (by a patch or edit_file), for
    * `/diff`; what the file holds now is read when `/diff` runs.
@@ -437,6 +439,14 @@ class TuiApp {
       return this.#render();
     }
     const variants = this.#variantsNext;
+    // Variants waiting for /pick K are not discarded by a message sent on its own: Enter again does.
+    if (this.#variantRun && variants === undefined && this.#discardArmed !== text) {
+      this.#discardArmed = text;
+      this.#setInput(text);
+      this.#screen.line(yellow(discardQuestion(this.#variantRun.variants.length)));
+      return this.#render();
+    }
+    this.#discardArmed = undefined;
     this.#variantsNext = undefined;
     this.#send(text, variants);
   }
@@ -700,9 +710,8 @@ class TuiApp {
       added += diff.added;
       removed += diff.removed;
     }
-    const files = `${diffs.length} file${diffs.length === 1 ? "" : "s"}`;
     this.#pager = {
-      head: `${bold(title)}: ${files} ${counts(added, removed)} ${dim("· q closes")}`,
+      head: `${bold(title)}: ${fileCount(diffs.length)} ${counts(added, removed)} ${dim("· q closes")}`,
       rows: diffRows(diffs, this.#screen.columns - 1),
       offset: 0,
     };
@@ -1067,7 +1076,7 @@ class TuiApp {
     } else {
       this.#screen.line(
         dim(
-          `/pick K lands one in ${runtime.taskWorkspace ? "the session's worktree" : "your files"} (the others are removed) · /diff K shows one · a new message discards them`,
+          `/pick K lands one in ${runtime.taskWorkspace ? "the session's worktree" : "your files"} (the others are removed) · /diff K shows one · a message sent twice discards them`,
         ),
       );
     }
@@ -1138,7 +1147,7 @@ class TuiApp {
     }
   }
 
-  /** `/diff K` while there are variants: variant K's diff against where it started, in color. */
+  /** `/diff K` while there are variants: variant K's diff against where it started, in the pager. */
   async #variantDiff(k: number): Promise<void> {
     const run = this.#variantRun!;
     const variant = run.variants[k - 1];
@@ -1147,13 +1156,7 @@ class TuiApp {
       this.#screen.line(red(`✗ /diff ${k}: ${(error as Error).message}`));
       return undefined;
     });
-    if (!changes) return;
-    this.#screen.line(
-      bold(`variant ${k}`) +
-        dim(` · ${variant.state} · temperature ${variant.temperature} · ${changes.length} files`),
-    );
-    if (changes.length === 0) this.#screen.line(dim("  no changes"));
-    for (const line of colorDiff(changes)) this.#screen.line(line);
+    if (changes) this.#pager = variantDiffPage(k, variant, changes, this.#screen.columns - 1);
   }
 
   /** `/apply`: the `--worktree` session's changes land in the user's files (all or nothing). */

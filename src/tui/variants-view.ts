@@ -6,7 +6,7 @@
 import type { TaskFileChange } from "../agent/worktree/task-workspace.js";
 import type { Variant } from "../agent/variants/runner.js";
 import { bold, cyan, dim, green, red, yellow } from "./style.js";
-import { padTo, sanitize, truncate, visibleWidth } from "./wrap.js";
+import { hardWrap, padTo, sanitize, truncate, visibleWidth } from "./wrap.js";
 
 const STATE: Record<Variant["state"], (text: string) => string> = {
   queued: dim,
@@ -96,4 +96,39 @@ export function colorDiff(changes: readonly TaskFileChange[]): string[] {
 export function firstLine(text: string): string {
   const line = text.split("\n").find((l) => l.trim() !== "") ?? "";
   return line.replace(/^#+\s*/, "").trim();
+}
+
+/** `1 file`, `3 files`. */
+export function fileCount(n: number): string {
+  return `${n} file${n === 1 ? "" : "s"}`;
+}
+
+/**
+ * `/diff K` for variants: the pager's head and rows (the same pager as `/diff`: Space/PgDn, PgUp,
+ * q closes), so nothing typed to leave it lands in the composer.
+ */
+export function variantDiffPage(
+  k: number,
+  variant: { state: string; temperature: number },
+  changes: readonly TaskFileChange[],
+  width: number,
+): { head: string; rows: string[]; offset: number } {
+  const rows = changes.length === 0 ? [dim("  no changes")] : colorDiff(changes);
+  return {
+    head:
+      bold(`variant ${k}`) +
+      dim(
+        ` · ${variant.state} · temperature ${variant.temperature} · ${fileCount(changes.length)} · q closes`,
+      ),
+    rows: rows.flatMap((row) => hardWrap(row, width)),
+    offset: 0,
+  };
+}
+
+/** Said when a message would discard variants still waiting for `/pick K`: it is sent on a second Enter. */
+export function discardQuestion(count: number): string {
+  return (
+    `the ${count} variants wait for /pick K (/diff K shows one): Enter again sends this message ` +
+    "and discards them"
+  );
 }
