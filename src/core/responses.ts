@@ -2,9 +2,8 @@
  * The Responses API, transport-free: validates a create body, runs the engine, and turns its parts
  * into the typed, numbered Responses events (the same events for SSE and, later, WebSocket).
  */
-import type { ConversationItem, EnginePart, EngineRequest, FinishReason, Usage } from "../engine/types.js";
+import type { ConversationItem, EngineRequest, FinishReason, Usage } from "../engine/types.js";
 import { shown, SparkError } from "../protocol/errors.js";
-import { TextBuffer } from "../protocol/text-buffer.js";
 import {
   compactRequestSchema,
   responseCreateSchema,
@@ -14,7 +13,6 @@ import {
   type ResponseCreateBody,
   type ResponseEvent,
   type ResponseObject,
-  type ResponseUsage,
 } from "../protocol/responses.js";
 import { carriesImage } from "../engine/types.js";
 import { itemsFromResponsesInput, predictionText, unavailableTools } from "./conversation.js";
@@ -42,6 +40,7 @@ import {
   type StoredResponse,
 } from "./response-store.js";
 import { applyFeatures, responsesFeatures } from "./request-features.js";
+import { ResponseBuilder, usageOf } from "./response-builder.js";
 import { validateBody } from "./validate.js";
 
 /** Context size assumed for the default compaction threshold when the engine does not report one. */
@@ -736,215 +735,4 @@ function idPrefix(type: string): string {
   if (type.endsWith("_output")) return "out";
   if (type.endsWith("_call")) return "call";
   return "item";
-}
-
-function usageOf(usage: Usage): ResponseUsage {
-  return {
-    input_tokens: usage.inputTokens,
-    input_tokens_details: { cached_tokens: usage.cachedInputTokens },
-    output_tokens: usage.outputTokens,
-    output_tokens_details: {
-      reasoning_tokens: 0,
-      ...(usage.speculation
-        ? {
-            accepted_prediction_tokens: usage.speculation.predictionAccepted,
-            rejected_prediction_tokens: usage.speculation.predictionRejected,
-          }
-        : {}),
-    },
-    ...(usage.speculation
-      ? {
-          speculation: {
-            drafted: usage.speculation.drafted,
-            accepted: usage.speculation.accepted,
-            rejected: usage.speculation.rejected,
-            steps: usage.speculation.steps,
-          },
-        }
-      : {}),
-    total_tokens: usage.inputTokens + usage.outputTokens,
-  };
-}
-
-/** Accumulates output items from engine parts and produces the matching Responses events. */
-class ResponseBuilder {
-  private sequence = 0;
-  /** Items being generated, and their text so far (see `TextBuffer`: many deltas, little memory). */
-  private readonly open = new Map<string, { index: number; text: TextBuffer }>();
-
-  constructor(private readonly response: ResponseObject) {}
-
-  event(type: string, fields: Record<string, unknown>): ResponseEvent {
-    return { type, sequence_number: this.sequence++, ...fields };
-  }
-
-  snapshot(): ResponseObject {
-    return { ...this.response, output: [...this.response.output] };
-  }
-
-  *apply(part: Exclude<EnginePart, { type: "finish" }>): Generator<ResponseEvent> {
-    const output = this.response.output;
-    switch (part.type) {
-      case "text-start": {
-        const item: OutputItem = {
-          id: newId("msg"),
-          type: "message",
-          status: "in_progress",
-          role: "assistant",
-          content: [],
-        };
-        const index = output.push(item) - 1;
-        this.open.set(part.id, { index, text: new TextBuffer() });
-        yield this.event("response.output_item.added", {
-          output_index: index,
-          item: { ...item, content: [] },
-        });
-        yield this.event("response.content_part.added", {
-          item_id: item.id,
-          output_index: index,
-          content_index: 0,
-          part: { type: "output_text", text: "", annotations: [] },
-        });
-        return;
-      }
-      case "text-delta": {
-        const state = this.open.get(part.id);
-        if (!state || part.delta === "") return;
-        state.text.append(part.delta);
-        yield {
-          type: "response.output_text.delta",
-          sequence_number: this.sequence++,
-          item_id: output[state.index]!.id,
-          output_index: state.index,
-          content_index: 0,
-          delta: part.delta,
-          logprobs: [],
-        };
-        return;
-      }
-      case "text-end": {
-        const state = this.open.get(part.id);
-        if (!state) return;
-        this.open.delete(part.id);
-        const item = output[state.index] as Extract<OutputItem, { type: "message" }>;
-        const text = state.text.toString();
-        const textPart = { type: "output_text" as const, text, annotations: [] };
-        item.content = [textPart];
-        item.status = "completed";
-        const ids = { item_id: item.id, output_index: state.index, content_index: 0 };
-        yield this.event("response.output_text.done", { ...ids, text, logprobs: [] });
-        yield this.event("response.content_part.done", { ...ids, part: textPart });
-        yield this.event("response.output_item.done", { output_index: state.index, item: { ...item } });
-        return;
-      }
-      case "tool-call-start": {
-        const item: OutputItem =
-          part.kind === "function"
-            ? {
-                id: newId("fc"),
-                type: "function_call",
-                status: "in_progress",
-                call_id: part.callId,
-                name: part.name,
-                arguments: "",
-              }
-            : {
-                id: newId("ctc"),
-                type: "custom_tool_call",
-                status: "in_progress",
-                call_id: part.callId,
-                name: part.name,
-                input: "",
-              };
-        const index = output.push(item) - 1;
-        this.open.set(part.id, { index, text: new TextBuffer() });
-        yield this.event("response.output_item.added", { output_index: index, item: { ...item } });
-        return;
-      }
-      case "tool-call-delta": {
-        const state = this.open.get(part.id);
-        if (!state || part.delta === "") return;
-        state.text.append(part.delta);
-        const item = output[state.index]!;
-        yield {
-          type:
-            item.type === "function_call"
-              ? "response.function_call_arguments.delta"
-              : "response.custom_tool_call_input.delta",
-          sequence_number: this.sequence++,
-          item_id: item.id,
-          output_index: state.index,
-          delta: part.delta,
-        };
-        return;
-      }
-      case "tool-call-end": {
-        const state = this.open.get(part.id);
-        if (!state) return;
-        this.open.delete(part.id);
-        const item = output[state.index]!;
-        item.status = "completed";
-        const text = state.text.toString();
-        if (item.type === "function_call") {
-          item.arguments = text;
-          yield this.event("response.function_call_arguments.done", {
-            item_id: item.id,
-            output_index: state.index,
-            name: item.name,
-            arguments: text,
-          });
-        } else if (item.type === "custom_tool_call") {
-          item.input = text;
-          yield this.event("response.custom_tool_call_input.done", {
-            item_id: item.id,
-            output_index: state.index,
-            input: text,
-          });
-        }
-        yield this.event("response.output_item.done", { output_index: state.index, item: { ...item } });
-        return;
-      }
-    }
-  }
-
-  *compaction(encryptedContent: string): Generator<ResponseEvent> {
-    const item: OutputItem = { id: newId("cmp"), type: "compaction", encrypted_content: encryptedContent };
-    const index = this.response.output.push(item) - 1;
-    yield this.event("response.output_item.added", { output_index: index, item });
-    yield this.event("response.output_item.done", { output_index: index, item });
-  }
-
-  /** Items still open when generation stops are closed as `incomplete` with what they have so far. */
-  private closeOpenItems(): void {
-    for (const state of this.open.values()) {
-      const item = this.response.output[state.index]!;
-      item.status = "incomplete";
-      const text = state.text.toString();
-      if (item.type === "message") item.content = [{ type: "output_text", text, annotations: [] }];
-      else if (item.type === "function_call") item.arguments = text;
-      else if (item.type === "custom_tool_call") item.input = text;
-    }
-    this.open.clear();
-  }
-
-  finish(reason: FinishReason, usage: Usage, abortReason: string | undefined): ResponseEvent {
-    this.closeOpenItems();
-    this.response.usage = usageOf(usage);
-    if (reason === "length" || reason === "cancelled") {
-      this.response.status = "incomplete";
-      this.response.incomplete_details = {
-        reason: reason === "length" ? "max_output_tokens" : (abortReason ?? "cancelled"),
-      };
-      return this.event("response.incomplete", { response: this.snapshot() });
-    }
-    this.response.status = "completed";
-    return this.event("response.completed", { response: this.snapshot() });
-  }
-
-  fail(error: SparkError): ResponseEvent {
-    this.closeOpenItems();
-    this.response.status = "failed";
-    this.response.error = { code: error.code, message: error.message };
-    return this.event("response.failed", { response: this.snapshot() });
-  }
 }
