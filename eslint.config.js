@@ -51,6 +51,7 @@ const notYetConfined = [
   "src/agent/images.ts",
   "src/agent/checkpoints/checkpoints.ts",
   "src/agent/worktree/task-workspace.ts",
+  "src/agent/worktree/task-changes.ts",
   "src/app/preview-server.ts",
   "src/app/workspace-files.ts",
   "src/app/task.ts",

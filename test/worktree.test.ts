@@ -15,16 +15,14 @@ import { after, before, test } from "node:test";
 import { detectSandbox } from "../src/agent/sandbox.js";
 import { runCommand } from "../src/agent/shell.js";
 import {
-  applyTaskWorkspace,
   createTaskWorkspace,
   discardTaskWorkspace,
   openTaskWorkspace,
   pruneTaskWorkspaces,
-  restoreTaskFile,
-  taskChanges,
   taskWorkspaceBytes,
   taskWorkspacesFolder,
 } from "../src/agent/worktree/task-workspace.js";
+import { applyTaskWorkspace, restoreTaskFile, taskChanges } from "../src/agent/worktree/task-changes.js";
 
 const dirs: string[] = [];
 const savedHome = process.env.SPARK_HOME;

@@ -31,17 +31,15 @@ import {
   describeTurns,
 } from "../agent/checkpoints/checkpoints.js";
 import {
-  applyTaskWorkspace,
   createTaskWorkspace,
   discardTaskWorkspace,
   openTaskWorkspace,
   pruneTaskWorkspaces,
-  restoreTaskFile,
-  taskChanges,
   taskWorkspaceBytes,
   taskWorkspacesFolder,
   type TaskWorkspace,
 } from "../agent/worktree/task-workspace.js";
+import { applyTaskWorkspace, restoreTaskFile, taskChanges } from "../agent/worktree/task-changes.js";
 import { z } from "zod";
 import type { PreviewServer } from "./preview-server.js";
 import { AppVariants } from "./variants.js";

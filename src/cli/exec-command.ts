@@ -186,7 +186,8 @@ async function reportWorktree(
   out: ((line: Record<string, unknown>) => void) | undefined,
   note: (line: string) => void,
 ): Promise<void> {
-  const { discardTaskWorkspace, taskChanges } = await import("../agent/worktree/task-workspace.js");
+  const { discardTaskWorkspace } = await import("../agent/worktree/task-workspace.js");
+  const { taskChanges } = await import("../agent/worktree/task-changes.js");
   const changes = await taskChanges(ws);
   const files = changes.map(({ path, status, added, removed }) => ({ path, status, added, removed }));
   if (changes.length === 0) {

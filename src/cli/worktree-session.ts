@@ -79,7 +79,8 @@ export function describeTaskWorkspace(ws: TaskWorkspace): string {
  * applied already) the worktree and branch are removed.
  */
 export async function leaveTaskWorkspace(ws: TaskWorkspace, message: string): Promise<string[]> {
-  const { discardTaskWorkspace, taskChanges } = await import("../agent/worktree/task-workspace.js");
+  const { discardTaskWorkspace } = await import("../agent/worktree/task-workspace.js");
+  const { taskChanges } = await import("../agent/worktree/task-changes.js");
   const changes = await taskChanges(ws);
   const pending: TaskFileChange[] = [];
   for (const change of changes) {

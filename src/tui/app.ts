@@ -679,7 +679,7 @@ class TuiApp {
     let title = "Changes this session";
     if (ws && ws.kind !== "in-place") {
       try {
-        const { taskChanges } = await import("../agent/worktree/task-workspace.js");
+        const { taskChanges } = await import("../agent/worktree/task-changes.js");
         const { contentDiff } = await import("../agent/file-diff.js");
         diffs = (await taskChanges(ws)).map((change) =>
           contentDiff(change.path, change.before, change.after),
@@ -1166,7 +1166,7 @@ class TuiApp {
       return this.#screen.line(
         yellow("/apply is for a session started with --worktree; this one works in place"),
       );
-    const { applyTaskWorkspace, taskChanges } = await import("../agent/worktree/task-workspace.js");
+    const { applyTaskWorkspace, taskChanges } = await import("../agent/worktree/task-changes.js");
     const changes = await taskChanges(ws);
     if (changes.length === 0) return this.#screen.line(dim("nothing to apply: the session changed no files"));
     const result = await applyTaskWorkspace(ws);
@@ -1193,8 +1193,8 @@ class TuiApp {
     const ws = runtime?.taskWorkspace;
     if (!runtime || !ws)
       return this.#screen.line(yellow("/discard is for a session started with --worktree"));
-    const { createTaskWorkspace, discardTaskWorkspace, taskChanges } =
-      await import("../agent/worktree/task-workspace.js");
+    const { createTaskWorkspace, discardTaskWorkspace } = await import("../agent/worktree/task-workspace.js");
+    const { taskChanges } = await import("../agent/worktree/task-changes.js");
     const changes = await taskChanges(ws).catch(() => []);
     await discardTaskWorkspace(ws);
     runtime.taskWorkspace = await createTaskWorkspace(ws.root, ws.id);

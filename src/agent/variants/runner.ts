@@ -23,15 +23,17 @@ import type { Sandbox } from "../sandbox.js";
 import { commandEnvironment } from "../secrets.js";
 import { runCommand } from "../shell.js";
 import {
-  applyTaskWorkspace,
   createTaskWorkspace,
   discardTaskWorkspace,
-  taskChanges,
   taskWorkspacesFolder,
-  type ApplyResult,
-  type TaskFileChange,
   type TaskWorkspace,
 } from "../worktree/task-workspace.js";
+import {
+  applyTaskWorkspace,
+  taskChanges,
+  type ApplyResult,
+  type TaskFileChange,
+} from "../worktree/task-changes.js";
 
 export const MIN_VARIANTS = 2;
 export const MAX_VARIANTS = 10;
