@@ -41,6 +41,9 @@ const sparkOwnData = [
   "src/agent/variants/runner.ts", // the empty folder of Spark's own variant worktrees
   "src/app/app-server.ts", // the bundled front end (web/dist)
   "src/app/task-manager.ts", // the data directory's task files
+  "src/agent/worktree/task-workspace.ts", // Spark's worktree folder (the task's files: task-changes.ts)
+  "src/app/task.ts", // a task's own files in the data directory (its log, its saved state)
+  "src/cli/worktree-session.ts", // a copy of the repository's own index for a --worktree session's commit
   "src/app/data-folders.ts", // the app's folders in the data directory, made ready at start
   "src/cli/setup-command.ts", // the user's own ~/.codex config, which no model or repository names
 ];
@@ -50,12 +53,8 @@ const notYetConfined = [
   "src/agent/file-tools.ts",
   "src/agent/images.ts",
   "src/agent/checkpoints/checkpoints.ts",
-  "src/agent/worktree/task-workspace.ts",
-  "src/agent/worktree/task-changes.ts",
   "src/app/preview-server.ts",
   "src/app/workspace-files.ts",
-  "src/app/task.ts",
-  "src/cli/worktree-session.ts",
 ];
 
 // What the app server never imports: it reaches the server only over the wire, and shares only the

@@ -358,3 +358,41 @@ test("inside a task's worktree a sandboxed command can run git status and git di
   assert.doesNotMatch(git(root, "config", "--list", "--local"), /fsmonitor/);
   await discardTaskWorkspace(ws);
 });
+
+test("links in a task's worktree: shown as links, Apply refuses those out of the workspace or into .git and lands one inside as a link; a newline in a name forges no header (issue 30 defect 5)", async () => {
+  const root = await repo();
+  const ws = await createTaskWorkspace(root, "links");
+  // What a prompt-injected task leaves in its worktree.
+  await symlink("/root/.ssh/id_rsa", path.join(ws.path, "notes.md"));
+  await symlink(".git/hooks/post-checkout", path.join(ws.path, "build.sh"));
+  await symlink("/", path.join(ws.path, "assets"));
+  await symlink("keep.txt", path.join(ws.path, "keep-link.txt"));
+  await writeFile(path.join(ws.path, "README\n+++ fake"), "forged\n");
+  const changes = await taskChanges(ws);
+  const byPath = new Map(changes.map((change) => [change.path, change]));
+  const notes = byPath.get("notes.md")!;
+  assert.deepEqual(notes.links, { before: null, after: "/root/.ssh/id_rsa" });
+  assert.equal(notes.after, "symlink → /root/.ssh/id_rsa", "a link is shown as a link, not as a text file");
+  assert.match(notes.patch, /\n\+symlink → \/root\/\.ssh\/id_rsa/);
+  const { taskFileDiff } = await import("../src/agent/worktree/task-changes.js");
+  assert.equal(taskFileDiff(notes).note, "nothing becomes symlink → /root/.ssh/id_rsa");
+  const forged = byPath.get("README\n+++ fake")!;
+  assert.match(forged.patch, /^--- \/dev\/null\n\+\+\+ "b\/README\\n\+\+\+ fake"\n@@ /);
+  assert.ok(!forged.patch.split("\n").includes("+++ fake"), "no forged header line");
+
+  // Apply of everything: the three links are conflicts, nothing is written.
+  const result = await applyTaskWorkspace(ws);
+  assert.deepEqual(result.applied, []);
+  assert.deepEqual(result.conflicts.map((c) => c.path).sort(), ["assets", "build.sh", "notes.md"]);
+  assert.match(result.conflicts.find((c) => c.path === "build.sh")!.reason, /\.git/);
+  assert.match(result.conflicts.find((c) => c.path === "notes.md")!.reason, /outside/);
+  for (const name of ["notes.md", "build.sh", "assets", "keep-link.txt"])
+    assert.equal(existsSync(path.join(root, name)), false, `${name} did not land`);
+  // The link inside the workspace (and the oddly named file) land, the link as a link.
+  const fine = await applyTaskWorkspace(ws, { paths: ["keep-link.txt", "README\n+++ fake"] });
+  assert.deepEqual(fine.conflicts, []);
+  const { readlinkSync } = await import("node:fs");
+  assert.equal(readlinkSync(path.join(root, "keep-link.txt")), "keep.txt");
+  assert.equal(read(path.join(root, "README\n+++ fake")), "forged\n");
+  await discardTaskWorkspace(ws);
+});

@@ -9,7 +9,6 @@
  * (`DATA_DIR/sessions/`), so a task continues after a restart where it stopped.
  */
 import { appendFileSync, existsSync, rmSync, writeFileSync } from "node:fs";
-import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { Agent, type AgentEvent, type InputItem } from "../agent/agent.js";
 import type { ApprovalMode } from "../agent/approval.js";
@@ -23,7 +22,7 @@ import type { Hooks } from "../agent/hooks/runner.js";
 import type { McpManager } from "../agent/mcp/manager.js";
 import type { SessionContext } from "../agent/context/session-context.js";
 import { TextBuffer } from "../protocol/text-buffer.js";
-import { ChangeRecord, fileDiff, reviewDiffs, type FileChange } from "./change-record.js";
+import { ChangeRecord, reviewDiffs, type FileChange } from "./change-record.js";
 import {
   CheckpointError,
   Checkpoints,
@@ -39,7 +38,13 @@ import {
   taskWorkspacesFolder,
   type TaskWorkspace,
 } from "../agent/worktree/task-workspace.js";
-import { applyTaskWorkspace, restoreTaskFile, taskChanges } from "../agent/worktree/task-changes.js";
+import {
+  applyTaskWorkspace,
+  restoreTaskFile,
+  taskChanges,
+  taskFileDiff,
+  workspaceEntryText,
+} from "../agent/worktree/task-changes.js";
 import { z } from "zod";
 import type { PreviewServer } from "./preview-server.js";
 import { AppVariants } from "./variants.js";
@@ -921,18 +926,13 @@ export class Task {
     const changes = await taskChanges(ws);
     const applied: string[] = [];
     for (const change of changes) {
-      let now: string | null;
-      try {
-        now = await readFile(join(ws.root, change.path), "utf8");
-      } catch {
-        now = null;
-      }
-      if (now === change.after) applied.push(change.path);
+      // Through the confined layer: a link in the workspace is compared as a link, never followed.
+      if ((await workspaceEntryText(ws.root, change.path)) === change.after) applied.push(change.path);
     }
     const paths = new Set(changes.map((change) => change.path));
     const conflicts = this.#conflicts.filter((conflict) => paths.has(conflict.path));
     return {
-      files: changes.map((change) => fileDiff(change.path, change)),
+      files: changes.map(taskFileDiff),
       source: "task",
       applied,
       ...(conflicts.length > 0 ? { conflicts } : {}),

@@ -4,7 +4,7 @@
  * --worktree` commits its result to the workspace's branch `spark/<id>` (the worktree itself and
  * its index are left as they are: `taskChanges` keeps reading the diff against the base).
  */
-import { copyFile, readFile, rm } from "node:fs/promises";
+import { copyFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
@@ -80,12 +80,12 @@ export function describeTaskWorkspace(ws: TaskWorkspace): string {
  */
 export async function leaveTaskWorkspace(ws: TaskWorkspace, message: string): Promise<string[]> {
   const { discardTaskWorkspace } = await import("../agent/worktree/task-workspace.js");
-  const { taskChanges } = await import("../agent/worktree/task-changes.js");
+  const { taskChanges, workspaceEntryText } = await import("../agent/worktree/task-changes.js");
   const changes = await taskChanges(ws);
   const pending: TaskFileChange[] = [];
   for (const change of changes) {
-    const now = await readFile(join(ws.root, change.path), "utf8").catch(() => null);
-    if (now !== change.after) pending.push(change);
+    // Through the confined layer: a link in the user's files is compared as a link, never followed.
+    if ((await workspaceEntryText(ws.root, change.path)) !== change.after) pending.push(change);
   }
   if (pending.length === 0) {
     await discardTaskWorkspace(ws);

@@ -679,11 +679,8 @@ class TuiApp {
     let title = "Changes this session";
     if (ws && ws.kind !== "in-place") {
       try {
-        const { taskChanges } = await import("../agent/worktree/task-changes.js");
-        const { contentDiff } = await import("../agent/file-diff.js");
-        diffs = (await taskChanges(ws)).map((change) =>
-          contentDiff(change.path, change.before, change.after),
-        );
+        const { taskChanges, taskFileDiff } = await import("../agent/worktree/task-changes.js");
+        diffs = (await taskChanges(ws)).map(taskFileDiff);
       } catch (error) {
         this.#screen.line(red(`✗ /diff: ${(error as Error).message}`));
         return;

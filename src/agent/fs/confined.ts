@@ -726,12 +726,16 @@ export class ConfinedRoot {
   /**
    * Visits the tree under directory `p` by descriptors (rule 1 at every level), depth first in
    * sorted order; `enter` decides which directories are descended into, `visit` sees every entry
-   * (links are entries, never followed) and may open regular files with `open` (undefined for
+   * (links are entries, never followed), may `lstat` it and open regular files with `open` (undefined for
    * anything else, and for `.env` files unless `allowEnvFiles`: Spark's own copies, never the model's).
    */
   async walkTree(
     p: string,
-    visit: (entry: ConfinedEntry, open: () => Promise<FileHandle | undefined>) => Promise<void> | void,
+    visit: (
+      entry: ConfinedEntry,
+      open: () => Promise<FileHandle | undefined>,
+      lstat: () => Promise<Stats | undefined>,
+    ) => Promise<void> | void,
     enter: (entry: ConfinedEntry) => boolean = () => true,
     options: { allowEnvFiles?: boolean } = {},
   ): Promise<void> {
@@ -758,7 +762,7 @@ export class ConfinedRoot {
             }
             return handle;
           };
-          await visit(entry, opener);
+          await visit(entry, opener, () => lstat(dir.at(entry.name)).catch(() => undefined));
           if (entry.kind === "directory" && enter(entry)) {
             let child: Pinned;
             try {

@@ -6,6 +6,7 @@
 import { randomBytes } from "node:crypto";
 import { chmod, mkdir, rename, rm, stat, writeFile } from "node:fs/promises";
 import path from "node:path";
+import { ConfinedRoot } from "./confined.js";
 
 /**
  * Writes `content` to `absPath` atomically: into a temporary file in the same directory, then renamed
@@ -32,5 +33,34 @@ export async function writeFileAtomic(absPath: string, content: string | Uint8Ar
   } catch (error) {
     await rm(temp, { force: true }).catch(() => undefined);
     throw error;
+  }
+}
+
+/**
+ * Removes a tree of Spark's own that a task worked in (a worktree, a copy): by descriptors through
+ * the confined layer, so a link a command left (or swaps in while this runs) is removed, never
+ * followed out of the tree. Protected names inside it (the worktree's own `.git` file) go too: it is
+ * Spark's. Nothing there: nothing to do.
+ */
+export async function removeOwnTree(abs: string): Promise<void> {
+  const parent = path.dirname(abs);
+  let root: ConfinedRoot;
+  try {
+    root = await ConfinedRoot.open(parent, { home: "" });
+  } catch {
+    return; // its folder is gone already
+  }
+  await root.remove(path.basename(abs), { recursive: true, allowProtected: true });
+}
+
+/** Runs `fn` in a fresh private directory under `parent` (created as needed), removed afterwards. */
+export async function withScratchDir<T>(parent: string, fn: (dir: string) => Promise<T>): Promise<T> {
+  await mkdir(parent, { recursive: true, mode: 0o700 });
+  const dir = path.join(parent, `.scratch-${process.pid}-${randomBytes(6).toString("hex")}`);
+  await mkdir(dir, { mode: 0o700 });
+  try {
+    return await fn(dir);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
   }
 }

@@ -5,12 +5,12 @@
  * the task's workspace and every write of the user's goes through the confined file layer
  * (fs/confined.ts).
  */
-import { randomBytes } from "node:crypto";
-import { lstat, mkdir, readFile, readlink, rm } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { structuredPatch } from "diff";
-import { writeFileAtomic } from "../fs/spark-data.js";
+import { withScratchDir, writeFileAtomic } from "../fs/spark-data.js";
+import { contentDiff } from "../file-diff.js";
 import { neutralGit } from "../neutral-git.js";
+import type { FileDiff } from "../thread-item.js";
 import { protectedPart } from "../protected-paths.js";
 import { ToolError, Workspace } from "../workspace.js";
 import {
@@ -29,10 +29,12 @@ export interface TaskFileChange {
   /** Relative to root, forward slashes. */
   path: string;
   status: "added" | "modified" | "deleted";
-  /** Content at base (null: absent). */
+  /** Content at base (null: absent); a symlink as `symlink → TARGET` (see `links`). */
   before: string | null;
-  /** Content in the task's workspace now (null: deleted). */
+  /** Content in the task's workspace now (null: deleted); a symlink as `symlink → TARGET`. */
   after: string | null;
+  /** Present when either side is a symlink: its target on each side (null: not a link there). */
+  links?: { before: string | null; after: string | null };
   added: number;
   removed: number;
   /** Unified diff (a/path b/path); "Binary files differ" for binary content. */
@@ -44,61 +46,56 @@ export interface ApplyResult {
   conflicts: { path: string; reason: string }[];
 }
 
-/** One changed file as bytes: the base, the task's version (null: absent). */
-interface RawChange {
-  path: string;
-  before: Buffer | null;
-  after: Buffer | null;
+/** One side of a change: a file's bytes or a symlink's target. */
+interface Side {
+  bytes: Buffer;
+  link: boolean;
 }
 
-/** A file's bytes (a symlink's target), null when it does not exist or is not a file. */
-async function readEntry(abs: string): Promise<Buffer | null> {
-  try {
-    const info = await lstat(abs);
-    if (info.isSymbolicLink()) return Buffer.from(await readlink(abs));
-    if (!info.isFile()) return null;
-    return await readFile(abs);
-  } catch {
-    return null;
-  }
+/** One changed file: the base, the task's version (null: absent). */
+interface RawChange {
+  path: string;
+  before: Side | null;
+  after: Side | null;
 }
 
 /**
- * The entry at `rel` beneath a confined root, not followed: a file's bytes, a symlink's target (with
- * `link`), null when absent or neither (a FIFO is never opened).
+ * The entry at `rel` beneath a confined root, not followed: a file's bytes or a symlink's target;
+ * null when absent or neither (a FIFO is never opened, a link never followed).
  */
-async function confinedEntry(root: Workspace, rel: string): Promise<{ bytes: Buffer | null; link: boolean }> {
+async function confinedEntry(root: Workspace, rel: string): Promise<Side | null> {
   try {
     const info = await root.stat(rel, { final: "entry" });
     if (info?.isSymbolicLink()) return { bytes: Buffer.from(await root.readlink(rel)), link: true };
-    if (!info?.isFile()) return { bytes: null, link: false };
+    if (!info?.isFile()) return null;
     return { bytes: await root.readFile(rel, { final: "entry", allowEnvFiles: true }), link: false };
-  } catch {
-    return { bytes: null, link: false };
-  }
-}
-
-async function isSymlink(abs: string): Promise<boolean> {
-  try {
-    return (await lstat(abs)).isSymbolicLink();
-  } catch {
-    return false;
-  }
-}
-
-/** A blob of the base commit, null when the path is not in it. */
-async function baseBlob(top: string, base: string, path: string): Promise<Buffer | null> {
-  try {
-    return await neutralGit(top, ["cat-file", "blob", `${base}:${path}`], GIT_BUFFER);
   } catch {
     return null;
   }
 }
+
+/** A path of the base commit: its blob and whether it is a symlink (mode 120000); null when absent. */
+async function baseEntry(top: string, base: string, path: string): Promise<Side | null> {
+  try {
+    const listed = (await neutralGit(top, ["ls-tree", "-z", base, "--", path], GIT_BUFFER)).toString("utf8");
+    const match = /^(\d+) blob ([0-9a-f]+)\t/.exec(listed);
+    if (!match) return null;
+    const bytes = await neutralGit(top, ["cat-file", "blob", match[2]!], GIT_BUFFER);
+    return { bytes, link: match[1] === "120000" };
+  } catch {
+    return null;
+  }
+}
+
+const sameSide = (a: Side | null, b: Side | null): boolean =>
+  a === null || b === null ? a === b : a.link === b.link && a.bytes.equals(b.bytes);
 
 async function rawChanges(ws: TaskWorkspace): Promise<RawChange[]> {
   if (ws.kind === "in-place") return [];
   const candidates = new Set<string>();
-  let before: (path: string) => Promise<Buffer | null>;
+  let before: (path: string) => Promise<Side | null>;
+  // The task's workspace is the model's: read through the confined layer, links never followed.
+  const task = await Workspace.open(ws.path);
   if (ws.kind === "worktree") {
     const top = await worktreeTop(ws);
     const prefix = await rootPrefix(ws);
@@ -113,49 +110,92 @@ async function rawChanges(ws: TaskWorkspace): Promise<RawChange[]> {
     for (const path of [...tracked, ...untracked]) {
       if (path.startsWith(prefix)) candidates.add(path.slice(prefix.length));
     }
-    before = (path) => baseBlob(top, ws.base, prefix + path);
+    before = (path) => baseEntry(top, ws.base, prefix + path);
   } else {
-    for (const path of await listFiles(ws.path, true)) candidates.add(path);
-    for (const path of await listFiles(ws.base, false)) candidates.add(path);
-    before = (path) => readEntry(join(ws.base, path));
+    const baseRoot = await Workspace.open(ws.base);
+    for (const path of await listFiles(task, true)) candidates.add(path);
+    for (const path of await listFiles(baseRoot, false)) candidates.add(path);
+    before = (path) => confinedEntry(baseRoot, path);
   }
   const changes: RawChange[] = [];
   for (const path of [...candidates].sort()) {
-    const [was, now] = await Promise.all([before(path), readEntry(join(ws.path, path))]);
-    if (was === null && now === null) continue;
-    if (was !== null && now !== null && was.equals(now)) continue;
+    const [was, now] = await Promise.all([before(path), confinedEntry(task, path)]);
+    if (sameSide(was, now)) continue;
     changes.push({ path, before: was, after: now });
   }
   return changes;
 }
 
-const isBinary = (content: Buffer | null): boolean => content !== null && content.includes(0);
+const isBinary = (side: Side | null): boolean => side !== null && !side.link && side.bytes.includes(0);
 
-/** Line counts and the unified diff of one change. */
+/** How a side is shown: a file's text, a link as `symlink → TARGET` (never as if it were a file). */
+function shown(side: Side | null): string | null {
+  if (side === null) return null;
+  return side.link ? `symlink → ${side.bytes.toString("utf8")}` : side.bytes.toString("utf8");
+}
+
+/**
+ * A path in a diff header, quoted as git quotes it when it holds a control character, a quote or a
+ * backslash: a file named `README\n+++ fake` must not forge a header line.
+ */
+export function quotePath(path: string): string {
+  const needsQuotes = [...path].some(
+    (c) => c.charCodeAt(0) < 0x20 || c === "\x7f" || c === '"' || c === "\\",
+  );
+  if (!needsQuotes) return path;
+  const escaped = [...Buffer.from(path, "utf8")]
+    .map((byte) => {
+      const named: Record<number, string> = {
+        7: "\\a",
+        8: "\\b",
+        9: "\\t",
+        10: "\\n",
+        11: "\\v",
+        12: "\\f",
+        13: "\\r",
+        34: '\\"',
+        92: "\\\\",
+      };
+      if (named[byte] !== undefined) return named[byte];
+      if (byte < 0x20 || byte === 0x7f) return `\\${byte.toString(8).padStart(3, "0")}`;
+      return String.fromCharCode(byte);
+    })
+    .join("");
+  // Bytes above 0x7f were kept one by one: put the UTF-8 sequences back together.
+  return `"${Buffer.from(escaped, "latin1").toString("utf8")}"`;
+}
+
+/** Line counts and the unified diff of one change (a link shown as a link). */
 function describe(change: RawChange): TaskFileChange {
   const status = change.before === null ? "added" : change.after === null ? "deleted" : "modified";
-  const before = change.before?.toString("utf8") ?? null;
-  const after = change.after?.toString("utf8") ?? null;
+  const before = shown(change.before);
+  const after = shown(change.after);
+  const links =
+    change.before?.link || change.after?.link
+      ? {
+          links: {
+            before: change.before?.link ? change.before.bytes.toString("utf8") : null,
+            after: change.after?.link ? change.after.bytes.toString("utf8") : null,
+          },
+        }
+      : {};
+  const oldName = change.before === null ? "/dev/null" : quotePath(`a/${change.path}`);
+  const newName = change.after === null ? "/dev/null" : quotePath(`b/${change.path}`);
   if (isBinary(change.before) || isBinary(change.after)) {
     return {
       path: change.path,
       status,
       before,
       after,
+      ...links,
       added: 0,
       removed: 0,
-      patch: `Binary files a/${change.path} and b/${change.path} differ\n`,
+      patch: `Binary files ${oldName === "/dev/null" ? oldName : oldName} and ${newName} differ\n`,
     };
   }
-  const diff = structuredPatch(
-    change.before === null ? "/dev/null" : `a/${change.path}`,
-    change.after === null ? "/dev/null" : `b/${change.path}`,
-    before ?? "",
-    after ?? "",
-    undefined,
-    undefined,
-    { context: 3 },
-  );
+  const diff = structuredPatch(oldName, newName, before ?? "", after ?? "", undefined, undefined, {
+    context: 3,
+  });
   let added = 0;
   let removed = 0;
   const lines = [`--- ${diff.oldFileName}`, `+++ ${diff.newFileName}`];
@@ -170,7 +210,44 @@ function describe(change: RawChange): TaskFileChange {
       lines.push(line);
     }
   }
-  return { path: change.path, status, before, after, added, removed, patch: `${lines.join("\n")}\n` };
+  return {
+    path: change.path,
+    status,
+    before,
+    after,
+    ...links,
+    added,
+    removed,
+    patch: `${lines.join("\n")}\n`,
+  };
+}
+
+/**
+ * The review's diff of one change (file-diff.ts): a link is said to be one, with its target, never
+ * shown as if its target were a one-line file.
+ */
+export function taskFileDiff(change: TaskFileChange): FileDiff {
+  const diff = contentDiff(change.path, change.before, change.after);
+  if (change.links === undefined) return diff;
+  const side = (target: string | null, text: string | null): string =>
+    target !== null ? `symlink → ${target}` : text === null ? "nothing" : "a file";
+  return {
+    ...diff,
+    note: `${side(change.links.before, change.before)} becomes ${side(change.links.after, change.after)}`,
+  };
+}
+
+/**
+ * What `path` holds in the user's workspace now, shown as `TaskFileChange.after` shows it (a link as
+ * `symlink → TARGET`), through the confined layer; null when absent or not a file or link. For
+ * "already applied" checks.
+ */
+export async function workspaceEntryText(root: string, path: string): Promise<string | null> {
+  try {
+    return shown(await confinedEntry(await Workspace.open(root), path));
+  } catch {
+    return null;
+  }
 }
 
 /** The task's diff against the point it started from (empty in place: the app's change record covers it). */
@@ -192,9 +269,7 @@ async function mergeText(
   base: Buffer,
   theirs: Buffer,
 ): Promise<Buffer | undefined> {
-  const dir = join(scratch, `.merge-${randomBytes(6).toString("hex")}`);
-  await mkdir(dir, { recursive: true });
-  try {
+  return withScratchDir(scratch, async (dir) => {
     const files = { ours: join(dir, "ours"), base: join(dir, "base"), theirs: join(dir, "theirs") };
     await Promise.all([
       writeFileAtomic(files.ours, ours),
@@ -209,9 +284,7 @@ async function mergeText(
         return undefined;
       throw error;
     }
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
+  });
 }
 
 /**
@@ -266,11 +339,8 @@ export async function applyTaskWorkspace(
       continue;
     }
     targets.set(change.path, target);
-    const ours = (await confinedEntry(workspace, change.path)).bytes;
-    const link = await isSymlink(join(ws.path, change.path));
+    const ours = await confinedEntry(workspace, change.path);
     const { before: base, after: theirs } = change;
-    const same = (a: Buffer | null, b: Buffer | null): boolean =>
-      a === null ? b === null : b !== null && a.equals(b);
     if ((await workspace.stat(change.path, { final: "entry" }))?.isDirectory()) {
       conflicts.push({
         path: change.path,
@@ -278,18 +348,21 @@ export async function applyTaskWorkspace(
       });
       continue;
     }
-    if (link && theirs !== null) {
-      // A link is as dangerous as where it points: never one out of the workspace or into .git.
-      const refused = await workspace.linkRefusal(change.path, theirs.toString("utf8"));
+    if (theirs?.link) {
+      // A link is as dangerous as where it points: never one out of the workspace, into .git or at a secret.
+      const refused = await workspace.linkRefusal(change.path, theirs.bytes.toString("utf8"));
       if (refused !== undefined) {
-        conflicts.push({ path: change.path, reason: `a symlink to ${theirs.toString("utf8")}: ${refused}` });
+        conflicts.push({
+          path: change.path,
+          reason: `a symlink to ${theirs.bytes.toString("utf8")}: ${refused}; nothing is applied until it is discarded`,
+        });
         continue;
       }
     }
     applied.push(change.path);
-    if (same(ours, theirs)) continue; // already there
-    if (same(ours, base)) {
-      writes.push({ path: change.path, content: theirs, link });
+    if (sameSide(ours, theirs)) continue; // already there
+    if (sameSide(ours, base)) {
+      writes.push({ path: change.path, content: theirs?.bytes ?? null, link: theirs?.link === true });
       continue;
     }
     // Both sides changed the file since the task started.
@@ -308,14 +381,20 @@ export async function applyTaskWorkspace(
         path: change.path,
         reason: "added by the task and, differently, in the workspace since it started",
       });
-    } else if (link || isBinary(ours) || isBinary(base) || isBinary(theirs)) {
+    } else if (
+      theirs.link ||
+      ours.link ||
+      base.link ||
+      isBinary(ours) ||
+      isBinary(base) ||
+      isBinary(theirs)
+    ) {
       conflicts.push({
         path: change.path,
         reason: "changed by the task and in the workspace (binary or link: no merge)",
       });
     } else {
-      await mkdir(scratch, { recursive: true, mode: 0o700 });
-      const merged = await mergeText(scratch, ours, base, theirs);
+      const merged = await mergeText(scratch, ours.bytes, base.bytes, theirs.bytes);
       if (merged === undefined) {
         conflicts.push({
           path: change.path,
@@ -353,20 +432,15 @@ export async function restoreTaskFile(ws: TaskWorkspace, path: string): Promise<
   const taskRoot = await Workspace.open(ws.path);
   const target = await landingIn(taskRoot, path);
   if (typeof target !== "string") throw new ToolError("invalid_argument", `${path}: ${target.refused}`);
-  let base: Buffer | null;
-  let link = false;
+  let side: Side | null;
   if (ws.kind === "worktree") {
     const top = await worktreeTop(ws);
-    const full = (await rootPrefix(ws)) + toPosix(path);
-    base = await baseBlob(top, ws.base, full);
-    if (base !== null) {
-      const entry = (await neutralGit(top, ["ls-tree", ws.base, "--", full])).toString("utf8");
-      link = entry.startsWith("120000 ");
-    }
+    side = await baseEntry(top, ws.base, (await rootPrefix(ws)) + toPosix(path));
   } else {
-    base = await readEntry(join(ws.base, path));
-    link = await isSymlink(join(ws.base, path));
+    side = await confinedEntry(await Workspace.open(ws.base), path);
   }
+  const base = side?.bytes ?? null;
+  const link = side?.link === true;
   if (base === null) await taskRoot.remove(path);
   else if (link) await taskRoot.symlink(path, base.toString("utf8"));
   else await taskRoot.writeFile(path, base);

@@ -19,23 +19,13 @@
  * being named by it (hooks, fsmonitor, pager) is neutralised.
  */
 import { createHash, randomBytes } from "node:crypto";
-import {
-  copyFile,
-  lstat,
-  mkdir,
-  readdir,
-  readFile,
-  readlink,
-  realpath,
-  rm,
-  stat,
-  symlink,
-} from "node:fs/promises";
+import { copyFile, lstat, mkdir, readdir, realpath, rm, stat, symlink } from "node:fs/promises";
 import { basename, dirname, join, relative, sep } from "node:path";
 import ignore, { type Ignore } from "ignore";
 import { sparkHome } from "../context/spark-home.js";
+import { removeOwnTree } from "../fs/spark-data.js";
 import { neutralGit } from "../neutral-git.js";
-import { ToolError } from "../workspace.js";
+import { ToolError, Workspace } from "../workspace.js";
 
 export type TaskWorkspaceKind = "worktree" | "copy" | "in-place";
 
@@ -301,30 +291,28 @@ interface IgnoreLevel {
 
 /**
  * Every file under `top` (relative posix paths) that `.gitignore` files do not exclude, `.git`
- * never; directories are not listed, symlinks are (not followed).
+ * never; directories are not listed, symlinks are (not followed), FIFOs and other special files are
+ * not. Through the confined layer: a directory swapped for a link is not descended into, a
+ * `.gitignore` FIFO is not waited on.
  */
-export async function listFiles(top: string, honourIgnore: boolean): Promise<string[]> {
+export async function listFiles(top: string | Workspace, honourIgnore: boolean): Promise<string[]> {
+  const root = typeof top === "string" ? await Workspace.open(top) : top;
   const found: string[] = [];
   const walk = async (rel: string, levels: IgnoreLevel[]): Promise<void> => {
-    const abs = rel === "" ? top : join(top, rel);
     let here = levels;
     if (honourIgnore) {
-      try {
-        const text = await readFile(join(abs, ".gitignore"), "utf8");
-        here = [...levels, { dir: rel, rules: ignore().add(text) }];
-      } catch {
-        // No .gitignore here.
-      }
+      const text = await root
+        .readFile(rel === "" ? ".gitignore" : `${rel}/.gitignore`, { final: "entry", maxBytes: 1024 * 1024 })
+        .catch(() => undefined);
+      if (text !== undefined) here = [...levels, { dir: rel, rules: ignore().add(text.toString("utf8")) }];
     }
-    const entries = await readdir(abs, { withFileTypes: true });
-    entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    const entries = await root.readdir(rel === "" ? "." : rel).catch(() => []);
     for (const entry of entries) {
       if (entry.name === ".git") continue;
-      const path = rel === "" ? entry.name : `${rel}/${entry.name}`;
-      const isDir = entry.isDirectory();
-      if (honourIgnore && ignoredBy(here, path, isDir)) continue;
-      if (isDir) await walk(path, here);
-      else if (entry.isFile() || entry.isSymbolicLink()) found.push(path);
+      const isDir = entry.kind === "directory";
+      if (honourIgnore && ignoredBy(here, entry.rel, isDir)) continue;
+      if (isDir) await walk(entry.rel, here);
+      else if (entry.kind === "file" || entry.kind === "symlink") found.push(entry.rel);
     }
   };
   await walk("", []);
@@ -342,12 +330,31 @@ function ignoredBy(levels: readonly IgnoreLevel[], path: string, isDir: boolean)
   return ignored;
 }
 
-/** Copies one file or symlink (a symlink stays a link), creating its directory. */
-async function copyEntry(from: string, to: string): Promise<void> {
-  await mkdir(dirname(to), { recursive: true });
-  const info = await lstat(from);
-  if (info.isSymbolicLink()) await symlink(await readlink(from), to);
-  else await copyFile(from, to);
+/**
+ * Copies one file or symlink (a symlink stays a link, whatever it points to: the copy is Spark's,
+ * and Apply judges links before they land) between two confined roots, the mode kept. Only a
+ * regular file is read; anything else throws.
+ */
+async function copyEntry(from: Workspace, to: Workspace, rel: string): Promise<number> {
+  const info = await from.stat(rel, { final: "entry" });
+  if (info?.isSymbolicLink()) {
+    const target = await from.readlink(rel);
+    await to.mkdir(dirname(rel) === "." ? "." : dirname(rel));
+    await rawLink(to, rel, target);
+    return info.size;
+  }
+  const bytes = await from.readFile(rel, { final: "entry", allowEnvFiles: true, maxBytes: MAX_COPY_BYTES });
+  await to.writeFile(rel, bytes, { mode: (info?.mode ?? 0o644) & 0o7777 });
+  return bytes.length;
+}
+
+/**
+ * Makes a link in one of Spark's own copies as it was in the user's workspace, without judging its
+ * target (Apply does, before anything lands in the user's tree): the copy must show the task what
+ * the workspace holds.
+ */
+async function rawLink(root: Workspace, rel: string, target: string): Promise<void> {
+  await symlink(target, join(root.root, rel));
 }
 
 async function createCopy(root: string, id: string, dir: string): Promise<TaskWorkspace> {
@@ -360,26 +367,28 @@ async function createCopy(root: string, id: string, dir: string): Promise<TaskWo
         "need not be copied to .gitignore, or run tasks in place (`spark app --in-place`).",
     );
   try {
-    const files = await listFiles(root, true);
+    const user = await Workspace.open(root);
+    const files = await listFiles(user, true);
     if (files.length > MAX_COPY_FILES)
       throw tooLarge(`holds ${files.length} files (at most ${MAX_COPY_FILES})`);
     await mkdir(dir, { recursive: true, mode: 0o700 });
     await mkdir(base, { recursive: true, mode: 0o700 });
+    const [baseRoot, copyRoot] = await Promise.all([Workspace.open(base), Workspace.open(dir)]);
     let bytes = 0;
     for (const file of files) {
-      // A file removed or unreadable while copying is left out of both (it is not the task's).
+      // A file removed or unreadable while copying (a FIFO now…) is left out of both (it is not the task's).
       try {
-        await copyEntry(join(root, file), join(base, file));
-        await copyEntry(join(base, file), join(dir, file));
-        bytes += (await lstat(join(base, file))).size;
+        bytes += await copyEntry(user, baseRoot, file);
+        await copyEntry(baseRoot, copyRoot, file);
       } catch {
-        await rm(join(base, file), { force: true });
+        await baseRoot.remove(file).catch(() => undefined);
+        await copyRoot.remove(file).catch(() => undefined);
       }
       if (bytes > MAX_COPY_BYTES) throw tooLarge(`holds more than ${MAX_COPY_BYTES / 2 ** 30} GiB`);
     }
   } catch (error) {
-    await rm(dir, { recursive: true, force: true });
-    await rm(base, { recursive: true, force: true });
+    await removeOwnTree(dir);
+    await removeOwnTree(base);
     throw error;
   }
   return { id, kind: "copy", root, path: dir, base };
@@ -441,7 +450,7 @@ async function removeWorktree(top: string, dir: string, branch: string | undefin
     await worktreeAdmin(top, () => neutralGit(top, ["worktree", "remove", "--force", "--force", dir]));
   } catch {
     // Already gone, or locked: the directory goes, and `worktree prune` forgets it.
-    await rm(dir, { recursive: true, force: true });
+    await removeOwnTree(dir);
     await worktreeAdmin(top, () => neutralGit(top, ["worktree", "prune"])).catch(() => undefined);
   }
   if (branch !== undefined) await neutralGit(top, ["branch", "-D", "--", branch]).catch(() => undefined);
@@ -453,15 +462,15 @@ export async function discardTaskWorkspace(ws: TaskWorkspace): Promise<void> {
   const folder = taskWorkspacesFolder(ws.root);
   const dir = join(folder, ws.id);
   if (ws.kind === "copy") {
-    await rm(dir, { recursive: true, force: true });
-    await rm(dir + BASE_SUFFIX, { recursive: true, force: true });
+    await removeOwnTree(dir);
+    await removeOwnTree(dir + BASE_SUFFIX);
     return;
   }
   const git = await gitInfo(ws.root);
   if (git === undefined) {
     // No repository (any more): what is there is a copy, or a worktree directory git cannot remove.
-    await rm(dir, { recursive: true, force: true });
-    await rm(dir + BASE_SUFFIX, { recursive: true, force: true });
+    await removeOwnTree(dir);
+    await removeOwnTree(dir + BASE_SUFFIX);
     return;
   }
   await removeWorktree(git.top, dir, ws.branch ?? `spark/${ws.id}`);
@@ -511,7 +520,7 @@ export async function pruneTaskWorkspaces(
     const id = name.replace(/(\.base|\.index-[0-9a-f]{8})$/, "");
     if (!ID.test(id) || keep(id) || registered.has(name)) continue;
     // A copy, its snapshot, or a worktree directory git no longer knows: all Spark's.
-    await rm(join(folder, name), { recursive: true, force: true });
+    await removeOwnTree(join(folder, name));
     if (!removed.includes(id)) removed.push(id);
   }
   if (git !== undefined) {
@@ -524,24 +533,16 @@ export async function pruneTaskWorkspaces(
 /** Disk the task's workspace takes (bytes of its files, excluding git's shared object store). */
 export async function taskWorkspaceBytes(ws: TaskWorkspace): Promise<number> {
   if (ws.kind === "in-place") return 0;
+  // By descriptors through the confined layer: a directory swapped for a link is not counted.
   const sizeOf = async (dir: string): Promise<number> => {
     let total = 0;
-    let entries;
     try {
-      entries = await readdir(dir, { withFileTypes: true });
+      const root = await Workspace.open(dir, { home: "" });
+      await root.walkTree(".", async (entry, _open, stat) => {
+        if (entry.kind !== "directory") total += (await stat())?.size ?? 0;
+      });
     } catch {
-      return 0;
-    }
-    for (const entry of entries) {
-      const abs = join(dir, entry.name);
-      if (entry.isDirectory()) total += await sizeOf(abs);
-      else {
-        try {
-          total += (await lstat(abs)).size;
-        } catch {
-          // Removed while counting.
-        }
-      }
+      // Gone meanwhile.
     }
     return total;
   };
