@@ -1,0 +1,71 @@
+#!/usr/bin/env node
+/**
+ * Bundles the CLI's start path into dist/bundle/ with esbuild (part of `npm run build`, after tsc):
+ * `main.js` (what bin/spark.js runs) and `search-worker.js` (the search tool's worker thread), plus
+ * the chunks they load on demand.
+ *
+ * Why: started from dist/cli (tsc's output, one file per module), `spark exec` resolved, read and
+ * compiled 266 module files (its own and its packages': zod alone is dozens) before it sent anything.
+ * Bundled, the same start loads 36 files: the start path, and one chunk per lazily imported part
+ * (each `await import()` stays a split point: the server, the llama engine, the TUI's Markdown, MCP).
+ * Figure 34 in BENCHMARKS.md measures it.
+ *
+ * Layout contract: everything lands flat in dist/bundle/, two folders below the repository root
+ * like every module of dist/<layer>/, so the paths modules compute from `import.meta.url`
+ * (`../../package.json`, `../../web/dist/`, `./search-worker.js`) still resolve. Packages with
+ * native addons or files they find at run time (node-llama-cpp, better-sqlite3, pg) stay external
+ * and load from node_modules. CommonJS packages inside the bundle get a real `require` (the banner),
+ * which esbuild's ESM output does not have on its own.
+ */
+import { build } from "esbuild";
+import { rmSync } from "node:fs";
+import { createRequire } from "node:module";
+import { fileURLToPath } from "node:url";
+
+const require = createRequire(import.meta.url);
+
+/**
+ * Node's built-in modules, statically imported, become `require` calls with one export per name
+ * used: an ESM `import … from "node:fs"` makes Node build a module facade over every export (for
+ * node:fs that reads its lazy getters, loading its streams), which cost `spark exec` ~15 ms of CPU
+ * before its first request. Unused names are dropped (each is a pure expression).
+ */
+const builtinsViaRequire = {
+  name: "builtins-via-require",
+  setup(build) {
+    build.onResolve({ filter: /^node:/ }, (args) =>
+      args.kind === "import-statement" ? { path: args.path, namespace: "builtin" } : undefined,
+    );
+    build.onLoad({ filter: /.*/, namespace: "builtin" }, (args) => {
+      const names = Object.keys(require(args.path)).filter(
+        (name) => /^[A-Za-z_$][\w$]*$/.test(name) && name !== "default",
+      );
+      const lines = [`const m = require(${JSON.stringify(args.path)});`, "export default m;"];
+      for (const name of names) lines.push(`export const ${name} = /* @__PURE__ */ (() => m.${name})();`);
+      return { contents: lines.join("\n"), loader: "js" };
+    });
+  },
+};
+
+const root = fileURLToPath(new URL("..", import.meta.url));
+const outdir = `${root}dist/bundle`;
+
+rmSync(outdir, { recursive: true, force: true });
+await build({
+  absWorkingDir: root,
+  entryPoints: { main: "src/cli/main.ts", "search-worker": "src/agent/search-worker.ts" },
+  outdir,
+  bundle: true,
+  splitting: true,
+  format: "esm",
+  platform: "node",
+  target: "node20",
+  chunkNames: "[name]-[hash]",
+  external: ["node-llama-cpp", "better-sqlite3", "pg", "pg-native"],
+  banner: {
+    js: "import { createRequire as __sparkCreateRequire } from 'node:module'; const require = __sparkCreateRequire(import.meta.url);",
+  },
+  plugins: [builtinsViaRequire],
+  sourcemap: "linked",
+  logLevel: "warning",
+});
