@@ -765,12 +765,13 @@ test("an answer cut off by the output token limit ends with cut off, not done", 
 });
 
 test("the server closes the connection between requests (its lifetime limit): exec reconnects and sends the transcript", async () => {
-  // Connections live 1.2 s; the command sleeps 2 s, so the answer's request needs a new one.
+  // Connections live 3 s (exec connects while it loads: the first answer must end within them
+  // on a loaded machine); the command sleeps 4 s, so the answer's request needs a new one.
   const scriptPath = script([
-    [call("shell", { command: "sleep 2; echo slept" })],
+    [call("shell", { command: "sleep 4; echo slept" })],
     [say("answered on a new connection")],
   ]);
-  const server = await serveScript(scriptPath, "--store", "memory", "--websocket-max-minutes", "0.02");
+  const server = await serveScript(scriptPath, "--store", "memory", "--websocket-max-minutes", "0.05");
   try {
     const workspace = freshDir("ws-");
     const run = await runToExit(["exec", "--json", "-C", workspace, "--server", server.url, "go"], {

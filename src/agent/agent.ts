@@ -123,7 +123,12 @@ export interface AgentOptions {
   /** `spark`, `deep` or `auto`, or any model name the server knows. */
   model: string;
   instructions: string;
-  contextWindow: number;
+  /**
+   * The model's context window in tokens; absent while the server has not said (a client does not
+   * wait for `/v1/models` before its first request): requests then carry no compaction threshold,
+   * until `setContextWindow`.
+   */
+  contextWindow?: number;
   /** Fraction of the context window past which the server compacts first; 0 turns it off. */
   autoCompact: number;
   /** A saved transcript to continue (`spark resume`). */
@@ -207,10 +212,12 @@ export class Agent {
   readonly #queued: string[] = [];
   #contextTokens = 0;
   #variantResults: ({ input: InputItem[]; response: ResponseObject } | undefined)[] = [];
+  #contextWindow: number | undefined;
 
   constructor(private readonly options: AgentOptions) {
     this.#transcript = [...(options.transcript ?? [])];
     this.#model = options.model;
+    this.#contextWindow = options.contextWindow;
     // The tools ask for the model now (an MCP result's images go to it only when it sees).
     const tools = { ...options.tools, model: () => this.#model };
     this.#toolContext =
@@ -278,8 +285,13 @@ export class Agent {
     return this.#contextTokens;
   }
 
+  /** The context window, or 8192 while the server has not said. */
   get contextWindow(): number {
-    return this.options.contextWindow;
+    return this.#contextWindow ?? 8192;
+  }
+
+  setContextWindow(tokens: number): void {
+    this.#contextWindow = tokens;
   }
 
   get queuedMessages(): readonly string[] {
@@ -631,11 +643,12 @@ export class Agent {
       delete frame.parallel_tool_calls;
     } else if (previous !== undefined) frame.previous_response_id = previous;
     if (options.lane !== "") frame.stream_id = options.lane;
-    if (this.options.autoCompact > 0 && !options.standalone) {
+    const window = this.#contextWindow;
+    if (this.options.autoCompact > 0 && !options.standalone && window !== undefined) {
       frame.context_management = [
         {
           type: "compaction",
-          compact_threshold: Math.max(1, Math.floor(this.options.contextWindow * this.options.autoCompact)),
+          compact_threshold: Math.max(1, Math.floor(window * this.options.autoCompact)),
         },
       ];
     }

@@ -7,7 +7,7 @@
  */
 import { open, readFile as readFileBytes, readdir, realpath, stat } from "node:fs/promises";
 import path from "node:path";
-import { Worker } from "node:worker_threads";
+import type { Worker } from "node:worker_threads";
 import ignore, { type Ignore } from "ignore";
 import { ToolError, type Workspace } from "./workspace.js";
 
@@ -246,7 +246,9 @@ export interface SearchOptions {
 /** Idle search workers kept for the next search (at most one), unref'd so they never hold the process. */
 const idleWorkers: Worker[] = [];
 
-function startSearchWorker(): Worker {
+/** worker_threads loads with the first search, not with the agent (start-up, figure 34). */
+async function startSearchWorker(): Promise<Worker> {
+  const { Worker } = await import("node:worker_threads");
   const here = import.meta.url;
   if (!here.endsWith(".ts")) return new Worker(new URL("./search-worker.js", here));
   // Running from source (tsx): a worker does not inherit the TypeScript loader, so it registers it.
@@ -280,7 +282,13 @@ export async function searchFiles(
   const timeoutMs = options.timeoutMs ?? SEARCH_TIMEOUT_MS;
   const cancelled = () => new ToolError("cancelled", "The search was cancelled by the user.");
   if (options.signal?.aborted) throw cancelled();
-  const worker = idleWorkers.pop() ?? startSearchWorker();
+  const worker = idleWorkers.pop() ?? (await startSearchWorker());
+  if (options.signal?.aborted) {
+    worker.unref();
+    if (idleWorkers.length === 0) idleWorkers.push(worker);
+    else void worker.terminate();
+    throw cancelled();
+  }
   worker.ref();
   return new Promise<SearchFilesResult>((resolve, reject) => {
     const finish = (outcome: { result: SearchFilesResult } | { error: Error }, reusable: boolean) => {

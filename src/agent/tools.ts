@@ -92,7 +92,8 @@ export interface VisionInfo {
 
 export interface ToolContext {
   workspace: Workspace;
-  sandbox: Sandbox;
+  /** A promise while the sandbox is still being probed (a session's first request does not wait for it). */
+  sandbox: Sandbox | Promise<Sandbox>;
   approval: ApprovalMode;
   /** Present in the interactive UI; without it, requests that need approval are refused. */
   ask?: (request: ApprovalRequest) => Promise<ApprovalReply>;
@@ -519,7 +520,8 @@ export class ToolRunner {
       const message = errorText(error);
       return { completed: item("failed", message), output: reply(message) };
     }
-    const sandboxed = this.context.sandbox.kind !== "none";
+    const sandbox = await this.context.sandbox;
+    const sandboxed = sandbox.kind !== "none";
     const decision = decideCommand(this.context.approval, command, {
       sandboxed,
       escalationRequested: escalate,
@@ -550,9 +552,7 @@ export class ToolRunner {
     const result = await runCommand(command, {
       workspaceRoot: this.context.workspace.root,
       cwd,
-      sandbox: runOutside
-        ? { kind: "none", reason: "approved to run outside the sandbox" }
-        : this.context.sandbox,
+      sandbox: runOutside ? { kind: "none", reason: "approved to run outside the sandbox" } : sandbox,
       ...(typeof args.timeout_ms === "number" ? { timeoutMs: args.timeout_ms } : {}),
       ...(this.context.commandTimeoutMs === undefined || typeof args.timeout_ms === "number"
         ? {}

@@ -3,52 +3,41 @@
  * (given with --server, or started in this process with the configured engine), the workspace,
  * the sandbox, the agent and its saved session.
  *
- * The server modules are imported lazily, so that a client of a remote server never loads them and
- * the TUI can draw its prompt before an in-process engine starts loading.
+ * Start-up contract (figure 34): the first request goes out as soon as the connection is open and
+ * what that request carries is loaded (the settings, the workspace's AGENTS.md files and skills).
+ * The connection opens first, while those load; nothing on that path waits for the network beyond
+ * the connection itself: the server's model list (`/v1/models`: context windows, vision), the
+ * sandbox probe and the checkpoint store arrive in the background, and what needs them waits for
+ * them there (a command for the sandbox, an undo for the checkpoints). Modules load when used: the
+ * server's for an in-process server only, zod only when there are settings to validate, hooks and
+ * MCP only when configured.
  */
 import { Agent, type AgentEvent, type InputItem } from "../agent/agent.js";
 import type { ApprovalMode } from "../agent/approval.js";
-import { ResponsesSocket, httpBaseUrl } from "../agent/responses-socket.js";
+import { ResponsesSocket } from "../agent/responses-socket.js";
 import { detectSandbox, type Sandbox } from "../agent/sandbox.js";
 import { SessionFile } from "../agent/session-file.js";
-import { Checkpoints } from "../agent/checkpoints/checkpoints.js";
-import type { ApprovalAnswer, ApprovalRequest, VisionInfo } from "../agent/tools.js";
+import type { Checkpoints } from "../agent/checkpoints/checkpoints.js";
+import { DeferredRecorder } from "../agent/checkpoints/deferred-recorder.js";
+import type { ApprovalAnswer, ApprovalRequest } from "../agent/tools.js";
 import { Workspace } from "../agent/workspace.js";
 import { SessionContext } from "../agent/context/session-context.js";
-import { defaultDataDir } from "../store/data-dir.js";
-import { existsSync } from "node:fs";
-import { join } from "node:path";
-import { sparkHome } from "../agent/context/spark-home.js";
-import { HookRunner } from "../agent/hooks/runner.js";
-import { McpManager, type McpServerStatus } from "../agent/mcp/manager.js";
-import { ConfigError, resolveSettings, type ResolvedSettings, type VariantsSettings } from "./config.js";
+import type { HookRunner } from "../agent/hooks/runner.js";
+import type { McpManager, McpServerStatus } from "../agent/mcp/manager.js";
+import type { HooksConfig } from "../agent/hooks/config.js";
+import type { ResolvedSettings, VariantsSettings } from "./config.js";
+import { ConfigError } from "./setting-names.js";
 import type { TaskWorkspace } from "../agent/worktree/task-workspace.js";
+import { peekServer, resolveClient, type ClientFlags, type ResolvedClient } from "./client-settings.js";
+import { contextWindowOf, fetchModels, visionOf, type ServedModel } from "./served-models.js";
+
+export { resolveClient, withUserConfig, loadSettings } from "./client-settings.js";
+export type { ClientFlags, ResolvedClient } from "./client-settings.js";
+export { contextWindowOf, fetchContextWindow, fetchModels, visionOf } from "./served-models.js";
+export type { ServedModel } from "./served-models.js";
 
 export const DEFAULT_INSTRUCTIONS = `You are Spark, a fast coding agent working with a user in their terminal, in the workspace at WORKSPACE.
 Use the tools to read, search and change the code: read_file, list_files and search to look; apply_patch to edit files (never write files with shell redirections when a patch will do); shell to build, test and inspect. Keep answers short and concrete. When the user steers you mid-answer, follow the new direction at once.`;
-
-export interface ClientFlags {
-  server?: string;
-  apiKeyEnv?: string;
-  tier?: string;
-  approval?: ApprovalMode;
-  sandbox?: "auto" | "off";
-  network?: boolean;
-  /** `--sandbox-allow-secrets`: sandboxed commands see the home directory's secrets and host sockets. */
-  sandboxAllowSecrets?: boolean;
-  /** `--allow-env`: secret-looking variables (names or `*` globs) commands may see. */
-  allowEnv?: string[];
-  autoCompact?: number;
-  contextWindow?: number;
-  cd?: string;
-  /**
-   * `--worktree`: the session works in a TaskWorkspace of its own (a git worktree on
-   * `spark/<id>`, a copy outside git); nothing lands in the directory until `/apply`.
-   */
-  worktree?: boolean;
-  /** Serve settings for an in-process server (--engine, --model, --script, --rate, --config…). */
-  serve: Record<string, unknown>;
-}
 
 export interface RuntimeOptions {
   flags: ClientFlags;
@@ -64,7 +53,8 @@ export interface Runtime {
   agent: Agent;
   session: SessionFile;
   workspace: Workspace;
-  sandbox: Sandbox;
+  /** The command sandbox, probed in the background (commands wait for it, the first request does not). */
+  sandbox: Promise<Sandbox>;
   approval: ApprovalMode;
   serverUrl: string;
   /** True when the server runs in this process. */
@@ -74,10 +64,19 @@ export interface Runtime {
   mcp?: McpManager;
   /** The project's AGENTS.md files, skills and custom prompts, loaded once for this session. */
   context: SessionContext;
-  /** The tiers (model names) the server lists at `/v1/models`; undefined when it could not be read. */
-  models: string[] | undefined;
-  /** Each turn's checkpoint of the files it changed (`/undo`, `/redo`); interactive sessions only. */
-  checkpoints?: Checkpoints;
+  /**
+   * The tiers (model names) the server lists at `/v1/models`; undefined until it answered, or when
+   * it could not be read. `modelsRead` settles once it has been asked.
+   */
+  readonly models: string[] | undefined;
+  modelsRead: Promise<void>;
+  /** Asks for the model list now if it was waiting for the first answer; settles as `modelsRead`. */
+  modelsKnown(): Promise<void>;
+  /**
+   * Each turn's checkpoint of the files it changed (`/undo`, `/redo`), once its store is open;
+   * interactive sessions only (undefined otherwise, or when the store cannot open).
+   */
+  checkpoints: Promise<Checkpoints | undefined>;
   /** The directory the user started in: where `/apply` lands a `--worktree` session. */
   root: string;
   /** `--worktree`: where the session works (`workspace` is opened at its path). */
@@ -97,33 +96,6 @@ export interface Runtime {
     ask?: (request: ApprovalRequest) => Promise<ApprovalAnswer>;
   }): Promise<Agent>;
   close(): Promise<void>;
-}
-
-export interface ResolvedClient {
-  settings: ResolvedSettings;
-  server: string | undefined;
-  apiKey: string | undefined;
-  tier: string;
-  approval: ApprovalMode;
-  sandbox: "auto" | "off";
-  network: boolean;
-  sandboxAllowSecrets: boolean;
-  allowEnv: string[];
-  autoCompact: number;
-  contextWindow: number | undefined;
-  dataDir: string;
-}
-
-/**
- * The config file the clients read: `--config`, else SPARK_CONFIG, else the user config
- * `SPARK_HOME/config.json` (`~/.spark/config.json`) when there is one. (`spark serve` reads only
- * the first two.) A workspace's own files are never read as config: hooks and MCP servers run
- * commands, and a cloned repository must not run commands on open.
- */
-export function withUserConfig(serve: Record<string, unknown>): Record<string, unknown> {
-  if (serve.config !== undefined || process.env.SPARK_CONFIG) return serve;
-  const file = join(sparkHome(), "config.json");
-  return existsSync(file) ? { ...serve, config: file } : serve;
 }
 
 /** A line for the user about an MCP server's state (undefined for states not worth a line). */
@@ -148,13 +120,14 @@ export function describeMcpStatus(status: McpServerStatus): string | undefined {
  * The session's MCP servers (none configured: undefined), each status change reported as a line.
  * Not started: the caller starts them when its session is up.
  */
-export function mcpManagerFor(
+export async function mcpManagerFor(
   client: ResolvedClient,
   cwd: string,
   report: (line: string) => void,
-): McpManager | undefined {
+): Promise<McpManager | undefined> {
   const servers = client.settings.mcpServers ?? {};
   if (Object.keys(servers).length === 0) return undefined;
+  const { McpManager } = await import("../agent/mcp/manager.js");
   return new McpManager(servers, {
     cwd,
     onStatus: (status) => {
@@ -162,40 +135,6 @@ export function mcpManagerFor(
       if (line !== undefined) report(line);
     },
   });
-}
-
-/** Flags, then environment (SPARK_SERVER, SPARK_API_KEY), then the config file's `client`. */
-export function resolveClient(flags: ClientFlags, interactive: boolean): ResolvedClient {
-  const settings = resolveSettings(withUserConfig(flags.serve));
-  const fromFile = settings.client ?? {};
-  const apiKeyEnv = flags.apiKeyEnv ?? fromFile.apiKeyEnv ?? "SPARK_API_KEY";
-  const server = flags.server ?? (process.env.SPARK_SERVER || undefined) ?? fromFile.server;
-  if (server !== undefined) {
-    try {
-      new URL(server);
-    } catch {
-      throw new ConfigError(`--server ${server}: not a URL (e.g. http://127.0.0.1:8484)`);
-    }
-  }
-  const autoCompact = flags.autoCompact ?? fromFile.autoCompact ?? 0.8;
-  if (!(autoCompact >= 0 && autoCompact <= 1)) {
-    throw new ConfigError(`--auto-compact ${autoCompact}: expected a fraction from 0 (off) to 1`);
-  }
-  return {
-    settings,
-    server,
-    apiKey: process.env[apiKeyEnv] || undefined,
-    tier: flags.tier ?? fromFile.tier ?? "spark",
-    // Nobody can answer a question in `spark exec`: it defaults to running without asking.
-    approval: flags.approval ?? fromFile.approval ?? (interactive ? "on-request" : "never"),
-    sandbox: flags.sandbox ?? fromFile.sandbox ?? "auto",
-    network: flags.network ?? fromFile.network ?? false,
-    sandboxAllowSecrets: flags.sandboxAllowSecrets ?? fromFile.sandboxAllowSecrets ?? false,
-    allowEnv: flags.allowEnv ?? fromFile.allowEnv ?? [],
-    autoCompact,
-    contextWindow: flags.contextWindow ?? fromFile.contextWindow,
-    dataDir: settings.dataDir ?? defaultDataDir(),
-  };
 }
 
 /** Starts `spark serve` inside this process on a free loopback port; resolves once its engines are ready. */
@@ -233,65 +172,6 @@ export async function startInProcessServer(
   const ms = Math.round(performance.now() - started);
   if (ms > 200) progress(`engine ready in ${ms} ms`);
   return { url, close: () => server.close() };
-}
-
-/** A model the server lists at `/v1/models`: its name and, when it says, its context window. */
-export interface ServedModel {
-  id: string;
-  contextWindow?: number;
-  /** It sees images (`vision`, a Spark extension); absent when the server does not say. */
-  vision?: boolean;
-}
-
-/** The server's `/v1/models`, or undefined when it cannot be read (old server, network). */
-export async function fetchModels(
-  serverUrl: string,
-  apiKey: string | undefined,
-): Promise<ServedModel[] | undefined> {
-  try {
-    const response = await fetch(`${httpBaseUrl(serverUrl)}/models`, {
-      headers: apiKey ? { authorization: `Bearer ${apiKey}` } : {},
-      signal: AbortSignal.timeout(5000),
-    });
-    if (!response.ok) return undefined;
-    const body = (await response.json()) as {
-      data?: { id?: unknown; context_window?: unknown; vision?: unknown }[];
-    };
-    if (!Array.isArray(body.data)) return undefined;
-    return body.data.flatMap((m) => {
-      if (typeof m.id !== "string") return [];
-      const model: ServedModel = { id: m.id };
-      if (typeof m.context_window === "number") model.contextWindow = m.context_window;
-      if (typeof m.vision === "boolean") model.vision = m.vision;
-      return [model];
-    });
-  } catch {
-    return undefined;
-  }
-}
-
-/** The context window of `model` in `models` (else the `spark` tier's), if the server says. */
-export function contextWindowOf(
-  models: readonly ServedModel[] | undefined,
-  model: string,
-): number | undefined {
-  return (models?.find((m) => m.id === model) ?? models?.find((m) => m.id === "spark"))?.contextWindow;
-}
-
-/** Whether `model` sees images, by the server's `/v1/models`; undefined when it does not say. */
-export function visionOf(models: readonly ServedModel[] | undefined, model: string): VisionInfo | undefined {
-  const sees = models?.find((m) => m.id === model)?.vision;
-  if (sees === undefined) return undefined;
-  return { sees, anySees: models!.some((m) => m.vision === true) };
-}
-
-/** The context window of `model` from the server's `/v1/models` (`context_window`), if it says. */
-export async function fetchContextWindow(
-  serverUrl: string,
-  apiKey: string | undefined,
-  model: string,
-): Promise<number | undefined> {
-  return contextWindowOf(await fetchModels(serverUrl, apiKey), model);
 }
 
 /**
@@ -347,18 +227,101 @@ export function clientSandbox(client: ResolvedClient): Promise<Sandbox> {
   });
 }
 
+/** Tiers every Spark server serves. */
+const EVERY_SERVERS_TIERS = new Set(["spark", "deep", "auto"]);
+
+/** How long background work waits for the session's first answer to start before it starts anyway. */
+const BACKGROUND_DELAY_MS = 1000;
+
+/**
+ * A gate for the session's background work (the sandbox probe, the model list, the checkpoint
+ * store): it opens when the first answer starts arriving (its first text, tool call or end), so
+ * that no process spawn or request competes with the first token, or after a second without one.
+ */
+class FirstAnswer {
+  readonly opened: Promise<void>;
+  #open!: () => void;
+
+  constructor() {
+    this.opened = new Promise((resolve) => (this.#open = resolve));
+    setTimeout(() => this.#open(), BACKGROUND_DELAY_MS).unref();
+  }
+
+  /** Opens the gate now (someone needs what waits behind it). */
+  open(): void {
+    this.#open();
+  }
+
+  watch(agent: Agent): void {
+    const stop = agent.on((event) => {
+      if (event.type === "turn.started" || event.type === "transcript.changed") return;
+      stop();
+      this.#open();
+    });
+  }
+
+  /** `work`, started once the gate opens. */
+  after<T>(work: () => Promise<T>): Promise<T> {
+    return this.opened.then(work);
+  }
+}
+
+/** Opens a connection; a failure waits for whoever awaits it (never an unhandled rejection). */
+function connectTo(url: string, apiKey: string | undefined): Promise<ResponsesSocket> {
+  const socket = ResponsesSocket.connect(url, apiKey === undefined ? {} : { apiKey });
+  socket.catch(() => {});
+  return socket;
+}
+
+/** Closes a connection opened early that the session does not use. */
+function discard(socket: Promise<ResponsesSocket> | undefined): void {
+  void socket?.then(
+    (open) => open.close(),
+    () => {},
+  );
+}
+
+/** The session's hooks, when the config has any (their module loads only then). */
+async function hookRunner(
+  hooks: HooksConfig | undefined,
+  options: { cwd: string; sessionId: string; transcriptPath: string },
+): Promise<HookRunner | undefined> {
+  if (!hooks) return undefined;
+  const { HookRunner } = await import("../agent/hooks/runner.js");
+  return new HookRunner(hooks, options);
+}
+
 export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
-  const client = resolveClient(options.flags, options.interactive);
-  const userWorkspace = await openWorkspace(options.flags.cd ?? process.cwd());
+  // The connection opens first, to the server the settings most likely name (checked below, once
+  // they are validated); the settings, the workspace and its context load meanwhile.
+  const peeked = peekServer(options.flags);
+  let early = peeked && { ...peeked, socket: connectTo(peeked.url, peeked.apiKey) };
+  let client: ResolvedClient;
+  let userWorkspace: Workspace;
+  try {
+    [client, userWorkspace] = await Promise.all([
+      resolveClient(options.flags, options.interactive),
+      openWorkspace(options.flags.cd ?? process.cwd()),
+    ]);
+  } catch (error) {
+    discard(early?.socket);
+    throw error;
+  }
+  if (early && (early.url !== client.server || early.apiKey !== client.apiKey)) {
+    discard(early.socket);
+    early = undefined;
+  }
   let resumed: { file: SessionFile; transcript: InputItem[] } | undefined;
   if (options.resume !== undefined) {
     try {
       resumed = SessionFile.open(client.dataDir, options.resume ?? undefined);
     } catch (error) {
+      discard(early?.socket);
       throw new ConfigError((error as Error).message);
     }
   }
-  const sandboxPromise = clientSandbox(client);
+  const firstAnswer = new FirstAnswer();
+  const sandbox = firstAnswer.after(() => clientSandbox(client));
 
   let serverUrl = client.server;
   let closeServer: (() => Promise<void>) | undefined;
@@ -370,17 +333,25 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
   const url = serverUrl;
   const connect = (): Promise<ResponsesSocket> =>
     ResponsesSocket.connect(url, client.apiKey === undefined ? {} : { apiKey: client.apiKey });
-  let socket: ResponsesSocket;
-  try {
-    socket = await connect();
-  } catch (error) {
-    await closeServer?.();
-    throw error;
-  }
-  const [sandbox, models] = await Promise.all([sandboxPromise, fetchModels(serverUrl, client.apiKey)]);
-  const contextWindow = client.contextWindow ?? contextWindowOf(models, client.tier);
+  const socketPromise = early?.socket ?? connectTo(url, client.apiKey);
+  // The server's model list (context windows, vision) is read beside the session, never before it.
+  let served: ServedModel[] | undefined;
+  // A resumed conversation may need compacting at once: its first request waits for the window.
+  // So does a tier that not every server serves (the TUI falls back to spark when it is not served).
+  const modelsFirst =
+    ((resumed?.transcript.length ?? 0) > 0 && client.contextWindow === undefined) ||
+    !EVERY_SERVERS_TIERS.has(client.tier);
+  const listModels = (): Promise<ServedModel[] | undefined> => fetchModels(url, client.apiKey);
+  const modelsRead = (modelsFirst ? listModels() : firstAnswer.after(listModels)).then((models) => {
+    served = models;
+  });
   const session =
     resumed?.file ?? SessionFile.create(client.dataDir, { cwd: userWorkspace.root, model: client.tier });
+  const fail = async (error: unknown): Promise<never> => {
+    discard(socketPromise);
+    await closeServer?.();
+    throw error;
+  };
   // `--worktree`: the session's tools, commands and context all work in its own workspace.
   let taskWorkspace: TaskWorkspace | undefined;
   let workspace = userWorkspace;
@@ -389,30 +360,43 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
       taskWorkspace = await createSessionWorkspace(userWorkspace.root, options.interactive, session.meta.id);
       workspace = await openWorkspace(taskWorkspace.path);
     } catch (error) {
-      socket.close();
-      await closeServer?.();
-      if (error instanceof ConfigError) throw error;
-      throw new ConfigError(`--worktree: ${(error as Error).message}`);
+      await fail(
+        error instanceof ConfigError ? error : new ConfigError(`--worktree: ${(error as Error).message}`),
+      );
     }
   }
-  const context = await loadSessionContext(client, workspace.root, contextWindow);
-  const mcp = mcpManagerFor(client, workspace.root, options.progress);
+  const hookOptions = { cwd: workspace.root, sessionId: session.meta.id, transcriptPath: session.path };
+  let socket: ResponsesSocket;
+  let context: SessionContext;
+  let mcp: McpManager | undefined;
+  let hooks: HookRunner | undefined;
+  try {
+    [socket, context, mcp, hooks] = await Promise.all([
+      socketPromise,
+      loadSessionContext(client, workspace.root, client.contextWindow),
+      mcpManagerFor(client, workspace.root, options.progress),
+      hookRunner(client.settings.hooks, hookOptions),
+    ]);
+  } catch (error) {
+    return fail(error);
+  }
+  if (modelsFirst) await modelsRead;
+  const windowOf = (): number | undefined =>
+    client.contextWindow ??
+    (served === undefined ? undefined : (contextWindowOf(served, client.tier) ?? 8192));
   // A checkpoint store that cannot open costs only /undo, never the session.
-  const checkpoints = options.interactive
-    ? await Checkpoints.open(workspace, session.meta.id).catch((error: unknown) => {
-        options.progress(`checkpoints are off (no /undo): ${(error as Error).message}`);
-        return undefined;
-      })
-    : undefined;
-  const hooks = client.settings.hooks
-    ? new HookRunner(client.settings.hooks, {
-        cwd: workspace.root,
-        sessionId: session.meta.id,
-        transcriptPath: session.path,
-      })
-    : undefined;
   // A hook refused for running workspace code is said once, at start (the variants' are the same).
   for (const line of hooks?.refused ?? []) options.progress(`warning: ${line}`);
+  const checkpoints: Promise<Checkpoints | undefined> = options.interactive
+    ? firstAnswer
+        .after(() => import("../agent/checkpoints/checkpoints.js"))
+        .then(({ Checkpoints }) => Checkpoints.open(workspace, session.meta.id))
+        .catch((error: unknown) => {
+          options.progress(`checkpoints are off (no /undo): ${(error as Error).message}`);
+          return undefined;
+        })
+    : Promise.resolve(undefined);
+  const window = windowOf();
   const agent = new Agent({
     socket,
     reconnect: connect,
@@ -427,16 +411,23 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
       skills: context.skills,
       ...(mcp?.active ? { mcp } : {}),
       ...(hooks && hooks.size > 0 ? { hooks } : {}),
-      vision: (model: string) => visionOf(models, model),
-      ...(checkpoints ? { checkpoints } : {}),
+      vision: (model: string) => visionOf(served, model),
+      ...(options.interactive ? { checkpoints: new DeferredRecorder(checkpoints) } : {}),
     },
     model: client.tier,
     instructions: context.instructions(DEFAULT_INSTRUCTIONS.replace("WORKSPACE", workspace.root)),
     attachments: (text) => context.attachments(text),
-    contextWindow: contextWindow ?? 8192,
+    ...(window === undefined ? {} : { contextWindow: window }),
     autoCompact: client.autoCompact,
     ...(resumed ? { transcript: resumed.transcript } : {}),
   });
+  firstAnswer.watch(agent);
+  if (window === undefined) {
+    void modelsRead.then(() => {
+      const known = windowOf();
+      if (known !== undefined) agent.setContextWindow(known);
+    });
+  }
   // Servers start now, in the background: the prompt never waits for them, the first turn does.
   mcp?.start();
   agent.on((event: AgentEvent) => {
@@ -446,14 +437,10 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
   });
   const createVariantAgent: Runtime["createVariantAgent"] = async (input) => {
     const variantWorkspace = await openWorkspace(input.workspace.path);
-    const variantSocket = await connect();
-    const variantHooks = client.settings.hooks
-      ? new HookRunner(client.settings.hooks, {
-          cwd: variantWorkspace.root,
-          sessionId: session.meta.id,
-          transcriptPath: session.path,
-        })
-      : undefined;
+    const [variantSocket, variantHooks] = await Promise.all([
+      connect(),
+      hookRunner(client.settings.hooks, { ...hookOptions, cwd: variantWorkspace.root }),
+    ]);
     return new Agent({
       socket: variantSocket,
       reconnect: connect,
@@ -468,12 +455,12 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
         skills: context.skills,
         ...(mcp?.active ? { mcp } : {}),
         ...(variantHooks && variantHooks.size > 0 ? { hooks: variantHooks } : {}),
-        vision: (model: string) => visionOf(models, model),
+        vision: (model: string) => visionOf(served, model),
       },
       model: agent.model,
       instructions: context.instructions(DEFAULT_INSTRUCTIONS.replace("WORKSPACE", variantWorkspace.root)),
       attachments: (text) => context.attachments(text),
-      contextWindow: contextWindow ?? 8192,
+      contextWindow: windowOf() ?? 8192,
       autoCompact: client.autoCompact,
       transcript: input.transcript,
       temperature: input.temperature,
@@ -489,8 +476,15 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     inProcess: closeServer !== undefined,
     resumedItems: resumed?.transcript.length ?? 0,
     context,
-    models: models?.map((m) => m.id),
-    ...(checkpoints ? { checkpoints } : {}),
+    get models() {
+      return served?.map((m) => m.id);
+    },
+    modelsRead,
+    modelsKnown: () => {
+      firstAnswer.open();
+      return modelsRead;
+    },
+    checkpoints,
     root: userWorkspace.root,
     ...(taskWorkspace ? { taskWorkspace } : {}),
     variants: client.settings.variants ?? {},

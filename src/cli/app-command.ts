@@ -43,7 +43,7 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
     if (!app.quiet) process.stderr.write(`spark app: ${line}\n`);
   };
   // The app has someone to ask: approvals are shown in the browser.
-  const client = resolveClient(flags, true);
+  const client = await resolveClient(flags, true);
   const workspace = await openWorkspace(dir ?? flags.cd ?? process.cwd());
   const sandboxPromise = clientSandbox(client);
   let serverUrl = client.server;
@@ -62,7 +62,7 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
   const project = await loadSessionContext(client, workspace.root, await windows(client.tier));
   for (const warning of project.warnings) log(`warning: ${warning}`);
   // MCP servers start once for the app, in the background; every task shares them.
-  const mcp = mcpManagerFor(client, workspace.root, log);
+  const mcp = await mcpManagerFor(client, workspace.root, log);
   mcp?.start();
   const hooks = client.settings.hooks
     ? new HookRunner(client.settings.hooks, { cwd: workspace.root })

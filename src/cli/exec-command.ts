@@ -83,9 +83,10 @@ export async function runExec(task: string, flags: ClientFlags, options: ExecOpt
     });
   } else {
     note(
-      `${runtime.inProcess ? "in-process server" : runtime.serverUrl}, model ${agent.model}, approval ${runtime.approval}, ` +
-        describeSandbox(runtime.sandbox),
+      `${runtime.inProcess ? "in-process server" : runtime.serverUrl}, model ${agent.model}, approval ${runtime.approval}`,
     );
+    // Said once the sandbox probe answers (the request does not wait for it).
+    void runtime.sandbox.then((sandbox) => note(describeSandbox(sandbox)));
     if (context.instructions.length > 0)
       note(`instructions: ${describeInstructionFiles(context.instructions)}`);
     if (context.skills.length > 0) note(`skills: ${context.skills.map((skill) => skill.name).join(", ")}`);

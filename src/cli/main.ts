@@ -407,7 +407,7 @@ Examples:
         import("../agent/session-file.js"),
         import("./agent-runtime.js"),
       ]);
-      const { dataDir } = resolveClient(flags, true);
+      const { dataDir } = await resolveClient(flags, true);
       const sessions = SessionFile.list(dataDir);
       if (sessions.length === 0) process.stdout.write(`no saved sessions in ${dataDir}/sessions\n`);
       for (const s of sessions) {

@@ -174,7 +174,13 @@ class TuiApp {
     this.#phase = "starting";
     this.#render();
     try {
-      const { startRuntime } = await import("../cli/agent-runtime.js");
+      // What follows the runtime's start loads with it, so that nothing stands between the
+      // connection and the first message (`spark "…"`).
+      const [{ startRuntime }, { ChangeRecord }, { describeSandbox }] = await Promise.all([
+        import("../cli/agent-runtime.js"),
+        import("../app/change-record.js"),
+        import("../agent/sandbox.js"),
+      ]);
       const runtime = await startRuntime({
         flags: this.flags,
         interactive: true,
@@ -187,23 +193,25 @@ class TuiApp {
       });
       this.#runtime = runtime;
       this.#agent = runtime.agent;
-      const { ChangeRecord } = await import("../app/change-record.js");
       this.#changes = new ChangeRecord(runtime.workspace);
-      if (runtime.models && !runtime.models.includes(this.#model)) {
-        this.#screen.line(
-          yellow(`tier ${this.#model} is not served here (${runtime.models.join(", ")}); using spark`),
-        );
+      // The server's tiers arrive beside the session (the first message does not wait for them).
+      void runtime.modelsRead.then(() => {
+        if (!runtime.models || runtime.models.includes(this.#model)) return;
+        const line = `tier ${this.#model} is not served here (${runtime.models.join(", ")}); using spark`;
         this.#model = "spark";
-      }
+        runtime.agent.setModel(this.#model);
+        this.#sayWhenIdle(yellow(line));
+      });
       runtime.agent.setModel(this.#model);
       runtime.agent.on((event) => this.#onAgentEvent(event));
-      const { describeSandbox } = await import("../agent/sandbox.js");
       this.#screen.line(
         dim(
           `${runtime.inProcess ? "in-process server" : runtime.serverUrl} · approval ${runtime.approval} · ` +
-            `${describeSandbox(runtime.sandbox)} · session ${runtime.session.meta.id}`,
+            `session ${runtime.session.meta.id}`,
         ),
       );
+      // Said once the sandbox probe answers (the first message does not wait for it).
+      void runtime.sandbox.then((sandbox) => this.#sayWhenIdle(dim(describeSandbox(sandbox))));
       if (runtime.taskWorkspace)
         this.#screen.line(
           cyan(
@@ -228,13 +236,33 @@ class TuiApp {
     }
   }
 
+  /** A line of its own: at once when no turn runs, else after the turn (never inside an answer). */
+  #sayWhenIdle(line: string): void {
+    const agent = this.#agent;
+    const say = (): void => {
+      this.#screen.line(line);
+      this.#render();
+    };
+    if (!agent?.busy) return say();
+    const stop = agent.on((event) => {
+      if (
+        event.type !== "turn.completed" &&
+        event.type !== "turn.failed" &&
+        event.type !== "turn.interrupted"
+      )
+        return;
+      stop();
+      say();
+    });
+  }
+
   /** What to do when the server could not start or be reached, in this UI's own commands. */
   async #failureHelp(): Promise<string[]> {
     let server: string | undefined;
     let llama: boolean;
     try {
       const { resolveClient } = await import("../cli/agent-runtime.js");
-      const client = resolveClient(this.flags, true);
+      const client = await resolveClient(this.flags, true);
       server = client.server;
       llama = client.settings.engine === "llama";
     } catch {
@@ -777,6 +805,8 @@ class TuiApp {
         break;
       }
       case "tier": {
+        // The server's tiers are read in the background; a /tier waits for them.
+        await this.#runtime?.modelsKnown();
         const tiers = this.#tiers();
         if (!args[0]) {
           this.#screen.line(
@@ -865,7 +895,7 @@ class TuiApp {
           dim(
             [
               `server: ${runtime.inProcess ? `in process (${runtime.serverUrl})` : runtime.serverUrl}`,
-              `tier: ${this.#model} (of ${this.#tiers().join(", ")}) · approval: ${runtime.approval} · ${describeSandbox(runtime.sandbox)}`,
+              `tier: ${this.#model} (of ${this.#tiers().join(", ")}) · approval: ${runtime.approval} · ${describeSandbox(await runtime.sandbox)}`,
               `context: ${runtime.agent.contextTokens} of ${runtime.agent.contextWindow} tokens, ${runtime.agent.transcript.length} items`,
               `session: ${runtime.session.meta.id} (${runtime.session.path})`,
               runtime.taskWorkspace
@@ -919,7 +949,7 @@ class TuiApp {
    * changed. Only files: what a command did elsewhere (a database, a network call) stays done.
    */
   async #undoRedo(name: "undo" | "redo", arg: string | undefined): Promise<void> {
-    const checkpoints = this.#runtime?.checkpoints;
+    const checkpoints = await this.#runtime?.checkpoints;
     if (!checkpoints) {
       this.#screen.line(yellow("no checkpoints in this session (the workspace's could not be opened)"));
       return;
@@ -1028,7 +1058,7 @@ class TuiApp {
               check: {
                 command: settings.check,
                 ...(settings.checkTimeoutMs === undefined ? {} : { timeoutMs: settings.checkTimeoutMs }),
-                sandbox: runtime.sandbox,
+                sandbox: await runtime.sandbox,
                 allowEnv: runtime.allowEnv,
               },
             }),
@@ -1104,7 +1134,7 @@ class TuiApp {
       return this.#screen.line(yellow(`variant ${k} ${variant.state}: pick another`));
     }
     // The pick is a turn of its own for the checkpoints: /undo puts the files back as before it.
-    const checkpoints = this.#runtime?.checkpoints;
+    const checkpoints = await this.#runtime?.checkpoints;
     let recording = false;
     try {
       if (checkpoints) {

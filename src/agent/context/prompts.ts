@@ -69,7 +69,7 @@ export async function loadPrompts(options: {
       let description = "";
       let argumentHint: string | undefined;
       if (/^\uFEFF?---[ \t]*\r?\n/.test(text)) {
-        const parsed = frontMatter(text);
+        const parsed = await frontMatter(text);
         if ("error" in parsed) warnings.push(`prompt ${path}: ${parsed.error}`);
         else {
           body = parsed.body;

@@ -13,7 +13,6 @@
  */
 import { homedir } from "node:os";
 import { join, relative, resolve, sep } from "node:path";
-import { parse as parseYaml } from "yaml";
 import type { ConfinedRoot } from "../fs/confined.js";
 import { listContextDir, openProject, readContextFile, type ContextDir } from "./context-reads.js";
 
@@ -100,7 +99,7 @@ export async function discoverSkills(options: SkillOptions): Promise<SkillCatalo
           warnings.push(`skill ${path}: ${(error as Error).message} Skipped.`);
         continue;
       }
-      const parsed = frontMatter(text);
+      const parsed = await frontMatter(text);
       if ("error" in parsed) {
         warnings.push(`skill ${path}: ${parsed.error}, skipped`);
         continue;
@@ -140,12 +139,16 @@ export async function discoverSkills(options: SkillOptions): Promise<SkillCatalo
   return { skills, warnings };
 }
 
-/** The YAML front matter of a Markdown file, and the body after it. */
-export function frontMatter(
+/**
+ * The YAML front matter of a Markdown file, and the body after it. The YAML parser loads with the
+ * first front matter read (a session without skills or prompts never loads it).
+ */
+export async function frontMatter(
   text: string,
-): { data: Record<string, unknown>; body: string } | { error: string } {
+): Promise<{ data: Record<string, unknown>; body: string } | { error: string }> {
   const match = /^\uFEFF?---[ \t]*\r?\n([\s\S]*?)\r?\n---[ \t]*(?:\r?\n|$)/.exec(text);
   if (!match) return { error: "no YAML front matter (--- name/description ---) at its top" };
+  const { parse: parseYaml } = await import("yaml");
   let data: unknown;
   try {
     data = parseYaml(match[1]!);

@@ -1,0 +1,94 @@
+/**
+ * What a Spark server serves, from its `GET /v1/models`: each model's name, context window and
+ * whether it sees images. Read with `node:http`/`node:https` rather than `fetch`: `fetch` loads
+ * undici, which costs a client's start-up more than the request itself (figure 34), and a client
+ * never waits for this list before its first request anyway.
+ */
+import type { IncomingMessage } from "node:http";
+import { httpBaseUrl } from "../agent/responses-socket.js";
+import type { VisionInfo } from "../agent/tools.js";
+
+/** A model the server lists at `/v1/models`: its name and, when it says, its context window. */
+export interface ServedModel {
+  id: string;
+  contextWindow?: number;
+  /** It sees images (`vision`, a Spark extension); absent when the server does not say. */
+  vision?: boolean;
+}
+
+/** Most of a model list read (a server answering without end costs no more). */
+const MAX_LIST_BYTES = 1024 * 1024;
+
+/** The server's `/v1/models`, or undefined when it cannot be read (old server, network, 5 s). */
+export async function fetchModels(
+  serverUrl: string,
+  apiKey: string | undefined,
+): Promise<ServedModel[] | undefined> {
+  let body: unknown;
+  try {
+    const url = new URL(`${httpBaseUrl(serverUrl)}/models`);
+    const { get } = url.protocol === "https:" ? await import("node:https") : await import("node:http");
+    const text = await new Promise<string | undefined>((resolve, reject) => {
+      const request = get(
+        url,
+        { headers: apiKey ? { authorization: `Bearer ${apiKey}` } : {}, timeout: 5000 },
+        (response: IncomingMessage) => {
+          if (response.statusCode !== 200) {
+            response.resume();
+            resolve(undefined);
+            return;
+          }
+          let text = "";
+          response.setEncoding("utf8");
+          response.on("data", (chunk: string) => {
+            text += chunk;
+            if (text.length > MAX_LIST_BYTES) request.destroy(new Error("model list too large"));
+          });
+          response.on("end", () => resolve(text));
+          response.on("error", reject);
+        },
+      );
+      // Background information: it never keeps a client that is done from exiting.
+      request.on("socket", (socket) => socket.unref());
+      request.on("timeout", () => request.destroy(new Error("timed out")));
+      request.on("error", reject);
+    });
+    if (text === undefined) return undefined;
+    body = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  const data = (body as { data?: unknown } | null)?.data;
+  if (!Array.isArray(data)) return undefined;
+  return data.flatMap((m: { id?: unknown; context_window?: unknown; vision?: unknown }) => {
+    if (typeof m?.id !== "string") return [];
+    const model: ServedModel = { id: m.id };
+    if (typeof m.context_window === "number") model.contextWindow = m.context_window;
+    if (typeof m.vision === "boolean") model.vision = m.vision;
+    return [model];
+  });
+}
+
+/** The context window of `model` in `models` (else the `spark` tier's), if the server says. */
+export function contextWindowOf(
+  models: readonly ServedModel[] | undefined,
+  model: string,
+): number | undefined {
+  return (models?.find((m) => m.id === model) ?? models?.find((m) => m.id === "spark"))?.contextWindow;
+}
+
+/** Whether `model` sees images, by the server's `/v1/models`; undefined when it does not say. */
+export function visionOf(models: readonly ServedModel[] | undefined, model: string): VisionInfo | undefined {
+  const sees = models?.find((m) => m.id === model)?.vision;
+  if (sees === undefined) return undefined;
+  return { sees, anySees: models!.some((m) => m.vision === true) };
+}
+
+/** The context window of `model` from the server's `/v1/models` (`context_window`), if it says. */
+export async function fetchContextWindow(
+  serverUrl: string,
+  apiKey: string | undefined,
+  model: string,
+): Promise<number | undefined> {
+  return contextWindowOf(await fetchModels(serverUrl, apiKey), model);
+}

@@ -1,0 +1,99 @@
+/**
+ * Start-up without blocking on the network (figure 34): a client sends its first request as soon as
+ * its connection is open, never after the server's model list; and the settings' schema is needed
+ * only when there is something to validate.
+ */
+import assert from "node:assert/strict";
+import { createServer, request as httpRequest, type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo, Socket } from "node:net";
+import { after, before, describe, test } from "node:test";
+import { WebSocket, WebSocketServer } from "ws";
+import { loadSettings } from "../src/cli/client-settings.js";
+import { resolveSettings } from "../src/cli/config.js";
+import { parseScript, ScriptEngine } from "../src/engines/script/script-engine.js";
+import { SparkServer } from "../src/server/http-server.js";
+import { freshDir, spawnCli } from "./helpers/cli.js";
+
+test("without a config file, SPARK_* settings or serve flags, the settings are what the schema makes of nothing", async () => {
+  assert.deepEqual(await loadSettings({}, {}), resolveSettings({}, {}));
+  // Anything given goes through the schema, with its errors.
+  await assert.rejects(loadSettings({}, { SPARK_THREADS: "0" }), /threads/);
+  await assert.rejects(loadSettings({ port: 70000 }, {}), /port/);
+});
+
+/**
+ * In front of a Spark server: WebSocket upgrades pass through (each `response.create` noted with
+ * what had happened to `GET /v1/models` by then), `GET /v1/models` is held unanswered until the
+ * test ends.
+ */
+describe("spark exec --server", () => {
+  let spark: SparkServer;
+  let relay: ReturnType<typeof createServer>;
+  let relayUrl: string;
+  const held: ServerResponse[] = [];
+  const modelsRequests: { ended: boolean }[] = [];
+  const frames: { modelsRequested: number; modelsEnded: number }[] = [];
+
+  before(async () => {
+    const lines = parseScript(JSON.stringify({ output: [{ type: "message", text: "the answer" }] }));
+    spark = new SparkServer({ engine: new ScriptEngine({ lines }), port: 0 });
+    const target = await spark.listen();
+    relay = createServer((request: IncomingMessage, response: ServerResponse) => {
+      if (request.url?.startsWith("/v1/models")) {
+        const entry = { ended: false };
+        modelsRequests.push(entry);
+        held.push(response);
+        response.on("close", () => (entry.ended = true));
+        return;
+      }
+      const forward = httpRequest(`${target}${request.url}`, {
+        method: request.method,
+        headers: request.headers,
+      });
+      forward.on("response", (answer) => {
+        response.writeHead(answer.statusCode ?? 502, answer.headers);
+        answer.pipe(response);
+      });
+      request.pipe(forward);
+    });
+    const wss = new WebSocketServer({ noServer: true });
+    relay.on("upgrade", (request, socket, head) => {
+      wss.handleUpgrade(request, socket as Socket, head, (client) => {
+        const upstream = new WebSocket(`${target.replace(/^http/, "ws")}/v1/responses`);
+        const backlog: string[] = [];
+        upstream.on("open", () => backlog.splice(0).forEach((frame) => upstream.send(frame)));
+        client.on("message", (data) => {
+          const text = data.toString();
+          if (text.includes('"response.create"'))
+            frames.push({
+              modelsRequested: modelsRequests.length,
+              modelsEnded: modelsRequests.filter((entry) => entry.ended).length,
+            });
+          if (upstream.readyState === WebSocket.OPEN) upstream.send(text);
+          else backlog.push(text);
+        });
+        upstream.on("message", (data) => client.send(data.toString()));
+        client.on("close", () => upstream.close());
+        upstream.on("close", () => client.close());
+      });
+    });
+    await new Promise<void>((resolve) => relay.listen(0, "127.0.0.1", resolve));
+    relayUrl = `http://127.0.0.1:${(relay.address() as AddressInfo).port}`;
+  });
+  after(async () => {
+    for (const response of held) response.destroy();
+    relay.closeAllConnections();
+    await new Promise((resolve) => relay.close(resolve));
+    await spark.close();
+  });
+
+  test("sends its request before the server's model list answers, and exits while that list is still unanswered", async () => {
+    const workspace = freshDir("ws-");
+    const cli = spawnCli(["exec", "--server", relayUrl, "-C", workspace, "hello"]);
+    assert.equal(await cli.exited, 0, cli.stderr());
+    assert.equal(cli.stdout().trim(), "the answer");
+    assert.equal(frames.length, 1);
+    // Asked for the model list (if at all) only after the request; the exit did not wait for it.
+    assert.deepEqual(frames[0], { modelsRequested: 0, modelsEnded: 0 });
+  });
+});
