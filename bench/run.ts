@@ -40,6 +40,8 @@
  *      longest task while all the cards stream, and last variant's end → every preview rendered.
  *  29. an app task's worktree in a 10,000-file repository (HEAD plus uncommitted changes), vs plain
  *      `git worktree add` of the same repository (medians).
+ *  34. start-up from process start: `spark exec` and the TUI to the first token (vs a minimal Node
+ *      WebSocket client sending the same request), the TUI's first paint, `spark app` to its page.
  *
  * Options: `--quick` (fewer iterations), `--json` (also write bench/results.json),
  * `--only 1,3` (run some figures only). Every server is in process on 127.0.0.1, port 0.
@@ -65,6 +67,7 @@ import { tenancyOverhead } from "./tenancy-figures.js";
 import { launchFigure, markdownStreamFigure, steerKeystrokeFigure } from "./tui-figures.js";
 import { steeringAndCancel, toolLoop } from "./ws-figures.js";
 import { worktreeFigure } from "./worktree-figures.js";
+import { startupFigures } from "./startup-figures.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -82,7 +85,7 @@ const llamaConfig = args.quick
   : { decodeTokens: 200, decodeRounds: 15, reuseRounds: 9 };
 const wsConfig = args.quick ? { loopRounds: 3, steerRounds: 5 } : { loopRounds: 10, steerRounds: 15 };
 const only = new Set(
-  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29")
+  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,34")
     .split(",")
     .map((s) => Number(s.trim())),
 );
@@ -314,6 +317,17 @@ if (only.has(28)) {
     { count: 10, rate: 1000, tokens: args.quick ? 6000 : 15000 },
     log,
   );
+}
+
+if (only.has(34)) {
+  log(`\n34. Start-up from process start: spark exec, the TUI and spark app (bin/spark.js, the built CLI)`);
+  const built = fileURLToPath(new URL("../dist/bundle/main.js", import.meta.url));
+  if (existsSync(built)) {
+    const figures = await startupFigures({ rounds: args.quick ? 5 : 11 }, log);
+    for (const figure of figures) results[figure.row.figure] = figure;
+  } else {
+    results.startup = skipped("34. Start-up", "dist/ is not built (npm run build)", "≤ 1.1×, ≤ 250 ms");
+  }
 }
 
 const seconds = (performance.now() - started) / 1000;
