@@ -31,7 +31,6 @@ import {
 } from "../agent/checkpoints/checkpoints.js";
 import {
   createTaskWorkspace,
-  discardTaskWorkspace,
   openTaskWorkspace,
   pruneTaskWorkspaces,
   taskWorkspaceBytes,
@@ -48,6 +47,7 @@ import {
 import { z } from "zod";
 import type { PreviewServer } from "./preview-server.js";
 import { AppVariants } from "./variants.js";
+import { removeTaskWorkspace } from "./task-worktree.js";
 import type { LogEntry, ServerMessage, TaskState, TaskStatus, TaskSummary } from "./protocol.js";
 
 /** What every task of one app shares: the server, the workspace and the agent's settings. */
@@ -1487,13 +1487,6 @@ export function cutOffReason(
   if (reason !== "max_output_tokens") return reason.replace(/_/g, " "); // server_shutdown, …
   if (contextWindow > 0 && contextTokens >= contextWindow * 0.95) return "context full";
   return "output token limit";
-}
-
-/** Removes a task's worktree (or copy) and branch, and the worktrees its variants made from it. */
-async function removeTaskWorkspace(ws: TaskWorkspace): Promise<void> {
-  if (ws.kind === "in-place") return;
-  await pruneTaskWorkspaces(ws.path, () => false).catch(() => {});
-  await discardTaskWorkspace(ws);
 }
 
 /** A worktree or copy of task `id` that no saved task names (a crash between making and saving it). */
