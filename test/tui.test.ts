@@ -104,6 +104,15 @@ describe("the interactive UI in a terminal", { skip: tmuxMissing ?? false }, () 
     );
     assert.ok(!generating.includes(LONG_END));
     assert.match(term.lastLine(), /^steer ›/, "while the model writes, Enter steers");
+    // The context meter moves while the model writes (not only once the answer ended).
+    const used = (): number | undefined => {
+      const status = term.statusLine();
+      const match = /ctx \S+ \d+% (\d+)\//.exec(status);
+      return status.includes("● generating") && match ? Number(match[1]) : undefined;
+    };
+    let first = 0;
+    await term.waitFor(() => (first = used() ?? 0) > 0, "a context meter above 0 while generating");
+    await term.waitFor(() => (used() ?? 0) > first, "the context meter to grow while generating");
 
     const done = await term.waitFor((s) => s.includes(LONG), "the whole answer");
     assert.ok(done.split("\n").includes(LONG), "the answer is one line, in one piece");

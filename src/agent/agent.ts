@@ -80,6 +80,8 @@ export type AgentEvent =
       tokensPerSecond?: number;
       outputTokens: number;
       contextTokens: number;
+      /** Completed with no tool call to run: the turn's answer is whole (its end follows its bookkeeping). */
+      final: boolean;
     }
   | { type: "item.started"; item: ThreadItem }
   /** `diffs`: what a file change did, per file (beside the item: `spark exec --json` prints the item as Codex does). */
@@ -827,6 +829,7 @@ export class Agent {
       ...(generation > 0 ? { tokensPerSecond: Math.max(0, outputTokens - 1) / generation } : {}),
       outputTokens,
       contextTokens: this.#contextTokens,
+      final: response.status === "completed" && toolCallsOf(response.output).length === 0,
     });
     if (response.status === "failed") {
       pending.resolve(response);

@@ -27,6 +27,7 @@ import type { Workspace } from "../agent/workspace.js";
 import { decodeKeys, type Key } from "./keys.js";
 import { loadMarkdown, renderMarkdown } from "./markdown.js";
 import { Screen, visibleWidth } from "./screen.js";
+import { liveContext } from "../agent/live-context.js";
 import { bold, contextMeter, cyan, dim, green, inverse, magenta, red, tierLabel, yellow } from "./style.js";
 import { describeCutOff, expandToolItem, summarizeToolItem } from "./tool-summary.js";
 import type { ChangeRecord } from "../app/change-record.js";
@@ -1437,7 +1438,7 @@ class TuiApp {
         ? (this.#deltas - 1) / Math.max(0.001, (performance.now() - this.#firstTokenAt) / 1000)
         : this.#tokensPerSecond;
     if (live !== undefined) parts.push(`${Math.round(live)} tok/s`);
-    if (this.#agent) parts.push(contextMeter(this.#agent.contextTokens, this.#agent.contextWindow));
+    if (this.#agent) parts.push(contextMeter(liveContext(this.#agent).tokens, this.#agent.contextWindow));
     // `--worktree`: the files the session changes are not the user's until /apply.
     if (this.#runtime?.taskWorkspace) parts.push(cyan("⎇ worktree"));
     if (this.#notice) parts.push(yellow(this.#notice));
