@@ -4,7 +4,8 @@
  * the app's socket as a page does. Two background tasks patch the same file at once, each in its
  * worktree, and the user's files stay as they were until Apply; the second Apply conflicts and
  * writes nothing; a deleted task's worktree and branch are gone; and after a `kill -9` mid-task the
- * next start re-opens the saved task's worktree and prunes the one no saved task names.
+ * next start re-opens the saved task's worktree and prunes the one no saved task names. A task that
+ * changes nothing leaves no worktree or branch, and makes one again for a turn that does.
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -299,6 +300,92 @@ describe("app tasks in worktrees", { timeout: 300_000 }, () => {
     assert.equal(readFileSync(join(workspace, "added.txt"), "utf8"), "added by the task\n");
     await screenshot(page, "worktree-review");
     await browser.close();
+    await stop(app);
+  });
+
+  test("a task that changes nothing leaves no worktree or branch; its next turn that changes a file makes one again", async () => {
+    const workspace = repository();
+    const dirs = { workspace, home: freshDir("home-"), data: freshDir("data-") };
+    const steps = script("question-only.jsonl", [
+      // Turn 1: reads with a command (in its worktree) and answers; nothing changes.
+      shell('echo "worked in $(basename "$PWD")"; cat notes.txt'),
+      message("It says hello world."),
+      // Turn 2: edits.
+      patch("*** Begin Patch\n*** Update File: notes.txt\n@@\n hello\n-world\n+spark\n*** End Patch"),
+      message("Edited."),
+      // Turn 3, after Discard all: edits in the fresh worktree.
+      patch("*** Begin Patch\n*** Add File: after.txt\n+after the discard\n*** End Patch"),
+      message("Added."),
+    ]);
+    const app = await startApp(["--engine", "script", "--script", steps, "--rate", "400"], dirs);
+    const client = await WorktreeClient.connect(app.url);
+    const from = client.send({ type: "task.create", model: "spark", text: "What do the notes say?" });
+    const id = (
+      (await client.next((m) => m.type === "task.log", from)) as Extract<ServerMessage, { type: "task.log" }>
+    ).task;
+    // It worked in a worktree of its own (the command ran there)…
+    const made = await client.until(id, (s) => s.workspace?.branch === `spark/${id}`);
+    const path = made.workspace!.path;
+    const ran = await client.next(
+      (m) =>
+        m.type === "entry" &&
+        m.task === id &&
+        m.entry.kind === "item" &&
+        JSON.stringify(m.entry.item).includes(`worked in ${id}`),
+    );
+    assert.ok(ran);
+    // …and once the turn ended with nothing in it, the worktree and branch are gone.
+    const answered = await client.until(id, (s) => s.state === "done" && s.workspace === undefined);
+    assert.deepEqual(answered.changedFiles, []);
+    await until(
+      () => !existsSync(path) && git(workspace, "branch", "--list", "spark/*") === "",
+      "the unused worktree and its branch to be removed",
+    );
+    assert.doesNotMatch(git(workspace, "worktree", "list"), new RegExp(id));
+    const review = await client.review({ type: "review", task: id });
+    assert.deepEqual(review.files, []);
+
+    // The next turn edits: a worktree on the same branch name again, from the workspace as it is now.
+    writeFileSync(join(workspace, "draft.txt"), "the draft, changed since\n");
+    client.send({ type: "send", task: id, text: "Now edit them" });
+    const edited = await client.until(
+      id,
+      (s) => ended(s) && s.changedFiles.length === 1 && s.workspace?.bytes !== undefined,
+    );
+    assert.equal(edited.state, "done");
+    assert.equal(edited.workspace?.branch, `spark/${id}`);
+    assert.equal(readFileSync(join(edited.workspace!.path, "notes.txt"), "utf8"), "hello\nspark\n");
+    assert.equal(
+      readFileSync(join(edited.workspace!.path, "draft.txt"), "utf8"),
+      "the draft, changed since\n",
+    );
+    assert.equal(readFileSync(join(workspace, "notes.txt"), "utf8"), "hello\nworld\n");
+    assert.match(git(workspace, "branch", "--list", `spark/${id}`), new RegExp(`spark/${id}`));
+    // A turn that leaves its changes keeps them: the worktree stays for Review and Apply.
+    assert.ok(existsSync(edited.workspace!.path));
+    const applied = await client.review({ type: "apply", task: id });
+    assert.deepEqual(applied.applied, ["notes.txt"]);
+
+    // Discard all makes a fresh worktree: the next turn's patch lands there (the agent works in the
+    // new one, not the removed one).
+    const fresh = await client.review({ type: "discard", task: id });
+    assert.deepEqual(fresh.files, []);
+    const asked = client.send({ type: "send", task: id, text: "Add a file" });
+    // The patch's end (completed or failed) says whether it landed; no wait that a failure leaves open.
+    const patched = await client.next(
+      (m) =>
+        m.type === "entry" &&
+        m.task === id &&
+        m.entry.kind === "item" &&
+        m.entry.item.type === "file_change" &&
+        m.entry.item.status !== "in_progress",
+      asked,
+    );
+    assert.equal(JSON.stringify(patched).includes('"status":"completed"'), true, JSON.stringify(patched));
+    const added = await client.until(id, (s) => ended(s) && s.changedFiles.includes("after.txt"));
+    assert.equal(added.state, "done");
+    assert.equal(readFileSync(join(added.workspace!.path, "after.txt"), "utf8"), "after the discard\n");
+    client.socket.close();
     await stop(app);
   });
 

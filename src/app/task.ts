@@ -47,7 +47,8 @@ import {
 import { z } from "zod";
 import type { PreviewServer } from "./preview-server.js";
 import { AppVariants } from "./variants.js";
-import { removeTaskWorkspace } from "./task-worktree.js";
+import { liveContext } from "../agent/live-context.js";
+import { removeTaskWorkspace, unneededWorkspace } from "./task-worktree.js";
 import type { LogEntry, ServerMessage, TaskState, TaskStatus, TaskSummary } from "./protocol.js";
 
 /** What every task of one app shares: the server, the workspace and the agent's settings. */
@@ -199,6 +200,10 @@ export class Task {
   #ws: TaskWorkspace | undefined;
   /** Making (or re-opening) it: the agent waits for it; undefined again when it failed. */
   #wsReady: Promise<TaskWorkspace> | undefined;
+  /** Removing it after a turn that left nothing in it (see `#measure`): making it again waits. */
+  #releasing: Promise<void> | undefined;
+  /** The conversation of an agent retired with its workspace (`#retireAgent`), for the next one. */
+  #resume: InputItem[] | undefined;
   /** The agent's workspace: the task's worktree or copy, or the workspace itself in place. */
   #workspace: Workspace;
   /** The last Apply's conflicts (nothing was written), shown by the review until the next Apply. */
@@ -468,6 +473,8 @@ export class Task {
 
   /** The task's workspace, made (or re-opened) on first use; a failure is tried again next time. */
   #workspaceReady(): Promise<TaskWorkspace> {
+    const releasing = this.#releasing;
+    if (releasing) return releasing.then(() => this.#workspaceReady());
     if (this.#wsReady === undefined) {
       const ready = this.#makeWorkspace();
       this.#wsReady = ready;
@@ -546,13 +553,17 @@ export class Task {
     );
   }
 
-  /** The disk the task's workspace takes, and the files it changed (commands' changes too). */
-  async #measure(): Promise<void> {
+  /**
+   * The disk the task's workspace takes, and the files it changed (commands' changes too). After a
+   * turn (`turnEnded`) that left nothing in it, the workspace and its branch are removed instead.
+   */
+  async #measure(turnEnded = false): Promise<void> {
     const ws = this.#ws;
     if (ws === undefined || ws.kind === "in-place" || this.#deleted) return;
     try {
       const [bytes, changes] = await Promise.all([taskWorkspaceBytes(ws), taskChanges(ws)]);
       if (this.#ws !== ws || this.#deleted) return;
+      if (turnEnded && this.#unneeded(ws, changes.length)) return this.#release(ws);
       this.summary.workspace = { ...this.summary.workspace!, bytes };
       this.summary.changedFiles = changes.map((change) => change.path);
       this.#save();
@@ -560,6 +571,54 @@ export class Task {
     } catch {
       // Removed meanwhile (discarded, deleted): nothing to show.
     }
+  }
+
+  #unneeded(ws: TaskWorkspace, changes: number): boolean {
+    const waiting = (this.#agent?.queuedMessages.length ?? 0) > 0 || this.#held.length > 0;
+    return unneededWorkspace({
+      kind: ws.kind,
+      changes,
+      busy: this.busy || waiting,
+      variants: this.#variants !== undefined,
+      undoable: this.summary.undoTurn !== undefined || this.summary.redoTurns !== undefined,
+    });
+  }
+
+  /** An isolated task's workspace is not there (removed with nothing in it, or not made yet). */
+  get #unmade(): boolean {
+    return this.#ws === undefined && this.#wsReady === undefined;
+  }
+
+  /**
+   * The agent's file tools and checkpoints hold the workspace they were opened on (the confined
+   * layer pins its directory): once it is removed, the next turn connects a new agent in the
+   * workspace made again, going on with this conversation.
+   */
+  #retireAgent(): void {
+    const agent = this.#agent;
+    if (!agent) return;
+    this.#resume = [...agent.transcript];
+    this.#agent = undefined;
+    this.#checkpoints = undefined;
+    agent.close();
+  }
+
+  /** Removes the workspace nothing lives in; the next turn makes it again (`agent()`). */
+  #release(ws: TaskWorkspace): void {
+    this.#ws = undefined;
+    this.#wsReady = undefined;
+    this.#retireAgent();
+    const releasing = removeTaskWorkspace(ws)
+      .catch(() => {})
+      .finally(() => {
+        if (this.#releasing === releasing) this.#releasing = undefined;
+      });
+    this.#releasing = releasing;
+    this.#conflicts = [];
+    delete this.summary.workspace;
+    this.summary.changedFiles = [];
+    this.#save();
+    this.context.changed(this);
   }
 
   async #connect(): Promise<Agent> {
@@ -604,9 +663,10 @@ export class Task {
       instructions: this.#instructions(),
       contextWindow,
       autoCompact: this.context.autoCompact,
-      transcript: this.transcript,
+      transcript: this.#resume ?? this.transcript,
     });
     this.status.contextWindow = contextWindow;
+    liveContext(agent); // the meter follows the agent's events before the task does
     agent.on((event) => this.#onAgentEvent(event));
     // A server that failed costs only its tools; the task says which, and why, once.
     const mcp = this.context.mcp;
@@ -639,6 +699,8 @@ export class Task {
       void agent.submit(text, images);
       return;
     }
+    // The answer is whole and the agent finishing its turn: the message is the next turn, not a steer.
+    if (agent.busy && this.summary.state === "done") return this.queue(typed);
     if (agent.busy) {
       this.#add({ kind: "user", id: this.#nextId(), text, steer: true });
       agent.steer(text);
@@ -920,6 +982,7 @@ export class Task {
    * conflicts. In place: as git sees them in a repository, else from its record.
    */
   async review(): Promise<Omit<Extract<ServerMessage, { type: "review" }>, "type" | "task">> {
+    if (this.#unmade) return { files: [], source: "task", applied: [] };
     const ws = this.#ws ?? (await this.#workspaceReady().catch(() => undefined));
     if (ws === undefined || ws.kind === "in-place")
       return reviewDiffs(this.context.workspace.root, this.record);
@@ -945,6 +1008,7 @@ export class Task {
    * message: the VS Code pane's diff editor), or undefined for a file the task did not change.
    */
   async fileChange(path: string): Promise<FileChange | undefined> {
+    if (this.#unmade) return undefined;
     const ws = this.#ws ?? (await this.#workspaceReady().catch(() => undefined));
     if (ws === undefined || ws.kind === "in-place") return this.record.toJSON()[path];
     const change = (await taskChanges(ws)).find((candidate) => candidate.path === path);
@@ -957,6 +1021,7 @@ export class Task {
    * written, and the review lists the conflicting files with the reason.
    */
   async apply(path?: string): Promise<void> {
+    if (this.#unmade) return this.#notice("info", "no changes to apply");
     const ws = await this.#workspaceReady();
     if (ws.kind === "in-place") {
       this.#notice("info", "this task works in the workspace itself: its changes are already there");
@@ -983,6 +1048,7 @@ export class Task {
    * workspace as it is now. Nothing in the user's files changes.
    */
   async discard(path?: string): Promise<void> {
+    if (this.#unmade) return this.#notice("info", "no changes to discard");
     const ws = await this.#workspaceReady();
     if (ws.kind === "in-place") {
       this.#notice("error", "this task works in the workspace itself: use Revert");
@@ -1007,10 +1073,11 @@ export class Task {
     this.#ws = undefined;
     this.#wsReady = undefined;
     this.#conflicts = [];
-    await removeTaskWorkspace(ws);
-    this.record.keep();
     // The turns' changes are gone with the worktree: nothing of them to undo in the fresh one.
     await this.#checkpoints?.clear().catch(() => {});
+    this.#retireAgent();
+    await removeTaskWorkspace(ws);
+    this.record.keep();
     this.#checkpointSummary();
     const fresh = await this.#workspaceReady();
     this.#notice(
@@ -1193,12 +1260,13 @@ export class Task {
         if (event.lane !== "") return;
         if (event.ttftMs !== undefined) this.status.ttftMs = event.ttftMs;
         if (event.tokensPerSecond !== undefined) this.status.tokensPerSecond = event.tokensPerSecond;
-        this.status.contextTokens = event.contextTokens;
         this.#cutOff =
           event.status === "incomplete"
             ? cutOffReason(event.reason, event.contextTokens, this.status.contextWindow)
             : undefined;
         this.#sendStatus();
+        // The answer is whole: done now, not once the agent's bookkeeping (hooks, the checkpoint) ends.
+        if (event.final && this.#failure === undefined) this.#setState("done");
         return;
       case "steer":
         if (event.status === "failed")
@@ -1209,7 +1277,6 @@ export class Task {
         return;
       case "compacted":
         this.#notice("info", `context compacted (${event.trigger}): ${event.items} items remain`);
-        this.status.contextTokens = this.#agent?.contextTokens ?? 0;
         this.#sendStatus();
         return;
       case "turn.completed":
@@ -1234,7 +1301,7 @@ export class Task {
         this.status.queued = [...(this.#agent?.queuedMessages ?? [])];
         this.#sendStatus();
         this.#setState(state);
-        void this.#measure();
+        void this.#measure(true);
         if (this.summary.background && !this.busy) {
           const last = [...this.entries].reverse().find((e) => e.kind === "assistant");
           this.context.broadcast({
@@ -1421,6 +1488,8 @@ export class Task {
 
   #sendStatus(): void {
     if (this.#deleted) return;
+    // The context meter moves while the model writes (live-context.ts), not only at a response's end.
+    if (this.#agent) this.status.contextTokens = liveContext(this.#agent).tokens;
     this.context.broadcast({ type: "status", task: this.id, status: this.status });
   }
 
