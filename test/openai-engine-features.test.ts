@@ -206,6 +206,44 @@ for (const wire of ["chat", "responses"] as const) {
       }
     });
 
+    test("logprobs are asked of the upstream in its wire's shape and come back in the client's", async () => {
+      const completion = await openai.chat.completions.create({
+        model: "spark",
+        messages: [{ role: "user", content: "x" }],
+        logprobs: true,
+        top_logprobs: 1,
+      });
+      if (wire === "chat") {
+        assert.equal(last().logprobs, true);
+        assert.equal(last().top_logprobs, 1);
+      } else {
+        assert.deepEqual(last().include, ["message.output_text.logprobs"]);
+        assert.equal(last().top_logprobs, 1);
+      }
+      const content = completion.choices[0]!.logprobs!.content!;
+      assert.deepEqual(
+        content.map((entry) => [entry.token, entry.logprob]),
+        [
+          [ANSWER.slice(0, 10), -0.5],
+          [ANSWER.slice(10), -1.5],
+        ],
+      );
+      assert.deepEqual(content[0]!.bytes, [...Buffer.from(ANSWER.slice(0, 10))]);
+
+      const response = await openai.responses.create({
+        model: "spark",
+        input: "x",
+        include: ["message.output_text.logprobs"],
+      });
+      const message = response.output.find((item) => item.type === "message");
+      assert.ok(message?.type === "message" && message.content[0]?.type === "output_text");
+      assert.equal(message.content[0].logprobs?.length, 2);
+      // Without the include nothing is asked.
+      await openai.responses.create({ model: "spark", input: "x" });
+      assert.equal(last().logprobs, undefined);
+      assert.equal(last().include, undefined);
+    });
+
     test("tool_choice reaches the upstream in its wire's shape", async () => {
       const tools = [
         {

@@ -2,13 +2,14 @@
  * Chat Completions, transport-free: validates the body, runs the engine and produces
  * `chat.completion.chunk` objects (streaming) or one `chat.completion` (non-streaming).
  */
-import type { EnginePart, EngineRequest, FinishReason, Usage } from "../engine/types.js";
+import type { EnginePart, EngineRequest, FinishReason, TokenLogprob, Usage } from "../engine/types.js";
 import { chatCompletionSchema, type ChatCompletionBody } from "../protocol/chat.js";
 import { carriesImage } from "../engine/types.js";
 import { itemsFromChatMessages, predictionText } from "./conversation.js";
 import type { Admission, Ticket } from "./admission.js";
 import { observeGeneration } from "./generation.js";
 import { newId } from "./ids.js";
+import { wireLogprob } from "./logprobs.js";
 import { anonymousPrincipal, type Principal } from "./keys.js";
 import type { Metrics } from "./metrics.js";
 import { applySampling, type ModelRegistry, type ResolvedModel } from "./model-registry.js";
@@ -117,9 +118,20 @@ export class ChatCompletionsService {
       created: prepared.created,
       model: prepared.model,
     };
-    const chunk = (delta: Record<string, unknown>, finishReason: string | null = null): Chunk => ({
+    const chunk = (
+      delta: Record<string, unknown>,
+      finishReason: string | null = null,
+      logprobs: readonly TokenLogprob[] | undefined = undefined,
+    ): Chunk => ({
       ...base,
-      choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
+      choices: [
+        {
+          index: 0,
+          delta,
+          logprobs: logprobs ? { content: logprobs.map(wireLogprob), refusal: null } : null,
+          finish_reason: finishReason,
+        },
+      ],
     });
     // OpenAI's first delta carries the role, `refusal: null` and `content`: `""` when the turn
     // starts with text (or has no output), `null` when it starts with a tool call, whose first
@@ -137,7 +149,7 @@ export class ChatCompletionsService {
         case "text-delta":
           if (!started) yield chunk(opening(""));
           text += part.delta;
-          yield chunk({ content: part.delta });
+          yield chunk({ content: part.delta }, null, part.logprobs);
           break;
         case "tool-call-start": {
           const call = { index: calls.size, id: part.callId, kind: part.kind, name: part.name, input: "" };
@@ -173,11 +185,14 @@ export class ChatCompletionsService {
   async complete(prepared: PreparedChat, signal: AbortSignal): Promise<Chunk> {
     const calls = new Map<string, ToolCallState>();
     let text = "";
+    const logprobs: TokenLogprob[] = [];
     let reason: FinishReason = "stop";
     let usage: Usage = { inputTokens: 0, cachedInputTokens: 0, outputTokens: 0 };
     for await (const part of this.generate(prepared, signal)) {
-      if (part.type === "text-delta") text += part.delta;
-      else if (part.type === "tool-call-start") {
+      if (part.type === "text-delta") {
+        text += part.delta;
+        for (const logprob of part.logprobs ?? []) logprobs.push(logprob);
+      } else if (part.type === "tool-call-start") {
         calls.set(part.id, {
           index: calls.size,
           id: part.callId,
@@ -204,7 +219,7 @@ export class ChatCompletionsService {
         {
           index: 0,
           message,
-          logprobs: null,
+          logprobs: prepared.request.logprobs ? { content: logprobs.map(wireLogprob), refusal: null } : null,
           finish_reason: calls.size > 0 && reason !== "length" ? "tool_calls" : finishReasons[reason],
         },
       ],

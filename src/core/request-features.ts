@@ -9,6 +9,7 @@ import type { Engine, EngineRequest, ResponseFormat, ToolChoice, ToolSpec } from
 import type { ChatCompletionBody } from "../protocol/chat.js";
 import type { ResponseCreateBody } from "../protocol/responses.js";
 import { toolsFromChat, toolsFromResponses } from "./conversation.js";
+import { chatLogprobs, requireLogprobs, responsesLogprobs, type LogprobsRequest } from "./logprobs.js";
 import { chatResponseFormat, requireStructuredOutputs, responsesTextFormat } from "./structured-output.js";
 import { annotateTools, toolChoiceOf } from "./tool-choice.js";
 
@@ -16,6 +17,7 @@ export interface RequestFeatures {
   tools: ToolSpec[];
   toolChoice: ToolChoice;
   responseFormat?: ResponseFormat;
+  logprobs?: LogprobsRequest;
 }
 
 export function chatFeatures(body: ChatCompletionBody): RequestFeatures {
@@ -24,6 +26,8 @@ export function chatFeatures(body: ChatCompletionBody): RequestFeatures {
   const features: RequestFeatures = { tools, toolChoice: toolChoiceOf(body.tool_choice, tools) };
   const responseFormat = chatResponseFormat(body.response_format);
   if (responseFormat) features.responseFormat = responseFormat;
+  const logprobs = chatLogprobs(body.logprobs, body.top_logprobs);
+  if (logprobs) features.logprobs = logprobs;
   return features;
 }
 
@@ -33,6 +37,8 @@ export function responsesFeatures(body: ResponseCreateBody): RequestFeatures {
   const features: RequestFeatures = { tools, toolChoice: toolChoiceOf(body.tool_choice, tools) };
   const responseFormat = responsesTextFormat(body.text);
   if (responseFormat) features.responseFormat = responseFormat;
+  const logprobs = responsesLogprobs(body.include, body.top_logprobs);
+  if (logprobs) features.logprobs = logprobs;
   return features;
 }
 
@@ -40,4 +46,6 @@ export function responsesFeatures(body: ResponseCreateBody): RequestFeatures {
 export function applyFeatures(request: EngineRequest, engine: Engine, features: RequestFeatures): void {
   requireStructuredOutputs(engine, features.responseFormat);
   if (features.responseFormat) request.responseFormat = features.responseFormat;
+  requireLogprobs(engine, features.logprobs);
+  if (features.logprobs) request.logprobs = features.logprobs;
 }

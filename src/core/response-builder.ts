@@ -5,8 +5,15 @@
 import type { EnginePart, FinishReason, Usage } from "../engine/types.js";
 import type { SparkError } from "../protocol/errors.js";
 import { TextBuffer } from "../protocol/text-buffer.js";
-import type { OutputItem, ResponseEvent, ResponseObject, ResponseUsage } from "../protocol/responses.js";
+import type {
+  OutputItem,
+  OutputTextPart,
+  ResponseEvent,
+  ResponseObject,
+  ResponseUsage,
+} from "../protocol/responses.js";
 import { newId } from "./ids.js";
+import { wireLogprob } from "./logprobs.js";
 
 export function usageOf(usage: Usage): ResponseUsage {
   return {
@@ -40,9 +47,13 @@ export function usageOf(usage: Usage): ResponseUsage {
 export class ResponseBuilder {
   private sequence = 0;
   /** Items being generated, and their text so far (see `TextBuffer`: many deltas, little memory). */
-  private readonly open = new Map<string, { index: number; text: TextBuffer }>();
+  private readonly open = new Map<string, { index: number; text: TextBuffer; logprobs?: unknown[] }>();
 
-  constructor(private readonly response: ResponseObject) {}
+  constructor(
+    private readonly response: ResponseObject,
+    /** The request included `message.output_text.logprobs`: text parts carry them. */
+    private readonly logprobs = false,
+  ) {}
 
   event(type: string, fields: Record<string, unknown>): ResponseEvent {
     return { type, sequence_number: this.sequence++, ...fields };
@@ -64,7 +75,7 @@ export class ResponseBuilder {
           content: [],
         };
         const index = output.push(item) - 1;
-        this.open.set(part.id, { index, text: new TextBuffer() });
+        this.open.set(part.id, { index, text: new TextBuffer(), ...(this.logprobs ? { logprobs: [] } : {}) });
         yield this.event("response.output_item.added", {
           output_index: index,
           item: { ...item, content: [] },
@@ -79,8 +90,11 @@ export class ResponseBuilder {
       }
       case "text-delta": {
         const state = this.open.get(part.id);
-        if (!state || part.delta === "") return;
+        // An empty delta is dropped, unless it carries log probabilities (a token with no text).
+        if (!state || (part.delta === "" && !part.logprobs?.length)) return;
         state.text.append(part.delta);
+        const logprobs = part.logprobs?.map(wireLogprob) ?? [];
+        for (const logprob of logprobs) state.logprobs?.push(logprob);
         yield {
           type: "response.output_text.delta",
           sequence_number: this.sequence++,
@@ -88,7 +102,7 @@ export class ResponseBuilder {
           output_index: state.index,
           content_index: 0,
           delta: part.delta,
-          logprobs: [],
+          logprobs,
         };
         return;
       }
@@ -98,11 +112,16 @@ export class ResponseBuilder {
         this.open.delete(part.id);
         const item = output[state.index] as Extract<OutputItem, { type: "message" }>;
         const text = state.text.toString();
-        const textPart = { type: "output_text" as const, text, annotations: [] };
+        const textPart: OutputTextPart = {
+          type: "output_text",
+          text,
+          annotations: [],
+          ...(state.logprobs ? { logprobs: state.logprobs } : {}),
+        };
         item.content = [textPart];
         item.status = "completed";
         const ids = { item_id: item.id, output_index: state.index, content_index: 0 };
-        yield this.event("response.output_text.done", { ...ids, text, logprobs: [] });
+        yield this.event("response.output_text.done", { ...ids, text, logprobs: state.logprobs ?? [] });
         yield this.event("response.content_part.done", { ...ids, part: textPart });
         yield this.event("response.output_item.done", { output_index: state.index, item: { ...item } });
         return;
@@ -190,7 +209,15 @@ export class ResponseBuilder {
       const item = this.response.output[state.index]!;
       item.status = "incomplete";
       const text = state.text.toString();
-      if (item.type === "message") item.content = [{ type: "output_text", text, annotations: [] }];
+      if (item.type === "message")
+        item.content = [
+          {
+            type: "output_text",
+            text,
+            annotations: [],
+            ...(state.logprobs ? { logprobs: state.logprobs } : {}),
+          },
+        ];
       else if (item.type === "function_call") item.arguments = text;
       else if (item.type === "custom_tool_call") item.input = text;
     }

@@ -342,7 +342,7 @@ export class ResponsesService {
     // a few promise resolutions.
     let charged = 0;
     try {
-      const builder = new ResponseBuilder(prepared.response);
+      const builder = new ResponseBuilder(prepared.response, prepared.request.logprobs !== undefined);
       const empty: Usage = { inputTokens: 0, cachedInputTokens: 0, outputTokens: 0 };
       const ticket = prepared.ticket;
       if (ticket?.queued) {

@@ -135,6 +135,8 @@ export const responseCreateSchema = z.looseObject({
   reasoning: z.looseObject({}).nullish(),
   text: z.looseObject({}).nullish(),
   include: z.array(z.string()).nullish(),
+  /** Checked in `core/logprobs.ts`. */
+  top_logprobs: z.unknown().optional(),
   prompt_cache_key: z.string().nullish(),
   truncation: z.string().nullish(),
   user: z.string().nullish(),
@@ -176,6 +178,8 @@ export interface OutputTextPart {
   type: "output_text";
   text: string;
   annotations: unknown[];
+  /** With `include: ["message.output_text.logprobs"]`: each token's log probability. */
+  logprobs?: unknown[];
 }
 
 export type OutputItem =

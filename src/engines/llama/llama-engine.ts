@@ -43,6 +43,7 @@ import { SparkError } from "../../protocol/errors.js";
 import { toChatFunctions, toChatHistory } from "./chat-history.js";
 import { generateChat } from "./chat-generation.js";
 import { forcingChatWrapper, type CallForcing } from "./forced-calls.js";
+import { decodeWithLogprobs, logprobsRefusal } from "./logprobs-decode.js";
 import { ANY_OBJECT, enforceableSchema, GrammarCache, patchNumberGrammar } from "./json-schema-grammar.js";
 import { AheadSequence } from "./decode-ahead.js";
 import { DraftModel } from "./draft-model.js";
@@ -149,6 +150,7 @@ export class LlamaEngine implements Engine {
     summaries: true,
     fim: true,
     structuredOutputs: true,
+    logprobs: true,
   };
   #status: EngineStatus = { ready: false, detail: "not started" };
   #llama: Llama | undefined;
@@ -422,6 +424,8 @@ export class LlamaEngine implements Engine {
    */
   validateRequest(request: EngineRequest): void {
     refuseImages(request);
+    const refusal = logprobsRefusal(request);
+    if (refusal) throw refusal;
     if (request.responseFormat) this.#formatSchema(request);
     if (!this.#status.ready) return;
     if (request.fim) {
@@ -472,6 +476,33 @@ export class LlamaEngine implements Engine {
         topP: request.topP,
         signal,
         ...(request.ignoreEos ? { tokenBias: this.#ignoreEosBias() } : {}),
+        ...(this.options.onCancel ? { onCancel: this.options.onCancel } : {}),
+      });
+    } finally {
+      this.#release(slot);
+    }
+  }
+
+  /** A request for log probabilities: decoded token by token, on the sequence sharing the longest prefix. */
+  async *#streamLogprobs(
+    request: EngineRequest,
+    prompt: Token[],
+    signal: AbortSignal,
+  ): AsyncGenerator<EnginePart> {
+    const refusal = logprobsRefusal(request);
+    if (refusal) throw refusal;
+    const { slot } = await this.#acquire(prompt, signal);
+    try {
+      const room = this.#context!.contextSize - prompt.length;
+      yield* decodeWithLogprobs({
+        model: this.#model!,
+        sequence: slot.sequence,
+        prompt,
+        maxTokens: Math.min(request.maxOutputTokens ?? room, room),
+        temperature: request.temperature ?? 0,
+        topP: request.topP,
+        top: request.logprobs!.top,
+        signal,
         ...(this.options.onCancel ? { onCancel: this.options.onCancel } : {}),
       });
     } finally {
@@ -599,6 +630,10 @@ export class LlamaEngine implements Engine {
     }
     const prompt = this.#prompt(request);
     this.#checkFits(prompt.length);
+    if (request.logprobs) {
+      yield* this.#streamLogprobs(request, prompt, signal);
+      return;
+    }
     const lookup = request.speculation?.inputLookup ?? this.options.inputLookup ?? false;
     const predicted = !!request.prediction && this.options.predictedOutputs !== false;
     if ((predicted || lookup || this.#draftModel) && request.tools.length === 0 && !request.responseFormat) {

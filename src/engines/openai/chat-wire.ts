@@ -23,9 +23,11 @@ import {
   parseData,
   PartWriter,
   formatFields,
+  logprobsFields,
   protocolError,
   samplingFields,
   streamedError,
+  upstreamLogprobs,
 } from "./wire-common.js";
 import type { Json, StreamDecoder, UpstreamWire } from "./wire-common.js";
 
@@ -50,6 +52,7 @@ function chatRequestBody(request: EngineRequest): Json {
     stream_options: { include_usage: true },
     ...samplingFields(request, "max_tokens"),
     ...formatFields(request, "chat"),
+    ...logprobsFields(request, "chat"),
   };
   // Predicted Outputs: OpenAI and vLLM take it; an upstream that does not ignores or rejects it.
   if (request.prediction) body.prediction = { type: "content", content: request.prediction };
@@ -181,7 +184,9 @@ class ChatDecoder implements StreamDecoder {
     for (const choice of choices) {
       if (!isRecord(choice) || (typeof choice.index === "number" && choice.index !== 0)) continue;
       const delta = isRecord(choice.delta) ? choice.delta : {};
-      if (typeof delta.content === "string") this.#out.text(delta.content);
+      const logprobs = isRecord(choice.logprobs) ? upstreamLogprobs(choice.logprobs.content) : undefined;
+      if (typeof delta.content === "string" || logprobs)
+        this.#out.text(typeof delta.content === "string" ? delta.content : "", logprobs);
       if (Array.isArray(delta.tool_calls)) {
         for (const call of delta.tool_calls) if (isRecord(call)) this.#toolCallDelta(call);
       }

@@ -111,6 +111,7 @@ export class OpenAIEngine implements Engine {
     summaries: true,
     fim: true,
     structuredOutputs: true,
+    logprobs: true,
   };
 
   readonly #replicas: ReplicaPool;

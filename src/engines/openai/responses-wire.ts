@@ -19,9 +19,11 @@ import {
   parseData,
   PartWriter,
   formatFields,
+  logprobsFields,
   protocolError,
   samplingFields,
   streamedError,
+  upstreamLogprobs,
 } from "./wire-common.js";
 import type { Json, StreamDecoder, UpstreamWire } from "./wire-common.js";
 
@@ -39,6 +41,7 @@ function responsesRequestBody(request: EngineRequest): Json {
     store: false,
     ...samplingFields(request, "max_output_tokens"),
     ...formatFields(request, "responses"),
+    ...logprobsFields(request, "responses"),
   };
   if (request.tools.length > 0) {
     body.tools = request.tools.map(responsesTool);
@@ -131,7 +134,7 @@ class ResponsesDecoder implements StreamDecoder {
     const type = typeof data.type === "string" ? data.type : event.event;
     switch (type) {
       case "response.output_text.delta":
-        if (typeof data.delta === "string") this.#out.text(data.delta);
+        if (typeof data.delta === "string") this.#out.text(data.delta, upstreamLogprobs(data.logprobs));
         break;
       case "response.output_text.done":
         this.#out.endText();

@@ -3,7 +3,14 @@
  * the engine drives, the writer that keeps engine parts well formed, and small JSON helpers.
  */
 import { randomUUID } from "node:crypto";
-import type { EnginePart, EngineRequest, FinishReason, ToolKind, Usage } from "../../engine/types.js";
+import type {
+  EnginePart,
+  EngineRequest,
+  FinishReason,
+  TokenLogprob,
+  ToolKind,
+  Usage,
+} from "../../engine/types.js";
 import { SparkError } from "../../protocol/errors.js";
 import type { SseEvent } from "./sse-lines.js";
 
@@ -70,13 +77,17 @@ export class PartWriter {
   sawToolCall = false;
   usage: Usage = { inputTokens: 0, cachedInputTokens: 0, outputTokens: 0 };
 
-  text(delta: string): void {
-    if (delta === "") return;
+  text(delta: string, logprobs?: TokenLogprob[]): void {
+    if (delta === "" && !logprobs?.length) return;
     if (this.#openText === undefined) {
       this.#openText = `txt_${this.#texts++}`;
       this.#parts.push({ type: "text-start", id: this.#openText });
     }
-    this.#parts.push({ type: "text-delta", id: this.#openText, delta });
+    this.#parts.push(
+      logprobs
+        ? { type: "text-delta", id: this.#openText, delta, logprobs }
+        : { type: "text-delta", id: this.#openText, delta },
+    );
   }
 
   endText(): void {
@@ -146,6 +157,36 @@ export function formatFields(request: EngineRequest, wire: "chat" | "responses")
   return wire === "chat"
     ? { response_format: { type: "json_schema", json_schema: spec } }
     : { text: { format: { type: "json_schema", ...spec } } };
+}
+
+/** Log probabilities asked of the upstream in the shape of either wire. */
+export function logprobsFields(request: EngineRequest, wire: "chat" | "responses"): Json {
+  const logprobs = request.logprobs;
+  if (!logprobs) return {};
+  return wire === "chat"
+    ? { logprobs: true, top_logprobs: logprobs.top }
+    : { include: ["message.output_text.logprobs"], top_logprobs: logprobs.top };
+}
+
+/** An upstream's token log probabilities (either wire's shape), or undefined when it sent none. */
+export function upstreamLogprobs(value: unknown): TokenLogprob[] | undefined {
+  if (!Array.isArray(value) || value.length === 0) return undefined;
+  const entry = (raw: unknown): { token: string; logprob: number; bytes: number[] } | undefined => {
+    if (!isRecord(raw) || typeof raw.token !== "string" || typeof raw.logprob !== "number") return undefined;
+    const bytes =
+      Array.isArray(raw.bytes) && raw.bytes.every((byte) => typeof byte === "number")
+        ? (raw.bytes as number[])
+        : [...Buffer.from(raw.token, "utf8")];
+    return { token: raw.token, logprob: raw.logprob, bytes };
+  };
+  const out: TokenLogprob[] = [];
+  for (const raw of value) {
+    const own = entry(raw);
+    if (!own) continue;
+    const tops = isRecord(raw) && Array.isArray(raw.top_logprobs) ? raw.top_logprobs : [];
+    out.push({ ...own, top: tops.map(entry).filter((top) => top !== undefined) });
+  }
+  return out.length > 0 ? out : undefined;
 }
 
 export function samplingFields(request: EngineRequest, maxTokensField: string): Json {
