@@ -6,6 +6,14 @@
  *
  * Without keys the server runs single-user: every request is the `anonymous` principal, and the
  * CLI binds to loopback only unless told otherwise.
+ *
+ * A ring changes while the server runs: `replace` swaps in a reloaded key file at once (one map
+ * assignment, so a request sees the old keys or the new ones, never a mix), and `revoke` drops a
+ * key for good (a revoked hash stays refused even if a later file still lists it: revocations come
+ * from the fleet, through Redis, and outlive any one copy of the key file). Once a ring has
+ * required keys it always does, so a reload to an empty file locks everyone out instead of opening
+ * the server. A principal remembers the hash it authenticated with, so a long-lived connection can
+ * ask `verify` before each turn whether its key still stands.
  */
 import { createHash, randomBytes } from "node:crypto";
 import { SparkError } from "../protocol/errors.js";
@@ -34,6 +42,8 @@ export interface KeyRecord {
 export interface Principal {
   id: string;
   limits: Required<Record<Tier, TierLimits>>;
+  /** The hash of the key it authenticated with (absent for `anonymous`). */
+  keyHash?: string;
 }
 
 export const ANONYMOUS = "anonymous";
@@ -56,8 +66,10 @@ export function generateKey(): { key: string; hash: string } {
 const DIGEST_CACHE_KEYS = 1024;
 
 export class KeyRing {
-  readonly #byHash = new Map<string, Principal>();
-  readonly #anonymous: Principal;
+  #byHash = new Map<string, Principal>();
+  #anonymous: Principal;
+  readonly #revoked = new Set<string>();
+  #required = false;
   /**
    * Digests of keys presented before that named a principal, so a client's every request does not
    * hash its key again (a cold SHA-256 was a tenth of what keys, routing and limits added per
@@ -67,19 +79,62 @@ export class KeyRing {
   readonly #digests = new Map<string, string>();
 
   constructor(records: readonly KeyRecord[], defaults: Limits = {}) {
-    const merge = (limits: Limits = {}): Principal["limits"] => ({
-      spark: { ...defaults.spark, ...limits.spark },
-      deep: { ...defaults.deep, ...limits.deep },
-    });
-    this.#anonymous = { id: ANONYMOUS, limits: merge() };
+    this.#anonymous = { id: ANONYMOUS, limits: mergeLimits(defaults) };
+    this.replace(records, defaults);
+  }
+
+  /** Swaps in a new set of keys and default limits (a reloaded key file); revoked hashes stay out. */
+  replace(records: readonly KeyRecord[], defaults: Limits = {}): void {
+    const byHash = new Map<string, Principal>();
     for (const record of records) {
-      this.#byHash.set(record.hash.toLowerCase(), { id: record.id, limits: merge(record.limits) });
+      const hash = record.hash.toLowerCase();
+      if (this.#revoked.has(hash)) continue;
+      byHash.set(hash, { id: record.id, limits: mergeLimits(defaults, record.limits), keyHash: hash });
     }
+    this.#anonymous = { id: ANONYMOUS, limits: mergeLimits(defaults) };
+    this.#byHash = byHash;
+    if (records.length > 0) this.#required = true;
+  }
+
+  /** Refuses `hash` from now on, whatever a key file says; returns the id it belonged to, if any. */
+  revoke(hash: string): string | undefined {
+    const normal = hash.toLowerCase();
+    this.#revoked.add(normal);
+    const principal = this.#byHash.get(normal);
+    this.#byHash.delete(normal);
+    return principal?.id;
+  }
+
+  isRevoked(hash: string): boolean {
+    return this.#revoked.has(hash.toLowerCase());
+  }
+
+  /** The hash of the key with this id, if the ring holds one. */
+  hashOf(id: string): string | undefined {
+    for (const [hash, principal] of this.#byHash) if (principal.id === id) return hash;
+    return undefined;
+  }
+
+  /**
+   * Throws the 401 a new request with this principal's key would get now (revoked or removed since
+   * it authenticated); a connection checks this before each turn.
+   */
+  verify(principal: Principal): void {
+    if (!this.required) return;
+    if (principal.keyHash !== undefined && this.#byHash.has(principal.keyHash)) return;
+    throw new SparkError(
+      401,
+      "invalid_request_error",
+      "invalid_api_key",
+      `The API key of '${principal.id}' has been revoked or removed; ask the server's operator for a new key (spark keys create).`,
+      null,
+      { "www-authenticate": 'Bearer realm="spark", error="invalid_token"' },
+    );
   }
 
   /** True when keys are configured and every request must carry one. */
   get required(): boolean {
-    return this.#byHash.size > 0;
+    return this.#required;
   }
 
   get size(): number {
@@ -88,7 +143,7 @@ export class KeyRing {
 
   /** The principal of an `Authorization` header value; 401 when keys are required and it is missing or wrong. */
   authenticate(authorization: string | undefined): Principal {
-    if (!this.required) return this.#anonymous;
+    if (!this.#required) return this.#anonymous;
     const match = authorization === undefined ? null : /^Bearer\s+(\S+)\s*$/i.exec(authorization);
     if (!match) {
       throw new SparkError(
@@ -115,11 +170,20 @@ export class KeyRing {
         401,
         "invalid_request_error",
         "invalid_api_key",
-        `Incorrect API key provided: ${shown}. Ask the server's operator for a key (spark keys create).`,
+        this.#revoked.has(digest)
+          ? `The API key ${shown} has been revoked. Ask the server's operator for a new key (spark keys create).`
+          : `Incorrect API key provided: ${shown}. Ask the server's operator for a key (spark keys create).`,
         null,
         { "www-authenticate": 'Bearer realm="spark", error="invalid_token"' },
       );
     }
     return principal;
   }
+}
+
+function mergeLimits(defaults: Limits, limits: Limits = {}): Principal["limits"] {
+  return {
+    spark: { ...defaults.spark, ...limits.spark },
+    deep: { ...defaults.deep, ...limits.deep },
+  };
 }
