@@ -6,7 +6,8 @@ import type { EnginePart, EngineRequest, FinishReason, TokenLogprob, Usage } fro
 import { chatCompletionSchema, type ChatCompletionBody } from "../protocol/chat.js";
 import { carriesImage } from "../engine/types.js";
 import { itemsFromChatMessages, predictionText } from "./conversation.js";
-import type { Admission, Ticket } from "./admission.js";
+import type { Ticket } from "./admission.js";
+import type { LimitGate } from "./limits/gate.js";
 import { observeGeneration } from "./generation.js";
 import { newId } from "./ids.js";
 import { wireLogprob } from "./logprobs.js";
@@ -52,12 +53,12 @@ export class ChatCompletionsService {
   constructor(
     private readonly models: ModelRegistry,
     private readonly metrics: Metrics,
-    private readonly admission: Admission,
+    private readonly admission: LimitGate,
     private readonly defaultModel: string,
   ) {}
 
   /** Validates and admits a request; throws a `SparkError` (400, 404, 429, 503) before anything is sent. */
-  prepare(raw: unknown, principal: Principal = anonymousPrincipal): PreparedChat {
+  async prepare(raw: unknown, principal: Principal = anonymousPrincipal): Promise<PreparedChat> {
     const acceptedAt = performance.now();
     const body = validateBody(chatCompletionSchema, raw);
     const items = itemsFromChatMessages(body.messages);
@@ -100,7 +101,7 @@ export class ChatCompletionsService {
       body,
       model: resolved.name,
       resolved,
-      ticket: this.admission.admit(principal, entry.tier, entry.engine, entry.capacity),
+      ticket: await this.admission.admit(principal, entry.tier, entry.engine, entry.capacity),
       request,
       stream: body.stream === true,
       includeUsage: body.stream_options?.include_usage === true,

@@ -9,7 +9,8 @@
 import type { EnginePart, EngineRequest, FinishReason, Usage } from "../engine/types.js";
 import { SparkError } from "../protocol/errors.js";
 import { completionSchema, type CompletionBody } from "../protocol/completions.js";
-import type { Admission, Ticket } from "./admission.js";
+import type { Ticket } from "./admission.js";
+import type { LimitGate } from "./limits/gate.js";
 import { observeGeneration } from "./generation.js";
 import { newId } from "./ids.js";
 import { anonymousPrincipal, type Principal } from "./keys.js";
@@ -50,12 +51,12 @@ export class CompletionsService {
   constructor(
     private readonly models: ModelRegistry,
     private readonly metrics: Metrics,
-    private readonly admission: Admission,
+    private readonly admission: LimitGate,
     private readonly defaultModel: string,
   ) {}
 
   /** Validates and admits a request; throws a `SparkError` (400, 404, 429, 503) before anything is sent. */
-  prepare(raw: unknown, principal: Principal = anonymousPrincipal): PreparedCompletion {
+  async prepare(raw: unknown, principal: Principal = anonymousPrincipal): Promise<PreparedCompletion> {
     const acceptedAt = performance.now();
     const body = validateBody(completionSchema, raw);
     const prompt = typeof body.prompt === "string" ? body.prompt : (body.prompt[0] ?? "");
@@ -104,7 +105,7 @@ export class CompletionsService {
       body,
       model: resolved.name,
       resolved,
-      ticket: this.admission.admit(principal, entry.tier, entry.engine, entry.capacity),
+      ticket: await this.admission.admit(principal, entry.tier, entry.engine, entry.capacity),
       request,
       stops: typeof stop === "string" ? [stop] : stop,
       choices: body.n ?? 1,

@@ -23,7 +23,8 @@ import {
   encodeCompaction,
   restoreCompaction,
 } from "./compaction.js";
-import type { Admission, RateLimitSnapshot, Ticket } from "./admission.js";
+import type { RateLimitSnapshot, Ticket } from "./admission.js";
+import type { LimitGate } from "./limits/gate.js";
 import { conversationBytes } from "./byte-budget.js";
 import { abortReasonOf, observeGeneration } from "./generation.js";
 import { newId } from "./ids.js";
@@ -98,7 +99,12 @@ export interface ResponsesServiceOptions {
   models: ModelRegistry;
   metrics: Metrics;
   store: ResponseStore;
-  admission: Admission;
+  admission: LimitGate;
+  /**
+   * Throws the 401 a key revoked (or removed) since it authenticated gets: checked on every request,
+   * so a WebSocket connection's next turn is refused while its running responses finish.
+   */
+  verifyKey?: (principal: Principal) => void;
   /** The model used when a request names none. */
   defaultModel: string;
   /** The server log (one line each); notes such as hosted tools a request asked for go there. */
@@ -112,13 +118,15 @@ export class ResponsesService {
   private readonly models: ModelRegistry;
   private readonly metrics: Metrics;
   private readonly store: ResponseStore;
-  private readonly admission: Admission;
+  private readonly admission: LimitGate;
+  private readonly verifyKey: ((principal: Principal) => void) | undefined;
   private readonly defaultModel: string;
   private readonly log: (line: string) => void;
   private readonly loggedUnavailable = new Set<string>();
 
   constructor(options: ResponsesServiceOptions) {
     this.log = options.log ?? (() => {});
+    this.verifyKey = options.verifyKey;
     ({
       models: this.models,
       metrics: this.metrics,
@@ -138,6 +146,7 @@ export class ResponsesService {
     const acceptedAt = performance.now();
     const body = context.validate ? context.validate(raw) : validateBody(responseCreateSchema, raw);
     const principal = context.principal ?? anonymousPrincipal;
+    this.verifyKey?.(principal);
     // The input as stored and listed is the resolved one: what the model saw.
     if (Array.isArray(body.input) && body.input.some((item) => referencedId(item) !== undefined))
       body.input = await this.resolveReferences(body.input, principal, context);
@@ -251,12 +260,17 @@ export class ResponsesService {
     let ticket: Ticket | undefined;
     let rateLimits: RateLimitSnapshot;
     if (body.generate !== false) {
-      ticket = this.admission.admit(principal, model.entry.tier, model.entry.engine, model.entry.capacity);
+      ticket = await this.admission.admit(
+        principal,
+        model.entry.tier,
+        model.entry.engine,
+        model.entry.capacity,
+      );
       rateLimits = ticket.rateLimits;
     } else {
       const newItems = items.length - history.length;
       const estimatedTokens = Math.ceil(conversationBytes(items.slice(-newItems)) / 8);
-      rateLimits = this.admission.charge(principal, model.entry.tier, estimatedTokens);
+      rateLimits = await this.admission.charge(principal, model.entry.tier, estimatedTokens);
     }
     const prepared: PreparedResponse = {
       body,
