@@ -1,0 +1,201 @@
+/**
+ * One instance's connection to the Redis its fleet shares (`--redis redis://…`), through ioredis,
+ * and whether Redis can be counted on right now.
+ *
+ * Contracts:
+ * - Commands never wait for a connection: with Redis away they fail at once (no offline queue, no
+ *   resend after a reconnect), and a command that gets no answer within `timeoutMs` fails too. A
+ *   failed command marks the link down; while it is down commands fail at once (no request waits on
+ *   a Redis that stopped answering) and a probe (`PING`, every `probeMs`) brings it back up.
+ *   ioredis reconnects by itself; the link is up again once a probe answers.
+ * - Every failure is a `SharedStoreUnavailable`, whatever its cause, so callers have one case.
+ * - The log gets one line when Redis becomes unreachable and one when it is back (with how long it
+ *   was away), never one per request or per reconnection attempt.
+ * - Scripts run by SHA (`EVALSHA`); a Redis that does not know one (restarted, flushed) gets the
+ *   script itself, once.
+ * - The URL's password is never printed (`shownUrl`).
+ */
+import { createHash } from "node:crypto";
+import { Redis } from "ioredis";
+import { SharedStoreUnavailable } from "../core/limits/shared.js";
+
+export interface RedisLinkOptions {
+  /** The server log, one line each. */
+  log?: (line: string) => void;
+  /** What the log says the instance does while Redis is away. */
+  whileDown?: string;
+  /** Longest wait for one command's answer. */
+  timeoutMs?: number;
+  /** Interval of the probe that brings a down link back. */
+  probeMs?: number;
+  /** Called on every change of `up`. */
+  onChange?: (up: boolean) => void;
+}
+
+export interface RedisScript {
+  lua: string;
+  sha: string;
+  keys: number;
+}
+
+export function redisScript(lua: string, keys: number): RedisScript {
+  return { lua, keys, sha: createHash("sha1").update(lua).digest("hex") };
+}
+
+const DEFAULT_TIMEOUT_MS = 1000;
+const DEFAULT_PROBE_MS = 500;
+
+export class RedisLink {
+  readonly client: Redis;
+  readonly shownUrl: string;
+  #up = false;
+  /** Why Redis is unreachable (the last error), while it is. */
+  #reason = "not connected yet";
+  #downSince = performance.now();
+  /** Whether an outage has been logged (the first connection failing counts as one). */
+  #loggedDown = false;
+  #probe: NodeJS.Timeout | undefined;
+  #closed = false;
+  readonly #log: (line: string) => void;
+  readonly #options: RedisLinkOptions;
+
+  constructor(url: string, options: RedisLinkOptions = {}) {
+    this.#options = options;
+    this.#log = options.log ?? (() => {});
+    this.shownUrl = hidePassword(url);
+    this.client = new Redis(url, {
+      lazyConnect: true,
+      enableOfflineQueue: false,
+      autoResendUnfulfilledCommands: false,
+      maxRetriesPerRequest: 0,
+      commandTimeout: options.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+      connectTimeout: 2000,
+      // Reconnect quickly and keep trying: a Redis restart should be noticed within a second.
+      retryStrategy: (times) => Math.min(100 * times, 1000),
+      enableAutoPipelining: true,
+      connectionName: "spark",
+    });
+    // ioredis reports every failed reconnection as an 'error'; the link logs outages itself.
+    this.client.on("error", (error: Error) => this.#markDown(error));
+    this.client.on("close", () => this.#markDown(new Error("connection closed")));
+    this.client.on("ready", () => void this.#check());
+  }
+
+  get up(): boolean {
+    return this.#up;
+  }
+
+  /** `ok`, or why Redis cannot be used right now. */
+  get detail(): string {
+    return this.#up ? "ok" : `unreachable: ${this.#reason}`;
+  }
+
+  /** Connects; resolves whether or not Redis answers (the link comes up on its own later). */
+  async connect(): Promise<boolean> {
+    try {
+      await this.client.connect();
+      await this.#check();
+    } catch (error) {
+      this.#markDown(error as Error);
+    }
+    return this.#up;
+  }
+
+  /** Runs a command; rejects with `SharedStoreUnavailable` at once while the link is down. */
+  async call(command: string, ...args: (string | number)[]): Promise<unknown> {
+    if (!this.#up) throw new SharedStoreUnavailable(`Redis ${this.detail}`);
+    try {
+      return await this.client.call(command, ...args);
+    } catch (error) {
+      throw this.#failed(error as Error);
+    }
+  }
+
+  /** Runs a script (by SHA, sending it once when Redis does not know it). */
+  async run(
+    script: RedisScript,
+    keys: readonly string[],
+    args: readonly (string | number)[],
+  ): Promise<unknown> {
+    if (!this.#up) throw new SharedStoreUnavailable(`Redis ${this.detail}`);
+    try {
+      return await this.client.call("EVALSHA", script.sha, keys.length, ...keys, ...args);
+    } catch (error) {
+      if (!/NOSCRIPT/.test((error as Error).message)) throw this.#failed(error as Error);
+    }
+    try {
+      return await this.client.call("EVAL", script.lua, keys.length, ...keys, ...args);
+    } catch (error) {
+      throw this.#failed(error as Error);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    clearInterval(this.#probe);
+    try {
+      await this.client.quit();
+    } catch {
+      this.client.disconnect();
+    }
+  }
+
+  /** A command failed: a reply error (a script's own error) leaves the link up; anything else downs it. */
+  #failed(error: Error): SharedStoreUnavailable {
+    if (error.name !== "ReplyError" || /LOADING|BUSY|MASTERDOWN|READONLY/.test(error.message))
+      this.#markDown(error);
+    return new SharedStoreUnavailable(`Redis: ${error.message}`);
+  }
+
+  /** Pings; up when it answers. */
+  async #check(): Promise<void> {
+    if (this.#closed) return;
+    try {
+      await this.client.call("PING");
+    } catch (error) {
+      this.#markDown(error as Error);
+      return;
+    }
+    if (this.#up) return;
+    this.#up = true;
+    clearInterval(this.#probe);
+    this.#probe = undefined;
+    if (this.#loggedDown) {
+      const seconds = ((performance.now() - this.#downSince) / 1000).toFixed(1);
+      this.#log(`Redis at ${this.shownUrl} is reachable again after ${seconds} s: limits are shared again`);
+    } else this.#log(`Redis at ${this.shownUrl} connected: limits and revocations are shared`);
+    this.#loggedDown = false;
+    this.#options.onChange?.(true);
+  }
+
+  #markDown(error: Error): void {
+    if (this.#closed) return;
+    this.#reason = error.message || String(error);
+    if (!this.#up && this.#probe) return;
+    const wasUp = this.#up;
+    this.#up = false;
+    if (wasUp || !this.#loggedDown) {
+      this.#downSince = performance.now();
+      this.#loggedDown = true;
+      this.#log(
+        `Redis at ${this.shownUrl} is unreachable (${this.#reason})` +
+          (this.#options.whileDown ? `: ${this.#options.whileDown}` : ""),
+      );
+    }
+    if (wasUp) this.#options.onChange?.(false);
+    this.#probe ??= setInterval(() => {
+      if (this.client.status === "ready") void this.#check();
+    }, this.#options.probeMs ?? DEFAULT_PROBE_MS).unref();
+  }
+}
+
+/** `redis://user:secret@host:6379/0` → `redis://user:***@host:6379/0`. */
+export function hidePassword(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password) parsed.password = "***";
+    return parsed.toString().replace(/\/$/, "");
+  } catch {
+    return "(invalid URL)";
+  }
+}
