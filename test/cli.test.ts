@@ -108,7 +108,7 @@ test("one vocabulary in --help: --tier takes a tier, --model a GGUF file, in spa
   assert.match(serve.stdout, /--model <file\.gguf>/);
 });
 
-test("SIGTERM during a stream ends it with exactly one terminal event and exits 0", async () => {
+test("SIGTERM drains a stream: it goes on, and a second SIGTERM ends it with exactly one terminal event; exit 0", async () => {
   const cli = await startServer([
     "serve",
     "--engine",
@@ -128,14 +128,18 @@ test("SIGTERM during a stream ends it with exactly one terminal event and exits 
   });
   assert.equal(response.status, 200);
 
+  // The first SIGTERM drains: the stream keeps going (50 more deltas prove it); the second ends it.
   let signalled = false;
+  let deltasAfterSignal = 0;
   const { events, trailing } = await readSse(response, (event) => {
-    if (event.type === "response.output_text.delta" && !signalled) {
+    if (event.type !== "response.output_text.delta") return;
+    if (!signalled) {
       signalled = true;
       cli.child.kill("SIGTERM");
-    }
+    } else if (++deltasAfterSignal === 50) cli.child.kill("SIGTERM");
   });
   assert.ok(signalled, "the stream must have produced a text delta");
+  assert.ok(deltasAfterSignal >= 50, "the stream went on after the first SIGTERM");
   assert.equal(trailing.trim(), "", "the stream must end on an event boundary");
 
   const terminalTypes = new Set(["response.completed", "response.incomplete", "response.failed"]);
@@ -155,7 +159,8 @@ test("SIGTERM during a stream ends it with exactly one terminal event and exits 
   );
 
   assert.equal(await cli.exited, 0, `stderr:\n${cli.stderr()}`);
-  assert.match(cli.stderr(), /SIGTERM/);
+  assert.match(cli.stderr(), /SIGTERM: draining/);
+  assert.match(cli.stderr(), /SIGTERM: ending in-flight responses/);
 });
 
 test("WebSocket mode is on by default; --no-websocket and SPARK_WEBSOCKET=0 turn it off (426)", async () => {

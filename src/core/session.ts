@@ -129,6 +129,9 @@ export class ResponsesSession {
   /** Frames repeat their settings turn after turn: each distinct set is validated once. */
   readonly #validation = new ValidationCache();
   readonly #validate = (raw: unknown) => this.#validation.validate(raw);
+  /** Set by `drain`: new turns and steers are refused; resolvers of `drain` wait for idleness. */
+  #draining = false;
+  #whenIdle: (() => void)[] = [];
 
   constructor(
     private readonly service: ResponsesService,
@@ -197,10 +200,30 @@ export class ResponsesSession {
     this.#queuedBytes = 0;
     await Promise.allSettled([...this.#running]);
     for (const lane of this.#lanes.values()) this.sharedHistory?.release(lane);
+    for (const resolve of this.#whenIdle.splice(0)) resolve();
+  }
+
+  /**
+   * Rolling restart: from now on `response.create` and `response.steer` are refused (503
+   * `server_shutting_down`: nothing was started, send it again elsewhere), while the responses
+   * running or queued on the connection finish. Resolves once none is left.
+   */
+  drain(): Promise<void> {
+    this.#draining = true;
+    if (this.#idle()) return Promise.resolve();
+    return new Promise((resolve) => this.#whenIdle.push(resolve));
+  }
+
+  #idle(): boolean {
+    return this.#running.size === 0 && this.#queued === 0;
   }
 
   #create(body: Record<string, unknown>, frameBytes: number): void {
     const streamId = body.stream_id;
+    if (this.#draining) {
+      this.#error(shuttingDown(), typeof streamId === "string" ? streamId : undefined);
+      return;
+    }
     if (streamId != null && (typeof streamId !== "string" || !STREAM_ID.test(streamId))) {
       this.#error(
         SparkError.invalid(
@@ -301,6 +324,8 @@ export class ResponsesSession {
         this.#pump(lane);
         while (this.#active < this.limits.maxInFlight && this.#waiting.length > 0)
           this.#pump(this.#waiting.shift()!);
+        if ((this.#closed || this.#draining) && this.#idle())
+          for (const resolve of this.#whenIdle.splice(0)) resolve();
       });
     this.#running.add(run);
   }
@@ -394,6 +419,10 @@ export class ResponsesSession {
       return;
     }
     const { previous_response_id: responseId, input } = parsed.data;
+    if (this.#draining) {
+      this.#steerFailed(responseId, input, "server_shutting_down", shuttingDown().message);
+      return;
+    }
     const items = itemsFromResponsesInput(input as never, undefined);
     const job = this.#runningJob(responseId);
     const steer: Steer = { id: newId("steer"), input, items };
@@ -576,6 +605,18 @@ export class ResponsesSession {
     if (laneId !== undefined) numbered.stream_id = laneId;
     void this.sink.send(numbered);
   }
+}
+
+/** A turn sent to a connection whose instance is restarting (see `drain`). */
+function shuttingDown(): SparkError {
+  return new SparkError(
+    503,
+    "service_unavailable_error",
+    "server_shutting_down",
+    "This server instance is restarting: this turn was not started. Reconnect and send it again (chains with store: true continue on any instance).",
+    null,
+    { "retry-after": "1" },
+  );
 }
 
 /** Stubs for the tool results a response is waiting for: the client fills in `output`. */

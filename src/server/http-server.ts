@@ -14,6 +14,8 @@ import {
 import { ChatCompletionsService } from "../core/chat-completions.js";
 import { CompletionsService } from "../core/completions.js";
 import { AbortReason } from "../core/generation.js";
+import { SharedAdmission, type FailureMode, type LimitGate } from "../core/limits/gate.js";
+import type { FleetStatus, SharedLimiter, TierCounts } from "../core/limits/shared.js";
 import { anonymousPrincipal, KeyRing, type Principal } from "../core/keys.js";
 import { Metrics } from "../core/metrics.js";
 import { ModelRegistry, type ResolvedModel } from "../core/model-registry.js";
@@ -60,6 +62,11 @@ export type SparkServerOptions = (
   keys?: KeyRing;
   /** The engine queue's bound. */
   admission?: AdmissionOptions;
+  /**
+   * Limits shared by a fleet of instances (`--redis`): the store that decides them, what to do
+   * while it cannot be reached, and its state for `/healthz`.
+   */
+  shared?: { limiter: SharedLimiter; failure: FailureMode; status: FleetStatus };
   /** WebSocket mode on `/v1/responses` (on by default); `false` answers upgrades with 426. */
   websocket?: boolean | Omit<WebSocketOptions, "maxFrameBytes">;
   /**
@@ -120,6 +127,8 @@ export class SparkServer {
   readonly metrics: Metrics;
   readonly models: ModelRegistry;
   readonly admission: Admission;
+  /** What admits requests: `admission`, or the fleet's limits in front of it. */
+  readonly #gate: LimitGate;
   readonly #keys: KeyRing;
   readonly #store: ResponseStore;
   readonly #server: Server;
@@ -136,6 +145,12 @@ export class SparkServer {
   readonly #maxConnections: number;
   readonly #coalesce: CoalesceOptions;
   #url: string | undefined;
+  /** Set by `drain`: no new connections, requests or turns; what runs finishes. */
+  #draining = false;
+  /** Resolves once the listening socket is closed and every connection has ended. */
+  #closed: Promise<void> | undefined;
+  #whenIdle: (() => void)[] = [];
+  #closing: Promise<void> | undefined;
 
   constructor(private readonly options: SparkServerOptions) {
     this.models =
@@ -146,6 +161,12 @@ export class SparkServer {
     this.#keys = options.keys ?? new KeyRing([]);
     this.#store = options.store ?? new MemoryResponseStore();
     this.admission = new Admission(options.admission ?? DEFAULT_ADMISSION, this.metrics);
+    this.#gate = options.shared
+      ? new SharedAdmission(this.admission, options.shared.limiter, {
+          failure: options.shared.failure,
+          metrics: this.metrics,
+        })
+      : this.admission;
     this.#maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
     this.#coalesce = options.coalesce ?? DEFAULT_COALESCE;
     const defaultModel = options.defaultModel ?? "spark";
@@ -153,12 +174,13 @@ export class SparkServer {
       models: this.models,
       metrics: this.metrics,
       store: this.#store,
-      admission: this.admission,
+      admission: this.#gate,
+      verifyKey: (principal) => this.#keys.verify(principal),
       defaultModel,
       ...(options.log ? { log: options.log } : {}),
     });
-    this.#chat = new ChatCompletionsService(this.models, this.metrics, this.admission, defaultModel);
-    this.#completions = new CompletionsService(this.models, this.metrics, this.admission, defaultModel);
+    this.#chat = new ChatCompletionsService(this.models, this.metrics, this.#gate, defaultModel);
+    this.#completions = new CompletionsService(this.models, this.metrics, this.#gate, defaultModel);
     if (options.websocket !== false) {
       const websocketOptions = typeof options.websocket === "object" ? options.websocket : {};
       this.#websocket = new ResponsesWebSocket(this.#responses, this.metrics, {
@@ -324,6 +346,12 @@ export class SparkServer {
     return this.#websocket?.stats() ?? { connections: 0, unsentBytes: 0 };
   }
 
+  /** This instance's queued and generating responses per tier (counted with shared limits only). */
+  tierCounts(): TierCounts {
+    if (this.#gate instanceof SharedAdmission) return this.#gate.counts();
+    return { spark: { queued: 0, inFlight: 0 }, deep: { queued: 0, inFlight: 0 } };
+  }
+
   get url(): string {
     if (!this.#url) throw new Error("server is not listening");
     return this.#url;
@@ -331,10 +359,15 @@ export class SparkServer {
 
   /**
    * Graceful stop: refuse new connections, end every in-flight response with its terminal event
-   * (reason `server_shutdown`), wait for them to be written, then close the engine.
+   * (reason `server_shutdown`), wait for them to be written, then close the engine. Idempotent.
    */
-  async close(): Promise<void> {
-    const closed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
+  close(): Promise<void> {
+    this.#closing ??= this.#close();
+    return this.#closing;
+  }
+
+  async #close(): Promise<void> {
+    const closed = this.#stopListening();
     this.#shutdown.abort(AbortReason.serverShutdown);
     await Promise.allSettled([...this.#inFlight, this.#websocket?.close()]);
     this.#server.closeIdleConnections();
@@ -345,6 +378,45 @@ export class SparkServer {
     await closed;
     await Promise.all(this.models.engines().map((engine) => engine.close()));
     await this.#store.close();
+  }
+
+  /**
+   * Rolling restart: stop accepting connections, requests and WebSocket turns, let every response
+   * already started finish (a WebSocket connection is closed with 1012 "service restart" once its
+   * own responses have ended, so its client reconnects elsewhere), then `close()`. After
+   * `timeoutMs`, or when `close()` is called meanwhile (a second signal), what is left ends with
+   * `server_shutdown` as `close()` does.
+   */
+  async drain(timeoutMs: number): Promise<void> {
+    if (this.#draining || this.#shutdown.signal.aborted) return;
+    this.#draining = true;
+    void this.#stopListening();
+    this.#server.closeIdleConnections();
+    let timer: NodeJS.Timeout | undefined;
+    const finished = Promise.all([this.#idle(), this.#websocket?.drain()]);
+    const expired = new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)));
+    const interrupted = new Promise<void>((resolve) =>
+      this.#shutdown.signal.addEventListener("abort", () => resolve(), { once: true }),
+    );
+    await Promise.race([finished, expired, interrupted]);
+    clearTimeout(timer);
+    await this.close();
+  }
+
+  get draining(): boolean {
+    return this.#draining;
+  }
+
+  /** Closes the listening socket (once); resolves when every connection has ended too. */
+  #stopListening(): Promise<void> {
+    this.#closed ??= new Promise<void>((resolve) => this.#server.close(() => resolve()));
+    return this.#closed;
+  }
+
+  /** Resolves once no HTTP request is being handled. */
+  #idle(): Promise<void> {
+    if (this.#inFlight.size === 0) return Promise.resolve();
+    return new Promise((resolve) => this.#whenIdle.push(resolve));
   }
 
   /**
@@ -383,12 +455,19 @@ export class SparkServer {
     response.once("finish", () => {
       this.metrics.requests.inc({ route: routeName, status: String(response.statusCode) });
       // While shutting down, a connection whose response is done is closed as soon as it is idle.
-      if (this.#shutdown.signal.aborted) setImmediate(() => this.#server.closeIdleConnections());
+      if (this.#draining || this.#shutdown.signal.aborted)
+        setImmediate(() => this.#server.closeIdleConnections());
     });
 
     const refusal = this.#origins.check(request.headers.host, request.headers.origin);
     if (refusal) {
       sendError(response, refusal);
+      return;
+    }
+    if (this.#draining && route && !route.public) {
+      // A request on a connection kept alive into the drain: nothing was done, so a proxy may send
+      // it to another instance (nginx: proxy_next_upstream http_503 non_idempotent).
+      sendError(response, shuttingDown(), { connection: "close" });
       return;
     }
     if (!route) {
@@ -429,7 +508,10 @@ export class SparkServer {
     const task = route
       .handler({ request, response, params, query: new URLSearchParams(search), principal, signal })
       .catch((error: unknown) => sendError(response, SparkError.from(error)))
-      .finally(() => this.#inFlight.delete(task));
+      .finally(() => {
+        this.#inFlight.delete(task);
+        if (this.#inFlight.size === 0) for (const resolve of this.#whenIdle.splice(0)) resolve();
+      });
     this.#inFlight.add(task);
   }
 
@@ -466,7 +548,7 @@ export class SparkServer {
   }
 
   async #chatCompletion({ request, response, signal, principal }: RequestContext): Promise<void> {
-    const prepared = this.#chat.prepare(await readJsonBody(request, this.#maxBodyBytes), principal);
+    const prepared = await this.#chat.prepare(await readJsonBody(request, this.#maxBodyBytes), principal);
     setRouteHeaders(response, prepared.resolved);
     setRateLimitHeaders(response, prepared.ticket.rateLimits);
     if (!prepared.stream) {
@@ -477,7 +559,10 @@ export class SparkServer {
   }
 
   async #completion({ request, response, signal, principal }: RequestContext): Promise<void> {
-    const prepared = this.#completions.prepare(await readJsonBody(request, this.#maxBodyBytes), principal);
+    const prepared = await this.#completions.prepare(
+      await readJsonBody(request, this.#maxBodyBytes),
+      principal,
+    );
     setRouteHeaders(response, prepared.resolved);
     setRateLimitHeaders(response, prepared.ticket.rateLimits);
     if (!prepared.stream) {
@@ -526,13 +611,28 @@ export class SparkServer {
     // A store that cannot serve (Postgres locked or unreachable) is "degraded", still 200: the
     // server answers, `store: false` responses work, and every instance shares the same store.
     const store = await this.#store.health?.();
-    sendJson(response, ready ? 200 : 503, {
-      status: !ready ? "starting" : store?.ok === false ? "degraded" : "ok",
+    // Likewise Redis (`--redis`): limits fall back to each instance's own, or are refused (closed).
+    const shared = this.options.shared;
+    const redis = shared?.status.health();
+    // A draining instance answers 503 so load balancers stop sending it work.
+    const status = this.#draining
+      ? "draining"
+      : !ready
+        ? "starting"
+        : store?.ok === false || redis?.ok === false
+          ? "degraded"
+          : "ok";
+    sendJson(response, ready && !this.#draining ? 200 : 503, {
+      status,
       engine: first.engine.kind,
       detail: engines.map((e) => e.status.detail).join("; "),
       engines: engines.map((e) => ({ kind: e.engine.kind, ready: e.status.ready, detail: e.status.detail })),
       ...(store ? { store: { status: store.ok ? "ok" : "degraded", detail: store.detail } } : {}),
+      ...(redis && shared
+        ? { redis: { status: redis.ok ? "ok" : "degraded", detail: redis.detail, failure: shared.failure } }
+        : {}),
       queued: this.admission.queued,
+      ...(shared ? { fleet: fleetBody(shared.status) } : {}),
     });
   }
 
@@ -567,6 +667,7 @@ export class SparkServer {
       if (path !== "/v1/responses") {
         throw SparkError.notFound(`WebSocket mode is served on /v1/responses, not ${path}.`, "unknown_route");
       }
+      if (this.#draining) throw shuttingDown();
       if (!this.#websocket || this.#shutdown.signal.aborted) {
         throw new SparkError(
           426,
@@ -689,6 +790,30 @@ function clientErrorOf(error: NodeJS.ErrnoException): SparkError {
         "malformed_request",
       );
   }
+}
+
+/** A request or upgrade that reached an instance in a rolling restart: nothing was done; go elsewhere. */
+function shuttingDown(): SparkError {
+  return new SparkError(
+    503,
+    "service_unavailable_error",
+    "server_shutting_down",
+    "This server instance is restarting and takes no new work; send the request again (to another instance).",
+    null,
+    { "retry-after": "1" },
+  );
+}
+
+/** The fleet's queue view in `/healthz` (from Redis, refreshed every second). */
+function fleetBody(status: FleetStatus): Record<string, unknown> | null {
+  const view = status.view();
+  if (!view) return null;
+  return {
+    instances: view.instances,
+    queued: { spark: view.tiers.spark.queued, deep: view.tiers.deep.queued },
+    in_flight: { spark: view.tiers.spark.inFlight, deep: view.tiers.deep.inFlight },
+    age_ms: view.ageMs,
+  };
 }
 
 function tooManyConnections(limit: number): SparkError {

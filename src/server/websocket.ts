@@ -57,11 +57,14 @@ const FLUSH_BYTES = 64 * 1024;
 const CLOSE_NORMAL = 1000;
 const CLOSE_GOING_AWAY = 1001;
 const CLOSE_TOO_BIG = 1009;
+/** RFC 6455's "service restart": the client should reconnect (to another instance). */
+const CLOSE_SERVICE_RESTART = 1012;
 
 export class ResponsesWebSocket {
   readonly #server: WebSocketServer;
   readonly #connections = new Set<Connection>();
   readonly #options: ConnectionOptions;
+  #draining = false;
 
   constructor(
     private readonly service: ResponsesService,
@@ -120,9 +123,22 @@ export class ResponsesWebSocket {
     return { connections: this.#connections.size, unsentBytes };
   }
 
-  /** Ends every connection's responses (reason `server_shutdown`) and closes the sockets. */
+  /**
+   * Rolling restart: every connection refuses new turns, finishes what it runs or has queued, and
+   * is then closed with 1012 (its client reconnects, to another instance). Resolves when all are.
+   */
+  async drain(): Promise<void> {
+    this.#draining = true;
+    await Promise.allSettled([...this.#connections].map((c) => c.drain()));
+  }
+
+  /**
+   * Ends every connection's responses (reason `server_shutdown`) and closes the sockets (1001, or
+   * 1012 when a drain ran out of time).
+   */
   async close(): Promise<void> {
-    await Promise.allSettled([...this.#connections].map((c) => c.shutdown()));
+    const code = this.#draining ? CLOSE_SERVICE_RESTART : CLOSE_GOING_AWAY;
+    await Promise.allSettled([...this.#connections].map((c) => c.shutdown(code)));
     this.#server.close();
   }
 }
@@ -202,9 +218,15 @@ class Connection implements SessionSink {
     return new Promise((resolve) => this.#drainWaiters.push(resolve));
   }
 
-  async shutdown(): Promise<void> {
+  async shutdown(code = CLOSE_GOING_AWAY): Promise<void> {
     await this.#session.close(AbortReason.serverShutdown);
-    this.#close(CLOSE_GOING_AWAY, "server shutting down");
+    this.#close(code, code === CLOSE_SERVICE_RESTART ? "service restart" : "server shutting down");
+  }
+
+  /** Finishes the connection's responses (taking no new turns), then closes it with 1012. */
+  async drain(): Promise<void> {
+    await this.#session.drain();
+    if (this.ws.readyState === WebSocket.OPEN) this.#close(CLOSE_SERVICE_RESTART, "service restart");
   }
 
   /**
