@@ -196,6 +196,20 @@ export const serveSettingsSchema = z.strictObject({
     ),
   /** Postgres: seconds a statement, a lock or a wait for a connection may take (then 503). */
   storeTimeout: z.coerce.number().positive().max(3600),
+  /** A Redis the instances share: limits across the fleet, key revocations, the queue view. */
+  redis: z
+    .string()
+    .refine(
+      (value) => /^rediss?:\/\/[^/]/i.test(value) && URL.canParse(value),
+      "must be a redis://[USER:PASSWORD@]HOST:PORT[/DB] URL (rediss:// for TLS)",
+    )
+    .optional(),
+  /** While Redis cannot be reached: `open` uses each instance's own limits, `closed` answers 503. */
+  redisFailure: z.enum(["open", "closed"]),
+  /** Seconds a concurrent slot outlives an instance that stopped renewing it (a crash). */
+  redisLease: z.coerce.number().min(1).max(3600),
+  /** Seconds SIGTERM waits for in-flight responses before ending them (`server_shutdown`). */
+  drainTimeout: z.coerce.number().min(0).max(86_400),
   dataDir: z.string().min(1).optional(),
   maxBodyBytes: z.coerce.number().int().min(1024),
   websocket: z.boolean(),

@@ -1,6 +1,8 @@
 /**
  * `spark keys`: manages a key file. A new key is printed once and only its SHA-256 is written; the
- * file is created with mode 0600 and replaced atomically (write, then rename).
+ * file is created with mode 0600 and replaced atomically (write, then rename). Running servers
+ * reload the file when it changes. `revoke --redis URL` also records the revocation in the Redis a
+ * fleet shares, so every instance refuses the key within a second, whatever copy of the file it has.
  */
 import { existsSync, renameSync, writeFileSync } from "node:fs";
 import { Command } from "commander";
@@ -21,6 +23,24 @@ function writeKeys(file: string, keys: KeyRecords): void {
   const temporary = `${file}.${process.pid}.tmp`;
   writeFileSync(temporary, JSON.stringify({ keys }, null, 2) + "\n", { mode: 0o600 });
   renameSync(temporary, file);
+}
+
+/** Adds the hash to the fleet's revoked set and announces it (the Redis client loads only here). */
+async function revokeInRedis(url: string, hash: string): Promise<void> {
+  const [{ RedisLink }, { RedisRevocations }] = await Promise.all([
+    import("../store/redis-link.js"),
+    import("../store/redis-revocations.js"),
+  ]);
+  const link = new RedisLink(url);
+  try {
+    if (!(await link.connect()))
+      throw new ConfigError(
+        `cannot reach Redis at ${link.shownUrl} (${link.detail}); the key is not revoked there`,
+      );
+    await new RedisRevocations(link).revoke(hash);
+  } finally {
+    await link.close();
+  }
 }
 
 function positive(value: string): number {
@@ -95,18 +115,49 @@ export function keysCommand(defaultFile: string): Command {
 
   keys
     .command("revoke")
-    .description("remove a key; a running server keeps it until restarted")
-    .requiredOption("--name <id>", "the key to remove")
+    .description(
+      "remove a key from the key file (servers reading it refuse the key within a second); with --redis, revoke it for every instance of a fleet",
+    )
+    .option("--name <id>", "the key to remove")
+    .option("--hash <sha256>", "revoke by hash instead (with --redis; when this machine has no key file)")
     .option(...fileOption)
-    .action(async (options: { name: string; keyFile?: string }) => {
+    .option(
+      "--redis <url>",
+      "the Redis the fleet shares (spark serve --redis): the revocation is kept there, so every instance refuses the key, also ones started later (default: $SPARK_REDIS)",
+    )
+    .action(async (options: { name?: string; hash?: string; keyFile?: string; redis?: string }) => {
+      if ((options.name === undefined) === (options.hash === undefined))
+        throw new ConfigError("give either --name (a key of the key file) or --hash (with --redis)");
+      const redis = options.redis ?? (process.env.SPARK_REDIS || undefined);
+      let hash = options.hash?.toLowerCase();
+      if (hash !== undefined && !/^sha256:[0-9a-f]{64}$/.test(hash))
+        throw new ConfigError("--hash must be 'sha256:' and 64 hex digits (spark keys list shows the start)");
+      if (hash !== undefined && redis === undefined)
+        throw new ConfigError("--hash revokes in Redis only: give --redis URL (or set SPARK_REDIS)");
       const file = fileOf(options);
-      const records = await readKeys(file);
-      const kept = records.filter((r) => r.id !== options.name);
-      if (kept.length === records.length) throw new ConfigError(`${file} has no key named "${options.name}"`);
-      writeKeys(file, kept);
-      process.stderr.write(
-        `spark: key "${options.name}" removed from ${file}; restart the server to apply\n`,
-      );
+      let records: KeyRecords = [];
+      if (options.name !== undefined) {
+        records = await readKeys(file);
+        const record = records.find((r) => r.id === options.name);
+        if (!record) throw new ConfigError(`${file} has no key named "${options.name}"`);
+        hash = record.hash.toLowerCase();
+      }
+      // Redis first: when it cannot be reached nothing has changed, and the command can be rerun.
+      if (redis !== undefined) {
+        await revokeInRedis(redis, hash!);
+        process.stderr.write(
+          `spark: key ${options.name !== undefined ? `"${options.name}"` : hash} revoked in Redis: every instance sharing it refuses the key within a second, also instances started later\n`,
+        );
+      }
+      if (options.name !== undefined) {
+        writeKeys(
+          file,
+          records.filter((r) => r.id !== options.name),
+        );
+        process.stderr.write(
+          `spark: key "${options.name}" removed from ${file}; servers that read this file refuse it within a second\n`,
+        );
+      }
     });
 
   keys

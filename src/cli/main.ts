@@ -107,6 +107,26 @@ export function buildProgram(): Command {
       `directory of the response database (default ~/.local/share/spark) ${env("dataDir")}`,
     )
     .option(
+      "--redis <url>",
+      `redis://HOST:PORT shared by several instances: per-key limits hold across all of them, key revocations reach all of them, /metrics and /healthz show the fleet's queues ${env("redis")}`,
+    )
+    .addOption(
+      new Option(
+        "--redis-failure <mode>",
+        `while Redis is unreachable: open uses each instance's own limits, closed answers 503 limits_unavailable (default open) ${env("redisFailure")}`,
+      ).choices(["open", "closed"]),
+    )
+    .option(
+      "--redis-lease <seconds>",
+      `how long a concurrent slot outlives an instance that crashed holding it (default 30) ${env("redisLease")}`,
+      number,
+    )
+    .option(
+      "--drain-timeout <seconds>",
+      `on SIGTERM, how long in-flight responses may take to finish before they end with server_shutdown (default 30) ${env("drainTimeout")}`,
+      number,
+    )
+    .option(
       "--model <file.gguf>",
       `llama: the GGUF model file; default: cached or downloaded small coder model ${env("model")}`,
     )

@@ -1,5 +1,9 @@
-/** `spark serve`: builds the models, keys and store from the settings and runs the server until a signal. */
-import { KeyRing } from "../core/keys.js";
+/**
+ * `spark serve`: builds the models, keys and store from the settings and runs the server until a
+ * signal. SIGTERM drains (a rolling restart: in-flight responses finish, for up to
+ * `--drain-timeout`); SIGINT, or a second signal, ends what is left with `server_shutdown`.
+ */
+import { KeyRing, type KeyRecord } from "../core/keys.js";
 import { Metrics } from "../core/metrics.js";
 import { MemoryResponseStore, type ResponseStore } from "../core/response-store.js";
 import { SparkServer } from "../server/http-server.js";
@@ -9,6 +13,8 @@ import { ConfigError, loadKeyFile, resolveSettings, type ResolvedSettings } from
 import { createModels } from "./create-engine.js";
 import { mountApp, type MountedApp } from "./app-command.js";
 import { describePortHolder } from "./port-holder.js";
+import type { Fleet } from "./fleet.js";
+import { watchKeyFile } from "./key-file-watch.js";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 
@@ -39,7 +45,7 @@ function isLoopback(host: string): boolean {
 }
 
 /** Keys from the config and the key file, checked for duplicates; the server never sees a key itself. */
-function loadKeys(settings: ResolvedSettings): KeyRing {
+function loadKeys(settings: ResolvedSettings): KeyRecord[] {
   const sources: [string, ReturnType<typeof loadKeyFile>][] = [
     [settings.configFile ? `config file ${settings.configFile}` : "the config", settings.keys ?? []],
   ];
@@ -56,10 +62,45 @@ function loadKeys(settings: ResolvedSettings): KeyRing {
       seen.set(record.id, source);
     }
   }
-  return new KeyRing(
-    sources.flatMap(([, records]) => records),
-    settings.limits ?? {},
+  return sources.flatMap(([, records]) => records);
+}
+
+/**
+ * Re-reads the keys when the key file changes: all of the new file or none of it (a file that does
+ * not load keeps the last good keys, and the log says why). A key the new file no longer lists is
+ * revoked for the whole fleet when Redis is shared, so instances with another copy of the file
+ * refuse it too.
+ */
+function reloadKeys(
+  settings: ResolvedSettings,
+  keys: KeyRing,
+  current: { records: KeyRecord[] },
+  fleet: Fleet | undefined,
+): void {
+  let records: KeyRecord[];
+  try {
+    records = loadKeys(settings);
+  } catch (error) {
+    log(
+      `${error instanceof Error ? error.message : String(error)}; keeping the last good keys (${current.records.length})`,
+    );
+    return;
+  }
+  const kept = new Set(records.map((record) => record.hash.toLowerCase()));
+  const removed = current.records.filter((record) => !kept.has(record.hash.toLowerCase()));
+  const before = new Set(current.records.map((record) => record.hash.toLowerCase()));
+  const added = records.filter((record) => !before.has(record.hash.toLowerCase()));
+  keys.replace(records, settings.limits ?? {});
+  current.records = records;
+  log(
+    `key file ${settings.keyFile} reloaded: ${records.length} key(s)` +
+      (added.length > 0 ? `, added ${added.map((r) => `"${r.id}"`).join(", ")}` : "") +
+      (removed.length > 0 ? `, removed ${removed.map((r) => `"${r.id}"`).join(", ")} (401 from now on)` : ""),
   );
+  for (const record of removed) {
+    keys.revoke(record.hash);
+    void fleet?.revoke(record.hash, record.id);
+  }
 }
 
 /** `--store`: memory, a Postgres database several instances share (its driver loaded only then), or SQLite. */
@@ -121,7 +162,8 @@ export async function serve(allFlags: Record<string, unknown>): Promise<void> {
   const { app: appDir, ...flags } = allFlags;
   guardStdio();
   const settings = resolveSettings(flags);
-  const keys = loadKeys(settings);
+  const keyRecords = { records: loadKeys(settings) };
+  const keys = new KeyRing(keyRecords.records, settings.limits ?? {});
   if (!keys.required && !isLoopback(settings.host) && !settings.allowUnauthenticated) {
     throw new ConfigError(
       `no API keys are configured, so Spark only listens on loopback; --host ${settings.host} needs keys ` +
@@ -132,6 +174,19 @@ export async function serve(allFlags: Record<string, unknown>): Promise<void> {
   const metrics = new Metrics({ processMetrics: true });
   const models = await createModels(settings, log, metrics.registry);
   const store = await openStore(settings);
+  // `--redis`: limits, revocations and the queue view shared with the other instances (the client
+  // loaded only then).
+  const fleet = settings.redis
+    ? await (
+        await import("./fleet.js")
+      ).Fleet.open({
+        url: settings.redis,
+        failure: settings.redisFailure,
+        leaseMs: settings.redisLease * 1000,
+        keys,
+        log,
+      })
+    : undefined;
   // `--app DIR`: the web app beside the API, created once the server's URL is known. Until it is,
   // its pages answer 503 (not the API's 404, which a browser would keep showing), and the
   // "listening" line, the sign that the server is ready, waits for it.
@@ -166,6 +221,7 @@ export async function serve(allFlags: Record<string, unknown>): Promise<void> {
     keys,
     store,
     admission: { maxQueue: settings.queueLength },
+    ...(fleet ? { shared: fleet.shared } : {}),
     host: settings.host,
     port: settings.port,
     maxBodyBytes: settings.maxBodyBytes,
@@ -184,23 +240,44 @@ export async function serve(allFlags: Record<string, unknown>): Promise<void> {
     ...(settings.allowedHosts ? { allowedHosts: settings.allowedHosts } : {}),
     ...(settings.allowedOrigins ? { allowedOrigins: settings.allowedOrigins } : {}),
   });
+  fleet?.attach(server, metrics);
+  const stopWatching = settings.keyFile
+    ? watchKeyFile(settings.keyFile, () => reloadKeys(settings, keys, keyRecords, fleet), log)
+    : () => {};
   // Handlers before listening: a signal that arrives once the port is announced must not find the
   // default disposition (which kills the process without a terminal event or exit 0).
-  let stopping = false;
+  // SIGTERM (a rolling restart, systemd, docker stop) drains; SIGINT (Ctrl-C) and a second signal
+  // end what is left at once with `server_shutdown`; a third exits without waiting.
+  let signals = 0;
   const stop = (signal: string): void => {
-    if (stopping) {
+    signals++;
+    if (signals > 2) {
       log(`${signal} again: exiting now`);
       process.exit(130);
     }
-    stopping = true;
-    log(`${signal}: finishing in-flight responses and shutting down`);
-    server.close().then(
-      () => process.exit(0),
-      (error: unknown) => {
-        log(`shutdown error: ${String(error)}`);
-        process.exit(1);
-      },
-    );
+    if (signals === 2 || signal === "SIGINT") {
+      log(`${signal}: ending in-flight responses (server_shutdown) and shutting down`);
+      void server.close();
+    } else {
+      log(
+        `${signal}: draining: no new connections or turns; in-flight responses finish (up to ${settings.drainTimeout} s, ` +
+          `--drain-timeout), WebSocket clients are told to reconnect (1012); send the signal again to end them now`,
+      );
+    }
+    if (signals > 1) return;
+    const stopped = signal === "SIGINT" ? server.close() : server.drain(settings.drainTimeout * 1000);
+    stopped
+      .then(async () => {
+        stopWatching();
+        await fleet?.close();
+      })
+      .then(
+        () => process.exit(0),
+        (error: unknown) => {
+          log(`shutdown error: ${String(error)}`);
+          process.exit(1);
+        },
+      );
   };
   process.on("SIGINT", () => stop("SIGINT"));
   process.on("SIGTERM", () => stop("SIGTERM"));
