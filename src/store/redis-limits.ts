@@ -171,6 +171,7 @@ export class RedisLimiter implements SharedLimiter {
     options: { leaseMs?: number } = {},
   ) {
     this.#leaseMs = options.leaseMs ?? DEFAULT_LEASE_MS;
+    for (const script of [ACQUIRE, RELEASE, REFUND, RENEW]) link.register(script);
     this.#renewal = setInterval(() => this.#renew(), Math.max(100, this.#leaseMs / 3)).unref();
   }
 

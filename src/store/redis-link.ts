@@ -11,8 +11,10 @@
  * - Every failure is a `SharedStoreUnavailable`, whatever its cause, so callers have one case.
  * - The log gets one line when Redis becomes unreachable and one when it is back (with how long it
  *   was away), never one per request or per reconnection attempt.
- * - Scripts run by SHA (`EVALSHA`); a Redis that does not know one (restarted, flushed) gets the
- *   script itself, once.
+ * - Scripts run by SHA (`EVALSHA`). Every script `run` has seen is loaded (`SCRIPT LOAD`) each time
+ *   the link comes up, before it counts as up, so the first use after a (re)start costs no extra
+ *   round trip (which would let a later command from another instance overtake it); one Redis
+ *   does not know anyway (flushed meanwhile) gets the script itself.
  * - The URL's password is never printed (`shownUrl`).
  */
 import { createHash } from "node:crypto";
@@ -56,6 +58,8 @@ export class RedisLink {
   #loggedDown = false;
   #probe: NodeJS.Timeout | undefined;
   #closed = false;
+  /** Scripts to load whenever the link comes up. */
+  readonly #scripts = new Map<string, RedisScript>();
   readonly #log: (line: string) => void;
   readonly #options: RedisLinkOptions;
 
@@ -72,7 +76,9 @@ export class RedisLink {
       connectTimeout: 2000,
       // Reconnect quickly and keep trying: a Redis restart should be noticed within a second.
       retryStrategy: (times) => Math.min(100 * times, 1000),
-      enableAutoPipelining: true,
+      // Each command is written at once (commands in flight are pipelined on the wire anyway);
+      // auto-pipelining would hold a batch back while the previous one is answered.
+      enableAutoPipelining: false,
       connectionName: "spark",
     });
     // ioredis reports every failed reconnection as an 'error'; the link logs outages itself.
@@ -111,12 +117,19 @@ export class RedisLink {
     }
   }
 
+  /** Loads `script` now and whenever the link comes up again. */
+  register(script: RedisScript): void {
+    this.#scripts.set(script.sha, script);
+    if (this.#up) this.client.call("SCRIPT", "LOAD", script.lua).catch(() => {});
+  }
+
   /** Runs a script (by SHA, sending it once when Redis does not know it). */
   async run(
     script: RedisScript,
     keys: readonly string[],
     args: readonly (string | number)[],
   ): Promise<unknown> {
+    if (!this.#scripts.has(script.sha)) this.register(script);
     if (!this.#up) throw new SharedStoreUnavailable(`Redis ${this.detail}`);
     try {
       return await this.client.call("EVALSHA", script.sha, keys.length, ...keys, ...args);
@@ -152,6 +165,8 @@ export class RedisLink {
     if (this.#closed) return;
     try {
       await this.client.call("PING");
+      if (!this.#up)
+        await Promise.all([...this.#scripts.values()].map((s) => this.client.call("SCRIPT", "LOAD", s.lua)));
     } catch (error) {
       this.#markDown(error as Error);
       return;

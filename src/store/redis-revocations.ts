@@ -33,7 +33,8 @@ export class RedisRevocations {
 
   /** Every revoked hash (for `spark keys list --redis`, and at start). */
   async all(): Promise<string[]> {
-    return (await this.link.call("SMEMBERS", REVOKED_SET)) as string[];
+    // A set reply is an array on RESP2 and may be a Set on RESP3.
+    return [...((await this.link.call("SMEMBERS", REVOKED_SET)) as Iterable<string>)];
   }
 
   /**
