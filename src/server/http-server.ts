@@ -138,7 +138,8 @@ export class SparkServer {
   readonly #routes: Route[];
   readonly #maxBodyBytes: number;
   readonly #shutdown = new AbortController();
-  readonly #inFlight = new Set<Promise<void>>();
+  /** Requests being handled, with their responses. */
+  readonly #inFlight = new Map<Promise<void>, ServerResponse>();
   readonly #sockets = new Set<Socket>();
   readonly #websocket: ResponsesWebSocket | undefined;
   readonly #origins: OriginPolicy;
@@ -369,7 +370,7 @@ export class SparkServer {
   async #close(): Promise<void> {
     const closed = this.#stopListening();
     this.#shutdown.abort(AbortReason.serverShutdown);
-    await Promise.allSettled([...this.#inFlight, this.#websocket?.close()]);
+    await Promise.allSettled([...this.#inFlight.keys(), this.#websocket?.close()]);
     this.#server.closeIdleConnections();
     // Give slow readers a moment to receive their terminal events before the sockets go.
     const grace = new Promise<void>((resolve) => setTimeout(resolve, SHUTDOWN_GRACE_MS).unref());
@@ -392,6 +393,9 @@ export class SparkServer {
     this.#draining = true;
     void this.#stopListening();
     this.#server.closeIdleConnections();
+    // Connections busy now close once their response is sent (a client must not send more on them).
+    for (const response of this.#inFlight.values())
+      if (!response.headersSent) response.setHeader("connection", "close");
     let timer: NodeJS.Timeout | undefined;
     const finished = Promise.all([this.#idle(), this.#websocket?.drain()]);
     const expired = new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)));
@@ -512,7 +516,7 @@ export class SparkServer {
         this.#inFlight.delete(task);
         if (this.#inFlight.size === 0) for (const resolve of this.#whenIdle.splice(0)) resolve();
       });
-    this.#inFlight.add(task);
+    this.#inFlight.set(task, response);
   }
 
   async #createResponse({ request, response, signal, principal }: RequestContext): Promise<void> {
