@@ -42,6 +42,9 @@
  *      `git worktree add` of the same repository (medians).
  *  34. start-up from process start: `spark exec` and the TUI to the first token (vs a minimal Node
  *      WebSocket client sending the same request), the TUI's first paint, `spark app` to its page.
+ *  35. limits shared through Redis (`--redis`): the latency one admission adds (p50, p99) vs the
+ *      instance's own, and admissions per second one Redis sustains from one pipelining client
+ *      (a private redis-server on loopback; skipped with the reason when it is not installed).
  *
  * Options: `--quick` (fewer iterations), `--json` (also write bench/results.json),
  * `--only 1,3` (run some figures only). Every server is in process on 127.0.0.1, port 0.
@@ -68,6 +71,7 @@ import { launchFigure, markdownStreamFigure, steerKeystrokeFigure } from "./tui-
 import { steeringAndCancel, toolLoop } from "./ws-figures.js";
 import { worktreeFigure } from "./worktree-figures.js";
 import { startupFigures } from "./startup-figures.js";
+import { fleetFigures } from "./fleet-figures.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -85,7 +89,7 @@ const llamaConfig = args.quick
   : { decodeTokens: 200, decodeRounds: 15, reuseRounds: 9 };
 const wsConfig = args.quick ? { loopRounds: 3, steerRounds: 5 } : { loopRounds: 10, steerRounds: 15 };
 const only = new Set(
-  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,34")
+  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,34,35")
     .split(",")
     .map((s) => Number(s.trim())),
 );
@@ -328,6 +332,15 @@ if (only.has(34)) {
   } else {
     results.startup = skipped("34. Start-up", "dist/ is not built (npm run build)", "≤ 1.1×, ≤ 250 ms");
   }
+}
+
+if (only.has(35)) {
+  log(`\n35. Limits shared through Redis: added admission latency and admissions/s (loopback)`);
+  const figures = await fleetFigures(
+    { iterations: args.quick ? 2000 : 10_000, seconds: args.quick ? 3 : 10 },
+    log,
+  );
+  for (const [index, figure] of figures.entries()) results[`fleet${index}`] = figure;
 }
 
 const seconds = (performance.now() - started) / 1000;

@@ -34,6 +34,12 @@ export interface RedisLinkOptions {
   onChange?: (up: boolean) => void;
 }
 
+interface Pending {
+  command: (string | number)[];
+  resolve: (value: unknown) => void;
+  reject: (error: unknown) => void;
+}
+
 export interface RedisScript {
   lua: string;
   sha: string;
@@ -58,6 +64,8 @@ export class RedisLink {
   #loggedDown = false;
   #probe: NodeJS.Timeout | undefined;
   #closed = false;
+  /** Commands waiting for the end of this turn of the event loop (see `#send`). */
+  #batch: Pending[] = [];
   /** Scripts to load whenever the link comes up. */
   readonly #scripts = new Map<string, RedisScript>();
   readonly #log: (line: string) => void;
@@ -76,8 +84,7 @@ export class RedisLink {
       connectTimeout: 2000,
       // Reconnect quickly and keep trying: a Redis restart should be noticed within a second.
       retryStrategy: (times) => Math.min(100 * times, 1000),
-      // Each command is written at once (commands in flight are pipelined on the wire anyway);
-      // auto-pipelining would hold a batch back while the previous one is answered.
+      // The link batches commands itself (see `#send`).
       enableAutoPipelining: false,
       connectionName: "spark",
     });
@@ -99,7 +106,8 @@ export class RedisLink {
   /** Connects; resolves whether or not Redis answers (the link comes up on its own later). */
   async connect(): Promise<boolean> {
     try {
-      await this.client.connect();
+      // Once started, ioredis reconnects by itself: a second call only checks.
+      if (this.client.status === "wait" || this.client.status === "end") await this.client.connect();
       await this.#check();
     } catch (error) {
       this.#markDown(error as Error);
@@ -111,7 +119,7 @@ export class RedisLink {
   async call(command: string, ...args: (string | number)[]): Promise<unknown> {
     if (!this.#up) throw new SharedStoreUnavailable(`Redis ${this.detail}`);
     try {
-      return await this.client.call(command, ...args);
+      return await this.#send([command, ...args]);
     } catch (error) {
       throw this.#failed(error as Error);
     }
@@ -132,15 +140,49 @@ export class RedisLink {
     if (!this.#scripts.has(script.sha)) this.register(script);
     if (!this.#up) throw new SharedStoreUnavailable(`Redis ${this.detail}`);
     try {
-      return await this.client.call("EVALSHA", script.sha, keys.length, ...keys, ...args);
+      return await this.#send(["EVALSHA", script.sha, keys.length, ...keys, ...args]);
     } catch (error) {
       if (!/NOSCRIPT/.test((error as Error).message)) throw this.#failed(error as Error);
     }
     try {
-      return await this.client.call("EVAL", script.lua, keys.length, ...keys, ...args);
+      return await this.#send(["EVAL", script.lua, keys.length, ...keys, ...args]);
     } catch (error) {
       throw this.#failed(error as Error);
     }
+  }
+
+  /**
+   * Sends a command. Commands asked for in the same turn of the event loop go out in one write (a
+   * pipeline) at the end of it, in order: many responses admitted at once cost one system call,
+   * and nothing waits for an earlier batch's answers (ioredis's own auto-pipelining holds a batch
+   * back until the previous one is answered, which let a release trail a later admission).
+   */
+  #send(command: (string | number)[]): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+      if (this.#batch.length === 0) queueMicrotask(() => this.#flush());
+      this.#batch.push({ command, resolve, reject });
+    });
+  }
+
+  #flush(): void {
+    const batch = this.#batch;
+    this.#batch = [];
+    if (batch.length === 1) {
+      const [{ command, resolve, reject }] = batch as [Pending];
+      this.client.call(String(command[0]), ...command.slice(1)).then(resolve, reject);
+      return;
+    }
+    const pipeline = this.client.pipeline();
+    for (const { command } of batch) pipeline.call(String(command[0]), ...command.slice(1));
+    pipeline.exec().then(
+      (results) =>
+        batch.forEach(({ resolve, reject }, i) => {
+          const [error, value] = results?.[i] ?? [new Error("no reply"), undefined];
+          if (error) reject(error);
+          else resolve(value);
+        }),
+      (error: unknown) => batch.forEach(({ reject }) => reject(error)),
+    );
   }
 
   async close(): Promise<void> {
