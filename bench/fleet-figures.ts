@@ -59,7 +59,12 @@ async function startRedis(): Promise<BenchRedis | string> {
   const url = `redis://127.0.0.1:${port}`;
   const probe = new RedisLink(url);
   for (let attempt = 0; !(await probe.connect()); attempt++) {
-    if (attempt > 100) throw new Error("redis-server did not start");
+    if (attempt > 100) {
+      await probe.close();
+      child.kill("SIGKILL");
+      rmSync(dir, { recursive: true, force: true });
+      throw new Error("redis-server did not start");
+    }
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
   await probe.close();
