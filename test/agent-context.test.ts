@@ -14,7 +14,7 @@ import { after, before, describe, test } from "node:test";
 import { file, freshDir, jsonLines, runToExit, spawnCli, stop, waitForStdout } from "./helpers/cli.js";
 import { WebSocket } from "ws";
 import type { ServerMessage } from "../src/app/protocol.js";
-import { skillsBudgetChars, skillsList, type Skill } from "../src/agent/context/skills.js";
+import { LIST_HEADER, skillsBudgetChars, skillsList, type Skill } from "../src/agent/context/skills.js";
 import { FakeUpstream, text, type ChatRequest } from "./helpers/fake-upstream.js";
 
 function write(path: string, text: string): void {
@@ -359,8 +359,9 @@ test("20 skills fit the list's budget (about 2% of the context window)", () => {
   for (const window of [32_768, 131_072]) {
     const budget = skillsBudgetChars(window);
     const list = skillsList(skills, budget);
+    // The budget is for the skills' lines; the header's fixed sentence comes on top.
     assert.ok(
-      list.text.length <= budget,
+      list.text.length - LIST_HEADER.length <= budget,
       `${list.text.length} chars within ${budget} for a ${window}-token window`,
     );
     assert.equal(list.omitted, 0, "every skill is named");
@@ -369,6 +370,20 @@ test("20 skills fit the list's budget (about 2% of the context window)", () => {
   // Too small for all (2% of 8K tokens): descriptions shrink first, then the last ones are left out.
   const budget = skillsBudgetChars(8192);
   const tiny = skillsList(skills, budget);
-  assert.ok(tiny.text.length <= budget && tiny.omitted > 0 && tiny.omitted < 20);
+  assert.ok(tiny.text.length - LIST_HEADER.length <= budget && tiny.omitted > 0 && tiny.omitted < 20);
   assert.equal(skillsBudgetChars(undefined), 8000, "Codex's figure when the window is unknown");
+});
+
+test("a 4k context: one one-line skill is in the list, not left out", () => {
+  const skill: Skill = {
+    name: "release",
+    description: "Cut a release: bump the version, tag it, write the changelog.",
+    dir: "/skills/release",
+    path: "/skills/release/SKILL.md",
+    scope: "project",
+  };
+  const list = skillsList([skill], skillsBudgetChars(4096));
+  assert.equal(list.omitted, 0);
+  assert.equal(list.shortened, false);
+  assert.ok(list.text.includes(`- release: ${skill.description}`), list.text);
 });

@@ -184,16 +184,18 @@ export function skillsBudgetChars(contextWindow: number | undefined): number {
     : Math.floor(contextWindow * BUDGET_SHARE * CHARS_PER_TOKEN);
 }
 
-const LIST_HEADER =
+/** The list's fixed opening; outside the budget, which is for the skills' own lines. */
+export const LIST_HEADER =
   "## Skills\n\n" +
   "Skills are folders of instructions for particular tasks. When a task matches a skill's " +
   "description, call the `skill` tool with its name first to read its full SKILL.md, then follow it. " +
   "When the user writes $NAME, they ask for that skill (its SKILL.md is attached).\n";
 
 /**
- * The skills list for the instructions: names and descriptions within `budgetChars`. Descriptions
- * are shortened first (evenly); when even short ones do not fit, the last skills are left out and
- * `omitted` counts them.
+ * The skills list for the instructions: names and descriptions within `budgetChars` (the header's
+ * fixed sentence is not counted: at a 4k window it alone took the whole 2%, so that one one-line
+ * skill was left out). Descriptions are shortened first (evenly); when even short ones do not fit,
+ * the last skills are left out and `omitted` counts them.
  */
 export function skillsList(
   skills: readonly Skill[],
@@ -201,12 +203,13 @@ export function skillsList(
 ): { text: string; omitted: number; shortened: boolean } {
   if (skills.length === 0) return { text: "", omitted: 0, shortened: false };
   const line = (skill: Skill, description: string): string => `- ${skill.name}: ${description}\n`;
-  const full = LIST_HEADER + skills.map((s) => line(s, s.description)).join("");
-  if (full.length <= budgetChars) return { text: full.trimEnd(), omitted: 0, shortened: false };
+  const lines = skills.map((s) => line(s, s.description)).join("");
+  if (lines.length <= budgetChars)
+    return { text: (LIST_HEADER + lines).trimEnd(), omitted: 0, shortened: false };
   const MIN_DESCRIPTION = 60;
   for (let count = skills.length; count > 0; count--) {
     const kept = skills.slice(0, count);
-    const fixed = LIST_HEADER.length + kept.reduce((sum, s) => sum + line(s, "").length, 0);
+    const fixed = kept.reduce((sum, s) => sum + line(s, "").length, 0);
     const each = Math.floor((budgetChars - fixed) / count);
     if (each < MIN_DESCRIPTION && count > 1) continue;
     if (each < 1) continue;
