@@ -453,11 +453,22 @@ test("a database from a newer schema or another program is refused with a clear 
   assert.throws(() => SqliteResponseStore.open(foreign), /is an SQLite database but not one of Spark's/);
 });
 
-test("defaultDataDir: SPARK_DATA_DIR, then XDG_DATA_HOME, then ~/.local/share", () => {
+test("defaultDataDir: SPARK_DATA_DIR, else SPARK_HOME/data, else an earlier version's data dir while it is the only one", () => {
   assert.equal(
     defaultDataDir({ SPARK_DATA_DIR: "/srv/spark", XDG_DATA_HOME: "/xdg", HOME: "/home/u" }),
     "/srv/spark",
   );
-  assert.equal(defaultDataDir({ XDG_DATA_HOME: "/xdg", HOME: "/home/u" }), "/xdg/spark");
-  assert.equal(defaultDataDir({ HOME: "/home/u" }), "/home/u/.local/share/spark");
+  // One home: the config's and the data's.
+  assert.equal(defaultDataDir({ HOME: "/nonexistent-home-u" }), "/nonexistent-home-u/.spark/data");
+  assert.equal(defaultDataDir({ SPARK_HOME: "/nonexistent/sh", HOME: "/h" }), "/nonexistent/sh/data");
+  // Data an earlier version left is used until SPARK_HOME/data exists.
+  const home = mkdtempSync(join(tmpdir(), "spark-home-"));
+  try {
+    mkdirSync(join(home, ".local", "share", "spark"), { recursive: true });
+    assert.equal(defaultDataDir({ HOME: home }), join(home, ".local", "share", "spark"));
+    mkdirSync(join(home, ".spark", "data"), { recursive: true });
+    assert.equal(defaultDataDir({ HOME: home }), join(home, ".spark", "data"));
+  } finally {
+    rmSync(home, { recursive: true, force: true });
+  }
 });

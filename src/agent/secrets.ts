@@ -127,6 +127,10 @@ export const HOME_SECRETS: readonly string[] = [
   ".config/BraveSoftware",
   ".local/share/spark",
   ".config/spark",
+  // Spark's home: its data (sessions: whole conversations; stored responses) and the user config
+  // (MCP servers' tokens), wherever SPARK_HOME points the clients also hide them (agent-runtime.ts).
+  ".spark/data",
+  ".spark/config.json",
 ];
 
 /** Socket paths named by the environment (SSH agent, D-Bus, Docker, gpg-agent), absolute. */

@@ -222,8 +222,8 @@ export function clientSandbox(client: ResolvedClient): Promise<Sandbox> {
     disabled: client.sandbox === "off",
     network: client.network,
     allowSecrets: client.sandboxAllowSecrets,
-    // Sessions (whole conversations) and the server's store live here.
-    hide: [client.dataDir],
+    // Sessions (whole conversations) and the server's store live here; the config holds tokens.
+    hide: [client.dataDir, join(sparkHome(), "config.json")],
   });
 }
 

@@ -20,6 +20,8 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import type { KeyRing } from "../core/keys.js";
 import { defaultDataDir } from "../store/data-dir.js";
+import { sparkHome } from "../agent/context/spark-home.js";
+import { join } from "node:path";
 import { SessionContext } from "../agent/context/session-context.js";
 import { ConfigError, type ResolvedSettings } from "./config.js";
 import { HookRunner } from "../agent/hooks/runner.js";
@@ -227,7 +229,7 @@ export async function mountApp(
       ? {}
       : { contextWindow: server.contextWindow("spark")! }),
   });
-  const sandbox = await detectSandbox({ network: false, hide: [dataDir] });
+  const sandbox = await detectSandbox({ network: false, hide: [dataDir, join(sparkHome(), "config.json")] });
   const { AppServer } = await import("../app/app-server.js");
   let app;
   try {

@@ -101,7 +101,10 @@ export function addClientOptions(command: Command, approvalDefault = "on-request
       "--config <file>",
       'JSON config file: server settings, models, and client settings under "client"',
     )
-    .option("--data-dir <dir>", "where sessions are saved (default ~/.local/share/spark)");
+    .option(
+      "--data-dir <dir>",
+      "where sessions are saved (env SPARK_DATA_DIR; default SPARK_HOME/data, ~/.spark/data)",
+    );
 }
 
 /** Splits parsed options into the client's own flags and the in-process server's settings. */

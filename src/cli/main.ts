@@ -8,6 +8,8 @@ import { lspCommand } from "./lsp-command.js";
 import { mcpCommand } from "./mcp-command.js";
 import { setupCommand } from "./setup-command.js";
 import { EXIT_CODES_HELP } from "./exec-outcome.js";
+import { sparkHome } from "../agent/context/spark-home.js";
+import { defaultDataDir } from "../store/data-dir.js";
 import { shortUsageErrors, mistypedSubcommand } from "./usage-errors.js";
 
 const log = (line: string): void => {
@@ -104,7 +106,7 @@ export function buildProgram(): Command {
     )
     .option(
       "--data-dir <dir>",
-      `directory of the response database (default ~/.local/share/spark) ${env("dataDir")}`,
+      `directory of the response database (default SPARK_HOME/data, ~/.spark/data) ${env("dataDir")}`,
     )
     .option(
       "--redis <url>",
@@ -285,6 +287,11 @@ own; /pick K lands one (in the session's worktree with --worktree) and removes t
 
 Words: a tier is one of the server's model names (spark, deep, auto: GET /v1/models); the model is
 the GGUF file the in-process server loads (--model FILE.gguf).
+
+Files: Spark's home is ${sparkHome()} (SPARK_HOME): config.json (the user config), prompts/,
+AGENTS.md, worktrees/ and checkpoints/; data: ${defaultDataDir()} (SPARK_DATA_DIR or --data-dir):
+saved sessions (spark resume), the app's tasks, stored responses. Sandboxed commands do not see
+the data or config.json.
 
 Examples:
   spark                                   # on the current directory, in-process server
