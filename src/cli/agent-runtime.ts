@@ -21,6 +21,8 @@ import type { Checkpoints } from "../agent/checkpoints/checkpoints.js";
 import { DeferredRecorder } from "../agent/checkpoints/deferred-recorder.js";
 import type { ApprovalAnswer, ApprovalRequest } from "../agent/tools.js";
 import { Workspace } from "../agent/workspace.js";
+import { sparkHome } from "../agent/context/spark-home.js";
+import { join } from "node:path";
 import { SessionContext } from "../agent/context/session-context.js";
 import type { HookRunner } from "../agent/hooks/runner.js";
 import type { McpManager, McpServerStatus } from "../agent/mcp/manager.js";
