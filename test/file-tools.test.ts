@@ -5,6 +5,7 @@
  * limits and clear errors, and the workspace boundary (`..`, absolute paths, symlink escapes).
  */
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { symlink } from "node:fs/promises";
 import path from "node:path";
 import { describe, test } from "node:test";
@@ -131,6 +132,29 @@ describe("readFile", () => {
     await rejectsWith(readFile(ws, { path: "../missing.txt" }), "outside_workspace");
     assert.equal((await readFile(ws, { path: "sub/../a.txt" })).text, "a");
     assert.equal((await readFile(ws, { path: path.join(root, "sub", "b.txt") })).text, "b");
+  });
+});
+
+describe("FIFOs and .env files (the confined layer)", () => {
+  test("readFile refuses a FIFO at once and a .env file; search and list pass over both without blocking", async () => {
+    const { ws, root } = await fixture({
+      "a.txt": "TOKEN=plain\n",
+      ".env": "TOKEN=dotenv\n",
+      ".env.example": "TOKEN=\n",
+    });
+    execFileSync("mkfifo", [path.join(root, "pipe.txt")]);
+    await symlink("pipe.txt", path.join(root, "pipe-link.txt"));
+    await rejectsWith(readFile(ws, { path: "pipe.txt" }), "not_a_file", "FIFO");
+    await rejectsWith(readFile(ws, { path: "pipe-link.txt" }), "not_a_file", "FIFO");
+    await rejectsWith(readFile(ws, { path: ".env" }), "secret_path", ".env");
+    assert.equal((await readFile(ws, { path: ".env.example" })).text, "TOKEN=");
+    const found = await searchFiles(ws, { pattern: "TOKEN" });
+    assert.deepEqual(
+      found.matches.map((m) => m.path),
+      [".env.example", "a.txt"],
+      "the .env file's secret is not a search result; the FIFO is passed over",
+    );
+    assert.deepEqual((await listFiles(ws)).files, [".env", ".env.example", "a.txt"], "only files are listed");
   });
 });
 

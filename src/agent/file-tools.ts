@@ -1,14 +1,16 @@
 /**
- * The agent's read-only file tools: `readFile`, `listFiles` and `searchFiles`. All paths go through
- * `Workspace.resolve(path, "read")`. Listing and searching share one walk that yields files in sorted
- * order, honours `.gitignore` files at every level (and `.git/info/exclude`) the way git does, always
- * skips `.git` and the home directory's secrets (`Workspace.isSecret`), and never follows symlinked
+ * The agent's read-only file tools: `readFile`, `listFiles` and `searchFiles`. Every path and every
+ * read goes through the confined file layer (fs/confined.ts, the workspace as its root): resolved
+ * beneath the root, regular files only (a FIFO is refused, never waited on), secrets refused
+ * (the home directory's, `.env` files). Listing and searching share one walk that yields files in
+ * sorted order, honours `.gitignore` files at every level (and `.git/info/exclude`) the way git
+ * does, always skips `.git` and the home directory's secrets, and never follows symlinked
  * directories (a symlinked file is included only when its target is a file inside the workspace).
  */
-import { open, readFile as readFileBytes, readdir, realpath, stat } from "node:fs/promises";
 import path from "node:path";
 import type { Worker } from "node:worker_threads";
 import ignore, { type Ignore } from "ignore";
+import { readPrefix } from "./fs/confined.js";
 import { ToolError, type Workspace } from "./workspace.js";
 
 export const READ_DEFAULT_LIMIT = 2000;
@@ -165,38 +167,35 @@ class LineWindow {
 export async function readFile(ws: Workspace, args: ReadFileArgs): Promise<ReadFileResult> {
   const offset = positiveInteger("offset", args.offset, 1);
   const limit = positiveInteger("limit", args.limit, READ_DEFAULT_LIMIT);
-  const abs = await ws.resolve(args.path, "read");
-  const info = await stat(abs);
-  if (info.isDirectory()) {
+  const where = await ws.locate(args.path);
+  if (where.kind === "absent") {
+    throw new ToolError("not_found", `${args.path} does not exist (in the workspace ${ws.root}).`);
+  }
+  if (where.kind === "directory") {
     throw new ToolError(
       "not_a_file",
       `${args.path} is a directory, not a file; use listFiles to see what it contains.`,
     );
   }
-  if (!info.isFile()) throw new ToolError("not_a_file", `${args.path} is not a regular file.`);
-
   const window = new LineWindow(offset, limit);
-  if (info.size <= READ_WHOLE_MAX_BYTES) {
-    const bytes = await readFileBytes(abs);
-    if (looksBinary(bytes)) throw binaryFile(args.path);
-    window.feed(bytes);
-  } else {
-    const handle = await open(abs, "r");
-    try {
-      const buffer = Buffer.allocUnsafe(CHUNK_BYTES);
-      let first = true;
-      for (;;) {
-        const { bytesRead } = await handle.read(buffer, 0, CHUNK_BYTES, null);
-        if (bytesRead === 0) break;
-        const chunk = buffer.subarray(0, bytesRead);
-        if (first && looksBinary(chunk)) throw binaryFile(args.path);
-        first = false;
-        window.feed(chunk);
-      }
-    } finally {
-      await handle.close();
+  await ws.withFile(where.rel, { final: "entry" }, async ({ handle, info }) => {
+    if (info.size <= READ_WHOLE_MAX_BYTES) {
+      const bytes = await readPrefix(handle, READ_WHOLE_MAX_BYTES + 1);
+      if (looksBinary(bytes)) throw binaryFile(args.path);
+      window.feed(bytes);
+      return;
     }
-  }
+    const buffer = Buffer.allocUnsafe(CHUNK_BYTES);
+    let first = true;
+    for (;;) {
+      const { bytesRead } = await handle.read(buffer, 0, CHUNK_BYTES, null);
+      if (bytesRead === 0) break;
+      const chunk = buffer.subarray(0, bytesRead);
+      if (first && looksBinary(chunk)) throw binaryFile(args.path);
+      first = false;
+      window.feed(chunk);
+    }
+  });
   const totalLines = window.end();
   if (offset > 1 && offset > totalLines) {
     throw new ToolError(
@@ -221,15 +220,16 @@ function binaryFile(p: string): ToolError {
 /** Files under a directory (recursively), sorted, honouring .gitignore. Throws ToolError "not_a_directory" for a file. */
 export async function listFiles(ws: Workspace, args: ListFilesArgs = {}): Promise<ListFilesResult> {
   const limit = positiveInteger("limit", args.limit, LIST_DEFAULT_LIMIT);
-  const base = args.path === undefined ? ws.root : await ws.resolve(args.path, "read");
-  if (!(await stat(base)).isDirectory()) {
+  const base = await ws.locate(args.path ?? ".");
+  if (base.kind === "absent") throw new ToolError("not_found", `${args.path} does not exist.`);
+  if (base.kind !== "directory") {
     throw new ToolError(
       "not_a_directory",
       `${args.path ?? "."} is a file, not a directory; use readFile to read it.`,
     );
   }
   const files: string[] = [];
-  for await (const entry of walkFiles(ws, base)) {
+  for await (const entry of walkFiles(ws, base.rel)) {
     if (files.length === limit) return { files, truncated: true };
     files.push(entry.rel);
   }
@@ -371,11 +371,11 @@ export async function searchFilesInThread(ws: Workspace, args: SearchFilesArgs):
     );
   }
   const glob = args.glob === undefined || args.glob === "" ? undefined : globToRegExp(args.glob);
-  const base = args.path === undefined ? ws.root : await ws.resolve(args.path, "read");
+  const base = await ws.locate(args.path ?? ".");
+  if (base.kind === "absent") throw new ToolError("not_found", `${args.path} does not exist.`);
 
-  const candidates = (await stat(base)).isDirectory()
-    ? walkFiles(ws, base)
-    : single({ abs: base, rel: ws.relative(base) });
+  const candidates =
+    base.kind === "directory" ? walkFiles(ws, base.rel) : single({ read: base.rel, rel: base.rel });
   const matches: SearchMatch[] = [];
   const queue: Promise<SearchMatch[]>[] = [];
   const take = async (): Promise<boolean> => {
@@ -386,7 +386,7 @@ export async function searchFilesInThread(ws: Workspace, args: SearchFilesArgs):
   let full = false;
   for await (const entry of candidates) {
     if (glob && !glob.regex.test(glob.onPath ? entry.rel : path.posix.basename(entry.rel))) continue;
-    queue.push(searchFile(entry, regex, limit + 1));
+    queue.push(searchFile(ws, entry, regex, limit + 1));
     if (queue.length >= SEARCH_CONCURRENCY && (await take())) {
       full = true;
       break;
@@ -400,11 +400,11 @@ async function* single(entry: WalkEntry): AsyncGenerator<WalkEntry> {
   yield entry;
 }
 
-async function searchFile(entry: WalkEntry, regex: RegExp, max: number): Promise<SearchMatch[]> {
+async function searchFile(ws: Workspace, entry: WalkEntry, regex: RegExp, max: number): Promise<SearchMatch[]> {
   const found: SearchMatch[] = [];
   try {
-    if ((await stat(entry.abs)).size > SEARCH_MAX_FILE_BYTES) return found;
-    const bytes = await readFileBytes(entry.abs);
+    // Through the confined layer: a file over the cap, a FIFO or a secret is no result.
+    const bytes = await ws.readFile(entry.read, { maxBytes: SEARCH_MAX_FILE_BYTES });
     if (looksBinary(bytes)) return found;
     const lines = bytes.toString("utf8").split("\n");
     for (let k = 0; k < lines.length && found.length < max; k++) {
@@ -483,8 +483,8 @@ function globToRegExp(glob: string): { regex: RegExp; onPath: boolean } {
 }
 
 interface WalkEntry {
-  /** Where to read the file (a symlinked file's target). */
-  abs: string;
+  /** Where to read the file (a symlinked file's target), workspace-relative. */
+  read: string;
   /** Workspace-relative posix path of the entry itself. */
   rel: string;
 }
@@ -497,9 +497,10 @@ interface RuleSet {
 
 const IGNORE_CASE = process.platform === "darwin" || process.platform === "win32";
 
-async function loadRules(file: string, dir: string): Promise<RuleSet | undefined> {
+async function loadRules(ws: Workspace, file: string, dir: string): Promise<RuleSet | undefined> {
   try {
-    return { dir, rules: ignore({ ignorecase: IGNORE_CASE }).add(await readFileBytes(file, "utf8")) };
+    const text = (await ws.readFile(file, { maxBytes: 1024 * 1024 })).toString("utf8");
+    return { dir, rules: ignore({ ignorecase: IGNORE_CASE }).add(text) };
   } catch {
     return undefined;
   }
@@ -523,71 +524,61 @@ function isIgnored(rel: string, ruleSets: readonly RuleSet[]): boolean {
 }
 
 /**
- * Yields the files under `baseAbs` in sorted order of their relative paths. The .gitignore files of
- * the directories above `baseAbs` apply too, unless `baseAbs` itself is ignored: a directory asked for
- * explicitly is walked with only its own (nested) rules.
+ * Yields the files under `baseRel` (workspace-relative, "" for the root) in sorted order of their
+ * relative paths. The .gitignore files of the directories above it apply too, unless it is itself
+ * ignored: a directory asked for explicitly is walked with only its own (nested) rules.
  */
-async function* walkFiles(ws: Workspace, baseAbs: string): AsyncGenerator<WalkEntry> {
-  const baseRel = ws.relative(baseAbs) === "." ? "" : ws.relative(baseAbs);
+async function* walkFiles(ws: Workspace, baseRel: string): AsyncGenerator<WalkEntry> {
   let inherited: RuleSet[] = [];
-  const exclude = await loadRules(path.join(ws.root, ".git", "info", "exclude"), "");
+  const exclude = await loadRules(ws, ".git/info/exclude", "");
   if (exclude) inherited.push(exclude);
   if (baseRel !== "") {
     const parts = baseRel.split("/");
     for (let depth = 0; depth < parts.length; depth++) {
       const dir = parts.slice(0, depth).join("/");
-      const set = await loadRules(path.join(ws.root, ...parts.slice(0, depth), ".gitignore"), dir);
+      const set = await loadRules(ws, dir === "" ? ".gitignore" : `${dir}/.gitignore`, dir);
       if (set) inherited.push(set);
     }
     if (isIgnored(`${baseRel}/`, inherited) || parts.includes(".git")) inherited = [];
   }
-  yield* walkDir(ws, baseAbs, baseRel, inherited);
+  yield* walkDir(ws, baseRel, inherited);
 }
 
-async function* walkDir(
-  ws: Workspace,
-  abs: string,
-  rel: string,
-  inherited: RuleSet[],
-): AsyncGenerator<WalkEntry> {
+async function* walkDir(ws: Workspace, rel: string, inherited: RuleSet[]): AsyncGenerator<WalkEntry> {
   let entries;
   try {
-    entries = await readdir(abs, { withFileTypes: true });
+    entries = await ws.readdir(rel === "" ? "." : rel);
   } catch {
     return;
   }
   let ruleSets = inherited;
-  if (entries.some((e) => e.name === ".gitignore" && e.isFile())) {
-    const own = await loadRules(path.join(abs, ".gitignore"), rel);
+  if (entries.some((e) => e.name === ".gitignore" && e.kind === "file")) {
+    const own = await loadRules(ws, rel === "" ? ".gitignore" : `${rel}/.gitignore`, rel);
     if (own) ruleSets = [...inherited, own];
   }
   const keyed = entries
     .filter((e) => e.name !== ".git")
-    .map((e) => ({ entry: e, key: e.isDirectory() ? `${e.name}/` : e.name }))
+    .map((e) => ({ entry: e, key: e.kind === "directory" ? `${e.name}/` : e.name }))
     .sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
   for (const { entry } of keyed) {
     const childRel = rel === "" ? entry.name : `${rel}/${entry.name}`;
-    const childAbs = path.join(abs, entry.name);
-    if (ws.isSecret(childAbs)) continue;
-    if (entry.isDirectory()) {
-      if (!isIgnored(`${childRel}/`, ruleSets)) yield* walkDir(ws, childAbs, childRel, ruleSets);
-    } else if (entry.isFile()) {
-      if (!isIgnored(childRel, ruleSets)) yield { abs: childAbs, rel: childRel };
-    } else if (entry.isSymbolicLink() && !isIgnored(childRel, ruleSets)) {
-      const target = await symlinkedFile(ws, childAbs);
-      if (target !== undefined) yield { abs: target, rel: childRel };
+    if (ws.isSecret(ws.absolute(childRel))) continue;
+    if (entry.kind === "directory") {
+      if (!isIgnored(`${childRel}/`, ruleSets)) yield* walkDir(ws, childRel, ruleSets);
+    } else if (entry.kind === "file") {
+      if (!isIgnored(childRel, ruleSets)) yield { read: childRel, rel: childRel };
+    } else if (entry.kind === "symlink" && !isIgnored(childRel, ruleSets)) {
+      const target = await symlinkedFile(ws, childRel);
+      if (target !== undefined) yield { read: target, rel: childRel };
     }
   }
 }
 
-/** The target of a symlink when it is a regular file inside the workspace. */
+/** Where a symlink lands when it is a regular file inside the workspace (not a secret). */
 async function symlinkedFile(ws: Workspace, link: string): Promise<string | undefined> {
   try {
-    const target = await realpath(link);
-    const rel = path.relative(ws.root, target);
-    if (rel === "" || rel === ".." || rel.startsWith(`..${path.sep}`) || path.isAbsolute(rel))
-      return undefined;
-    return (await stat(target)).isFile() && !ws.isSecret(target) ? target : undefined;
+    const where = await ws.locate(link);
+    return where.kind === "file" ? where.rel : undefined;
   } catch {
     return undefined;
   }
