@@ -52,8 +52,6 @@ const notYetConfined = [
   "src/agent/protected-paths.ts",
   "src/agent/images.ts",
   "src/agent/checkpoints/checkpoints.ts",
-  "src/app/preview-server.ts",
-  "src/app/workspace-files.ts",
 ];
 
 // What the app server never imports: it reaches the server only over the wire, and shares only the

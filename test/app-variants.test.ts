@@ -420,6 +420,11 @@ describe("the preview server", () => {
     writeFileSync(join(root, ".env"), "TOKEN=1");
     writeFileSync(join(top, "outside.txt"), "outside");
     symlinkSync(join(top, "outside.txt"), join(root, "site", "escape.txt"));
+    // Links to dot-files inside the root, and a FIFO (issue 30: served, or waited on, before).
+    symlinkSync(".env", join(root, "env.txt"));
+    symlinkSync(".git/config", join(root, "git.txt"));
+    symlinkSync("../.git", join(root, "site", "repo"));
+    execFileSync("mkfifo", [join(root, "site", "pipe.html")]);
     const server = new PreviewServer();
     const origin = await server.listen();
     try {
@@ -438,6 +443,10 @@ describe("the preview server", () => {
         "%2e%2e/outside.txt",
         "site/..%2F..%2Foutside.txt",
         "site/%2e%2e/%2e%2e/outside.txt",
+        "env.txt",
+        "git.txt",
+        "site/repo/config",
+        "site/pipe.html",
       ]) {
         const refused = await get(`${origin}/${token}/${path}`);
         assert.equal(refused.status, 404, path);

@@ -6,8 +6,10 @@
  * Contract:
  * - Each served directory (a variant's worktree) gets an unguessable prefix (`/TOKEN/`): the URL is
  *   the capability, sent only to the browsers of the task's owner. `remove` ends it at once.
- * - GET and HEAD only; a path is confined to its directory (no `..`, no symlink out of it, no
- *   dot-files or `.git`), regular files only, a directory serves its `index.html`.
+ * - GET and HEAD only; a path is confined to its directory through the confined file layer (no
+ *   `..`, no symlink out of it), and no dot-file is served, asked for by name or reached through a
+ *   link (`env.txt → .env`, `git.txt → .git/config`: the resolved path's components are checked);
+ *   regular files only (a FIFO is never waited on), a directory serves its `index.html`.
  * - Cookies are never read (the browser may send the app's cookie to the same host: it is ignored)
  *   and none is ever set. `Host` must be a loopback name (DNS rebinding).
  * - Every response carries a Content-Security-Policy with `sandbox allow-scripts` (an opaque origin
@@ -17,11 +19,11 @@
  *   `frame-src`.
  */
 import { randomBytes } from "node:crypto";
-import { createReadStream } from "node:fs";
-import { realpath, stat } from "node:fs/promises";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { extname, join, sep } from "node:path";
+import { extname } from "node:path";
+import { pipeline } from "node:stream/promises";
+import { ConfinedRoot } from "../agent/fs/confined.js";
 
 const TYPES: Record<string, string> = {
   ".html": "text/html; charset=utf-8",
@@ -48,8 +50,10 @@ const LOOPBACK_HOST = /^(127\.\d+\.\d+\.\d+|localhost|\[::1\])(:\d+)?$/i;
 export class PreviewServer {
   #server: Server | undefined;
   #origin = "";
-  /** Token → the directory it serves (as given, and its real path once resolved). */
+  /** Token → the directory it serves (as given). */
   readonly #roots = new Map<string, string>();
+  /** Token → that directory as a root of the confined layer, opened on its first request. */
+  readonly #opened = new Map<string, Promise<ConfinedRoot>>();
 
   /** Listens on a free loopback port; resolves to the origin (`http://127.0.0.1:PORT`). */
   async listen(host = "127.0.0.1"): Promise<string> {
@@ -83,10 +87,12 @@ export class PreviewServer {
 
   remove(token: string): void {
     this.#roots.delete(token);
+    this.#opened.delete(token);
   }
 
   async close(): Promise<void> {
     this.#roots.clear();
+    this.#opened.clear();
     const server = this.#server;
     if (!server) return;
     await new Promise<void>((resolve) => server.close(() => resolve()));
@@ -111,45 +117,55 @@ export class PreviewServer {
     // Confined: no parent steps, no dot-files (.git, .env), no separators smuggled inside a segment.
     if (parts.some((p) => p === ".." || p.startsWith(".") || /[/\\\0]/.test(p)))
       return send(response, 404, "not found");
-    let realRoot: string;
-    let file: string;
     try {
-      realRoot = await realpath(root);
-      file = await realpath(join(root, ...parts));
-      if (file !== realRoot && !file.startsWith(realRoot + sep)) return send(response, 404, "not found");
-      let info = await stat(file);
-      if (info.isDirectory()) {
-        file = await realpath(join(file, "index.html"));
-        if (!file.startsWith(realRoot + sep)) return send(response, 404, "not found");
-        info = await stat(file);
+      let confined = this.#opened.get(token);
+      if (confined === undefined) {
+        confined = ConfinedRoot.open(root, { label: "the preview" });
+        this.#opened.set(token, confined);
       }
-      if (!info.isFile()) return send(response, 404, "not found");
-      // Removed while it was looked up: serve nothing more of it.
-      if (this.#roots.get(token) !== root) return send(response, 404, "no such preview");
-      const self = `http://${host}`;
-      const headers: Record<string, string | number> = {
-        "content-type": TYPES[extname(file).toLowerCase()] ?? "application/octet-stream",
-        "content-length": info.size,
-        "cache-control": "no-store",
-        "x-content-type-options": "nosniff",
-        "referrer-policy": "no-referrer",
-        "content-security-policy":
-          `sandbox allow-scripts; default-src 'none'; script-src ${self} 'unsafe-inline'; ` +
-          `style-src ${self} 'unsafe-inline'; img-src ${self} data: blob:; font-src ${self} data:; ` +
-          `media-src ${self} data: blob:; connect-src 'none'; form-action 'none'; base-uri 'none'`,
-      };
-      // Module scripts of a sandboxed page are CORS requests from the opaque origin `null`.
-      if (request.headers.origin === "null") headers["access-control-allow-origin"] = "null";
-      response.writeHead(200, headers);
-      if (request.method === "HEAD") {
-        response.end();
-        return;
+      const files = await confined;
+      // Where the path lands beneath the root; none of its components may be a dot-file, whatever
+      // link led there.
+      const dotted = (rel: string): boolean => rel.split("/").some((part) => part.startsWith("."));
+      let where = await files.locate(parts.length === 0 ? "." : parts.join("/"));
+      if (dotted(where.rel)) return send(response, 404, "not found");
+      if (where.kind === "directory") {
+        where = await files.locate(where.rel === "" ? "index.html" : `${where.rel}/index.html`);
+        if (dotted(where.rel)) return send(response, 404, "not found");
       }
-      const stream = createReadStream(file);
-      stream.on("error", () => response.destroy());
-      stream.pipe(response);
+      if (where.kind !== "file") return send(response, 404, "not found");
+      const file = where.rel;
+      await files.withFile(file, { final: "entry" }, async ({ handle, info }) => {
+        // Removed while it was looked up: serve nothing more of it.
+        if (this.#roots.get(token) !== root) return send(response, 404, "no such preview");
+        const self = `http://${host}`;
+        const headers: Record<string, string | number> = {
+          "content-type": TYPES[extname(file).toLowerCase()] ?? "application/octet-stream",
+          "content-length": info.size,
+          "cache-control": "no-store",
+          "x-content-type-options": "nosniff",
+          "referrer-policy": "no-referrer",
+          "content-security-policy":
+            `sandbox allow-scripts; default-src 'none'; script-src ${self} 'unsafe-inline'; ` +
+            `style-src ${self} 'unsafe-inline'; img-src ${self} data: blob:; font-src ${self} data:; ` +
+            `media-src ${self} data: blob:; connect-src 'none'; form-action 'none'; base-uri 'none'`,
+        };
+        // Module scripts of a sandboxed page are CORS requests from the opaque origin `null`.
+        if (request.headers.origin === "null") headers["access-control-allow-origin"] = "null";
+        response.writeHead(200, headers);
+        if (request.method === "HEAD") {
+          response.end();
+          return;
+        }
+        // The descriptor the layer checked is the one streamed (closed once the response is sent).
+        await pipeline(
+          handle.createReadStream({ start: 0, end: Math.max(0, info.size - 1), autoClose: false }),
+          response,
+        ).catch(() => response.destroy());
+      });
     } catch {
-      return send(response, 404, "not found");
+      if (!response.headersSent) return send(response, 404, "not found");
+      response.destroy();
     }
   }
 }

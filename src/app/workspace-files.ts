@@ -4,10 +4,11 @@
  *
  * The list is what git tracks plus untracked files it does not ignore (in a repository), else a walk
  * that skips dot-folders and node_modules; read at most every few seconds. Only a path from that
- * list is ever attached, so `@` cannot reach outside the workspace or into ignored secrets.
+ * list is ever attached, so `@` cannot reach outside the workspace or into ignored secrets; and the
+ * file is read through the confined layer (a link out, a FIFO, a secret or a `.env` file is not
+ * attached).
  */
-import { readdir, readFile } from "node:fs/promises";
-import { join, relative, sep } from "node:path";
+import { ConfinedRoot, readPrefix } from "../agent/fs/confined.js";
 import { neutralGit } from "../agent/neutral-git.js";
 
 /** Files listed at most (a huge tree is cut, not walked for ever). */
@@ -24,8 +25,15 @@ const MENTION = /(^|\s)@([\w@.+/-]+[\w])/g;
 
 export class WorkspaceFiles {
   #listed: { at: number; files: Promise<string[]> } | undefined;
+  #confined: Promise<ConfinedRoot> | undefined;
 
   constructor(private readonly root: string) {}
+
+  #files(): Promise<ConfinedRoot> {
+    this.#confined ??= ConfinedRoot.open(this.root);
+    this.#confined.catch(() => (this.#confined = undefined));
+    return this.#confined;
+  }
 
   /** Paths containing `query` (case-insensitive), those whose name starts with it first. */
   async match(query: string): Promise<string[]> {
@@ -56,17 +64,23 @@ export class WorkspaceFiles {
     for (const path of new Set(named)) {
       if (!files.has(path) || attached.length >= MAX_ATTACHED) continue;
       let content: Buffer;
+      let size: number;
       try {
-        content = await readFile(join(this.root, path));
+        ({ content, size } = await (
+          await this.#files()
+        ).withFile(path, {}, async ({ handle, info }) => ({
+          content: await readPrefix(handle, MAX_ATTACHED_BYTES),
+          size: info.size,
+        })));
       } catch {
         continue;
       }
       if (content.includes(0)) continue; // binary
-      const cut = content.length > MAX_ATTACHED_BYTES;
-      const body = content.subarray(0, MAX_ATTACHED_BYTES).toString("utf8");
+      const cut = size > MAX_ATTACHED_BYTES;
+      const body = content.toString("utf8");
       const fence = body.includes("```") ? "~~~~" : "```";
       attached.push(
-        `\`${path}\`${cut ? ` (first ${MAX_ATTACHED_BYTES / 1024} KiB of ${content.length} bytes)` : ""}:\n` +
+        `\`${path}\`${cut ? ` (first ${MAX_ATTACHED_BYTES / 1024} KiB of ${size} bytes)` : ""}:\n` +
           `${fence}\n${body}${body.endsWith("\n") ? "" : "\n"}${fence}`,
       );
     }
@@ -98,21 +112,18 @@ export class WorkspaceFiles {
 
   async #walk(): Promise<string[]> {
     const files: string[] = [];
-    const pending = [this.root];
-    while (pending.length > 0 && files.length < MAX_FILES) {
-      const dir = pending.pop()!;
-      let entries;
-      try {
-        entries = await readdir(dir, { withFileTypes: true });
-      } catch {
-        continue;
-      }
-      for (const entry of entries) {
-        if (entry.name.startsWith(".") || entry.name === "node_modules") continue;
-        const path = join(dir, entry.name);
-        if (entry.isDirectory()) pending.push(path);
-        else if (entry.isFile()) files.push(relative(this.root, path).split(sep).join("/"));
-      }
+    try {
+      const root = await this.#files();
+      await root.walkTree(
+        ".",
+        (entry) => {
+          if (entry.kind === "file" && !entry.name.startsWith(".") && files.length < MAX_FILES)
+            files.push(entry.rel);
+        },
+        (entry) => !entry.name.startsWith(".") && entry.name !== "node_modules" && files.length < MAX_FILES,
+      );
+    } catch {
+      // The workspace cannot be read: no names to offer.
     }
     return files.sort();
   }
