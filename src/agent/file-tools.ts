@@ -400,7 +400,12 @@ async function* single(entry: WalkEntry): AsyncGenerator<WalkEntry> {
   yield entry;
 }
 
-async function searchFile(ws: Workspace, entry: WalkEntry, regex: RegExp, max: number): Promise<SearchMatch[]> {
+async function searchFile(
+  ws: Workspace,
+  entry: WalkEntry,
+  regex: RegExp,
+  max: number,
+): Promise<SearchMatch[]> {
   const found: SearchMatch[] = [];
   try {
     // Through the confined layer: a file over the cap, a FIFO or a secret is no result.

@@ -3,8 +3,8 @@
  * read from disk and sent as `input_image` parts with a data URL, which the server routes to a
  * model that can see (or refuses with `image_unsupported`).
  */
-import { readFile, stat } from "node:fs/promises";
 import { extname, resolve } from "node:path";
+import { readUserFile } from "./fs/confined.js";
 
 /** Largest image read: its data URL (4/3 of it) stays well within the server's 16 MiB body limit. */
 export const MAX_IMAGE_BYTES = 8 * 1024 * 1024;
@@ -46,10 +46,15 @@ export async function imageDataUrl(path: string, cwd = process.cwd()): Promise<s
   const full = resolve(cwd, path);
   const type = TYPES[extname(full).toLowerCase()];
   if (!type) throw new ImageFileError(`${path}: not an image (PNG, JPEG, GIF or WebP)`);
-  const info = await stat(full).catch(() => undefined);
-  if (!info?.isFile()) throw new ImageFileError(`${path}: no such file`);
-  if (info.size > MAX_IMAGE_BYTES)
-    throw new ImageFileError(`${path}: ${info.size} bytes, more than ${MAX_IMAGE_BYTES} (8 MiB)`);
-  const bytes = await readFile(full);
+  // A path the user named: a regular file only (a FIFO is refused, never waited on), never a secret.
+  let bytes: Buffer;
+  try {
+    bytes = await readUserFile(full, { maxBytes: MAX_IMAGE_BYTES });
+  } catch (error) {
+    const code = (error as { code?: unknown }).code;
+    if (code === "not_found") throw new ImageFileError(`${path}: no such file`);
+    if (code === "too_large") throw new ImageFileError(`${path}: more than ${MAX_IMAGE_BYTES} bytes (8 MiB)`);
+    throw new ImageFileError(`${path}: ${(error as Error).message}`);
+  }
   return `data:${type};base64,${bytes.toString("base64")}`;
 }

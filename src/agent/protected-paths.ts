@@ -34,20 +34,17 @@
  * `.git` that is a symlink cannot be pinned (its target is protected when it is inside the
  * workspace). Patches check every path they write at any depth, after resolving symlinks.
  */
-import { readFile, readdir, realpath } from "node:fs/promises";
 import path from "node:path";
+import { ConfinedRoot } from "./fs/confined.js";
+import { isProtectedName } from "./fs/protected-names.js";
 
-export const PROTECTED_NAMES: readonly string[] = [".git", ".spark", ".codex", ".vscode"];
+export { PROTECTED_NAMES } from "./fs/protected-names.js";
 
 /** Directories the sandbox's scan for nested protected paths visits at most, per command. */
 export const PROTECTED_SCAN_MAX_DIRS = 4096;
 
 /** Directories never scanned: package trees that do not hold repositories. */
 const SCAN_SKIP = new Set(["node_modules"]);
-
-function isProtectedName(name: string): boolean {
-  return PROTECTED_NAMES.includes(name.toLowerCase());
-}
 
 function isInside(root: string, candidate: string): boolean {
   const rel = path.relative(root, candidate);
@@ -65,13 +62,18 @@ export function protectedPart(workspaceRoot: string, absPath: string): string | 
   return index < 0 ? undefined : parts.slice(0, index + 1).join("/");
 }
 
-/** Where a `.git` file (`gitdir: PATH`) points, resolved, or undefined when it does not say. */
-async function gitdirOf(gitFile: string): Promise<string | undefined> {
+/**
+ * Where a `.git` file (`gitdir: PATH`) points when that is inside the workspace (its real path), or
+ * undefined. Read through the confined layer: a `.git` FIFO is refused at once, never waited on.
+ */
+async function gitdirOf(root: ConfinedRoot, gitFile: string): Promise<string | undefined> {
   try {
-    const text = await readFile(gitFile, "utf8");
+    const text = (await root.readFile(gitFile, { final: "entry", maxBytes: 64 * 1024 })).toString("utf8");
     const match = /^gitdir:\s*(.+?)\s*$/m.exec(text);
     if (!match) return undefined;
-    return await realpath(path.resolve(path.dirname(gitFile), match[1]!));
+    const target = path.resolve(path.dirname(root.absolute(gitFile)), match[1]!);
+    if (!isInside(root.root, target)) return undefined;
+    return (await root.locate(target)).abs;
   } catch {
     return undefined;
   }
@@ -83,14 +85,21 @@ async function gitdirOf(gitFile: string): Promise<string | undefined> {
  * directories, not descending into protected directories or `node_modules`, at most
  * `PROTECTED_SCAN_MAX_DIRS` directories), symlinked ones by their target when it is inside the
  * workspace, and the gitdirs that `.git` files point to inside the workspace. Outer paths come
- * before the paths inside them; never throws.
+ * before the paths inside them; never throws. The scan goes through the confined layer (a directory
+ * swapped for a link is not followed, a `.git` FIFO not read).
  */
 export async function findProtectedPaths(workspaceRoot: string): Promise<string[]> {
+  let root: ConfinedRoot;
+  try {
+    root = await ConfinedRoot.open(workspaceRoot, { home: "" });
+  } catch {
+    return [];
+  }
   const found = new Set<string>();
   const add = (abs: string): void => {
-    if (isInside(workspaceRoot, abs) && abs !== workspaceRoot) found.add(abs);
+    if (isInside(root.root, abs) && abs !== root.root) found.add(abs);
   };
-  let level = [workspaceRoot];
+  let level = [""];
   let visited = 0;
   while (level.length > 0 && visited < PROTECTED_SCAN_MAX_DIRS) {
     const dirs = level.slice(0, PROTECTED_SCAN_MAX_DIRS - visited);
@@ -100,25 +109,24 @@ export async function findProtectedPaths(workspaceRoot: string): Promise<string[
       dirs.map(async (dir) => {
         let entries;
         try {
-          entries = await readdir(dir, { withFileTypes: true });
+          entries = await root.readdir(dir === "" ? "." : dir);
         } catch {
           return;
         }
         for (const entry of entries) {
-          const abs = path.join(dir, entry.name);
           if (isProtectedName(entry.name)) {
-            if (entry.isSymbolicLink()) {
-              const target = await realpath(abs).catch(() => undefined);
-              if (target !== undefined) add(target);
+            if (entry.kind === "symlink") {
+              const target = await root.locate(entry.rel).catch(() => undefined);
+              if (target !== undefined && target.kind !== "absent") add(target.abs);
             } else {
-              add(abs);
+              add(root.absolute(entry.rel));
             }
-            if (entry.name.toLowerCase() === ".git" && entry.isFile()) {
-              const gitdir = await gitdirOf(abs);
+            if (entry.name.toLowerCase() === ".git" && entry.kind === "file") {
+              const gitdir = await gitdirOf(root, entry.rel);
               if (gitdir !== undefined) add(gitdir);
             }
-          } else if (entry.isDirectory() && !SCAN_SKIP.has(entry.name)) {
-            next.push(abs);
+          } else if (entry.kind === "directory" && !SCAN_SKIP.has(entry.name)) {
+            next.push(entry.rel);
           }
         }
       }),

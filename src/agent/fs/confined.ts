@@ -76,7 +76,7 @@ import {
 import { randomBytes } from "node:crypto";
 import os from "node:os";
 import path from "node:path";
-import { PROTECTED_NAMES } from "../protected-paths.js";
+import { isProtectedName } from "./protected-names.js";
 import { HOME_SECRETS } from "../secrets.js";
 import { ToolError } from "./tool-error.js";
 
@@ -108,10 +108,7 @@ function isInside(root: string, candidate: string): boolean {
 
 const toPosix = (p: string): string => (path.sep === "/" ? p : p.split(path.sep).join("/"));
 
-/** Whether a name is one of the protected names (case-insensitively, for case-insensitive file systems). */
-export function isProtectedName(name: string): boolean {
-  return PROTECTED_NAMES.includes(name.toLowerCase());
-}
+export { isProtectedName } from "./protected-names.js";
 
 /** `.env` and `.env.*` files hold a project's credentials; their templates do not. */
 export function isEnvSecretName(name: string): boolean {
