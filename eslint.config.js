@@ -48,9 +48,7 @@ const sparkOwnData = [
   "src/cli/setup-command.ts", // the user's own ~/.codex config, which no model or repository names
 ];
 // Callers still being moved onto the confined layer (issue 30); this list only shrinks.
-const notYetConfined = [
-  "src/agent/checkpoints/checkpoints.ts",
-];
+const notYetConfined = ["src/agent/checkpoints/checkpoints.ts"];
 
 // What the app server never imports: it reaches the server only over the wire, and shares only the
 // server's origin policy and request-target parsing (the same checks guard both).
