@@ -143,3 +143,31 @@ test("the drain timeout, or close() during a drain, ends what is left with serve
     );
   }
 });
+
+test("work that outlives its request (background responses) takes part: the drain waits for it, a timeout hands it back", async () => {
+  const server = await startScriptServer([LONG], RATE);
+  // A stand-in for a background response: it ends when told to, or when the drain runs out.
+  let finish: () => void = () => {};
+  const finished = new Promise<void>((resolve) => (finish = resolve));
+  const closedWith: string[] = [];
+  server.addShutdownParticipant({
+    drain: () => finished,
+    close: async (reason) => void closedWith.push(reason),
+  });
+  let drained = false;
+  const draining = server.drain(60_000).then(() => (drained = true));
+  await until(() => server.draining, "the drain to start");
+  assert.equal(drained, false, "the drain waits for it");
+  finish();
+  await draining;
+  assert.deepEqual(closedWith, ["server_shutdown"], "then it is closed like everything else (nothing left)");
+
+  const stuck = await startScriptServer([LONG], RATE);
+  const reasons: string[] = [];
+  stuck.addShutdownParticipant({
+    drain: () => new Promise(() => {}),
+    close: async (reason) => void reasons.push(reason),
+  });
+  await stuck.drain(200);
+  assert.deepEqual(reasons, ["server_shutdown"]);
+});

@@ -25,12 +25,19 @@ import { ResponsesService, type InputItemsPage } from "../core/responses.js";
 import type { Engine } from "../engine/types.js";
 import { shown, SparkError } from "../protocol/errors.js";
 import { readJsonBody } from "./body.js";
+import { healthOf } from "./health.js";
 import { OriginPolicy } from "./origin-policy.js";
 import { rawResponse } from "./raw-response.js";
 import { expectationFailed, originForm } from "./request-target.js";
 import { DEFAULT_COALESCE, isTokenDelta, type CoalesceOptions } from "./coalesce.js";
 import { SseWriter } from "./sse.js";
 import { ResponsesWebSocket, type WebSocketOptions } from "./websocket.js";
+
+/** See `SparkServer.addShutdownParticipant`. */
+export interface ShutdownParticipant {
+  drain(): Promise<void>;
+  close(reason: string): Promise<void>;
+}
 
 /** A surface served beside the API (see `SparkServerOptions.mount`). */
 export interface HttpMount {
@@ -152,6 +159,7 @@ export class SparkServer {
   #closed: Promise<void> | undefined;
   #whenIdle: (() => void)[] = [];
   #closing: Promise<void> | undefined;
+  readonly #participants = new Set<ShutdownParticipant>();
 
   constructor(private readonly options: SparkServerOptions) {
     this.models =
@@ -370,7 +378,11 @@ export class SparkServer {
   async #close(): Promise<void> {
     const closed = this.#stopListening();
     this.#shutdown.abort(AbortReason.serverShutdown);
-    await Promise.allSettled([...this.#inFlight.keys(), this.#websocket?.close()]);
+    await Promise.allSettled([
+      ...this.#inFlight.keys(),
+      this.#websocket?.close(),
+      ...[...this.#participants].map((participant) => participant.close(AbortReason.serverShutdown)),
+    ]);
     this.#server.closeIdleConnections();
     // Give slow readers a moment to receive their terminal events before the sockets go.
     const grace = new Promise<void>((resolve) => setTimeout(resolve, SHUTDOWN_GRACE_MS).unref());
@@ -397,7 +409,11 @@ export class SparkServer {
     for (const response of this.#inFlight.values())
       if (!response.headersSent) response.setHeader("connection", "close");
     let timer: NodeJS.Timeout | undefined;
-    const finished = Promise.all([this.#idle(), this.#websocket?.drain()]);
+    const finished = Promise.all([
+      this.#idle(),
+      this.#websocket?.drain(),
+      ...[...this.#participants].map((participant) => participant.drain()),
+    ]);
     const expired = new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)));
     const interrupted = new Promise<void>((resolve) =>
       this.#shutdown.signal.addEventListener("abort", () => resolve(), { once: true }),
@@ -409,6 +425,16 @@ export class SparkServer {
 
   get draining(): boolean {
     return this.#draining;
+  }
+
+  /**
+   * Work that outlives the request that started it (background responses) takes part in stopping:
+   * `drain()` lets it run to its end (bounded by the drain timeout); `close(reason)` ends what is
+   * left, each piece handed back as `incomplete` with `reason` (`server_shutdown`), where a client
+   * that polls it will see it.
+   */
+  addShutdownParticipant(participant: ShutdownParticipant): void {
+    this.#participants.add(participant);
   }
 
   /** Closes the listening socket (once); resolves when every connection has ended too. */
@@ -609,35 +635,16 @@ export class SparkServer {
   }
 
   async #health({ response }: RequestContext): Promise<void> {
-    const engines = this.models.engines().map((engine) => ({ engine, status: engine.status() }));
-    const ready = engines.every((e) => e.status.ready);
-    const first = engines[0]!;
-    // A store that cannot serve (Postgres locked or unreachable) is "degraded", still 200: the
-    // server answers, `store: false` responses work, and every instance shares the same store.
-    const store = await this.#store.health?.();
-    // Likewise Redis (`--redis`): limits fall back to each instance's own, or are refused (closed).
-    const shared = this.options.shared;
-    const redis = shared?.status.health();
-    // A draining instance answers 503 so load balancers stop sending it work.
-    const status = this.#draining
-      ? "draining"
-      : !ready
-        ? "starting"
-        : store?.ok === false || redis?.ok === false
-          ? "degraded"
-          : "ok";
-    sendJson(response, ready && !this.#draining ? 200 : 503, {
-      status,
-      engine: first.engine.kind,
-      detail: engines.map((e) => e.status.detail).join("; "),
-      engines: engines.map((e) => ({ kind: e.engine.kind, ready: e.status.ready, detail: e.status.detail })),
-      ...(store ? { store: { status: store.ok ? "ok" : "degraded", detail: store.detail } } : {}),
-      ...(redis && shared
-        ? { redis: { status: redis.ok ? "ok" : "degraded", detail: redis.detail, failure: shared.failure } }
-        : {}),
+    // A store that cannot serve (Postgres locked or unreachable, Redis away) is "degraded", still
+    // 200: the server answers, and every instance shares the same stores.
+    const { status, body } = healthOf({
+      engines: this.models.engines().map((engine) => ({ engine, status: engine.status() })),
+      store: await this.#store.health?.(),
+      shared: this.options.shared,
+      draining: this.#draining,
       queued: this.admission.queued,
-      ...(shared ? { fleet: fleetBody(shared.status) } : {}),
     });
+    sendJson(response, status, body);
   }
 
   async #metricsText({ response }: RequestContext): Promise<void> {
@@ -806,18 +813,6 @@ function shuttingDown(): SparkError {
     null,
     { "retry-after": "1" },
   );
-}
-
-/** The fleet's queue view in `/healthz` (from Redis, refreshed every second). */
-function fleetBody(status: FleetStatus): Record<string, unknown> | null {
-  const view = status.view();
-  if (!view) return null;
-  return {
-    instances: view.instances,
-    queued: { spark: view.tiers.spark.queued, deep: view.tiers.deep.queued },
-    in_flight: { spark: view.tiers.spark.inFlight, deep: view.tiers.deep.inFlight },
-    age_ms: view.ageMs,
-  };
 }
 
 function tooManyConnections(limit: number): SparkError {
