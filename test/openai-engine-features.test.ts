@@ -36,6 +36,19 @@ async function startUpstream(): Promise<FakeUpstream> {
       const path = new URL(req.url ?? "/", "http://x").pathname;
       const body = chunks.length ? (JSON.parse(Buffer.concat(chunks).toString("utf8")) as Json) : {};
       received.push({ path, body });
+      if (path === "/v1/embeddings") {
+        const inputs = Array.isArray(body.input) ? body.input : [body.input];
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(
+          JSON.stringify({
+            object: "list",
+            data: inputs.map((_, index) => ({ object: "embedding", index, embedding: [index, 0.5, -1] })),
+            model: body.model,
+            usage: { prompt_tokens: 3 * inputs.length, total_tokens: 3 * inputs.length },
+          }),
+        );
+        return;
+      }
       if (path === "/v1/responses/input_tokens") {
         res.writeHead(200, { "content-type": "application/json" });
         res.end(JSON.stringify({ object: "response.input_tokens", input_tokens: 42 }));
@@ -242,6 +255,28 @@ for (const wire of ["chat", "responses"] as const) {
       await openai.responses.create({ model: "spark", input: "x" });
       assert.equal(last().logprobs, undefined);
       assert.equal(last().include, undefined);
+    });
+
+    test("embeddings are the upstream's, whichever encoding the client asks", async () => {
+      const result = await openai.embeddings.create({ model: "spark", input: ["a", "b"], dimensions: 3 });
+      const sent = upstream.received.at(-1)!;
+      assert.equal(sent.path, "/v1/embeddings");
+      assert.deepEqual(sent.body, {
+        model: "up-model",
+        input: ["a", "b"],
+        encoding_format: "float",
+        dimensions: 3,
+      });
+      // The SDK asked Spark for base64 and decoded it.
+      assert.deepEqual(
+        result.data.map((entry) => entry.embedding),
+        [
+          [0, 0.5, -1],
+          [1, 0.5, -1],
+        ],
+      );
+      assert.equal(result.usage.prompt_tokens, 6);
+      assert.equal(result.model, "spark");
     });
 
     test("tool_choice reaches the upstream in its wire's shape", async () => {

@@ -66,6 +66,8 @@ const engineSettings = {
   sequences: z.coerce.number().int().min(1).max(64).optional(),
   /** llama: a small model of the same vocabulary that drafts tokens for this one. */
   draftModel: z.string().min(1).optional(),
+  /** llama: a GGUF model for /v1/embeddings (else the chat model embeds). */
+  embeddingModel: z.string().min(1).optional(),
   /** llama: input lookup (prompt-lookup decoding) for requests that do not set it. */
   inputLookup: z.enum(["on", "off"]).optional(),
   /** llama: run the model in this `llama-server` executable, supervised, instead of in process. */

@@ -192,6 +192,7 @@ export async function createEngine(
         ...(settings.sequences !== undefined ? { sequences: settings.sequences } : {}),
         ...(settings.inputLookup !== undefined ? { inputLookup: settings.inputLookup === "on" } : {}),
         ...(settings.draftModel !== undefined ? { draftModelPath: settings.draftModel } : {}),
+        ...(settings.embeddingModel !== undefined ? { embeddingModelPath: settings.embeddingModel } : {}),
       });
     }
   }

@@ -153,6 +153,10 @@ export function buildProgram(): Command {
       `llama: a small GGUF model of the same vocabulary that drafts tokens for the model (speculative decoding) ${env("draftModel")}`,
     )
     .option(
+      "--embedding-model <path>",
+      `llama: a GGUF model that answers /v1/embeddings, listed under its file's name (without it the chat model embeds) ${env("embeddingModel")}`,
+    )
+    .option(
       "--llama-server <path>",
       `llama: run the model in this llama-server executable (supervised child; bench/peer/build-llama-server.sh builds one) instead of in process ${env("llamaServer")}`,
     )

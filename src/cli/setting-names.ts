@@ -47,6 +47,7 @@ export const ENV_NAMES: Record<
   sequences: "SPARK_SEQUENCES",
   inputLookup: "SPARK_INPUT_LOOKUP",
   draftModel: "SPARK_DRAFT_MODEL",
+  embeddingModel: "SPARK_EMBEDDING_MODEL",
   llamaServer: "SPARK_LLAMA_SERVER",
   gpu: "SPARK_GPU",
   upstream: "SPARK_UPSTREAM",

@@ -20,6 +20,7 @@ import { anonymousPrincipal, KeyRing, type Principal } from "../core/keys.js";
 import { Metrics } from "../core/metrics.js";
 import { ModelRegistry, type ResolvedModel } from "../core/model-registry.js";
 import { MemoryResponseStore, type ResponseStore } from "../core/response-store.js";
+import { EmbeddingsService } from "../core/embeddings.js";
 import { countInputTokens } from "../core/input-tokens.js";
 import { ResponsesService, type InputItemsPage } from "../core/responses.js";
 import type { Engine } from "../engine/types.js";
@@ -142,6 +143,7 @@ export class SparkServer {
   readonly #responses: ResponsesService;
   readonly #chat: ChatCompletionsService;
   readonly #completions: CompletionsService;
+  readonly #embeddings: EmbeddingsService;
   readonly #routes: Route[];
   readonly #maxBodyBytes: number;
   readonly #shutdown = new AbortController();
@@ -190,6 +192,7 @@ export class SparkServer {
     });
     this.#chat = new ChatCompletionsService(this.models, this.metrics, this.#gate, defaultModel);
     this.#completions = new CompletionsService(this.models, this.metrics, this.#gate, defaultModel);
+    this.#embeddings = new EmbeddingsService(this.models, this.#gate);
     if (options.websocket !== false) {
       const websocketOptions = typeof options.websocket === "object" ? options.websocket : {};
       this.#websocket = new ResponsesWebSocket(this.#responses, this.metrics, {
@@ -249,6 +252,15 @@ export class SparkServer {
         pattern: /^\/v1\/completions$/,
         name: "/v1/completions",
         handler: (c) => this.#completion(c),
+      },
+      {
+        method: "POST",
+        pattern: /^\/v1\/embeddings$/,
+        name: "/v1/embeddings",
+        handler: async ({ request, response, signal, principal }) => {
+          const body = await readJsonBody(request, this.#maxBodyBytes);
+          sendJson(response, 200, await this.#embeddings.create(body, signal, principal));
+        },
       },
       { method: "GET", pattern: /^\/v1\/models$/, name: "/v1/models", handler: (c) => this.#listModels(c) },
       {

@@ -37,12 +37,21 @@ import {
   type Token,
   type Tokenizer,
 } from "node-llama-cpp";
-import type { Engine, EngineModel, EnginePart, EngineRequest, EngineStatus } from "../../engine/types.js";
+import type {
+  EmbeddingRequest,
+  EmbeddingResult,
+  Engine,
+  EngineModel,
+  EnginePart,
+  EngineRequest,
+  EngineStatus,
+} from "../../engine/types.js";
 import { carriesImage } from "../../engine/types.js";
 import { SparkError } from "../../protocol/errors.js";
 import { toChatFunctions, toChatHistory } from "./chat-history.js";
 import { generateChat } from "./chat-generation.js";
 import { forcingChatWrapper, type CallForcing } from "./forced-calls.js";
+import { LlamaEmbedder } from "./embeddings.js";
 import { decodeWithLogprobs, logprobsRefusal } from "./logprobs-decode.js";
 import { ANY_OBJECT, enforceableSchema, GrammarCache, patchNumberGrammar } from "./json-schema-grammar.js";
 import { AheadSequence } from "./decode-ahead.js";
@@ -106,6 +115,11 @@ export interface LlamaEngineOptions {
    * neither the prediction nor input lookup has a draft); refused at start when the vocabularies differ.
    */
   draftModelPath?: string;
+  /**
+   * A GGUF model for `POST /v1/embeddings`, listed under its file's name (without it the chat
+   * model embeds, through an embedding context of its own created at the first request).
+   */
+  embeddingModelPath?: string;
   /** Called when a request is cancelled, with how many tokens were still decoded after the abort. */
   onCancel?: (info: { tokensAfterAbort: number }) => void;
 }
@@ -170,6 +184,10 @@ export class LlamaEngine implements Engine {
   readonly #fimPrompts = new WeakMap<EngineRequest, Token[]>();
   #eogBias: TokenBias | undefined;
   #grammars: GrammarCache | undefined;
+  /** `--embedding-model`: its model id and embedder. */
+  #embeddingModel: { id: string; embedder: LlamaEmbedder } | undefined;
+  /** The chat model's own embedder, made at the first embeddings request for it. */
+  #chatEmbedder: LlamaEmbedder | undefined;
   /** A structured-output request's schema as node-llama-cpp enforces it, translated once per request. */
   readonly #formats = new WeakMap<EngineRequest, GbnfJsonSchema>();
 
@@ -258,6 +276,17 @@ export class LlamaEngine implements Engine {
         ownedBy: "spark-llama",
         contextSize: this.#context!.contextSize,
       }));
+      if (this.options.embeddingModelPath) {
+        const embeddingPath = this.options.embeddingModelPath;
+        this.#status = { ready: false, detail: `loading embedding model ${embeddingPath}` };
+        const embedder = await LlamaEmbedder.load(this.#llama, embeddingPath, this.#threads);
+        const id = basename(embeddingPath).replace(/\.gguf$/i, "");
+        this.#embeddingModel = { id, embedder };
+        this.#models.push({ id, ownedBy: "spark-llama" });
+        log(
+          `llama: embedding model ${basename(embeddingPath)} (${embedder.model.embeddingVectorSize} dimensions)`,
+        );
+      }
       log(
         `llama: ${basename(path)} on ${this.#llama.gpu || "cpu"}, ${this.#threads} thread(s), batch ${batchSize}, ` +
           `context ${contextSize} × ${this.#slots.length} sequences (${contextOrigin(contextSize, trained, requested)}), ` +
@@ -424,6 +453,7 @@ export class LlamaEngine implements Engine {
    */
   validateRequest(request: EngineRequest): void {
     refuseImages(request);
+    this.#refuseEmbeddingModel(request);
     const refusal = logprobsRefusal(request);
     if (refusal) throw refusal;
     if (request.responseFormat) this.#formatSchema(request);
@@ -624,6 +654,7 @@ export class LlamaEngine implements Engine {
     if (!this.#status.ready)
       throw SparkError.unavailable(`The llama engine is not ready: ${this.#status.detail}.`);
     refuseImages(request);
+    this.#refuseEmbeddingModel(request);
     if (request.fim) {
       yield* this.#streamFim(request, signal);
       return;
@@ -672,9 +703,32 @@ export class LlamaEngine implements Engine {
     }
   }
 
+  /** Embeddings by the embedding model when the request names it, else by the chat model. */
+  async embed(request: EmbeddingRequest, signal: AbortSignal): Promise<EmbeddingResult> {
+    if (!this.#status.ready)
+      throw SparkError.unavailable(`The llama engine is not ready: ${this.#status.detail}.`);
+    const embedder =
+      this.#embeddingModel?.id === request.model
+        ? this.#embeddingModel.embedder
+        : (this.#chatEmbedder ??= new LlamaEmbedder(this.#model!, this.#threads, false));
+    return embedder.embed(request, signal);
+  }
+
+  /** A generation request for the embedding model is a 400: it embeds, it does not chat. */
+  #refuseEmbeddingModel(request: EngineRequest): void {
+    if (this.#embeddingModel?.id !== request.model) return;
+    throw SparkError.invalid(
+      `'${request.model}' is an embedding model: use it with /v1/embeddings, and another model to generate.`,
+      "model",
+      "model_not_supported",
+    );
+  }
+
   async close(): Promise<void> {
     this.#status = { ready: false, detail: "closed" };
     await this.#draftModel?.dispose();
+    await this.#chatEmbedder?.dispose();
+    await this.#embeddingModel?.embedder.dispose();
     await this.#context?.dispose();
     await this.#model?.dispose();
     await this.#llama?.dispose();
