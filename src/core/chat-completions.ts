@@ -144,42 +144,60 @@ export class ChatCompletionsService {
       return { role: "assistant", content, refusal: null };
     };
     const calls = new Map<string, ToolCallState>();
+    // The text is kept only to estimate prediction usage (`usage`); otherwise nothing reads it.
+    const keepText = prepared.request.prediction !== undefined;
     let text = "";
-    for await (const part of this.generate(prepared, signal)) {
-      switch (part.type) {
-        case "text-delta":
-          if (!started) yield chunk(opening(""));
-          text += part.delta;
-          yield chunk({ content: part.delta }, null, part.logprobs);
-          break;
-        case "tool-call-start": {
-          const call = { index: calls.size, id: part.callId, kind: part.kind, name: part.name, input: "" };
-          calls.set(part.id, call);
-          const delta = { tool_calls: [toolCallDelta(call, "", true)] };
-          yield chunk(started ? delta : { ...opening(null), ...delta });
-          break;
-        }
-        case "tool-call-delta": {
-          const call = calls.get(part.id);
-          if (!call) break;
-          call.input += part.delta;
-          yield chunk({ tool_calls: [toolCallDelta(call, part.delta, false)] });
-          break;
-        }
-        case "finish": {
-          if (!started) yield chunk(opening(""));
-          yield chunk(
-            {},
-            calls.size > 0 && part.reason !== "length" ? "tool_calls" : finishReasons[part.reason],
-          );
-          if (prepared.includeUsage) {
-            yield { ...base, choices: [], usage: await this.usage(prepared, part.usage, text) };
+    // The engine's parts are read here directly, not through `generate`: one level of async
+    // generators less for every token.
+    let charged = 0;
+    try {
+      await prepared.ticket.wait(signal);
+      const engine = prepared.resolved.entry.engine;
+      for await (const part of observeGeneration(
+        engine,
+        prepared.request,
+        signal,
+        this.metrics,
+        prepared.acceptedAt,
+      )) {
+        switch (part.type) {
+          case "text-delta":
+            if (!started) yield chunk(opening(""));
+            if (keepText) text += part.delta;
+            yield chunk({ content: part.delta }, null, part.logprobs);
+            break;
+          case "tool-call-start": {
+            const call = { index: calls.size, id: part.callId, kind: part.kind, name: part.name, input: "" };
+            calls.set(part.id, call);
+            const delta = { tool_calls: [toolCallDelta(call, "", true)] };
+            yield chunk(started ? delta : { ...opening(null), ...delta });
+            break;
           }
-          return;
+          case "tool-call-delta": {
+            const call = calls.get(part.id);
+            if (!call) break;
+            call.input += part.delta;
+            yield chunk({ tool_calls: [toolCallDelta(call, part.delta, false)] });
+            break;
+          }
+          case "finish": {
+            charged = part.usage.inputTokens + part.usage.outputTokens;
+            if (!started) yield chunk(opening(""));
+            yield chunk(
+              {},
+              calls.size > 0 && part.reason !== "length" ? "tool_calls" : finishReasons[part.reason],
+            );
+            if (prepared.includeUsage) {
+              yield { ...base, choices: [], usage: await this.usage(prepared, part.usage, text) };
+            }
+            return;
+          }
+          default:
+            break;
         }
-        default:
-          break;
       }
+    } finally {
+      prepared.ticket.release(charged);
     }
   }
 

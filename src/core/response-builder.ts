@@ -63,6 +63,44 @@ export class ResponseBuilder {
     return { ...this.response, output: [...this.response.output] };
   }
 
+  /**
+   * The event of a text or tool-call delta (undefined when there is nothing to send), without a
+   * generator: this runs once per token.
+   */
+  delta(part: Extract<EnginePart, { type: "text-delta" | "tool-call-delta" }>): ResponseEvent | undefined {
+    const state = this.open.get(part.id);
+    if (!state) return undefined;
+    const item = this.response.output[state.index]!;
+    if (part.type === "text-delta") {
+      // An empty delta is dropped, unless it carries log probabilities (a token with no text).
+      if (part.delta === "" && !part.logprobs?.length) return undefined;
+      state.text.append(part.delta);
+      const logprobs = part.logprobs?.map(wireLogprob) ?? [];
+      for (const logprob of logprobs) state.logprobs?.push(logprob);
+      return {
+        type: "response.output_text.delta",
+        sequence_number: this.sequence++,
+        item_id: item.id,
+        output_index: state.index,
+        content_index: 0,
+        delta: part.delta,
+        logprobs,
+      };
+    }
+    if (part.delta === "") return undefined;
+    state.text.append(part.delta);
+    return {
+      type:
+        item.type === "function_call"
+          ? "response.function_call_arguments.delta"
+          : "response.custom_tool_call_input.delta",
+      sequence_number: this.sequence++,
+      item_id: item.id,
+      output_index: state.index,
+      delta: part.delta,
+    };
+  }
+
   *apply(part: Exclude<EnginePart, { type: "finish" }>): Generator<ResponseEvent> {
     const output = this.response.output;
     switch (part.type) {
@@ -88,22 +126,10 @@ export class ResponseBuilder {
         });
         return;
       }
-      case "text-delta": {
-        const state = this.open.get(part.id);
-        // An empty delta is dropped, unless it carries log probabilities (a token with no text).
-        if (!state || (part.delta === "" && !part.logprobs?.length)) return;
-        state.text.append(part.delta);
-        const logprobs = part.logprobs?.map(wireLogprob) ?? [];
-        for (const logprob of logprobs) state.logprobs?.push(logprob);
-        yield {
-          type: "response.output_text.delta",
-          sequence_number: this.sequence++,
-          item_id: output[state.index]!.id,
-          output_index: state.index,
-          content_index: 0,
-          delta: part.delta,
-          logprobs,
-        };
+      case "text-delta":
+      case "tool-call-delta": {
+        const event = this.delta(part);
+        if (event) yield event;
         return;
       }
       case "text-end": {
@@ -148,23 +174,6 @@ export class ResponseBuilder {
         const index = output.push(item) - 1;
         this.open.set(part.id, { index, text: new TextBuffer() });
         yield this.event("response.output_item.added", { output_index: index, item: { ...item } });
-        return;
-      }
-      case "tool-call-delta": {
-        const state = this.open.get(part.id);
-        if (!state || part.delta === "") return;
-        state.text.append(part.delta);
-        const item = output[state.index]!;
-        yield {
-          type:
-            item.type === "function_call"
-              ? "response.function_call_arguments.delta"
-              : "response.custom_tool_call_input.delta",
-          sequence_number: this.sequence++,
-          item_id: item.id,
-          output_index: state.index,
-          delta: part.delta,
-        };
         return;
       }
       case "tool-call-end": {

@@ -406,7 +406,11 @@ export class ResponsesService {
             charged = usage.inputTokens + usage.outputTokens;
             break;
           }
-          yield* builder.apply(part);
+          // A token's delta is one event: no generator for it (this runs once per token).
+          if (part.type === "text-delta" || part.type === "tool-call-delta") {
+            const event = builder.delta(part);
+            if (event) yield event;
+          } else yield* builder.apply(part);
         }
       } catch (error) {
         prepared.failure = SparkError.from(error);
