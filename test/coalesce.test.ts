@@ -14,14 +14,19 @@ import { startScriptServer } from "./helpers/servers.js";
 /** Resolves after the nextTick queue queued so far has run (before any timer can fire). */
 const afterTick = (): Promise<void> => new Promise((resolve) => process.nextTick(resolve));
 
-function coalescer(windowMs = 1, maxHeld = 8): { c: WriteCoalescer; writes: () => number } {
+function coalescer(windowMs = 1, holdMs = 0.5, maxHeld = 8): { c: WriteCoalescer; writes: () => number } {
   let writes = 0;
-  const c = new WriteCoalescer(() => void writes++, { windowMs, maxHeld });
+  const c = new WriteCoalescer(() => void writes++, { windowMs, holdMs, maxHeld });
   return { c, writes: () => writes };
 }
 
 async function until(condition: () => boolean): Promise<void> {
   while (!condition()) await new Promise((resolve) => setTimeout(resolve, 1));
+}
+
+/** Waits until `ms` have passed since `since` (a condition on the clock, not a fixed sleep). */
+async function past(since: number, ms: number): Promise<void> {
+  await until(() => performance.now() - since >= ms);
 }
 
 test("the first delta of a stream is written at the end of its tick, not held", async () => {
@@ -32,9 +37,9 @@ test("the first delta of a stream is written at the end of its tick, not held", 
   c.stop();
 });
 
-test("deltas arriving within the window are held, then written together once", async () => {
-  // A window far longer than a stall of this (loaded) machine between two calls.
-  const { c, writes } = coalescer(1000);
+test("deltas arriving within the window are held; the backstop writes them together once", async () => {
+  // Window and hold far longer than a stall of this (loaded) machine between two calls.
+  const { c, writes } = coalescer(1000, 1000);
   c.queued(true);
   await afterTick();
   assert.equal(writes(), 1);
@@ -49,8 +54,23 @@ test("deltas arriving within the window are held, then written together once", a
   c.stop();
 });
 
+test("held deltas go out with the first delta arriving once the oldest has waited the hold", async () => {
+  const { c, writes } = coalescer(10_000, 5);
+  c.queued(true);
+  await afterTick();
+  c.queued(true);
+  const heldAt = performance.now();
+  await afterTick();
+  assert.equal(writes(), 1, "the second delta is held");
+  await past(heldAt, 6);
+  c.queued(true);
+  await afterTick();
+  assert.equal(writes(), 2, "the third delta's arrival writes both");
+  c.stop();
+});
+
 test("any other event flushes the held deltas at the end of its tick", async () => {
-  const { c, writes } = coalescer(10_000);
+  const { c, writes } = coalescer(10_000, 10_000);
   c.queued(true);
   await afterTick();
   c.queued(true);
@@ -64,7 +84,7 @@ test("any other event flushes the held deltas at the end of its tick", async () 
 });
 
 test("at most maxHeld deltas are held: the next flush comes at the end of that tick", async () => {
-  const { c, writes } = coalescer(10_000, 3);
+  const { c, writes } = coalescer(10_000, 10_000, 3);
   c.queued(true);
   await afterTick();
   c.queued(true);
@@ -81,8 +101,7 @@ test("a delta after a pause of the window or more is written at once (a paced en
   const { c, writes } = coalescer(2);
   c.queued(true);
   await afterTick();
-  const last = performance.now();
-  await until(() => performance.now() - last >= 3);
+  await past(performance.now(), 3);
   c.queued(true);
   await afterTick();
   assert.equal(writes(), 2);
@@ -90,7 +109,7 @@ test("a delta after a pause of the window or more is written at once (a paced en
 });
 
 test("a window of 0 writes every event at the end of its tick", async () => {
-  const { c, writes } = coalescer(0);
+  const { c, writes } = coalescer(0, 0);
   c.queued(true);
   await afterTick();
   c.queued(true);

@@ -9,20 +9,28 @@
  * - A delta goes out at the end of the tick too when it is the stream's first, or when the previous
  *   delta came `windowMs` or more before it (a paced engine: nothing would be gathered, so nothing
  *   waits).
- * - Otherwise (tokens arriving faster than the window) deltas are held: they go out together when
- *   the first held one has waited `windowMs`, or when `maxHeld` are held, whichever comes first.
- * So the first token of a response is never delayed, a held token waits at most `windowMs` (plus
- * timer slop), and the writer decides nothing about order: it only chooses when to flush.
+ * - Otherwise (tokens arriving faster than `windowMs` apart) deltas are held, and written together
+ *   with the first delta that arrives once the oldest held has waited `holdMs`, or once `maxHeld`
+ *   are held. The flush rides on a token's own arrival, so it costs no extra wake-up: a timer that
+ *   fires between tokens is one more wake-up of a loaded machine, and under load timers fire late
+ *   (a 1 ms timer measured p99 15 ms at load 20 on the 2-core VM).
+ * - A backstop timer writes held deltas `windowMs` after the oldest if nothing arrives meanwhile
+ *   (the engine paused).
+ * So the first token of a response is never delayed, a held token waits at most about `holdMs`
+ * plus one gap (under `windowMs`), or `windowMs` when the stream pauses; the coalescer decides
+ * nothing about order, only when to flush.
  */
 
 export interface CoalesceOptions {
-  /** Longest a delta is held for company, in milliseconds (0: every event at the end of its tick). */
+  /** Deltas closer together than this are coalesced; the longest a held delta waits for a flush (ms; 0: never hold). */
   windowMs: number;
-  /** Deltas held at most before they are flushed without waiting for the window. */
+  /** Held deltas go out with the first delta arriving once the oldest has waited this long (ms). */
+  holdMs: number;
+  /** Deltas held at most before they are flushed. */
   maxHeld: number;
 }
 
-export const DEFAULT_COALESCE: CoalesceOptions = { windowMs: 1, maxHeld: 8 };
+export const DEFAULT_COALESCE: CoalesceOptions = { windowMs: 1, holdMs: 0.5, maxHeld: 8 };
 
 /** Token deltas of the Responses stream: the events a writer may hold briefly to write several at once. */
 export function isTokenDelta(type: string): boolean {
@@ -35,6 +43,7 @@ export function isTokenDelta(type: string): boolean {
 
 export class WriteCoalescer {
   #held = 0;
+  #oldestHeldAt = 0;
   #lastDeltaAt = Number.NEGATIVE_INFINITY;
   #timer: NodeJS.Timeout | undefined;
   #tickScheduled = false;
@@ -59,9 +68,14 @@ export class WriteCoalescer {
       const now = performance.now();
       const gap = now - this.#lastDeltaAt;
       this.#lastDeltaAt = now;
-      if (gap < this.options.windowMs && ++this.#held < this.options.maxHeld) {
-        this.#timer ??= setTimeout(this.#onTimer, this.options.windowMs);
-        return;
+      if (gap < this.options.windowMs) {
+        if (this.#held === 0) {
+          this.#held = 1;
+          this.#oldestHeldAt = now;
+          this.#timer ??= setTimeout(this.#onTimer, this.options.windowMs);
+          return;
+        }
+        if (++this.#held < this.options.maxHeld && now - this.#oldestHeldAt < this.options.holdMs) return;
       }
     }
     if (!this.#tickScheduled) {

@@ -94,8 +94,9 @@ export type SparkServerOptions = (
   log?: (line: string) => void;
   /**
    * When streamed events are written, over SSE and WebSocket (see `WriteCoalescer`): by default
-   * token deltas that arrive faster than 1 ms apart are held up to 1 ms (8 at most) and written
-   * together; `{ windowMs: 0 }` writes every event at the end of its tick.
+   * token deltas that arrive under 1 ms apart are held and written together (with the first delta
+   * arriving 0.5 ms after the oldest held, at most 8, at most 1 ms); `{ windowMs: 0, … }` writes
+   * every event at the end of its tick.
    */
   coalesce?: CoalesceOptions;
 };

@@ -8,9 +8,9 @@ const FLUSH_BYTES = 64 * 1024;
 /**
  * Writes Server-Sent Events with back-pressure, coalesced (see `WriteCoalescer`): events are joined
  * into one string and written once per flush: at the end of the tick for anything but a token
- * delta, and within about a millisecond for deltas that arrive faster than that. A fast engine costs
- * one write per burst rather than per token; the first token and a paced engine's tokens go out at
- * once.
+ * delta, and a few together for deltas that arrive faster than a millisecond apart. A fast engine
+ * costs one write per few tokens rather than per token; the first token and a paced engine's go out
+ * at once.
  */
 export class SseWriter {
   #pending = "";

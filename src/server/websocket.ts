@@ -43,7 +43,7 @@ export interface WebSocketOptions {
   /** Estimated bytes of lane history kept over all connections (each also has `limits.historyBytes`). */
   historyBytesTotal?: number;
   limits?: Partial<SessionLimits>;
-  /** When events are written (see `WriteCoalescer`); the default holds token deltas up to 1 ms. */
+  /** When events are written (see `WriteCoalescer`); the default holds fast token deltas briefly. */
   coalesce?: CoalesceOptions;
 }
 
