@@ -4,6 +4,8 @@
  *   1. time to first token through the server (SSE) vs the same script engine in process;
  *   2. relay throughput of one SSE stream vs the script engine's own rate;
  *   3. llama decode speed through the server vs a bare node-llama-cpp loop at its best thread count;
+ *      3b. CPU time per token of the server's process vs a bare loop's, each in a process of its own
+ *      (Responses and Chat Completions, and the engine alone);
  *   4. time to first token of a continued 1,000+ token conversation with KV prefix reuse vs without;
  *   5. a 20-turn tool loop: per-turn overhead and bytes, WebSocket incremental vs HTTP full history;
  *   6. steering latency (script and llama engines);
@@ -40,6 +42,8 @@
  *      longest task while all the cards stream, and last variant's end → every preview rendered.
  *  29. an app task's worktree in a 10,000-file repository (HEAD plus uncommitted changes), vs plain
  *      `git worktree add` of the same repository (medians).
+ *  33. coalesced SSE/WebSocket writes: the delay they add per token at 200 to 5,000 tok/s and the
+ *      writes they save, and the tiny model's inter-token gaps and server CPU, coalesced or not.
  *  34. start-up from process start: `spark exec` and the TUI to the first token (vs a minimal Node
  *      WebSocket client sending the same request), the TUI's first paint, `spark app` to its page.
  *  35. limits shared through Redis (`--redis`): the latency one admission adds (p50, p99) vs the
@@ -57,6 +61,8 @@ import { appFigures } from "./app-figures.js";
 import { variantsFigure } from "./app-variants-figure.js";
 import { skillsListTokens } from "./context-figures.js";
 import { mcpStartFigure } from "./mcp-start.js";
+import { coalesceFigures } from "./coalesce-figures.js";
+import { decodeCpu } from "./decode-cpu.js";
 import { peerFigures, peerSetup } from "./peer-figures.js";
 import { llamaFigures } from "./llama-figures.js";
 import { fimFigures } from "./fim-figures.js";
@@ -85,11 +91,13 @@ const config = args.quick
   ? { ttftWarmup: 30, ttftIterations: 100, relayPieces: 100_000, relayRounds: 1 }
   : { ttftWarmup: 100, ttftIterations: 300, relayPieces: 200_000, relayRounds: 3 };
 const llamaConfig = args.quick
-  ? { decodeTokens: 200, decodeRounds: 3, reuseRounds: 2 }
-  : { decodeTokens: 200, decodeRounds: 15, reuseRounds: 9 };
-const wsConfig = args.quick ? { loopRounds: 3, steerRounds: 5 } : { loopRounds: 10, steerRounds: 15 };
+  ? { decodeTokens: 200, decodeRounds: 3, reuseRounds: 2, cpuTokens: 500, cpuRounds: 4 }
+  : { decodeTokens: 200, decodeRounds: 15, reuseRounds: 9, cpuTokens: 1000, cpuRounds: 15 };
+const wsConfig = args.quick
+  ? { loopRounds: 3, longRounds: 1, steerRounds: 5 }
+  : { loopRounds: 10, longRounds: 2, steerRounds: 15 };
 const only = new Set(
-  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,34,35")
+  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,33,34,35")
     .split(",")
     .map((s) => Number(s.trim())),
 );
@@ -161,6 +169,17 @@ if (only.has(3) || only.has(4)) {
     );
     if (decode) results.decodeSpeed = decode;
     for (const [index, figure] of (reuse ?? []).entries()) results[`prefixReuse${index}`] = figure;
+    if (only.has(3)) {
+      log(
+        `\n3b. llama decode CPU per token: the server's process vs a bare loop's, each alone in a child process ` +
+          `(${llamaConfig.cpuTokens} tokens, ${llamaConfig.cpuRounds} alternating rounds)`,
+      );
+      results.decodeCpu = await decodeCpu(
+        model.path,
+        { tokens: llamaConfig.cpuTokens, rounds: llamaConfig.cpuRounds, threads: 1 },
+        log,
+      );
+    }
   }
 }
 
@@ -168,7 +187,7 @@ if (only.has(5)) {
   log(
     `\n5. 20-turn tool loop at 1,000 tok/s: WebSocket + previous_response_id vs HTTP re-sending the history (median of ${wsConfig.loopRounds})`,
   );
-  results.toolLoop = await toolLoop({ rounds: wsConfig.loopRounds }, log);
+  results.toolLoop = await toolLoop({ rounds: wsConfig.loopRounds, longRounds: wsConfig.longRounds }, log);
 }
 if (only.has(6) || only.has(7)) {
   const model = modelPath();
@@ -306,6 +325,24 @@ if (only.has(26)) {
     );
     for (const [index, figure] of figures.entries()) results[`peer${index}`] = figure;
   }
+}
+
+if (only.has(33)) {
+  const model = modelPath();
+  log(
+    `\n33. Coalesced writes: delay added per token and writes saved, a paced engine at 200–5,000 tok/s, ` +
+      `coalescing server vs not, alternating`,
+  );
+  results.coalescing = await coalesceFigures(
+    {
+      rates: [200, 1000, 2000, 5000],
+      tokens: args.quick ? 500 : 1000,
+      rounds: args.quick ? 2 : 6,
+      modelPath: model.found ? model.path : undefined,
+      llamaTokens: 500,
+    },
+    log,
+  );
 }
 
 if (only.has(29)) {

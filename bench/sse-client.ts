@@ -34,11 +34,21 @@ export interface StreamResult {
   terminal: TerminalEvent | undefined;
   /** CPU time of the client's own thread from the request to the end of the body, in microseconds. */
   clientCpuMicros: number;
+  /**
+   * With `trace`: for each text delta in order, when its chunk was read (`performance.timeOrigin +
+   * performance.now()`, epoch milliseconds, comparable across threads) and its text.
+   */
+  trace?: { at: number; delta: string }[];
+}
+
+export interface StreamOptions {
+  /** Record every text delta's arrival and text (`StreamResult.trace`); parses every delta. */
+  trace?: boolean;
 }
 
 /** Anything that can run one streaming request: `SseClient` here or `ThreadedSseClient` on a worker. */
 export interface StreamClient {
-  stream(body: Record<string, unknown>, path?: StreamPath): Promise<StreamResult>;
+  stream(body: Record<string, unknown>, path?: StreamPath, options?: StreamOptions): Promise<StreamResult>;
 }
 
 /**
@@ -68,7 +78,11 @@ export class SseClient implements StreamClient {
   }
 
   /** POSTs a streaming request (`/v1/responses` by default) and reads the event stream to its end. */
-  stream(body: Record<string, unknown>, path: StreamPath = "/v1/responses"): Promise<StreamResult> {
+  stream(
+    body: Record<string, unknown>,
+    path: StreamPath = "/v1/responses",
+    options: StreamOptions = {},
+  ): Promise<StreamResult> {
     const chat = path === "/v1/chat/completions";
     const payload = JSON.stringify(
       chat ? { ...body, stream: true, stream_options: { include_usage: true } } : { ...body, stream: true },
@@ -84,6 +98,7 @@ export class SseClient implements StreamClient {
         terminal: undefined,
         clientCpuMicros: 0,
       };
+      if (options.trace) result.trace = [];
       const cpuAtStart = threadCpuMicros();
       const req = request(
         {
@@ -149,6 +164,12 @@ export class SseClient implements StreamClient {
   }
 
   #line(text: string, start: number, end: number, now: number, result: StreamResult): void {
+    if (result.trace && text.startsWith(FAST_DELTA, start)) {
+      const event = JSON.parse(text.slice(start + DATA.length, end)) as { delta: string };
+      result.trace.push({ at: performance.timeOrigin + now, delta: event.delta });
+      this.#delta(now, result);
+      return;
+    }
     if (text.startsWith(FAST_DELTA, start)) {
       this.#delta(now, result);
       return;

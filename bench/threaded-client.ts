@@ -4,7 +4,7 @@
  * Times in results are the worker's `performance.now()`: only differences between them mean anything.
  */
 import { Worker } from "node:worker_threads";
-import type { StreamClient, StreamPath, StreamResult } from "./sse-client.js";
+import type { StreamClient, StreamOptions, StreamPath, StreamResult } from "./sse-client.js";
 
 type Reply = { id: number; result: StreamResult } | { id: number; error: string };
 
@@ -36,11 +36,11 @@ export class ThreadedSseClient implements StreamClient {
     });
   }
 
-  stream(body: Record<string, unknown>, path?: StreamPath): Promise<StreamResult> {
+  stream(body: Record<string, unknown>, path?: StreamPath, options?: StreamOptions): Promise<StreamResult> {
     const id = this.#nextId++;
     return new Promise((resolve, reject) => {
       this.#pending.set(id, { resolve, reject });
-      this.#worker.postMessage({ id, url: this.baseUrl, headers: this.headers, body, path });
+      this.#worker.postMessage({ id, url: this.baseUrl, headers: this.headers, body, path, options });
     });
   }
 
