@@ -7,12 +7,21 @@
  *   7. cancel latency: socket closed to engine stopped, in milliseconds and in tokens.
  * Servers are in process on 127.0.0.1, port 0; clients are real sockets (ws, undici via fetch).
  */
-import WebSocket from "ws";
 import type { Engine, EnginePart, EngineRequest } from "../src/engine/types.js";
 import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
 import { parseScript, ScriptEngine, type ScriptLine } from "../src/engines/script/script-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
 import { threadCpuMicros } from "./cpu-time.js";
+import { ThreadedLoopClient } from "./threaded-loop.js";
+import {
+  BenchSocket,
+  clientLoop,
+  isTerminal,
+  TOOL,
+  TOOL_CALL_ARGUMENTS,
+  type ClientTurn,
+  type LoopMode,
+} from "./tool-loop.js";
 import { fmt, ms, percentile, type FigureResult, type Log } from "./report.js";
 
 const TURNS = 20;
@@ -20,71 +29,8 @@ const TURNS = 20;
 const LONG_TURNS = 200;
 const REPORTED_TURNS = [1, 10, 20] as const;
 const RATE = 1000;
-const TOOL = {
-  type: "function",
-  name: "exec_command",
-  description: "Run a shell command in the workspace and return its output.",
-  parameters: {
-    type: "object",
-    properties: { cmd: { type: "string" }, workdir: { type: "string" } },
-    required: ["cmd"],
-  },
-};
-const TOOL_CALL_ARGUMENTS = '{"cmd":"sed -n 1,60p src/parser.ts"}';
-/** What a shell tool returns in a coding loop: a screenful of source. */
-const TOOL_OUTPUT = Array.from(
-  { length: 60 },
-  (_, i) => `${String(i + 1).padStart(4)}  export function step${i}(input: string): string { return input; }`,
-).join("\n");
-const INSTRUCTIONS = "You are a coding agent. Use exec_command to inspect the workspace.";
-const TASK = "Find why the parser drops the last field.";
-
-type Event = { type: string; response?: { id: string; output?: { call_id?: string }[] } } & Record<
-  string,
-  unknown
->;
-
-function scriptLines(lines: object[]): ScriptLine[] {
+export function scriptLines(lines: object[]): ScriptLine[] {
   return parseScript(lines.map((line) => JSON.stringify(line)).join("\n"), "bench");
-}
-
-/** A WebSocket client that resolves waits on events; one per connection. */
-class BenchSocket {
-  readonly #waiters: { match: (e: Event) => boolean; resolve: (e: Event) => void }[] = [];
-  private constructor(readonly socket: WebSocket) {
-    socket.on("message", (data) => {
-      const event = JSON.parse(data.toString()) as Event;
-      for (let i = 0; i < this.#waiters.length; i++) {
-        const waiter = this.#waiters[i]!;
-        if (waiter.match(event)) {
-          this.#waiters.splice(i, 1);
-          waiter.resolve(event);
-          return;
-        }
-      }
-    });
-  }
-
-  static async open(url: string): Promise<BenchSocket> {
-    const socket = new WebSocket(`${url.replace(/^http/, "ws")}/v1/responses`, { perMessageDeflate: false });
-    await new Promise((resolve, reject) => socket.once("open", resolve).once("error", reject));
-    return new BenchSocket(socket);
-  }
-
-  /** Sends a frame and returns its size in bytes. */
-  send(frame: object): number {
-    const text = JSON.stringify(frame);
-    this.socket.send(text);
-    return Buffer.byteLength(text);
-  }
-
-  next(match: (e: Event) => boolean): Promise<Event> {
-    return new Promise((resolve) => this.#waiters.push({ match, resolve }));
-  }
-
-  close(): void {
-    this.socket.close();
-  }
 }
 
 /** Starts `engine` and serves it on 127.0.0.1, port 0, for the duration of `body`. */
@@ -98,109 +44,46 @@ async function withServer<T>(engine: Engine, body: (url: string) => Promise<T>):
   }
 }
 
-const isTerminal = (e: Event): boolean =>
-  e.type === "response.completed" || e.type === "response.incomplete" || e.type === "response.failed";
-
-/** Reads an SSE response to its terminal event and returns that event. */
-async function readSse(response: Response): Promise<Event> {
-  const decoder = new TextDecoder();
-  let buffer = "";
-  for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
-    buffer += decoder.decode(chunk, { stream: true });
-    let end: number;
-    while ((end = buffer.indexOf("\n\n")) >= 0) {
-      const block = buffer.slice(0, end);
-      buffer = buffer.slice(end + 2);
-      const data = block
-        .split("\n")
-        .filter((line) => line.startsWith("data: "))
-        .map((line) => line.slice(6))
-        .join("\n");
-      if (!data) continue;
-      const event = JSON.parse(data) as Event;
-      if (isTerminal(event)) return event;
-    }
-  }
-  throw new Error("the stream ended without a terminal event");
-}
-
 interface LoopSample {
   turnMs: number[];
   /** The engine's own time for the same turn, measured around its stream on the server. */
   engineMs: number[];
   bytes: number[];
-  /** CPU time of this thread (server, engine and client) over the turn. */
+  /** CPU time of the client's thread over the turn (on this thread: server, engine and client). */
   cpuMicros: number[];
+  /** When each turn was sent, on this thread's clock. */
+  sentAt: number[];
 }
 
-/** The duration of the engine stream that ended last. */
-function lastEngineRun(engine: ObservedEngine): number {
-  const run = engine.runs.at(-1)!;
-  return run.endedAt - run.startedAt;
+/**
+ * A loop run by the client on this thread, with each turn's engine time taken from the server side
+ * (the engine's streams end in turn order; the i-th after `from` is the i-th turn's).
+ */
+async function loop(mode: LoopMode, url: string, engine: ObservedEngine, turns = TURNS): Promise<LoopSample> {
+  const from = engine.runs.length;
+  const client = await clientLoop(mode, url, turns);
+  return sampleOf(client, engine.runs.slice(from), performance.timeOrigin);
 }
 
-async function wsLoop(url: string, engine: ObservedEngine, turns = TURNS): Promise<LoopSample> {
-  const client = await BenchSocket.open(url);
-  const sample: LoopSample = { turnMs: [], engineMs: [], bytes: [], cpuMicros: [] };
-  let previous: string | undefined;
-  let callId = "";
-  for (let turn = 1; turn <= turns; turn++) {
-    const frame: Record<string, unknown> = {
-      type: "response.create",
-      model: "spark",
-      instructions: INSTRUCTIONS,
-      tools: [TOOL],
-      store: false,
-    };
-    if (previous) {
-      frame.previous_response_id = previous;
-      frame.input = [{ type: "function_call_output", call_id: callId, output: TOOL_OUTPUT }];
-    } else frame.input = [{ role: "user", content: TASK }];
-    const cpu = threadCpuMicros();
-    const started = performance.now();
-    const done = client.next(isTerminal);
-    sample.bytes.push(client.send(frame));
-    const terminal = await done;
-    sample.turnMs.push(performance.now() - started);
-    sample.cpuMicros.push(threadCpuMicros() - cpu);
-    sample.engineMs.push(lastEngineRun(engine));
-    previous = terminal.response!.id;
-    callId = terminal.response!.output?.[0]?.call_id ?? "";
-  }
-  client.close();
-  return sample;
+/** Per-turn figures from the client's turns and the engine's runs (`origin`: the runs' timeOrigin). */
+function sampleOf(
+  turns: readonly ClientTurn[],
+  runs: readonly { startedAt: number; endedAt: number }[],
+  origin: number,
+): LoopSample {
+  if (runs.length !== turns.length) throw new Error(`${turns.length} turns but ${runs.length} engine runs`);
+  return {
+    turnMs: turns.map((t) => t.endedAt - t.sentAt),
+    engineMs: runs.map((r) => r.endedAt - r.startedAt),
+    bytes: turns.map((t) => t.bytes),
+    cpuMicros: turns.map((t) => t.cpuMicros),
+    sentAt: turns.map((t) => t.sentAt - origin),
+  };
 }
 
-async function httpLoop(url: string, engine: ObservedEngine): Promise<LoopSample> {
-  const sample: LoopSample = { turnMs: [], engineMs: [], bytes: [], cpuMicros: [] };
-  const input: object[] = [{ role: "user", content: TASK }];
-  for (let turn = 1; turn <= TURNS; turn++) {
-    const body = JSON.stringify({
-      model: "spark",
-      instructions: INSTRUCTIONS,
-      tools: [TOOL],
-      store: false,
-      stream: true,
-      input,
-    });
-    const started = performance.now();
-    const response = await fetch(`${url}/v1/responses`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body,
-    });
-    const terminal = await readSse(response);
-    sample.turnMs.push(performance.now() - started);
-    sample.engineMs.push(lastEngineRun(engine));
-    sample.bytes.push(Buffer.byteLength(body));
-    const call = terminal.response!.output?.[0] as { call_id: string; name: string; arguments: string };
-    input.push(
-      { type: "function_call", call_id: call.call_id, name: call.name, arguments: call.arguments },
-      { type: "function_call_output", call_id: call.call_id, output: TOOL_OUTPUT },
-    );
-  }
-  return sample;
-}
+const wsLoop = (url: string, engine: ObservedEngine, turns = TURNS): Promise<LoopSample> =>
+  loop("ws", url, engine, turns);
+const httpLoop = (url: string, engine: ObservedEngine): Promise<LoopSample> => loop("http", url, engine);
 
 export async function toolLoop(
   options: { rounds: number; longRounds: number },
@@ -213,6 +96,10 @@ export async function toolLoop(
   const ws: LoopSample[] = [];
   const http: LoopSample[] = [];
   const long: LoopSample[] = [];
+  const apart = {
+    ws: [] as { sample: LoopSample; serverCpu: number }[],
+    http: [] as { sample: LoopSample; serverCpu: number }[],
+  };
   await withServer(engine, async (url) => {
     await wsLoop(url, engine); // warm-up
     await httpLoop(url, engine);
@@ -221,7 +108,26 @@ export async function toolLoop(
       http.push(await httpLoop(url, engine));
     }
     for (let round = 0; round < options.longRounds; round++) long.push(await wsLoop(url, engine, LONG_TURNS));
+    // 5b: the client on its own thread; this thread is then the server (with the engine) alone.
+    const threaded = new ThreadedLoopClient();
+    try {
+      await threaded.loop("ws", url, 2);
+      for (let round = 0; round < options.rounds; round++) {
+        for (const mode of round % 2 === 0 ? (["ws", "http"] as const) : (["http", "ws"] as const)) {
+          const from = engine.runs.length;
+          const cpu = threadCpuMicros();
+          const turns = await threaded.loop(mode, url, TURNS);
+          const serverCpu = (threadCpuMicros() - cpu) / TURNS;
+          const sample = sampleOf(turns, engine.runs.slice(from), performance.timeOrigin);
+          (mode === "ws" ? apart.ws : apart.http).push({ sample, serverCpu });
+        }
+      }
+    } finally {
+      await threaded.close();
+    }
   });
+  // The engine's own CPU per turn: the same turn's stream consumed on this thread, no server.
+  const engineCpu = await engineCpuPerTurn(lines);
   /** Median over rounds of one turn's value. */
   const at = (samples: LoopSample[], turn: number, value: (s: LoopSample, i: number) => number): number =>
     percentile(
@@ -263,6 +169,32 @@ export async function toolLoop(
   log(
     `  turn 1: WebSocket ${fmt(100 * (1 - firstCut), 1)}% of HTTP; turn 20: ${fmt(100 * (1 - cut), 1)}% of HTTP`,
   );
+  const apartAt = (mode: "ws" | "http", turn: number): number =>
+    percentile(
+      apart[mode].map(({ sample }) => overhead(sample, turn - 1)),
+      0.5,
+    );
+  const serverCpu = {
+    ws: percentile(
+      apart.ws.map((a) => a.serverCpu),
+      0.5,
+    ),
+    http: percentile(
+      apart.http.map((a) => a.serverCpu),
+      0.5,
+    ),
+  };
+  const threadedRows = [1, TURNS].map((turn) => ({
+    turn,
+    wsMs: apartAt("ws", turn),
+    httpMs: apartAt("http", turn),
+  }));
+  log(
+    `  client on its own thread: overhead at turn 1 WebSocket ${ms(threadedRows[0]!.wsMs)} vs HTTP ${ms(threadedRows[0]!.httpMs)}, ` +
+      `turn ${TURNS} ${ms(threadedRows[1]!.wsMs)} vs ${ms(threadedRows[1]!.httpMs)}; server thread CPU per turn ` +
+      `(minus the engine's own ${fmt(engineCpu)} µs) WebSocket ${fmt(serverCpu.ws - engineCpu)} µs vs HTTP ${fmt(serverCpu.http - engineCpu)} µs ` +
+      `(${fmt((100 * (serverCpu.ws - engineCpu)) / (serverCpu.http - engineCpu), 1)}%)`,
+  );
   log(
     `  ${LONG_TURNS}-turn WebSocket run (median of turns 11–30 vs ${LONG_TURNS - 19}–${LONG_TURNS}, ${options.longRounds} round(s)): ` +
       `overhead ${ms(around20.overheadMs)} vs ${ms(around200.overheadMs)}; this thread's CPU per turn ` +
@@ -278,12 +210,38 @@ export async function toolLoop(
       met: cut >= 0.8 && firstCut >= 0.8 && flat,
     },
     data: {
+      clientOnItsOwnThread: {
+        rows: threadedRows,
+        serverCpuMicrosPerTurn: {
+          ws: serverCpu.ws - engineCpu,
+          http: serverCpu.http - engineCpu,
+          engine: engineCpu,
+        },
+      },
       rows,
       rounds: options.rounds,
       rate: RATE,
       longRun: { turns: LONG_TURNS, rounds: options.longRounds, around20, around200 },
     },
   };
+}
+
+/** CPU time of this thread per turn for the engine alone: the tool-call turn streamed and consumed here. */
+async function engineCpuPerTurn(lines: ScriptLine[]): Promise<number> {
+  const engine = new ScriptEngine({ lines, rate: RATE });
+  const request: EngineRequest = {
+    model: "spark",
+    items: [{ type: "message", role: "user", text: "go" }],
+    tools: [{ kind: "function", name: TOOL.name, parameters: TOOL.parameters }],
+    toolChoice: "auto",
+    parallelToolCalls: true,
+  };
+  const turns = 20;
+  for await (const _part of engine.stream(request, new AbortController().signal));
+  const cpu = threadCpuMicros();
+  for (let i = 0; i < turns; i++)
+    for await (const _part of engine.stream(request, new AbortController().signal));
+  return (threadCpuMicros() - cpu) / turns;
 }
 
 /**
