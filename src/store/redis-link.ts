@@ -90,7 +90,8 @@ export class RedisLink {
     });
     // ioredis reports every failed reconnection as an 'error'; the link logs outages itself.
     this.client.on("error", (error: Error) => this.#markDown(error));
-    this.client.on("close", () => this.#markDown(new Error("connection closed")));
+    // A close follows the error that caused it: keep that error as the reason while down.
+    this.client.on("close", () => this.#markDown(new Error(this.#up ? "connection closed" : this.#reason)));
     this.client.on("ready", () => void this.#check());
   }
 
