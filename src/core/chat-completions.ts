@@ -8,6 +8,7 @@ import { carriesImage } from "../engine/types.js";
 import { itemsFromChatMessages, predictionText } from "./conversation.js";
 import type { Ticket } from "./admission.js";
 import type { LimitGate } from "./limits/gate.js";
+import { withStopSequences } from "./chat-stop.js";
 import { observeGeneration } from "./generation.js";
 import { newId } from "./ids.js";
 import { wireLogprob } from "./logprobs.js";
@@ -27,6 +28,8 @@ export interface PreparedChat {
   request: EngineRequest;
   stream: boolean;
   includeUsage: boolean;
+  /** `stop`: the answer's text ends before the first of these. */
+  stops: readonly string[];
   acceptedAt: number;
   id: string;
   created: number;
@@ -105,6 +108,7 @@ export class ChatCompletionsService {
       request,
       stream: body.stream === true,
       includeUsage: body.stream_options?.include_usage === true,
+      stops: typeof body.stop === "string" ? [body.stop] : (body.stop ?? []),
       acceptedAt,
       id: `chatcmpl-${newId("").slice(1, 30)}`,
       created: Math.floor(Date.now() / 1000),
@@ -249,20 +253,29 @@ export class ChatCompletionsService {
   /** Waits for an engine slot (queued silently: Chat Completions has no queued event), then generates. */
   private async *generate(prepared: PreparedChat, signal: AbortSignal): AsyncGenerator<EnginePart> {
     let tokens = 0;
+    // Its own controller, so that a stop sequence stops the engine without cancelling the request.
+    const stopped = new AbortController();
+    const onAbort = (): void => stopped.abort(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
     try {
       await prepared.ticket.wait(signal);
       const engine = prepared.resolved.entry.engine;
-      for await (const part of observeGeneration(
+      const parts = observeGeneration(
         engine,
         prepared.request,
-        signal,
+        stopped.signal,
         this.metrics,
         prepared.acceptedAt,
-      )) {
+      );
+      const stops = prepared.stops;
+      for await (const part of stops.length > 0
+        ? withStopSequences(parts, stops, () => stopped.abort("stop_sequence"))
+        : parts) {
         if (part.type === "finish") tokens = part.usage.inputTokens + part.usage.outputTokens;
         yield part;
       }
     } finally {
+      signal.removeEventListener("abort", onAbort);
       prepared.ticket.release(tokens);
     }
   }

@@ -16,6 +16,7 @@ import { newId } from "./ids.js";
 import { anonymousPrincipal, type Principal } from "./keys.js";
 import type { Metrics } from "./metrics.js";
 import { applySampling, type ModelRegistry, type ResolvedModel } from "./model-registry.js";
+import { checkCompletionParameters } from "./parameters.js";
 import { validateBody } from "./validate.js";
 
 /** Completions that set no `max_tokens` stop here (OpenAI's default for this API is 16; editors set it). */
@@ -59,6 +60,7 @@ export class CompletionsService {
   async prepare(raw: unknown, principal: Principal = anonymousPrincipal): Promise<PreparedCompletion> {
     const acceptedAt = performance.now();
     const body = validateBody(completionSchema, raw);
+    checkCompletionParameters(body);
     const prompt = typeof body.prompt === "string" ? body.prompt : (body.prompt[0] ?? "");
     const fim = {
       prefix: prompt,

@@ -10,6 +10,7 @@ import type { ChatCompletionBody } from "../protocol/chat.js";
 import type { ResponseCreateBody } from "../protocol/responses.js";
 import { toolsFromChat, toolsFromResponses } from "./conversation.js";
 import { chatLogprobs, requireLogprobs, responsesLogprobs, type LogprobsRequest } from "./logprobs.js";
+import { checkChatParameters, checkResponsesParameters } from "./parameters.js";
 import { chatResponseFormat, requireStructuredOutputs, responsesTextFormat } from "./structured-output.js";
 import { annotateTools, toolChoiceOf } from "./tool-choice.js";
 
@@ -21,6 +22,7 @@ export interface RequestFeatures {
 }
 
 export function chatFeatures(body: ChatCompletionBody): RequestFeatures {
+  checkChatParameters(body);
   const tools = toolsFromChat(body.tools);
   annotateTools(tools, body.tools);
   const features: RequestFeatures = { tools, toolChoice: toolChoiceOf(body.tool_choice, tools) };
@@ -32,6 +34,7 @@ export function chatFeatures(body: ChatCompletionBody): RequestFeatures {
 }
 
 export function responsesFeatures(body: ResponseCreateBody): RequestFeatures {
+  checkResponsesParameters(body);
   const tools = toolsFromResponses(body.tools);
   annotateTools(tools, body.tools);
   const features: RequestFeatures = { tools, toolChoice: toolChoiceOf(body.tool_choice, tools) };

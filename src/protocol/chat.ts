@@ -58,6 +58,7 @@ export const chatCompletionSchema = z.looseObject({
   max_completion_tokens: z.number().int().positive().nullish(),
   temperature: z.number().min(0).max(2).nullish(),
   top_p: z.number().min(0).max(1).nullish(),
+  stop: z.union([z.string().min(1), z.array(z.string().min(1)).max(4)]).nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.looseObject({ include_usage: z.boolean().nullish() }).nullish(),
   n: z.literal(1).nullish(),
