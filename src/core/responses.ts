@@ -9,7 +9,6 @@ import {
   responseCreateSchema,
   type CompactedResponse,
   type InputItem,
-  type OutputItem,
   type ResponseCreateBody,
   type ResponseEvent,
   type ResponseObject,
@@ -42,6 +41,7 @@ import {
 } from "./response-store.js";
 import { applyFeatures, responsesFeatures } from "./request-features.js";
 import { ResponseBuilder, usageOf } from "./response-builder.js";
+import { conversationItemsOf, inputItemRecords } from "./response-items.js";
 import { validateBody } from "./validate.js";
 
 /** Context size assumed for the default compaction threshold when the engine does not report one. */
@@ -667,36 +667,6 @@ function storeWriteFailure(error: unknown, what: "stored" | "deleted" = "stored"
   );
 }
 
-export function conversationItemsOf(output: readonly OutputItem[]): ConversationItem[] {
-  const items: ConversationItem[] = [];
-  for (const item of output) {
-    if (item.type === "message") {
-      items.push({
-        type: "message",
-        role: "assistant",
-        text: item.content.map((part) => part.text).join(""),
-      });
-    } else if (item.type === "function_call") {
-      items.push({
-        type: "tool_call",
-        kind: "function",
-        callId: item.call_id,
-        name: item.name,
-        input: item.arguments,
-      });
-    } else if (item.type === "custom_tool_call") {
-      items.push({
-        type: "tool_call",
-        kind: "custom",
-        callId: item.call_id,
-        name: item.name,
-        input: item.input,
-      });
-    }
-  }
-  return items;
-}
-
 export interface InputItemsPage {
   limit: number;
   order: "asc" | "desc";
@@ -711,46 +681,9 @@ export interface InputItemList {
   has_more: boolean;
 }
 
-/** The request's input in the shape `input_items` lists it: every item an object with an id. */
-function inputItemRecords(input: ResponseCreateBody["input"]): InputItemRecord[] {
-  if (input === undefined || input === null) return [];
-  if (typeof input === "string") {
-    return [
-      {
-        id: newId("msg"),
-        type: "message",
-        role: "user",
-        status: "completed",
-        content: [{ type: "input_text", text: input }],
-      },
-    ];
-  }
-  return input.map((raw) => {
-    const item = raw as Record<string, unknown>;
-    const type = typeof item.type === "string" ? item.type : "message";
-    const record: InputItemRecord = {
-      ...item,
-      id: typeof item.id === "string" ? item.id : newId(idPrefix(type)),
-      type,
-    };
-    if (type === "message" && typeof item.content === "string") {
-      const partType = item.role === "assistant" ? "output_text" : "input_text";
-      record.content = [{ type: partType, text: item.content }];
-    }
-    return record;
-  });
-}
-
 /** The id an `item_reference` input item names (`type` may be left out, as the API allows); else undefined. */
 function referencedId(item: InputItem): string | undefined {
   const fields = item as Record<string, unknown>;
   const reference = fields.type === "item_reference" || (fields.type == null && !("role" in fields));
   return reference && typeof fields.id === "string" ? fields.id : undefined;
-}
-
-function idPrefix(type: string): string {
-  if (type === "message") return "msg";
-  if (type.endsWith("_output")) return "out";
-  if (type.endsWith("_call")) return "call";
-  return "item";
 }
