@@ -30,7 +30,8 @@ import { healthOf } from "./health.js";
 import { OriginPolicy } from "./origin-policy.js";
 import { rawResponse } from "./raw-response.js";
 import { expectationFailed, originForm } from "./request-target.js";
-import { DEFAULT_COALESCE, isTokenDelta, type CoalesceOptions } from "./coalesce.js";
+import { DEFAULT_COALESCE, type CoalesceOptions } from "./coalesce.js";
+import { sendError, sendEventStream, sendJson, type RequestContext, type Route } from "./http-routing.js";
 import { SseWriter } from "./sse.js";
 import { ResponsesWebSocket, type WebSocketOptions } from "./websocket.js";
 
@@ -100,28 +101,6 @@ export type SparkServerOptions = (
    */
   coalesce?: CoalesceOptions;
 };
-
-type Handler = (context: RequestContext) => Promise<void>;
-
-interface RequestContext {
-  request: IncomingMessage;
-  response: ServerResponse;
-  params: string[];
-  query: URLSearchParams;
-  /** Who the request acts as (checked before the handler runs). */
-  principal: Principal;
-  /** Aborts when the client goes away or the server shuts down (the reason says which). */
-  signal: AbortSignal;
-}
-
-interface Route {
-  method: string;
-  pattern: RegExp;
-  name: string;
-  handler: Handler;
-  /** False for the few routes anyone may call (health checks). */
-  public?: boolean;
-}
 
 export const DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024;
 export const DEFAULT_MAX_CONNECTIONS = 4096;
@@ -567,20 +546,7 @@ export class SparkServer {
       sendJson(response, 200, await this.#responses.complete(prepared, signal));
       return;
     }
-    const sse = new SseWriter(response, this.#coalesce);
-    sse.open();
-    try {
-      for await (const event of this.#responses.events(prepared, signal)) {
-        const pending = sse.send(JSON.stringify(event), event.type, isTokenDelta(event.type));
-        if (pending) await pending;
-      }
-    } catch (error) {
-      // The response's own failures arrive as `response.failed`; this is anything else. The
-      // stream still ends with an event that says what happened, never silently.
-      const failure = SparkError.from(error);
-      sse.send(JSON.stringify({ type: "error", status: failure.status, ...failure.toBody() }), "error");
-    }
-    sse.end();
+    await sendEventStream(response, this.#responses.events(prepared, signal), this.#coalesce);
   }
 
   async #compactResponse({ request, response, signal, principal }: RequestContext): Promise<void> {
@@ -746,33 +712,6 @@ function modelObject(model: {
   if (model.contextWindow !== undefined) object.context_window = model.contextWindow;
   if (model.vision !== undefined) object.vision = model.vision;
   return object;
-}
-
-function sendJson(
-  response: ServerResponse,
-  status: number,
-  body: unknown,
-  headers: Record<string, string> = {},
-): void {
-  if (response.headersSent || response.destroyed) return;
-  const text = JSON.stringify(body);
-  response.writeHead(status, {
-    "content-type": "application/json",
-    "content-length": Buffer.byteLength(text),
-    ...headers,
-  });
-  response.end(text);
-}
-
-function sendError(response: ServerResponse, error: SparkError, headers: Record<string, string> = {}): void {
-  if (response.headersSent) {
-    response.destroy();
-    return;
-  }
-  const extra: Record<string, string> = { ...error.headers, ...headers };
-  // A body we did not read (refused early, oversize) cannot be drained safely: close after answering.
-  if (!response.req.complete) extra.connection = "close";
-  sendJson(response, error.status, error.toBody(), extra);
 }
 
 /** A path parameter as the client meant it; a malformed escape (`%ZZ`) is the client's 400. */
