@@ -299,7 +299,8 @@ test("an unknown route is a 404", async () => {
 });
 
 test("a wrong method is a 405 with an allow header", async () => {
-  const response = await send("/v1/chat/completions", { method: "GET" });
+  // (GET /v1/chat/completions lists stored chat completions in OpenAI's API: a 404 that says why here.)
+  const response = await send("/v1/completions", { method: "GET" });
   assert.equal(response.status, 405);
   assert.equal(response.headers.get("allow"), "POST");
   const body: unknown = JSON.parse(response.text);
@@ -348,7 +349,7 @@ test("/metrics counts requests by route and 4xx status", async () => {
   assert.ok(has("/v1/responses", "400"), lines.join("\n"));
   assert.ok(has("/v1/responses", "404"), lines.join("\n"));
   assert.ok(has("/v1/responses", "413"), lines.join("\n"));
-  assert.ok(has("/v1/chat/completions", "405"), lines.join("\n"));
+  assert.ok(has("/v1/completions", "405"), lines.join("\n"));
   assert.ok(has("unmatched", "404"), lines.join("\n"));
   assert.ok(has("/v1/responses", "200"), lines.join("\n"));
 });

@@ -21,6 +21,7 @@ import {
   stop,
   type Cli,
 } from "./helpers/cli.js";
+import { POSTGRES_SCHEMA_VERSION } from "../src/store/postgres-store.js";
 import { POSTGRES_MISSING, TestPostgres } from "./helpers/postgres.js";
 import { terminalOf, textOf, WsClient } from "./helpers/ws-client.js";
 
@@ -106,6 +107,9 @@ function connect(url: string, key: string): Promise<WsClient> {
   return WsClient.connect(url, { headers: { authorization: `Bearer ${key}` } });
 }
 
+/** Every migration step's version, once each. */
+const ALL_VERSIONS = Array.from({ length: POSTGRES_SCHEMA_VERSION }, (_, index) => index + 1);
+
 async function schemaVersions(database: string): Promise<number[]> {
   const rows = await postgres.sql<{ version: number }>(
     "SELECT version FROM spark_schema_version ORDER BY version",
@@ -123,7 +127,7 @@ test(
     const url = await postgres.createDatabase(database);
     // Both start together on an empty database: one migrates, the other waits for it.
     const [a, b] = await Promise.all([serve(url), serve(url)]);
-    assert.deepEqual(await schemaVersions(database), [1]);
+    assert.deepEqual(await schemaVersions(database), ALL_VERSIONS);
     const alice = keys.alice!;
     const bob = keys.bob!;
     try {
@@ -236,7 +240,7 @@ test(
       assert.equal(textOfBody(fourth), "Four.");
       const fifth = await turn(a.url, alice, { input: "and A again", previous_response_id: fourth.id });
       assert.equal(textOfBody(fifth), "Five.");
-      assert.deepEqual(await schemaVersions(database), [1], "restarts run no migration twice");
+      assert.deepEqual(await schemaVersions(database), ALL_VERSIONS, "restarts run no migration twice");
     } finally {
       await Promise.all([stop(a), stop(b)]);
     }

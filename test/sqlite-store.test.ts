@@ -303,13 +303,13 @@ test("a garbage file in place of the database is reported as not a database and 
   assert.equal(existsSync(`${path}-wal`), false);
 });
 
-test("the schema is versioned in user_version with the responses and item_ids tables and their indexes", () => {
+test("the schema is versioned in user_version with its tables and their indexes", () => {
   const dataDir = freshDataDir();
   SqliteResponseStore.open(dataDir).close();
   const db = new Database(join(dataDir, DATABASE_FILE), { readonly: true });
   try {
-    assert.equal(SCHEMA_VERSION, 2);
-    assert.equal(db.pragma("user_version", { simple: true }), 2);
+    assert.equal(SCHEMA_VERSION, 3);
+    assert.equal(db.pragma("user_version", { simple: true }), 3);
     assert.equal(db.pragma("journal_mode", { simple: true }), "wal");
     const columns = db.prepare<[], { name: string; type: string; notnull: number; pk: number }>(
       "SELECT name, type, \"notnull\", pk FROM pragma_table_info('responses')",
@@ -348,6 +348,19 @@ test("the schema is versioned in user_version with the responses and item_ids ta
         );
     assert.deepEqual(indexed("responses"), [[{ name: "owner" }]]);
     assert.deepEqual(indexed("item_ids"), [[{ name: "response_id" }]]);
+    // Version 3: background runs, stream events, conversations and their items.
+    const tables = db
+      .prepare<[], { name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+      .all()
+      .map((table) => table.name);
+    assert.deepEqual(tables, [
+      "conversation_items",
+      "conversations",
+      "item_ids",
+      "response_events",
+      "responses",
+      "runs",
+    ]);
   } finally {
     db.close();
   }
@@ -355,7 +368,7 @@ test("the schema is versioned in user_version with the responses and item_ids ta
   SqliteResponseStore.open(dataDir).close();
 });
 
-test("a version 1 database migrates to version 2: its rows read as whole conversations, their items resolve, chains go on", () => {
+test("a version 1 database migrates to the current version: its rows read as whole conversations, their items resolve, chains go on", () => {
   const dataDir = freshDataDir();
   const alice = version1Chain("old", 3);
   const bob = version1Chain("bob", 1, "key_bob");
@@ -363,7 +376,7 @@ test("a version 1 database migrates to version 2: its rows read as whole convers
 
   const store = SqliteResponseStore.open(dataDir);
   const db = new Database(join(dataDir, DATABASE_FILE), { readonly: true });
-  assert.equal(db.pragma("user_version", { simple: true }), 2);
+  assert.equal(db.pragma("user_version", { simple: true }), SCHEMA_VERSION);
   db.close();
   // A version 1 row keeps its full conversation and needs no predecessor.
   const tip = store.get("resp_old_2", "key_alice");
@@ -442,7 +455,7 @@ test("a database from a newer schema or another program is refused with a clear 
   db.close();
   assert.throws(
     () => SqliteResponseStore.open(newer),
-    /schema version 7, newer than this Spark supports \(2\)/,
+    /schema version 7, newer than this Spark supports \(3\)/,
   );
 
   const foreign = freshDataDir();

@@ -212,6 +212,8 @@ export const serveSettingsSchema = z.strictObject({
   redisLease: z.coerce.number().min(1).max(3600),
   /** Seconds SIGTERM waits for in-flight responses before ending them (`server_shutdown`). */
   drainTimeout: z.coerce.number().min(0).max(86_400),
+  /** This instance's name in the store's background-response rows (default `HOSTNAME:PORT`). */
+  instanceId: z.string().min(1).max(200).optional(),
   dataDir: z.string().min(1).optional(),
   maxBodyBytes: z.coerce.number().int().min(1024),
   websocket: z.boolean(),

@@ -105,6 +105,10 @@ export function buildProgram(): Command {
       number,
     )
     .option(
+      "--instance-id <name>",
+      `this instance's name among those sharing a Postgres store (default HOSTNAME:PORT); keep it across restarts, so a restarted instance ends its own unfinished background responses ${env("instanceId")}`,
+    )
+    .option(
       "--data-dir <dir>",
       `directory of the response database (default SPARK_HOME/data, ~/.spark/data) ${env("dataDir")}`,
     )

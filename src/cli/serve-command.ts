@@ -235,6 +235,7 @@ export async function serve(allFlags: Record<string, unknown>): Promise<void> {
       },
     },
     maxConnections: settings.maxConnections,
+    ...(settings.instanceId ? { instanceId: settings.instanceId } : {}),
     headersTimeoutMs: settings.headerTimeout * 1000,
     requestTimeoutMs: settings.requestTimeout * 1000,
     ...(settings.allowedHosts ? { allowedHosts: settings.allowedHosts } : {}),

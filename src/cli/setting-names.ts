@@ -67,6 +67,7 @@ export const ENV_NAMES: Record<
   redisFailure: "SPARK_REDIS_FAILURE",
   redisLease: "SPARK_REDIS_LEASE",
   drainTimeout: "SPARK_DRAIN_TIMEOUT",
+  instanceId: "SPARK_INSTANCE_ID",
   dataDir: "SPARK_DATA_DIR",
   maxBodyBytes: "SPARK_MAX_BODY_BYTES",
   websocket: "SPARK_WEBSOCKET",

@@ -237,13 +237,16 @@ export class ResponseBuilder {
     this.closeOpenItems();
     this.response.usage = usageOf(usage);
     if (reason === "length" || reason === "cancelled") {
-      this.response.status = "incomplete";
-      this.response.incomplete_details = {
-        reason: reason === "length" ? "max_output_tokens" : (abortReason ?? "cancelled"),
-      };
+      // A background response cancelled through `POST …/cancel` is `cancelled`, as OpenAI's are.
+      const cancelled = this.response.background && abortReason === "cancelled";
+      this.response.status = cancelled ? "cancelled" : "incomplete";
+      this.response.incomplete_details = cancelled
+        ? null
+        : { reason: reason === "length" ? "max_output_tokens" : (abortReason ?? "cancelled") };
       return this.event("response.incomplete", { response: this.snapshot() });
     }
     this.response.status = "completed";
+    this.response.completed_at = Math.floor(Date.now() / 1000);
     return this.event("response.completed", { response: this.snapshot() });
   }
 

@@ -67,7 +67,7 @@ export function inputItemRecords(input: ResponseCreateBody["input"]): InputItemR
   });
 }
 
-function idPrefix(type: string): string {
+export function idPrefix(type: string): string {
   if (type === "message") return "msg";
   if (type.endsWith("_output")) return "out";
   if (type.endsWith("_call")) return "call";

@@ -25,6 +25,9 @@
  */
 import type { ConversationItem } from "../engine/types.js";
 import type { ResponseObject } from "../protocol/responses.js";
+import { MemoryConversationStore, type ConversationStore } from "./conversation-store.js";
+import type { EventChunk } from "./event-log.js";
+import { MemoryRunStore, type RunStore } from "./run-store.js";
 
 /** One item of `GET /v1/responses/{id}/input_items`: the wire shape, with an `id`. */
 export type InputItemRecord = { id: string; type: string } & Record<string, unknown>;
@@ -48,6 +51,12 @@ export interface StoredResponse {
    * predecessor was not stored, and records written before the store kept turns apart.
    */
   standalone: boolean;
+  /**
+   * Events of the response not stored yet (a stored streaming or background response: its last
+   * ones, terminal included), written in the same transaction as the record and never read back
+   * with it (see `RunStore.events`).
+   */
+  events?: EventChunk;
 }
 
 /**
@@ -104,8 +113,20 @@ export interface ResponseStore {
    * item with its id), the first stored wins.
    */
   item(itemId: string, owner: string): Awaitable<StoredItem | undefined>;
+  /**
+   * Writes a record, and its `events` with it. A record of a background response
+   * (`response.background`) ends its run: the run row is deleted in the same transaction.
+   */
   put(record: StoredResponse): Awaitable<void>;
+  /** Deletes a record with its stored events (and its run row, if it still has one). */
   delete(id: string, owner: string): Awaitable<boolean>;
+  /**
+   * Background responses and the events of resumable streams; absent in a store that keeps none
+   * (then `background: true` and `GET …?stream=true` are refused).
+   */
+  readonly runs?: RunStore;
+  /** The Conversations API's conversations; absent in a store that keeps none (the API is refused). */
+  readonly conversations?: ConversationStore;
   /** Releases files, handles and connections; the store is unusable afterwards. */
   close(): Awaitable<void>;
   /**
@@ -195,6 +216,8 @@ export class MemoryResponseStore implements ResponseStore {
   /** Per owner, the response holding each item id (the first stored). */
   readonly #items = new Map<string, Map<string, string>>();
   #bytes = 0;
+  readonly runs = new MemoryRunStore();
+  readonly conversations = new MemoryConversationStore();
 
   constructor(
     readonly capacity = MEMORY_STORE_CAPACITY,
@@ -225,11 +248,14 @@ export class MemoryResponseStore implements ResponseStore {
     return record === undefined ? undefined : itemOf(record, itemId);
   }
 
-  put(record: StoredResponse): void {
+  put(stored: StoredResponse): void {
+    const { events, ...record } = stored;
     const id = record.response.id;
+    if (events !== undefined) this.runs.appendEvents(id, record.owner, events);
+    if (record.response.background) this.runs.finish(id);
     // A replaced record keeps the records that continue it.
     const successors = this.#successors.get(id);
-    this.#forget(id);
+    this.#forget(id, false);
     this.#add(record);
     if (successors !== undefined) this.#successors.set(id, successors);
     while (this.#records.size > this.capacity || (this.#bytes > this.maxBytes && this.#records.size > 1)) {
@@ -249,11 +275,13 @@ export class MemoryResponseStore implements ResponseStore {
     this.#successors.clear();
     this.#items.clear();
     this.#bytes = 0;
+    this.runs.clear();
+    this.conversations.clear();
   }
 
   #add(record: StoredResponse): void {
     const id = record.response.id;
-    const bytes = approximateBytes(record);
+    const bytes = approximateBytes(record) + this.runs.eventBytes(id);
     this.#records.set(id, { record, bytes });
     this.#bytes += bytes;
     const previous = record.response.previous_response_id;
@@ -283,7 +311,7 @@ export class MemoryResponseStore implements ResponseStore {
           items: [...chain.conversation, ...next.items],
           standalone: true,
         };
-        const bytes = approximateBytes(folded);
+        const bytes = approximateBytes(folded) + this.runs.eventBytes(successor);
         this.#bytes += bytes - this.#records.get(successor)!.bytes;
         this.#records.set(successor, { record: folded, bytes });
       }
@@ -291,10 +319,12 @@ export class MemoryResponseStore implements ResponseStore {
     this.#forget(id);
   }
 
-  #forget(id: string): boolean {
+  /** Forgets a record (and, unless it is being replaced, its events and run). */
+  #forget(id: string, dropEvents = true): boolean {
     const entry = this.#records.get(id);
     if (entry === undefined) return false;
     this.#records.delete(id);
+    if (dropEvents) this.runs.forget(id);
     this.#bytes -= entry.bytes;
     this.#successors.delete(id);
     const { record } = entry;

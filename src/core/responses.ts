@@ -41,6 +41,8 @@ import {
 } from "./response-store.js";
 import { applyFeatures, responsesFeatures } from "./request-features.js";
 import { ResponseBuilder, usageOf } from "./response-builder.js";
+import { ConversationsService, type ConversationTurn } from "./conversations.js";
+import { encodeEvents, type EventLog } from "./event-log.js";
 import { conversationItemsOf, inputItemRecords } from "./response-items.js";
 import { validateBody } from "./validate.js";
 
@@ -71,6 +73,14 @@ export interface PreparedResponse {
    * its history: the last `own` items, unless `standalone` (then all but the instructions).
    */
   turn: { items: readonly ConversationItem[]; own: number; standalone: boolean };
+  /**
+   * The events kept to resume its stream (stored streaming and background responses): the consumer
+   * pushes each event it reads before it reads the next, and the terminal write (`settle`) stores
+   * what the store lacks with the record.
+   */
+  log?: EventLog;
+  /** The conversation it continues and adds its items to (`conversation`). */
+  conversation?: ConversationTurn;
 }
 
 /** A finished response and its whole conversation (history, input and output). */
@@ -120,6 +130,7 @@ export class ResponsesService {
   private readonly store: ResponseStore;
   private readonly admission: LimitGate;
   private readonly verifyKey: ((principal: Principal) => void) | undefined;
+  private readonly conversations: ConversationsService;
   private readonly defaultModel: string;
   private readonly log: (line: string) => void;
   private readonly loggedUnavailable = new Set<string>();
@@ -134,6 +145,7 @@ export class ResponsesService {
       admission: this.admission,
       defaultModel: this.defaultModel,
     } = options);
+    this.conversations = new ConversationsService(this.store);
   }
 
   /**
@@ -151,7 +163,8 @@ export class ResponsesService {
     if (Array.isArray(body.input) && body.input.some((item) => referencedId(item) !== undefined))
       body.input = await this.resolveReferences(body.input, principal, context);
 
-    let history: readonly ConversationItem[] = [];
+    const conversation = await this.conversations.open(body, principal);
+    let history: readonly ConversationItem[] = conversation?.history ?? [];
     if (body.previous_response_id) {
       history = await this.history(body.previous_response_id, principal, context);
     }
@@ -252,6 +265,8 @@ export class ResponsesService {
       usage: null,
       metadata,
       user: body.user ?? null,
+      background: body.background === true,
+      ...(conversation ? { conversation: { id: conversation.id } } : {}),
     };
     // Last, so a request that fails validation costs no rate limit. `generate: false` runs no
     // engine (it only records input to chain from), so it takes no slot, but it is still a request
@@ -284,6 +299,7 @@ export class ResponsesService {
       turn: { items, own: items.length - inherited, standalone },
     };
     if (ticket) prepared.ticket = ticket;
+    if (conversation) prepared.conversation = conversation;
     return prepared;
   }
 
@@ -437,17 +453,17 @@ export class ResponsesService {
       response,
       conversation: [...prepared.request.items, ...conversationItemsOf(response.output)],
     };
-    if (response.store) {
-      try {
-        await this.store.put(await this.storedTurn(prepared, result));
-      } catch (error) {
-        const failure = storeWriteFailure(error);
-        prepared.failure = failure;
-        const detail = { code: failure.code, message: failure.message };
-        Object.assign(prepared.response, { status: "failed", error: detail, incomplete_details: null });
-        const failed = { ...response, status: "failed" as const, error: detail, incomplete_details: null };
-        return { ...terminal, type: "response.failed", response: failed };
-      }
+    const inputItems = inputItemRecords(prepared.body.input);
+    try {
+      await prepared.conversation?.append(inputItems, response.output);
+      if (response.store) await this.store.put(await this.storedTurn(prepared, result, inputItems, terminal));
+    } catch (error) {
+      const failure = storeWriteFailure(error);
+      prepared.failure = failure;
+      const detail = { code: failure.code, message: failure.message };
+      Object.assign(prepared.response, { status: "failed", error: detail, incomplete_details: null });
+      const failed = { ...response, status: "failed" as const, error: detail, incomplete_details: null };
+      return { ...terminal, type: "response.failed", response: failed };
     }
     prepared.result = result;
     return terminal;
@@ -458,7 +474,12 @@ export class ResponsesService {
    * conversation when nothing stored precedes it (a chain's start, a compaction, a predecessor kept
    * only in a connection's memory or gone since) or when it compacted its context while running.
    */
-  private async storedTurn(prepared: PreparedResponse, result: ResponseResult): Promise<StoredResponse> {
+  private async storedTurn(
+    prepared: PreparedResponse,
+    result: ResponseResult,
+    inputItems: InputItemRecord[],
+    terminal: ResponseEvent,
+  ): Promise<StoredResponse> {
     const { turn, principal } = prepared;
     const previous = result.response.previous_response_id;
     const standalone =
@@ -472,9 +493,10 @@ export class ResponsesService {
     return {
       owner: principal.id,
       response: result.response,
-      inputItems: inputItemRecords(prepared.body.input),
+      inputItems,
       items: own,
       standalone,
+      ...(prepared.log ? { events: encodeEvents(prepared.log.unsaved(terminal)) } : {}),
     };
   }
 
@@ -567,24 +589,9 @@ export class ResponsesService {
     return (await this.record(id, principal)).response;
   }
 
-  /** `GET /v1/responses/{id}/input_items`: a page of the response's own input items. */
-  async inputItems(id: string, principal: Principal, page: InputItemsPage): Promise<InputItemList> {
-    const items = (await this.record(id, principal)).inputItems;
-    const ordered = page.order === "asc" ? items : [...items].reverse();
-    let start = 0;
-    if (page.after !== undefined) {
-      const at = ordered.findIndex((item) => item.id === page.after);
-      if (at < 0) throw SparkError.invalid(`No input item '${shown(page.after)}' in this response.`, "after");
-      start = at + 1;
-    }
-    const data = ordered.slice(start, start + page.limit);
-    return {
-      object: "list",
-      data,
-      first_id: data[0]?.id ?? null,
-      last_id: data.at(-1)?.id ?? null,
-      has_more: start + page.limit < ordered.length,
-    };
+  /** `GET /v1/responses/{id}/input_items`: the response's own input items, oldest first. */
+  async inputItems(id: string, principal: Principal): Promise<readonly InputItemRecord[]> {
+    return (await this.record(id, principal)).inputItems;
   }
 
   async delete(
@@ -665,20 +672,6 @@ function storeWriteFailure(error: unknown, what: "stored" | "deleted" = "stored"
     `The response could not be ${what} (${error.message}); retry later.`,
     "store_write_failed",
   );
-}
-
-export interface InputItemsPage {
-  limit: number;
-  order: "asc" | "desc";
-  after?: string;
-}
-
-export interface InputItemList {
-  object: "list";
-  data: readonly InputItemRecord[];
-  first_id: string | null;
-  last_id: string | null;
-  has_more: boolean;
 }
 
 /** The id an `item_reference` input item names (`type` may be left out, as the API allows); else undefined. */

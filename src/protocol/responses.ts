@@ -157,6 +157,8 @@ export const responseCreateSchema = z.looseObject({
     })
     .nullish(),
   background: z.boolean().nullish(),
+  /** The conversation (Conversations API) this response continues and adds its items to: an id or `{id}`. */
+  conversation: z.union([z.string().min(1), z.looseObject({ id: z.string().min(1) })]).nullish(),
   /** Spark extension: speculative decoding switches for this request (absent: the engine's defaults). */
   speculation: z.looseObject({ input_lookup: z.boolean().nullish() }).nullish(),
   /** Spark extension (as llama-server's): never end at an end-of-generation token; generate to the token limit. */
@@ -291,6 +293,12 @@ export interface ResponseObject {
   usage: ResponseUsage | null;
   metadata: Record<string, string>;
   user: string | null;
+  /** Whether it runs in the background (`background: true`: it returned at once, `GET` follows it). */
+  background: boolean;
+  /** The conversation it continued and added its input and output to (`conversation` on create). */
+  conversation?: { id: string } | null;
+  /** Unix seconds when it completed (`status: "completed"` only). */
+  completed_at?: number | null;
 }
 
 /** A Responses stream event before it is numbered; the stream assigns `sequence_number`. */

@@ -3,6 +3,7 @@
  * the ways it answers (a JSON body, an OpenAI-shaped error, a stream of Responses events).
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
+import type { EventLog } from "../core/event-log.js";
 import type { Principal } from "../core/keys.js";
 import { SparkError } from "../protocol/errors.js";
 import type { ResponseEvent } from "../protocol/responses.js";
@@ -72,11 +73,14 @@ export async function sendEventStream(
   response: ServerResponse,
   events: AsyncIterable<ResponseEvent>,
   coalesce?: CoalesceOptions,
+  /** Where each event is kept as it is sent (a stored stream's, to stream it again). */
+  log?: EventLog,
 ): Promise<void> {
   const sse = new SseWriter(response, coalesce);
   sse.open();
   try {
     for await (const event of events) {
+      log?.push(event);
       const pending = sse.send(JSON.stringify(event), event.type, isTokenDelta(event.type));
       if (pending) await pending;
     }

@@ -4,6 +4,7 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
+import { hostname } from "node:os";
 import {
   Admission,
   DEFAULT_ADMISSION,
@@ -22,7 +23,10 @@ import { ModelRegistry, type ResolvedModel } from "../core/model-registry.js";
 import { MemoryResponseStore, type ResponseStore } from "../core/response-store.js";
 import { EmbeddingsService } from "../core/embeddings.js";
 import { countInputTokens } from "../core/input-tokens.js";
-import { ResponsesService, type InputItemsPage } from "../core/responses.js";
+import { ResponsesService } from "../core/responses.js";
+import { BackgroundResponses } from "../core/background.js";
+import { ConversationsService } from "../core/conversations.js";
+import { EventLog } from "../core/event-log.js";
 import type { Engine } from "../engine/types.js";
 import { shown, SparkError } from "../protocol/errors.js";
 import { readJsonBody } from "./body.js";
@@ -33,6 +37,7 @@ import { expectationFailed, originForm } from "./request-target.js";
 import { DEFAULT_COALESCE, type CoalesceOptions } from "./coalesce.js";
 import { sendError, sendEventStream, sendJson, type RequestContext, type Route } from "./http-routing.js";
 import { SseWriter } from "./sse.js";
+import { refuseStoredChat, StatefulRoutes } from "./stateful-routes.js";
 import { ResponsesWebSocket, type WebSocketOptions } from "./websocket.js";
 
 /** See `SparkServer.addShutdownParticipant`. */
@@ -100,6 +105,12 @@ export type SparkServerOptions = (
    * every event at the end of its tick.
    */
   coalesce?: CoalesceOptions;
+  /**
+   * This instance's name in the store's background-response rows (default `HOSTNAME:PORT`): a
+   * restarted instance ends the unfinished background responses of its own name, so it must be
+   * stable across restarts and unique among instances sharing a store.
+   */
+  instanceId?: string;
 };
 
 export const DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024;
@@ -121,6 +132,10 @@ export class SparkServer {
   readonly #store: ResponseStore;
   readonly #server: Server;
   readonly #responses: ResponsesService;
+  readonly #background: BackgroundResponses;
+  readonly #stateful: StatefulRoutes;
+  /** When the server started (unix seconds): the `created` of the models it lists. */
+  readonly #startedAt = Math.floor(Date.now() / 1000);
   readonly #chat: ChatCompletionsService;
   readonly #completions: CompletionsService;
   readonly #embeddings: EmbeddingsService;
@@ -170,6 +185,24 @@ export class SparkServer {
       defaultModel,
       ...(options.log ? { log: options.log } : {}),
     });
+    this.#background = new BackgroundResponses({
+      responses: this.#responses,
+      store: this.#store,
+      shutdown: this.#shutdown.signal,
+      ...(options.log ? { log: options.log } : {}),
+    });
+    // Background responses outlive their requests: at the server's end they are handed back.
+    this.addShutdownParticipant({
+      drain: () => Promise.resolve(),
+      close: async (reason) => void (await this.#background.handBack(reason)),
+    });
+    this.#stateful = new StatefulRoutes({
+      responses: this.#responses,
+      background: this.#background,
+      conversations: new ConversationsService(this.#store),
+      maxBodyBytes: this.#maxBodyBytes,
+      coalesce: this.#coalesce,
+    });
     this.#chat = new ChatCompletionsService(this.models, this.metrics, this.#gate, defaultModel);
     this.#completions = new CompletionsService(this.models, this.metrics, this.#gate, defaultModel);
     this.#embeddings = new EmbeddingsService(this.models, this.#gate);
@@ -203,24 +236,7 @@ export class SparkServer {
           sendJson(response, 200, await countInputTokens(this.#responses, body, principal, signal));
         },
       },
-      {
-        method: "GET",
-        pattern: /^\/v1\/responses\/([^/]+)$/,
-        name: "/v1/responses/{id}",
-        handler: (c) => this.#getResponse(c),
-      },
-      {
-        method: "GET",
-        pattern: /^\/v1\/responses\/([^/]+)\/input_items$/,
-        name: "/v1/responses/{id}/input_items",
-        handler: (c) => this.#inputItems(c),
-      },
-      {
-        method: "DELETE",
-        pattern: /^\/v1\/responses\/([^/]+)$/,
-        name: "/v1/responses/{id}",
-        handler: (c) => this.#deleteResponse(c),
-      },
+      ...this.#stateful.routes(),
       {
         method: "POST",
         pattern: /^\/v1\/chat\/completions$/,
@@ -245,7 +261,8 @@ export class SparkServer {
       { method: "GET", pattern: /^\/v1\/models$/, name: "/v1/models", handler: (c) => this.#listModels(c) },
       {
         method: "GET",
-        pattern: /^\/v1\/models\/([^/]+)$/,
+        // Model ids may hold a slash (`org/model`), sent as it is or escaped.
+        pattern: /^\/v1\/models\/(.+)$/,
         name: "/v1/models/{id}",
         handler: (c) => this.#getModel(c),
       },
@@ -339,6 +356,14 @@ export class SparkServer {
     this.#origins.listeningOn(address.address);
     const shownHost = address.family === "IPv6" ? `[${address.address}]` : address.address;
     this.#url = `http://${shownHost}:${address.port}`;
+    // Background responses this instance left unfinished (a crash, kill -9) are ended now.
+    await this.#background
+      .open(this.options.instanceId ?? `${hostname()}:${address.port}`)
+      .catch((error: unknown) =>
+        this.options.log?.(
+          `could not end unfinished background responses: ${SparkError.from(error).message}`,
+        ),
+      );
     return this.#url;
   }
 
@@ -351,6 +376,15 @@ export class SparkServer {
   tierCounts(): TierCounts {
     if (this.#gate instanceof SharedAdmission) return this.#gate.counts();
     return { spark: { queued: 0, inFlight: 0 }, deep: { queued: 0, inFlight: 0 } };
+  }
+
+  /**
+   * Stops the background responses running on this instance now: each ends `incomplete`
+   * (`server_shutdown`) and is stored before this resolves, so any instance can answer for it. For
+   * the end of a drain; `close()` does it too. Answers how many were running.
+   */
+  handBackBackground(): Promise<number> {
+    return this.#background.handBack();
   }
 
   get url(): string {
@@ -537,16 +571,22 @@ export class SparkServer {
     this.#inFlight.set(task, response);
   }
 
-  async #createResponse({ request, response, signal, principal }: RequestContext): Promise<void> {
+  async #createResponse(context: RequestContext): Promise<void> {
+    const { request, response, signal, principal } = context;
     const body = await readJsonBody(request, this.#maxBodyBytes);
+    const background = isBackground(body);
+    if (background) this.#background.check(body as Record<string, unknown>);
     const prepared = await this.#responses.prepare(body, { principal });
     setRouteHeaders(response, prepared.model);
     setRateLimitHeaders(response, prepared.rateLimits);
+    if (background) return this.#stateful.createBackground(context, prepared);
+    // A stored stream keeps its events, so it can be streamed again (`GET …?stream=true`).
+    if (prepared.stream && prepared.response.store && this.#store.runs) prepared.log = new EventLog();
     if (!prepared.stream) {
       sendJson(response, 200, await this.#responses.complete(prepared, signal));
       return;
     }
-    await sendEventStream(response, this.#responses.events(prepared, signal), this.#coalesce);
+    await sendEventStream(response, this.#responses.events(prepared, signal), this.#coalesce, prepared.log);
   }
 
   async #compactResponse({ request, response, signal, principal }: RequestContext): Promise<void> {
@@ -557,7 +597,9 @@ export class SparkServer {
   }
 
   async #chatCompletion({ request, response, signal, principal }: RequestContext): Promise<void> {
-    const prepared = await this.#chat.prepare(await readJsonBody(request, this.#maxBodyBytes), principal);
+    const body = await readJsonBody(request, this.#maxBodyBytes);
+    refuseStoredChat(body);
+    const prepared = await this.#chat.prepare(body, principal);
     setRouteHeaders(response, prepared.resolved);
     setRateLimitHeaders(response, prepared.ticket.rateLimits);
     if (!prepared.stream) {
@@ -581,36 +623,20 @@ export class SparkServer {
     await sendChunkStream(response, this.#completions.chunks(prepared, signal), this.#coalesce);
   }
 
-  async #getResponse({ response, params, principal }: RequestContext): Promise<void> {
-    sendJson(response, 200, await this.#responses.get(params[0]!, principal));
-  }
-
-  async #inputItems({ response, params, principal, query }: RequestContext): Promise<void> {
-    const limit = query.has("limit") ? Number(query.get("limit")) : 20;
-    if (!Number.isInteger(limit) || limit < 1 || limit > 100)
-      throw SparkError.invalid("limit must be an integer from 1 to 100.", "limit", "invalid_limit");
-    const order = query.get("order") ?? "desc";
-    if (order !== "asc" && order !== "desc")
-      throw SparkError.invalid("order must be asc or desc.", "order", "invalid_order");
-    const after = query.get("after") ?? undefined;
-    const page: InputItemsPage = { limit, order };
-    if (after !== undefined) page.after = after;
-    sendJson(response, 200, await this.#responses.inputItems(params[0]!, principal, page));
-  }
-
-  async #deleteResponse({ response, params, principal }: RequestContext): Promise<void> {
-    sendJson(response, 200, await this.#responses.delete(params[0]!, principal));
-  }
-
   async #listModels({ response }: RequestContext): Promise<void> {
-    sendJson(response, 200, { object: "list", data: this.models.list().map(modelObject) });
+    const data = this.models.list().map((model) => modelObject(model, this.#startedAt));
+    sendJson(response, 200, { object: "list", data });
   }
 
   async #getModel({ response, params }: RequestContext): Promise<void> {
     const model = this.models.list().find((m) => m.id === params[0]);
     if (!model)
-      throw SparkError.notFound(`The model '${params[0]}' does not exist.`, "model_not_found", "model");
-    sendJson(response, 200, modelObject(model));
+      throw SparkError.notFound(
+        `The model '${shown(params[0], 200)}' does not exist. GET /v1/models lists the models this server has.`,
+        "model_not_found",
+        "model",
+      );
+    sendJson(response, 200, modelObject(model, this.#startedAt));
   }
 
   async #health({ response }: RequestContext): Promise<void> {
@@ -697,21 +723,24 @@ function setRateLimitHeaders(response: ServerResponse, snapshot: RateLimitSnapsh
  * is; `vision`, whether the model sees images (`auto`: some model does and gets them), so the agent
  * sends an MCP tool's images only to a model that sees them.
  */
-function modelObject(model: {
-  id: string;
-  ownedBy: string;
-  contextWindow?: number;
-  vision?: boolean;
-}): Record<string, unknown> {
+function modelObject(
+  model: { id: string; ownedBy: string; contextWindow?: number; vision?: boolean },
+  created: number,
+): Record<string, unknown> {
   const object: Record<string, unknown> = {
     id: model.id,
     object: "model",
-    created: 0,
+    created,
     owned_by: model.ownedBy,
   };
   if (model.contextWindow !== undefined) object.context_window = model.contextWindow;
   if (model.vision !== undefined) object.vision = model.vision;
   return object;
+}
+
+/** Whether a create body asks to run in the background (checked in full by `prepare`). */
+function isBackground(body: unknown): boolean {
+  return (body as { background?: unknown } | null)?.background === true;
 }
 
 /** A path parameter as the client meant it; a malformed escape (`%ZZ`) is the client's 400. */

@@ -55,9 +55,15 @@ import {
 import type { ConversationItem } from "../engine/types.js";
 import type { ResponseObject } from "../protocol/responses.js";
 import { StoreOpenError } from "./open-error.js";
+import {
+  PostgresConversationStore,
+  PostgresRunStore,
+  POSTGRES_STATEFUL_MIGRATION,
+  type PostgresQueries,
+} from "./postgres-stateful.js";
 
 /** The schema version this code writes, the highest `version` in `spark_schema_version`. */
-export const POSTGRES_SCHEMA_VERSION = 1;
+export const POSTGRES_SCHEMA_VERSION = 2;
 /** The advisory lock migrations hold (an arbitrary constant: "SPARK" in ASCII). */
 export const MIGRATION_LOCK = "357895606859";
 /** Tries of a statement whose connection turned out to be dropped. */
@@ -119,6 +125,8 @@ const MIGRATIONS: readonly string[] = [
      PRIMARY KEY (owner, id)
    );
    CREATE INDEX spark_item_ids_response ON spark_item_ids (response_id);`,
+  // Version 2: background runs, the events of resumable streams, conversations (postgres-stateful.ts).
+  POSTGRES_STATEFUL_MIGRATION,
 ];
 
 const GET: Omit<pg.QueryConfig, "values"> = {
@@ -153,8 +161,9 @@ const CHAIN: Omit<pg.QueryConfig, "values"> = {
          SELECT id, previous, standalone, items FROM chain ORDER BY cardinality(path)`,
 };
 /**
- * Writes a row and its item ids in one statement (so in one transaction). A replaced row keeps the
- * item ids it still holds and loses the others; an item id another row stored first stays theirs.
+ * Writes a row and its item ids in one statement (so in one transaction), with its events chunk
+ * (if any) and, for a background response, the end of its run row. A replaced row keeps the item
+ * ids it still holds and loses the others; an item id another row stored first stays theirs.
  */
 const PUT: Omit<pg.QueryConfig, "values"> = {
   name: "spark_put",
@@ -170,6 +179,12 @@ const PUT: Omit<pg.QueryConfig, "values"> = {
          ), stale AS (
            DELETE FROM spark_item_ids
            WHERE response_id = $1 AND (owner <> $2 OR NOT (id = ANY ($9::text[])))
+         ), events AS (
+           INSERT INTO spark_response_events (response_id, owner, first_seq, last_seq, data)
+           SELECT $1, $2, $10, $11, $12 WHERE $12::bytea IS NOT NULL
+           ON CONFLICT (response_id, first_seq) DO UPDATE SET last_seq = EXCLUDED.last_seq, data = EXCLUDED.data
+         ), finished AS (
+           DELETE FROM spark_runs WHERE id = $1 AND $13::boolean
          )
          INSERT INTO spark_item_ids (owner, id, response_id)
          SELECT $2, item, written.id FROM written, unnest($9::text[]) AS item
@@ -177,9 +192,17 @@ const PUT: Omit<pg.QueryConfig, "values"> = {
 };
 /** Takes the lock a read of the responses table takes (a table locked by another client blocks it). */
 const PROBE = "SELECT 1 FROM spark_responses LIMIT 0";
+/** Deletes a row with its events and run row (its item ids go by cascade). */
 const DELETE: Omit<pg.QueryConfig, "values"> = {
   name: "spark_delete",
-  text: "DELETE FROM spark_responses WHERE id = $1 AND owner = $2",
+  text: `WITH gone AS (
+           DELETE FROM spark_responses WHERE id = $1 AND owner = $2 RETURNING id
+         ), events AS (
+           DELETE FROM spark_response_events WHERE response_id IN (SELECT id FROM gone)
+         ), runs AS (
+           DELETE FROM spark_runs WHERE id IN (SELECT id FROM gone)
+         )
+         SELECT id FROM gone`,
 };
 
 interface RecordRow {
@@ -195,6 +218,8 @@ export class PostgresResponseStore implements ResponseStore {
   #closed = false;
   /** The health probe in flight, shared by the `health()` calls that come meanwhile. */
   #probe: Promise<StoreHealth> | undefined;
+  readonly runs: PostgresRunStore;
+  readonly conversations: PostgresConversationStore;
 
   private constructor(
     pool: pg.Pool,
@@ -202,6 +227,18 @@ export class PostgresResponseStore implements ResponseStore {
     readonly url: string,
   ) {
     this.#pool = pool;
+    const queries: PostgresQueries = {
+      read: (query) => this.#read(query),
+      write: async (query, retry) => {
+        try {
+          return retry ? await this.#retrying(query) : await this.#pool.query(query);
+        } catch (error) {
+          throw writeError(error);
+        }
+      },
+    };
+    this.runs = new PostgresRunStore(queries);
+    this.conversations = new PostgresConversationStore(queries);
   }
 
   /**
@@ -313,6 +350,10 @@ export class PostgresResponseStore implements ResponseStore {
       JSON.stringify(record.inputItems),
       JSON.stringify(record.items),
       itemIdsOf(record),
+      record.events?.first ?? null,
+      record.events?.last ?? null,
+      record.events === undefined ? null : Buffer.from(record.events.data),
+      response.background === true,
     ];
     try {
       // Retried once on a new connection when the first one was lost: the statement is an upsert,
@@ -326,7 +367,7 @@ export class PostgresResponseStore implements ResponseStore {
   async delete(id: string, owner: string): Promise<boolean> {
     try {
       // Not retried: a delete that committed but whose answer was lost would then report "not found".
-      return ((await this.#pool.query({ ...DELETE, values: [id, owner] })).rowCount ?? 0) > 0;
+      return (await this.#pool.query({ ...DELETE, values: [id, owner] })).rows.length > 0;
     } catch (error) {
       throw writeError(error);
     }

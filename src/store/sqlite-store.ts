@@ -61,9 +61,10 @@ import {
 import type { ConversationItem } from "../engine/types.js";
 import type { ResponseObject } from "../protocol/responses.js";
 import { StoreOpenError } from "./open-error.js";
+import { SqliteConversationStore, SqliteRunStore, STATEFUL_MIGRATION } from "./sqlite-stateful.js";
 
 /** The schema version this code writes, kept in `PRAGMA user_version`. */
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 3;
 export const DATABASE_FILE = "responses.sqlite";
 /** Default bound of the cache of parsed records, in (estimated) bytes. */
 export const DEFAULT_CACHE_BYTES = 64 * 1024 * 1024;
@@ -127,6 +128,8 @@ const MIGRATIONS: readonly string[] = [
      FROM responses AS r, json_each(r.input_items) AS i
      WHERE json_type(i.value, '$.id') = 'text'
      ORDER BY r.created_at, r.rowid, i.key;`,
+  // Version 3: background runs, the events of resumable streams, conversations (sqlite-stateful.ts).
+  STATEFUL_MIGRATION,
 ];
 
 export class SqliteResponseStore implements ResponseStore {
@@ -145,6 +148,8 @@ export class SqliteResponseStore implements ResponseStore {
   /** `RESERVE_FILE` in the data directory. */
   readonly #reserve: string;
   readonly #pageSize: number;
+  readonly runs: SqliteRunStore;
+  readonly conversations: SqliteConversationStore;
 
   private constructor(
     db: Database.Database,
@@ -174,15 +179,20 @@ export class SqliteResponseStore implements ResponseStore {
     const addItem = db.prepare<[string, string, string]>(
       "INSERT OR IGNORE INTO item_ids (owner, id, response_id) VALUES (?, ?, ?)",
     );
+    this.runs = new SqliteRunStore(db);
+    this.conversations = new SqliteConversationStore(db);
     this.#write = db.transaction((record: StoredResponse, columns: readonly [string, string, string]) => {
       const { response, owner } = record;
       upsert.run(response.id, owner, response.created_at, ...columns, record.standalone ? 1 : 0);
       removeItems.run(response.id);
       for (const itemId of itemIdsOf(record)) addItem.run(owner, itemId, response.id);
+      if (record.events !== undefined) this.runs.appendEvents(response.id, owner, record.events);
+      if (response.background) this.runs.finish(response.id);
     });
     this.#erase = db.transaction((id: string, owner: string) => {
       if (remove.run(id, owner).changes === 0) return false;
       removeItems.run(id);
+      this.runs.forget(id);
       return true;
     });
   }
@@ -278,7 +288,9 @@ export class SqliteResponseStore implements ResponseStore {
     return record === undefined ? undefined : itemOf(record, itemId);
   }
 
-  put(record: StoredResponse): void {
+  put(stored: StoredResponse): void {
+    // The events are written, never cached.
+    const { events: chunk, ...record } = stored;
     const { response } = record;
     const id = response.id;
     const columns = [
@@ -288,13 +300,15 @@ export class SqliteResponseStore implements ResponseStore {
     ] as const;
     const length = columns[0].length + columns[1].length + columns[2].length;
     // UTF-8 takes up to 3 bytes per UTF-16 unit: counted exactly only where it may matter.
+    const eventBytes = chunk?.data.byteLength ?? 0;
     const bytes =
-      length * 3 < LARGE_WRITE_BYTES
+      eventBytes +
+      (length * 3 < LARGE_WRITE_BYTES
         ? length
-        : columns.reduce((sum, column) => sum + Buffer.byteLength(column), 0);
+        : columns.reduce((sum, column) => sum + Buffer.byteLength(column), 0));
     if (bytes >= LARGE_WRITE_BYTES) this.#checkRoom(bytes);
     try {
-      this.#write(record, columns);
+      this.#write(stored, columns);
     } catch (error) {
       // The frames the failed transaction wrote stay in the WAL file until it is truncated.
       this.#checkpoint();
