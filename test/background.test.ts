@@ -294,6 +294,37 @@ describe("background responses", () => {
     assert.equal(textOf(stored), WORDS.slice(0, 4).join(" "));
   });
 
+  test("a drain lets a running background response finish; one still running when it ends is handed back incomplete", async () => {
+    const dataDir = freshDir("bg-drain-");
+    const finishing = new HeldEngine(TEXT, 3);
+    const first = await start(finishing, { store: SqliteResponseStore.open(dataDir) });
+    let held = finishing.holding();
+    const done = await first.openai.responses.create({ model: "spark", input: "x", background: true });
+    await held;
+    const draining = first.server.drain(120_000);
+    finishing.release();
+    await draining;
+    servers.splice(servers.indexOf(first.server), 1);
+
+    const stuck = new HeldEngine(TEXT, 3);
+    const second = await start(stuck, { store: SqliteResponseStore.open(dataDir) });
+    held = stuck.holding();
+    const cut = await second.openai.responses.create({ model: "spark", input: "x", background: true });
+    await held;
+    await second.server.drain(100);
+    servers.splice(servers.indexOf(second.server), 1);
+
+    const store = SqliteResponseStore.open(dataDir);
+    try {
+      assert.equal(store.get(done.id, "anonymous")?.response.status, "completed");
+      const handedBack = store.get(cut.id, "anonymous")?.response;
+      assert.equal(handedBack?.status, "incomplete");
+      assert.equal(handedBack?.incomplete_details?.reason, "server_shutdown");
+    } finally {
+      store.close();
+    }
+  });
+
   test("an instance's own handBackBackground() stops its runs and answers how many (for a drain's end)", async () => {
     const engine = new HeldEngine(TEXT, 2);
     const { server, openai } = await start(engine, { store: new MemoryResponseStore() });

@@ -99,6 +99,8 @@ export class BackgroundResponses {
   #timer: NodeJS.Timeout | undefined;
   #polling = false;
   #pollFailed = false;
+  /** Waiting for this instance to run no background response (`idle`). */
+  readonly #whenIdle: (() => void)[] = [];
 
   constructor(options: BackgroundOptions) {
     this.#responses = options.responses;
@@ -207,6 +209,7 @@ export class BackgroundResponses {
     void this.#drive(run).finally(() => {
       clearInterval(flushes);
       this.#runs.delete(run.id);
+      if (this.#runs.size === 0) for (const resolve of this.#whenIdle.splice(0)) resolve();
       log.close();
       finished();
     });
@@ -299,6 +302,12 @@ export class BackgroundResponses {
    * (`server_shutdown`) and is written to the store before this resolves. For a drain's end and the
    * server's shutdown. Answers how many were stopped.
    */
+  /** Resolves once no background response runs on this instance (a drain waits for it). */
+  idle(): Promise<void> {
+    if (this.#runs.size === 0) return Promise.resolve();
+    return new Promise((resolve) => this.#whenIdle.push(resolve));
+  }
+
   async handBack(reason: string = AbortReason.serverShutdown): Promise<number> {
     const runs = [...this.#runs.values()];
     for (const run of runs) run.controller.abort(reason);

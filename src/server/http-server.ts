@@ -193,7 +193,7 @@ export class SparkServer {
     });
     // Background responses outlive their requests: at the server's end they are handed back.
     this.addShutdownParticipant({
-      drain: () => Promise.resolve(),
+      drain: () => this.#background.idle(),
       close: async (reason) => void (await this.#background.handBack(reason)),
     });
     this.#stateful = new StatefulRoutes({
