@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
-import type { Page } from "playwright-core";
+import type { Locator, Page } from "playwright-core";
 import { file, firstLine, freshDir, spawnCli, startServer, stop, type Cli } from "./helpers/cli.js";
 import { launchBrowser } from "./helpers/browser.js";
 import { closedPort } from "./helpers/ports.js";
@@ -356,14 +356,54 @@ describe("spark app, the first day", { timeout: 900_000 }, () => {
     await screenshot(page, "phone-drawer");
     await page.locator(".sidebar .task-item").click();
     await page.locator(".sidebar").waitFor({ state: "hidden" });
-    // The review's diffs fit the same way.
+    // The task header is one row (the tier, Review, ⋯), every control on screen.
+    await assertOneRow(page, ".task-header > :is(.model-picker, .review-button, .task-menu-button)");
+    // ⋯ opens the rest: where the task works, Undo turn, Rename, Delete, all on screen.
+    await page.locator(".task-menu-button").click();
+    for (const name of [".workspace-badge", ".undo-button", ".rename-button", ".delete-button"])
+      await assertOnScreen(page, page.locator(`.header-more.open ${name}`), name);
+    await screenshot(page, "phone-menu");
+    // A click elsewhere closes it.
+    await page.locator(".transcript").click({ position: { x: 20, y: 20 } });
+    await page.locator(".header-more.open").waitFor({ state: "detached" });
+    // The review's diffs fit the same way; its actions stay on screen, in one row.
     await page.locator(".review-button").click();
     await page.locator(".review .diff[data-path='wide.txt']").waitFor();
     await assertFits(page);
+    await assertOneRow(page, ".review-head :is(.review-title, button)");
+    for (const name of [".apply-all", ".discard-all", ".close-review", ".apply-file", ".discard-file"])
+      await assertOnScreen(page, page.locator(`.review ${name}`).first(), name);
     await screenshot(page, "phone-review");
     await page.close();
   });
 });
+
+/** `locator` is visible and wholly inside the viewport. */
+async function assertOnScreen(page: Page, locator: Locator, name: string): Promise<void> {
+  assert.ok(await locator.isVisible(), `${name} is hidden`);
+  const box = (await locator.boundingBox())!;
+  const viewport = page.viewportSize()!;
+  assert.ok(
+    box.x >= 0 && box.y >= 0 && box.x + box.width <= viewport.width && box.y + box.height <= viewport.height,
+    `${name} is off screen: ${JSON.stringify(box)} in ${JSON.stringify(viewport)}`,
+  );
+}
+
+/** The visible elements `selector` picks are all on screen and share one row (their boxes overlap vertically). */
+async function assertOneRow(page: Page, selector: string): Promise<void> {
+  const elements = page.locator(selector);
+  const boxes: { x: number; y: number; width: number; height: number }[] = [];
+  for (let i = 0; i < (await elements.count()); i++) {
+    const element = elements.nth(i);
+    if (!(await element.isVisible())) continue;
+    await assertOnScreen(page, element, `${selector} #${i}`);
+    boxes.push((await element.boundingBox())!);
+  }
+  assert.ok(boxes.length >= 2, `fewer than two of ${selector} are visible`);
+  const top = Math.max(...boxes.map((b) => b.y));
+  const bottom = Math.min(...boxes.map((b) => b.y + b.height));
+  assert.ok(top < bottom, `${selector} wrap to more than one row: ${JSON.stringify(boxes)}`);
+}
 
 /** The page does not scroll sideways, the transcript (or first screen) is wide, every composer control is on screen. */
 async function assertFits(page: Page): Promise<void> {

@@ -170,18 +170,21 @@ export function Diff(props: {
   return (
     <div class="diff" data-path={diff.path}>
       <div class="diff-head">
-        <span class={`kind ${diff.kind}`}>{diff.kind}</span> <code>{diff.path}</code>
+        <span class={`kind ${diff.kind}`}>{diff.kind}</span>{" "}
+        <code class="diff-path" title={diff.path}>
+          {diff.path}
+        </code>
         <span class="counts">
           <span class="add">+{diff.added}</span> <span class="del">−{diff.removed}</span>
         </span>
         {props.onOpen ? (
-          <button class="small open-diff" onClick={props.onOpen}>
-            Open diff
+          <button class="small open-diff" title="Show it in VS Code's diff editor" onClick={props.onOpen}>
+            Open<span class="long"> diff</span>
           </button>
         ) : null}
         {props.onRevert ? (
           <button class="small" onClick={props.onRevert}>
-            Revert file
+            Revert<span class="long"> file</span>
           </button>
         ) : null}
         {props.extra}

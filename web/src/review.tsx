@@ -23,37 +23,46 @@ function TaskReview(props: {
         ? "in its copy of the workspace"
         : "in its workspace";
   const pending = files.filter((f) => !applied.has(f.path)).length;
+  const summary = `${files.length} file${files.length === 1 ? "" : "s"}${pending < files.length ? `, ${files.length - pending} applied` : ""}`;
+  const detail = `${where}, against where it started`;
   return (
     <div class="review task-review">
       <div class="review-head">
-        <strong>Changes of this task</strong> ({files.length} file{files.length === 1 ? "" : "s"} {where},
-        against where it started{pending < files.length ? `; ${files.length - pending} applied` : ""})
-        {files.length > 0 ? (
-          <>
-            <button
-              class="apply-all"
-              disabled={pending === 0}
-              title="Bring these changes into the workspace (a 3-way merge: if any file conflicts, nothing is written)"
-              onClick={() => send({ type: "apply", task: props.task })}
-            >
-              Apply all
-            </button>
-            <button
-              class="discard-all danger"
-              onClick={() => {
-                if (
-                  confirm("Discard this task's worktree and all its changes? The workspace is not touched.")
-                )
-                  send({ type: "discard", task: props.task });
-              }}
-            >
-              Discard all
-            </button>
-          </>
-        ) : null}
-        <button class="small" onClick={() => setState({ review: undefined })}>
-          Close
-        </button>
+        <span class="review-title" title={`${summary} ${detail}`}>
+          <strong>
+            Changes<span class="long"> of this task</span>
+          </strong>{" "}
+          <span class="review-count">({summary}</span>
+          <span class="review-where"> {detail}</span>)
+        </span>
+        <span class="review-actions">
+          {files.length > 0 ? (
+            <>
+              <button
+                class="apply-all"
+                disabled={pending === 0}
+                title="Bring these changes into the workspace (a 3-way merge: if any file conflicts, nothing is written)"
+                onClick={() => send({ type: "apply", task: props.task })}
+              >
+                Apply all
+              </button>
+              <button
+                class="discard-all danger"
+                onClick={() => {
+                  if (
+                    confirm("Discard this task's worktree and all its changes? The workspace is not touched.")
+                  )
+                    send({ type: "discard", task: props.task });
+                }}
+              >
+                Discard all
+              </button>
+            </>
+          ) : null}
+          <button class="small close-review" onClick={() => setState({ review: undefined })}>
+            Close
+          </button>
+        </span>
       </div>
       {conflicts.size > 0 ? (
         <div class="conflicts" role="alert">
@@ -76,21 +85,25 @@ function TaskReview(props: {
           {...(inEditor ? { onOpen: () => send({ type: "file", task: props.task, path: diff.path }) } : {})}
           extra={
             <>
-              {applied.has(diff.path) ? <span class="applied-badge">applied</span> : null}
               {conflicts.has(diff.path) ? <span class="conflict-badge">conflict</span> : null}
-              <button
-                class="small apply-file"
-                disabled={applied.has(diff.path)}
-                onClick={() => send({ type: "apply", task: props.task, path: diff.path })}
-              >
-                Apply file
-              </button>
+              {/* Applied: the badge says so; there is nothing more to apply. */}
+              {applied.has(diff.path) ? (
+                <span class="applied-badge">applied</span>
+              ) : (
+                <button
+                  class="small apply-file"
+                  title="Bring this file's changes into the workspace"
+                  onClick={() => send({ type: "apply", task: props.task, path: diff.path })}
+                >
+                  Apply<span class="long"> file</span>
+                </button>
+              )}
               <button
                 class="small discard-file"
                 title="Put this file back as it was when the task started (in the task's workspace)"
                 onClick={() => send({ type: "discard", task: props.task, path: diff.path })}
               >
-                Discard file
+                Discard<span class="long"> file</span>
               </button>
             </>
           }
@@ -109,21 +122,31 @@ export function Review(props: {
   return (
     <div class="review">
       <div class="review-head">
-        <strong>Changes of this task</strong> ({files.length} file{files.length === 1 ? "" : "s"}
-        {props.files?.source === "git" ? ", as git sees them against HEAD" : ""})
-        {files.length > 0 ? (
-          <>
-            <button class="revert-all danger" onClick={() => send({ type: "revert", task: props.task })}>
-              Revert all
-            </button>
-            <button class="keep-all" onClick={() => send({ type: "keep", task: props.task })}>
-              Keep
-            </button>
-          </>
-        ) : null}
-        <button class="small" onClick={() => setState({ review: undefined })}>
-          Close
-        </button>
+        <span class="review-title">
+          <strong>
+            Changes<span class="long"> of this task</span>
+          </strong>{" "}
+          ({files.length} file{files.length === 1 ? "" : "s"}
+          <span class="review-where">
+            {props.files?.source === "git" ? ", as git sees them against HEAD" : ""}
+          </span>
+          )
+        </span>
+        <span class="review-actions">
+          {files.length > 0 ? (
+            <>
+              <button class="revert-all danger" onClick={() => send({ type: "revert", task: props.task })}>
+                Revert all
+              </button>
+              <button class="keep-all" onClick={() => send({ type: "keep", task: props.task })}>
+                Keep
+              </button>
+            </>
+          ) : null}
+          <button class="small close-review" onClick={() => setState({ review: undefined })}>
+            Close
+          </button>
+        </span>
       </div>
       {files.length === 0 ? <div class="empty">No changes recorded.</div> : null}
       {files.map((diff) => (

@@ -3,7 +3,7 @@
  * works, the tier (the ⚡ toggle and the picker) and its actions (Undo turn, Redo, Review, Rename,
  * Delete).
  */
-import { useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 import type { TaskStatus, TaskSummary } from "../../src/app/protocol.js";
 import { send } from "./send.js";
 import { getState, useStore } from "./store.js";
@@ -38,7 +38,7 @@ function ModelPicker(props: {
       >
         {props.models.map((m) => (
           <option key={m} value={m}>
-            {m}
+            {m === "spark" ? "⚡ spark" : m}
           </option>
         ))}
       </select>
@@ -86,6 +86,11 @@ function ProjectContextBadge(props: {
   );
 }
 
+/**
+ * One row at any width: the title, the tier, Review, and the rest. Wide, the rest (project context,
+ * where the task works, Undo turn, Redo, Rename, Delete) sits in the row too; narrow (a phone, the
+ * VS Code pane), it goes into the ⋯ menu, which closes on a choice, a click elsewhere or Escape.
+ */
 export function TaskHeader(props: {
   task: TaskSummary;
   models: string[];
@@ -93,9 +98,37 @@ export function TaskHeader(props: {
 }): preact.JSX.Element {
   const [renaming, setRenaming] = useState(false);
   const [title, setTitle] = useState(props.task.title);
+  const [menu, setMenu] = useState(false);
+  const header = useRef<HTMLElement>(null);
   const { context } = useStore();
+  useEffect(() => {
+    if (!menu) return;
+    const close = (event: Event): void => {
+      if (
+        event instanceof KeyboardEvent
+          ? event.key === "Escape"
+          : !header.current?.contains(event.target as Node)
+      )
+        setMenu(false);
+    };
+    document.addEventListener("pointerdown", close);
+    document.addEventListener("keydown", close);
+    return () => {
+      document.removeEventListener("pointerdown", close);
+      document.removeEventListener("keydown", close);
+    };
+  }, [menu]);
+  /** A menu entry: does its thing, and the menu closes. */
+  const act = (action: () => void) => () => {
+    setMenu(false);
+    action();
+  };
+  const rename = (): void => {
+    setTitle(props.task.title);
+    setRenaming(true);
+  };
   return (
-    <header class="task-header">
+    <header class="task-header" ref={header}>
       {renaming ? (
         <form
           class="rename"
@@ -113,69 +146,72 @@ export function TaskHeader(props: {
           <button type="submit">Save</button>
         </form>
       ) : (
-        <h1
-          class="task-name"
-          title="Double-click to rename"
-          onDblClick={() => {
-            setTitle(props.task.title);
-            setRenaming(true);
-          }}
-        >
+        <h1 class="task-name" title={`${props.task.title} (double-click to rename)`} onDblClick={rename}>
           {props.task.title}
         </h1>
       )}
-      <ProjectContextBadge context={context} />
-      <WorkspaceBadge workspace={props.task.workspace} />
-      <ModelPicker task={props.task} models={props.models} status={props.status} />
-      <div class="header-actions">
-        <button
-          class="undo-button small"
-          disabled={props.task.undoTurn === undefined}
-          title={
-            props.task.undoTurn === undefined
-              ? "No turn of this task changed files yet"
-              : `Put the files back as they were before turn ${props.task.undoTurn} (only files: what a command did elsewhere, a database or a network call, stays done)`
-          }
-          onClick={() => send({ type: "undo", task: props.task.id })}
-        >
-          ↶ Undo turn{props.task.undoTurn === undefined ? "" : ` ${props.task.undoTurn}`}
-        </button>
-        {props.task.redoTurns ? (
+      <div class={`header-more${menu ? " open" : ""}`} role={menu ? "menu" : undefined}>
+        <ProjectContextBadge context={context} />
+        <WorkspaceBadge workspace={props.task.workspace} />
+        <div class="header-actions">
           <button
-            class="redo-button small"
-            title={`Take the last undo back: the files as turn${props.task.redoTurns.length === 1 ? "" : "s"} ${props.task.redoTurns.join(", ")} left them`}
-            onClick={() => send({ type: "redo", task: props.task.id })}
+            class="undo-button small"
+            disabled={props.task.undoTurn === undefined}
+            title={
+              props.task.undoTurn === undefined
+                ? "No turn of this task changed files yet"
+                : `Put the files back as they were before turn ${props.task.undoTurn} (only files: what a command did elsewhere, a database or a network call, stays done)`
+            }
+            onClick={act(() => send({ type: "undo", task: props.task.id }))}
           >
-            ↷ Redo
+            ↶ Undo turn{props.task.undoTurn === undefined ? "" : ` ${props.task.undoTurn}`}
           </button>
-        ) : null}
-        <button class="review-button" onClick={() => send({ type: "review", task: props.task.id })}>
-          Review changes{props.task.changedFiles.length > 0 ? ` (${props.task.changedFiles.length})` : ""}
-        </button>
-        <button
-          class="rename-button small"
-          onClick={() => {
-            setTitle(props.task.title);
-            setRenaming(true);
-          }}
-        >
-          Rename
-        </button>
-        <button
-          class="delete-button small danger"
-          onClick={() => {
-            const ws = props.task.workspace;
-            const what =
-              ws?.kind === "worktree" || ws?.kind === "copy"
-                ? `Its ${ws.kind === "worktree" ? "worktree and branch are" : "copy is"} removed: changes not applied are lost.`
-                : "Its changes stay on disk.";
-            if (confirm(`Delete the task “${props.task.title}”? ${what}`))
-              send({ type: "task.delete", task: props.task.id });
-          }}
-        >
-          Delete
-        </button>
+          {props.task.redoTurns ? (
+            <button
+              class="redo-button small"
+              title={`Take the last undo back: the files as turn${props.task.redoTurns.length === 1 ? "" : "s"} ${props.task.redoTurns.join(", ")} left them`}
+              onClick={act(() => send({ type: "redo", task: props.task.id }))}
+            >
+              ↷ Redo
+            </button>
+          ) : null}
+          <button class="rename-button small" onClick={act(rename)}>
+            Rename
+          </button>
+          <button
+            class="delete-button small danger"
+            onClick={act(() => {
+              const ws = props.task.workspace;
+              const what =
+                ws?.kind === "worktree" || ws?.kind === "copy"
+                  ? `Its ${ws.kind === "worktree" ? "worktree and branch are" : "copy is"} removed: changes not applied are lost.`
+                  : "Its changes stay on disk.";
+              if (confirm(`Delete the task “${props.task.title}”? ${what}`))
+                send({ type: "task.delete", task: props.task.id });
+            })}
+          >
+            Delete
+          </button>
+        </div>
       </div>
+      <ModelPicker task={props.task} models={props.models} status={props.status} />
+      <button
+        class="review-button"
+        title="The task's changes, file by file"
+        onClick={() => send({ type: "review", task: props.task.id })}
+      >
+        Review<span class="long"> changes</span>
+        {props.task.changedFiles.length > 0 ? ` (${props.task.changedFiles.length})` : ""}
+      </button>
+      <button
+        class="task-menu-button"
+        title="More: where the task works, Undo turn, Rename, Delete"
+        aria-label="More actions"
+        aria-expanded={menu}
+        onClick={() => setMenu((open) => !open)}
+      >
+        ⋯
+      </button>
     </header>
   );
 }
