@@ -295,7 +295,7 @@ describe("a variant's page that changes", { timeout: 240_000 }, () => {
             },
           ],
         },
-        message("Changed it."),
+        message("Changed **it**: see `index.html`."),
       ]
         .map((line) => JSON.stringify(line))
         .join("\n") + "\n",
@@ -303,7 +303,7 @@ describe("a variant's page that changes", { timeout: 240_000 }, () => {
     // No sandbox and on-request: the command waits for the user, so the first page is seen first.
     // The check (`variants.check`) runs in each variant's worktree when it ends.
     const app = await startApp(script, workspace, home, "on-request", {
-      variants: { check: "grep -q 'version two' index.html" },
+      variants: { check: "grep 'version two' index.html" },
     });
     const browser = await launchBrowser();
     const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
@@ -333,6 +333,24 @@ describe("a variant's page that changes", { timeout: 240_000 }, () => {
       await frame.locator("h1", { hasText: "version two" }).waitFor();
       await page.locator(`.variant-card[data-index="${index}"] .variant-check.passed`).waitFor();
     }
+    // A card shows its answer as Markdown, opens its diff (each file collapsed until clicked), and
+    // its check's output on a click.
+    const card = page.locator('.variant-card[data-index="0"]');
+    await page.locator('.variant-card[data-state="done"]').nth(1).waitFor();
+    await card.locator(".variant-text strong", { hasText: "it" }).waitFor();
+    assert.doesNotMatch(await card.locator(".variant-text").innerText(), /\*\*/);
+    assert.equal(await card.locator(".variant-text code").innerText(), "index.html");
+    await card.locator(".variant-files").click();
+    const changed = card.locator('.variant-file[data-path="index.html"]');
+    await changed.waitFor();
+    assert.equal(await changed.getAttribute("open"), null, "each file starts collapsed");
+    await changed.locator("summary").click();
+    await changed.locator(".line.add", { hasText: "<h1>version two</h1>" }).waitFor();
+    assert.equal(await card.locator(".variant-check-output").isVisible(), false);
+    await card.locator(".variant-check > summary").click();
+    await card.locator(".variant-check-output", { hasText: "<h1>version two</h1>" }).waitFor();
+    if (process.env.SPARK_APP_SCREENSHOTS)
+      await page.screenshot({ path: join(process.env.SPARK_APP_SCREENSHOTS, "variant-card-diff.png") });
     await context.close();
   });
 });

@@ -142,6 +142,16 @@ const clientMessage: z.ZodType<ClientMessage> = z.discriminatedUnion("type", [
       .max(MAX_VARIANTS - 1),
   }),
   z.strictObject({ type: z.literal("variants.discard"), task: taskId, entry: z.string().max(200) }),
+  z.strictObject({
+    type: z.literal("variant.diff"),
+    task: taskId,
+    entry: z.string().max(200),
+    index: z
+      .number()
+      .int()
+      .min(0)
+      .max(MAX_VARIANTS - 1),
+  }),
   z.strictObject({ type: z.literal("review"), task: taskId }),
   z.strictObject({ type: z.literal("revert"), task: taskId, path: z.string().min(1).max(4096).optional() }),
   z.strictObject({ type: z.literal("undo"), task: taskId, turn: z.number().int().min(1).optional() }),

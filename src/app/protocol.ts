@@ -182,6 +182,8 @@ export type ClientMessage =
   | { type: "choose"; task: string; entry: string; index: number }
   /** Drops every variant of `entry` (stops those still running); nothing lands. */
   | { type: "variants.discard"; task: string; entry: string }
+  /** Variant `index`'s diff (per file) against where it started, answered with `variant.diff`. */
+  | { type: "variant.diff"; task: string; entry: string; index: number }
   | { type: "review"; task: string }
   /**
    * A task in a worktree or copy: brings its changes (all, or one file) into the workspace with a
@@ -260,6 +262,8 @@ export type ServerMessage =
       conflicts?: { path: string; reason: string }[];
       workspace?: TaskWorkspaceInfo;
     }
+  /** Answers `variant.diff`: empty once the variants are gone (picked, discarded, an earlier run). */
+  | { type: "variant.diff"; task: string; entry: string; index: number; files: FileDiff[] }
   /** Answers `file`: `null` where the file did not exist (before) or was deleted (after). */
   | { type: "file"; task: string; path: string; before: string | null; after: string | null }
   /** Answers `files`: at most 20 paths, relative, best first. */

@@ -340,6 +340,17 @@ export class TaskManager {
       case "review":
         reply({ type: "review", task: task.id, ...(await task.review()) });
         return;
+      case "variant.diff": {
+        const { entry, index } = message;
+        reply({
+          type: "variant.diff",
+          task: task.id,
+          entry,
+          index,
+          files: await task.variantDiff(entry, index),
+        });
+        return;
+      }
       case "undo":
       case "redo":
         try {

@@ -50,7 +50,7 @@ import { logEntry, savedTask, type SavedTask } from "./saved-task.js";
 import { AppVariants } from "./variants.js";
 import { liveContext } from "../agent/live-context.js";
 import { removeTaskWorkspace, unneededWorkspace } from "./task-worktree.js";
-import type { LogEntry, ServerMessage, TaskState, TaskStatus, TaskSummary } from "./protocol.js";
+import type { FileDiff, LogEntry, ServerMessage, TaskState, TaskStatus, TaskSummary } from "./protocol.js";
 
 /** What every task of one app shares: the server, the workspace and the agent's settings. */
 export interface TaskContext {
@@ -877,6 +877,12 @@ export class Task {
         (picked.applied.length > 0 ? `: ${picked.applied.join(", ")}` : " (it changed no file)") +
         "; the others were discarded",
     );
+  }
+
+  /** Variant `index`'s diff per file; none once the variants of `entryId` are gone. */
+  async variantDiff(entryId: string, index: number): Promise<FileDiff[]> {
+    const run = this.#variants;
+    return run && run.entry.id === entryId ? run.diffs(index) : [];
   }
 
   /** Drops the variants of `entryId` (stopping those still running); nothing lands. */

@@ -19,7 +19,8 @@ import {
 } from "../agent/variants/runner.js";
 import type { PreviewServer } from "./preview-server.js";
 import { previewPage } from "./preview-server.js";
-import type { LogEntry, ServerMessage, VariantCard } from "./protocol.js";
+import type { FileDiff, LogEntry, ServerMessage, VariantCard } from "./protocol.js";
+import { taskFileDiff } from "../agent/worktree/task-changes.js";
 
 export type VariantsEntry = Extract<LogEntry, { kind: "variants" }>;
 
@@ -145,6 +146,12 @@ export class AppVariants {
   }
 
   /** Drops every variant (worktrees and branches gone); nothing lands. After a pick: ends its preview. */
+  /** Variant `index`'s diff per file against where it started (none before its worktree exists). */
+  async diffs(index: number): Promise<FileDiff[]> {
+    const changes = await this.run.changes(index).catch(() => []);
+    return changes.map(taskFileDiff);
+  }
+
   async discard(): Promise<void> {
     if (this.entry.chosen !== undefined) {
       this.#endPreviews();

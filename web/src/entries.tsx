@@ -166,11 +166,13 @@ export function Diff(props: {
   onOpen?: () => void;
   /** More of the file's head (the review of a task in a worktree: its state and Apply / Discard). */
   extra?: preact.ComponentChildren;
+  /** Its lines only: the path and counts are shown beside it already. */
+  bare?: boolean;
 }): preact.JSX.Element {
   const { diff } = props;
   return (
     <div class="diff" data-path={diff.path}>
-      <div class="diff-head">
+      <div class="diff-head" hidden={props.bare}>
         <span class={`kind ${diff.kind}`}>{diff.kind}</span>{" "}
         <code class="diff-path" title={diff.path}>
           {diff.path}

@@ -60,6 +60,8 @@ export interface AppState {
   fileMatches: { query: string; paths: string[] } | undefined;
   /** The port of the app's preview server (variants' pages), when it runs. */
   preview: number | undefined;
+  /** Variants' diffs as the app last answered them, by `variantStream(entry, index)`. */
+  variantDiffs: Record<string, FileDiff[]>;
 }
 
 let state: AppState = {
@@ -79,6 +81,7 @@ let state: AppState = {
   context: undefined,
   fileMatches: undefined,
   preview: undefined,
+  variantDiffs: {},
 };
 const listeners = new Set<() => void>();
 
@@ -327,6 +330,11 @@ export function apply(message: ServerMessage, receivedAt: number): void {
       return;
     case "files":
       setState({ fileMatches: { query: message.query, paths: message.paths } });
+      return;
+    case "variant.diff":
+      setState((s) => ({
+        variantDiffs: { ...s.variantDiffs, [variantStream(message.entry, message.index)]: message.files },
+      }));
       return;
     case "error":
       setState({ error: message.message });

@@ -2,9 +2,11 @@
  * Best-of-N in the transcript: the variants' cards side by side, each with its state, figures,
  * files, the check's result, its live preview and the end of its answer; Pick and Discard all.
  */
-import { useEffect, useRef } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 import type { ClientMessage, LogEntry, VariantCard } from "../../src/app/protocol.js";
-import { attachStream, benchProbe, detachStream, getState, variantStream } from "./store.js";
+import { Diff } from "./entries.js";
+import { renderInto } from "./markdown.js";
+import { attachStream, benchProbe, detachStream, getState, useStore, variantStream } from "./store.js";
 
 type Send = (message: ClientMessage) => void;
 
@@ -70,6 +72,8 @@ export function Variants(props: {
             index={index}
             pickable={open && card.state === "done"}
             onPick={() => props.send({ type: "choose", task: props.task, entry: entry.id, index })}
+            task={props.task}
+            send={props.send}
           />
         ))}
       </div>
@@ -95,8 +99,16 @@ function VariantCardView(props: {
   index: number;
   pickable: boolean;
   onPick: () => void;
+  task: string;
+  send: Send;
 }): preact.JSX.Element {
   const { card, index, entry } = props;
+  const [open, setOpen] = useState(false);
+  // Open: asked again whenever the variant's files change (it is still writing).
+  const signature = card.files.map((f) => `${f.path}:${f.added}:${f.removed}`).join("|");
+  useEffect(() => {
+    if (open) props.send({ type: "variant.diff", task: props.task, entry: entry.id, index });
+  }, [open, signature]);
   const label =
     card.serverQueued && card.state === "running" ? "queued on the server" : VARIANT_STATE[card.state];
   const check = card.check;
@@ -117,24 +129,35 @@ function VariantCardView(props: {
           <span class="variant-rate">{card.tokensPerSecond} tok/s</span>
         )}
       </div>
-      <div
-        class="variant-files"
-        title={card.files.map((f) => `${f.path} +${f.added} −${f.removed}`).join("\n")}
+      {/* Its diff, per file (each collapsed), asked of the app when opened and whenever it changes. */}
+      <details
+        class="variant-diff"
+        onToggle={(event) => setOpen((event.currentTarget as HTMLDetailsElement).open)}
       >
-        {card.files.length} file{card.files.length === 1 ? "" : "s"} <span class="add">+{card.added}</span>{" "}
-        <span class="del">−{card.removed}</span>
-        {card.files.length > 0 ? (
-          <span class="variant-paths"> {card.files.map((f) => f.path).join(", ")}</span>
-        ) : null}
-      </div>
+        <summary
+          class="variant-files"
+          title={card.files.map((f) => `${f.path} +${f.added} −${f.removed}`).join("\n")}
+        >
+          {card.files.length} file{card.files.length === 1 ? "" : "s"} <span class="add">+{card.added}</span>{" "}
+          <span class="del">−{card.removed}</span>
+          {card.files.length > 0 ? (
+            <span class="variant-paths"> {card.files.map((f) => f.path).join(", ")}</span>
+          ) : null}
+        </summary>
+        {open ? <VariantDiffs entry={entry.id} index={index} /> : null}
+      </details>
+      {/* The check's result; its output on a click. */}
       {check ? (
-        <div class={`variant-check ${check.state}`} title={check.outputTail}>
-          {check.state === "running"
-            ? "check running…"
-            : check.state === "passed"
-              ? "✓ check passed"
-              : `✗ check failed${check.timedOut ? " (timed out)" : check.exitCode === null ? "" : ` (exit ${check.exitCode})`}`}
-        </div>
+        <details class={`variant-check ${check.state}`}>
+          <summary>
+            {check.state === "running"
+              ? "check running…"
+              : check.state === "passed"
+                ? "✓ check passed"
+                : `✗ check failed${check.timedOut ? " (timed out)" : check.exitCode === null ? "" : ` (exit ${check.exitCode})`}`}
+          </summary>
+          <pre class="variant-check-output">{check.outputTail || "(no output)"}</pre>
+        </details>
       ) : null}
       {card.preview ? <Preview preview={card.preview} index={index} /> : null}
       <VariantText entry={entry} index={index} />
@@ -174,7 +197,30 @@ function Preview(props: {
   );
 }
 
-/** The tail of a variant's text: streamed into the element once per animation frame, no re-render. */
+/** A variant's diff as the app answered it: one collapsed entry per file, its lines inside. */
+function VariantDiffs(props: { entry: string; index: number }): preact.JSX.Element {
+  const diffs = useStore().variantDiffs[variantStream(props.entry, props.index)];
+  if (diffs === undefined) return <div class="variant-diff-empty">loading…</div>;
+  if (diffs.length === 0) return <div class="variant-diff-empty">no changes</div>;
+  return (
+    <div class="variant-diff-files">
+      {diffs.map((diff) => (
+        <details key={diff.path} class="variant-file" data-path={diff.path}>
+          <summary>
+            <code>{diff.path}</code> <span class="add">+{diff.added}</span>{" "}
+            <span class="del">−{diff.removed}</span>
+          </summary>
+          <Diff diff={diff} bare />
+        </details>
+      ))}
+    </div>
+  );
+}
+
+/**
+ * The end of a variant's answer as Markdown (sanitized, as the transcript's), painted once per
+ * animation frame while it streams, with no re-render of the card.
+ */
 function VariantText(props: {
   entry: Extract<LogEntry, { kind: "variants" }>;
   index: number;
@@ -185,7 +231,7 @@ function VariantText(props: {
   useEffect(() => {
     const element = ref.current!;
     if (!streaming) {
-      element.textContent = tail(entry.texts[index] ?? "");
+      renderInto(element, tail(entry.texts[index] ?? ""));
       return;
     }
     const key = variantStream(entry.id, index);
@@ -195,7 +241,7 @@ function VariantText(props: {
     let received: number[] = [];
     const paint = (): void => {
       frame = 0;
-      element.textContent = tail(text);
+      renderInto(element, tail(text));
       if (probe && received.length > 0) {
         const now = performance.now();
         probe.lags.push(...received.map((r) => now - r));
@@ -222,7 +268,7 @@ function VariantText(props: {
       detachStream(key);
     };
   }, [entry.id, index, streaming]);
-  return <div class="variant-text" ref={ref} />;
+  return <div class="variant-text markdown" ref={ref} />;
 }
 
 /** What a card shows of a long answer: its end. */
