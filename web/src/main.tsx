@@ -7,7 +7,8 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import type { ClientMessage, TaskStatus, TaskSummary } from "../../src/app/protocol.js";
 import { Connection } from "./connection.js";
 import { Entry, MarkdownSummary, Thumbnails } from "./entries.js";
-import { appBase, inEditor, onEditor, pathOf, toEditor } from "./host.js";
+import { appBase, inEditor, toEditor } from "./host.js";
+import { bridgeEditor } from "./editor-bridge.js";
 import { Review } from "./review.js";
 import { bindSend } from "./send.js";
 import { TaskHeader, toggleTier } from "./task-header.js";
@@ -680,53 +681,8 @@ function App(): preact.JSX.Element {
   );
 }
 
-/** Whether a task works in a worktree or copy of its own (not in the workspace itself). */
-function isolated(task: string): boolean {
-  const kind = getState().tasks.find((t) => t.id === task)?.workspace?.kind;
-  return kind === "worktree" || kind === "copy";
-}
-
-// In the VS Code pane: what the editor asks of the app (Ask Spark, the diff editor's Apply and
-// Discard), and paths in the transcript that open in the editor.
-onEditor((message) => {
-  const s = getState();
-  switch (message.type) {
-    case "ask":
-      if (s.current) send({ type: "send", task: s.current, text: message.text });
-      else createTask(s.draftModel, message.text);
-      return;
-    case "ping":
-      requestAnimationFrame(() => requestAnimationFrame(() => toEditor({ type: "painted" })));
-      return;
-    // A task in a worktree or copy lands with Apply and drops with Discard; one in place keeps
-    // (its changes are already in the workspace) or reverts.
-    case "apply":
-      send({
-        type: isolated(message.task) ? "apply" : "keep",
-        task: message.task,
-        ...(message.path ? { path: message.path } : {}),
-      });
-      return;
-    case "discard":
-      send({
-        type: isolated(message.task) ? "discard" : "revert",
-        task: message.task,
-        ...(message.path ? { path: message.path } : {}),
-      });
-      return;
-  }
-});
-if (inEditor) {
-  document.documentElement.classList.add("host-vscode");
-  document.addEventListener("click", (event) => {
-    const code = (event.target as Element | null)?.closest?.("code");
-    if (!code || code.closest("pre")) return;
-    const target = pathOf(code.textContent ?? "");
-    if (!target) return;
-    event.preventDefault();
-    toEditor({ type: "open", ...target });
-  });
-}
+// In the VS Code pane: what the editor asks of the app, and paths that open in the editor.
+bridgeEditor({ createTask });
 
 // The socket first: its handshake overlaps the first render (the hello it brings is what makes the
 // page interactive, figure 21).
