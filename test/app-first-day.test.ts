@@ -167,6 +167,23 @@ describe("spark app, the first day", { timeout: 900_000 }, () => {
     await page.close();
   });
 
+  test("a Spark server that is there (--server URL): the app starts and the task is answered by it", async () => {
+    // The VS Code pane starts its app this way. The app asks the server's /v1/models at start: it
+    // once exited there (code 0, nothing said), the request's socket being all that kept it alive.
+    const server = await startServer(
+      ["serve", "--engine", "script", "--script", script("there.jsonl", [message("ANSWER from there.")])],
+      { SPARK_DATA_DIR: freshDir("data-") },
+      CHILD_SAFETY_MS,
+    );
+    running.push(server);
+    const app = await startApp(["--server", server.url]);
+    const page = await openApp(app.url);
+    await sendText(page, "Hello there");
+    await page.locator(".msg.assistant .markdown", { hasText: "ANSWER from there." }).waitFor();
+    assert.equal(app.child.exitCode, null);
+    await page.close();
+  });
+
   test("with the app's own server gone, Enter keeps the text in the composer and says so", async () => {
     const story = script("gone.jsonl", [message("ok")]);
     const app = await startApp(["--engine", "script", "--script", story]);

@@ -158,7 +158,8 @@ function contextWindows(
   return async (model) => {
     const cached = known.get(model);
     if (cached !== undefined) return cached;
-    const asked = fixed ?? (await fetchContextWindow(serverUrl, apiKey, model));
+    // Held: the app waits for it at start, with nothing else running yet to keep it alive.
+    const asked = fixed ?? (await fetchContextWindow(serverUrl, apiKey, model, { hold: true }));
     // Not known (the server did not answer): asked again next time, not fixed at the fallback.
     if (asked === undefined) return 8192;
     known.set(model, asked);

@@ -19,10 +19,15 @@ export interface ServedModel {
 /** Most of a model list read (a server answering without end costs no more). */
 const MAX_LIST_BYTES = 1024 * 1024;
 
-/** The server's `/v1/models`, or undefined when it cannot be read (old server, network, 5 s). */
+/**
+ * The server's `/v1/models`, or undefined when it cannot be read (old server, network, 5 s).
+ * `hold`: the request keeps the process alive (a caller that waits for it with nothing else
+ * running, as `spark app` does at start); by default it does not (background information).
+ */
 export async function fetchModels(
   serverUrl: string,
   apiKey: string | undefined,
+  options: { hold?: boolean } = {},
 ): Promise<ServedModel[] | undefined> {
   let body: unknown;
   try {
@@ -49,7 +54,7 @@ export async function fetchModels(
         },
       );
       // Background information: it never keeps a client that is done from exiting.
-      request.on("socket", (socket) => socket.unref());
+      if (!options.hold) request.on("socket", (socket) => socket.unref());
       request.on("timeout", () => request.destroy(new Error("timed out")));
       request.on("error", reject);
     });
@@ -89,6 +94,7 @@ export async function fetchContextWindow(
   serverUrl: string,
   apiKey: string | undefined,
   model: string,
+  options: { hold?: boolean } = {},
 ): Promise<number | undefined> {
-  return contextWindowOf(await fetchModels(serverUrl, apiKey), model);
+  return contextWindowOf(await fetchModels(serverUrl, apiKey, options), model);
 }
