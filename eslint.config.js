@@ -39,6 +39,8 @@ const sparkOwnData = [
   "src/agent/secrets.ts", // this process's own /proc/self/environ
   "src/agent/session-file.ts", // session files in the data directory
   "src/agent/variants/runner.ts", // the empty folder of Spark's own variant worktrees
+  "src/agent/checkpoints/folder-store.ts", // checkpoints' contents in SPARK_HOME (read from the workspace by checkpoints.ts)
+  "src/agent/checkpoints/git-store.ts", // a temporary index of Spark's, and its ledger in SPARK_HOME
   "src/app/app-server.ts", // the bundled front end (web/dist)
   "src/app/task-manager.ts", // the data directory's task files
   "src/agent/worktree/task-workspace.ts", // Spark's worktree folder (the task's files: task-changes.ts)

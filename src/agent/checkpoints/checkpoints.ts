@@ -22,27 +22,27 @@
  * Only the files are restored: what a command did elsewhere (a database, a network call, a process)
  * cannot be undone.
  */
-import { createHash } from "node:crypto";
-import { lstat, mkdir, readdir, readFile, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { lstat } from "node:fs/promises";
 import path from "node:path";
 import { sparkHome } from "../context/spark-home.js";
 import { listFiles } from "../file-tools.js";
 import { neutralGit } from "../neutral-git.js";
 import type { Workspace } from "../workspace.js";
+import { FolderStore, pruneFolders } from "./folder-store.js";
+import { GitStore } from "./git-store.js";
+import {
+  MAX_CHECKPOINTS,
+  MAX_FILE_BYTES,
+  MAX_SCAN_FILES,
+  RACY_NS,
+  mapLimit,
+  type Checkpoint,
+  type Store,
+  type StoreFile,
+  type Version,
+} from "./store.js";
 
-/** What a path held at one moment. */
-export type Version =
-  | { kind: "file"; id: string; mode: number }
-  | { kind: "absent" }
-  /** Not stored (too large, or the store is full): such a file cannot be put back. */
-  | { kind: "unrecorded"; reason: string };
-
-/** One turn's checkpoint: the touched paths (workspace-relative, posix) as they were before it. */
-export interface Checkpoint {
-  turn: number;
-  files: Map<string, Version>;
-}
+export { MAX_FILE_BYTES, type Checkpoint, type Version } from "./store.js";
 
 /** What an undo or a redo did to one file. */
 export interface FileRestore {
@@ -69,48 +69,11 @@ export interface TurnRecorder {
   endTurn(): Promise<Checkpoint | undefined>;
 }
 
-/** Files larger than this are not stored (an undo then says it cannot restore them). */
-export const MAX_FILE_BYTES = 16 * 1024 * 1024;
-/** Files scanned around a command; past this, the rest of the workspace is not watched. */
-const MAX_SCAN_FILES = 50_000;
-/** What one session may store outside git. */
-const MAX_STORE_BYTES = 512 * 1024 * 1024;
-/** Checkpoints kept per session (the oldest are dropped: no undo that far back). */
-const MAX_CHECKPOINTS = 100;
-/** Sessions' checkpoints (refs or folders) untouched this long are removed when a session opens. */
-const STALE_MS = 14 * 24 * 3600 * 1000;
-/** A file modified this recently may change again within the same timestamp: read every time. */
-const RACY_NS = 3_000_000_000n;
-
-interface StoreFile {
-  abs: string;
-  mode: number;
-}
-
 interface StatKey {
   size: bigint;
   mtimeNs: bigint;
   ctimeNs: bigint;
   ino: bigint;
-}
-
-/** Where the contents are kept: a git repository's objects, or a folder of Spark's. */
-interface Store {
-  readonly kind: "git" | "folder";
-  /**
-   * Stores the files and returns their versions: `absent` for a file that vanished meanwhile,
-   * `unrecorded` for one that could not be stored (the store is full).
-   */
-  put(files: readonly StoreFile[]): Promise<Version[]>;
-  get(id: string): Promise<Buffer>;
-  /** Keeps a finished checkpoint (its earlier contents stay reachable) and drops the oldest. */
-  save(checkpoint: Checkpoint): Promise<void>;
-  /** The highest turn saved for this session before (a resumed session numbers on from it). */
-  lastTurn(): Promise<number>;
-  /** The checkpoints saved for this session before, oldest first (unreadable ones skipped). */
-  load(): Promise<Checkpoint[]>;
-  /** Removes everything saved for this session. */
-  clear(): Promise<void>;
 }
 
 export class Checkpoints implements TurnRecorder {
@@ -470,33 +433,6 @@ function errorMessage(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
-/** A saved manifest read back; undefined when it is not one. */
-function parseManifest(text: string): Checkpoint | undefined {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-  if (typeof parsed !== "object" || parsed === null) return undefined;
-  const { turn, files } = parsed as { turn?: unknown; files?: unknown };
-  if (typeof turn !== "number" || !Number.isInteger(turn) || typeof files !== "object" || files === null)
-    return undefined;
-  const map = new Map<string, Version>();
-  for (const [rel, value] of Object.entries(files as Record<string, unknown>)) {
-    const v = value as { kind?: unknown; id?: unknown; mode?: unknown; reason?: unknown } | null;
-    // Only paths inside the workspace, as the manifest's writer spelled them.
-    if (rel === "" || rel.startsWith("/") || rel.split("/").includes("..")) return undefined;
-    if (v?.kind === "absent") map.set(rel, { kind: "absent" });
-    else if (v?.kind === "file" && typeof v.id === "string" && typeof v.mode === "number")
-      map.set(rel, { kind: "file", id: v.id, mode: v.mode & 0o7777 });
-    else if (v?.kind === "unrecorded")
-      map.set(rel, { kind: "unrecorded", reason: typeof v.reason === "string" ? v.reason : "not kept" });
-    else return undefined;
-  }
-  return { turn, files: map };
-}
-
 function tooLarge(size: number): Version {
   return { kind: "unrecorded", reason: `${size} bytes, over the ${MAX_FILE_BYTES / 1024 / 1024} MiB kept` };
 }
@@ -529,297 +465,5 @@ async function isGitWorkTree(root: string): Promise<boolean> {
     );
   } catch {
     return false;
-  }
-}
-
-/** The manifest of a checkpoint, as saved (the commit message in git, `TURN.json` in a folder). */
-function manifest(checkpoint: Checkpoint): string {
-  const files: Record<string, Version> = {};
-  for (const [rel, version] of checkpoint.files) files[rel] = version;
-  return JSON.stringify({ spark_checkpoint: 1, turn: checkpoint.turn, files }, null, 1);
-}
-
-/**
- * Contents in the repository's object database. Blobs are written by `hash-object -w --no-filters`
- * (git reads the files itself, no clean filter runs); a checkpoint is a commit whose tree holds the
- * earlier contents at their paths, made in a temporary index (never the user's) and kept under
- * `refs/spark/checkpoints/SESSION/TURN`.
- */
-class GitStore implements Store {
-  readonly kind = "git";
-  readonly #prefix: string;
-  #parent: string | undefined;
-
-  constructor(
-    private readonly root: string,
-    session: string,
-  ) {
-    this.#prefix = `refs/spark/checkpoints/${session}/`;
-  }
-
-  async put(files: readonly StoreFile[]): Promise<Version[]> {
-    const ids: (string | undefined)[] = [];
-    for (let start = 0; start < files.length; start += 500) {
-      const batch = files.slice(start, start + 500).map((f) => f.abs);
-      try {
-        ids.push(...(await this.#hash(batch)));
-      } catch {
-        // A file vanished (or cannot be read): one at a time, the missing ones absent.
-        for (const file of batch) {
-          ids.push(
-            await this.#hash([file]).then(
-              (one) => one[0],
-              () => undefined,
-            ),
-          );
-        }
-      }
-    }
-    return files.map((file, index) => {
-      const id = ids[index];
-      return id === undefined ? { kind: "absent" } : { kind: "file", id, mode: file.mode };
-    });
-  }
-
-  async #hash(files: readonly string[]): Promise<string[]> {
-    const stdout = await neutralGit(
-      this.root,
-      ["hash-object", "-w", "--no-filters", "--", ...files],
-      64 * 1024 * 1024,
-    );
-    const ids = stdout.toString("utf8").trim().split("\n");
-    if (ids.length !== files.length) throw new Error("git hash-object gave a different number of ids");
-    return ids;
-  }
-
-  get(id: string): Promise<Buffer> {
-    return neutralGit(this.root, ["cat-file", "blob", id], MAX_FILE_BYTES + 1024);
-  }
-
-  async save(checkpoint: Checkpoint): Promise<void> {
-    const index = path.join(
-      tmpdir(),
-      `spark-checkpoint-${process.pid}-${Math.random().toString(36).slice(2)}`,
-    );
-    try {
-      const entries = [...checkpoint.files].flatMap(([rel, version]) =>
-        version.kind === "file"
-          ? [`${version.mode & 0o111 ? "100755" : "100644"} ${version.id}\t${rel}\0`]
-          : [],
-      );
-      const env = { GIT_INDEX_FILE: index };
-      const git = (args: string[], input?: string): Promise<Buffer> =>
-        neutralGit(this.root, args, 1024 * 1024, { env, ...(input === undefined ? {} : { input }) });
-      // `--index-info` paths are relative to the repository's top, `rel` to the workspace root.
-      const prefix = (await git(["rev-parse", "--show-prefix"])).toString("utf8").trim();
-      await git(
-        ["update-index", "-z", "--index-info"],
-        entries.map((e) => e.replace("\t", `\t${prefix}`)).join(""),
-      );
-      const tree = (await git(["write-tree"])).toString("utf8").trim();
-      const commit = (
-        await neutralGit(
-          this.root,
-          [
-            "-c",
-            "user.name=Spark",
-            "-c",
-            "user.email=spark@localhost",
-            "commit-tree",
-            tree,
-            ...(this.#parent ? ["-p", this.#parent] : []),
-            "-F",
-            "-",
-          ],
-          1024 * 1024,
-          { input: `spark checkpoint: turn ${checkpoint.turn}\n\n${manifest(checkpoint)}\n` },
-        )
-      )
-        .toString("utf8")
-        .trim();
-      await neutralGit(this.root, ["update-ref", `${this.#prefix}${checkpoint.turn}`, commit]);
-      this.#parent = commit;
-      // The oldest beyond the cap go (their blobs with them, at git's next gc).
-      const turns = await this.#turns();
-      for (const turn of turns.slice(0, Math.max(0, turns.length - MAX_CHECKPOINTS))) {
-        await neutralGit(this.root, ["update-ref", "-d", `${this.#prefix}${turn}`]).catch(() => undefined);
-      }
-    } finally {
-      await rm(index, { force: true });
-    }
-  }
-
-  async lastTurn(): Promise<number> {
-    return (await this.#turns()).at(-1) ?? 0;
-  }
-
-  async clear(): Promise<void> {
-    for (const turn of await this.#turns()) {
-      await neutralGit(this.root, ["update-ref", "-d", `${this.#prefix}${turn}`]).catch(() => undefined);
-    }
-    this.#parent = undefined;
-  }
-
-  async load(): Promise<Checkpoint[]> {
-    const out: Checkpoint[] = [];
-    for (const turn of await this.#turns()) {
-      const ref = `${this.#prefix}${turn}`;
-      const message = await neutralGit(this.root, ["log", "-1", "--format=%B", ref]).catch(() => undefined);
-      const text = message?.toString("utf8") ?? "";
-      const checkpoint = parseManifest(text.slice(text.indexOf("{")));
-      if (checkpoint?.turn === turn) {
-        out.push(checkpoint);
-        this.#parent = (await neutralGit(this.root, ["rev-parse", ref])).toString("utf8").trim();
-      }
-    }
-    return out;
-  }
-
-  async #turns(): Promise<number[]> {
-    const refs = await neutralGit(this.root, ["for-each-ref", "--format=%(refname)", this.#prefix]).catch(
-      () => Buffer.alloc(0),
-    );
-    return refs
-      .toString("utf8")
-      .split("\n")
-      .map((ref) => Number(ref.slice(this.#prefix.length)))
-      .filter((n) => Number.isInteger(n) && n > 0)
-      .sort((a, b) => a - b);
-  }
-
-  /** Removes the checkpoint refs of every session untouched for `STALE_MS`. */
-  async prune(): Promise<void> {
-    const lines = await neutralGit(this.root, [
-      "for-each-ref",
-      "--format=%(refname) %(committerdate:unix)",
-      "refs/spark/checkpoints/",
-    ]).catch(() => Buffer.alloc(0));
-    const cutoff = (Date.now() - STALE_MS) / 1000;
-    for (const line of lines.toString("utf8").split("\n")) {
-      const [ref, date] = line.split(" ");
-      if (ref && Number(date) < cutoff) {
-        await neutralGit(this.root, ["update-ref", "-d", ref]).catch(() => undefined);
-      }
-    }
-  }
-}
-
-/** Contents as files named by their SHA-256 in Spark's own folder, for workspaces outside git. */
-class FolderStore implements Store {
-  readonly kind = "folder";
-  #bytes = 0;
-  /** The objects stored (their names). */
-  readonly #known = new Set<string>();
-
-  private constructor(private readonly dir: string) {}
-
-  static async open(dir: string): Promise<FolderStore> {
-    await mkdir(path.join(dir, "objects"), { recursive: true });
-    const store = new FolderStore(dir);
-    for (const name of await readdir(path.join(dir, "objects")).catch(() => [])) {
-      if (/^[0-9a-f]{64}$/.test(name)) store.#known.add(name);
-      store.#bytes += (await stat(path.join(dir, "objects", name)).catch(() => ({ size: 0 }))).size;
-    }
-    // Marks the session as in use (stale sessions are pruned by their folder's time).
-    const now = new Date();
-    await utimes(dir, now, now).catch(() => undefined);
-    return store;
-  }
-
-  put(files: readonly StoreFile[]): Promise<Version[]> {
-    return mapLimit(files, 16, async (file): Promise<Version> => {
-      const bytes = await readFile(file.abs).catch(() => undefined);
-      if (!bytes) return { kind: "absent" };
-      const id = createHash("sha256").update(bytes).digest("hex");
-      const target = path.join(this.dir, "objects", id);
-      if (this.#known.has(id)) return { kind: "file", id, mode: file.mode };
-      if (this.#bytes + bytes.length > MAX_STORE_BYTES) {
-        return {
-          kind: "unrecorded",
-          reason: `the session's checkpoints reached ${MAX_STORE_BYTES / 2 ** 20} MiB`,
-        };
-      }
-      this.#bytes += bytes.length;
-      this.#known.add(id);
-      // Written under a temporary name and renamed: an object is whole or absent.
-      const temp = `${target}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;
-      try {
-        await writeFile(temp, bytes, { flag: "wx" });
-        await rename(temp, target);
-      } catch (error) {
-        this.#known.delete(id);
-        this.#bytes -= bytes.length;
-        await rm(temp, { force: true });
-        throw error;
-      }
-      return { kind: "file", id, mode: file.mode };
-    });
-  }
-
-  get(id: string): Promise<Buffer> {
-    if (!/^[0-9a-f]{64}$/.test(id)) throw new Error(`not a checkpoint object: ${id}`);
-    return readFile(path.join(this.dir, "objects", id));
-  }
-
-  async save(checkpoint: Checkpoint): Promise<void> {
-    await writeFile(path.join(this.dir, `${checkpoint.turn}.json`), manifest(checkpoint));
-    const turns = await this.#turns();
-    for (const turn of turns.slice(0, Math.max(0, turns.length - MAX_CHECKPOINTS))) {
-      await rm(path.join(this.dir, `${turn}.json`), { force: true });
-    }
-  }
-
-  async lastTurn(): Promise<number> {
-    return (await this.#turns()).at(-1) ?? 0;
-  }
-
-  async clear(): Promise<void> {
-    await rm(this.dir, { recursive: true, force: true });
-    this.#known.clear();
-    this.#bytes = 0;
-    await mkdir(path.join(this.dir, "objects"), { recursive: true });
-  }
-
-  async load(): Promise<Checkpoint[]> {
-    const out: Checkpoint[] = [];
-    for (const turn of await this.#turns()) {
-      const text = await readFile(path.join(this.dir, `${turn}.json`), "utf8").catch(() => "");
-      const checkpoint = parseManifest(text);
-      if (checkpoint?.turn === turn) out.push(checkpoint);
-    }
-    return out;
-  }
-
-  async #turns(): Promise<number[]> {
-    return (await readdir(this.dir).catch(() => []))
-      .map((name) => (/^(\d+)\.json$/.exec(name) ? Number(name.slice(0, -5)) : 0))
-      .filter((n) => n > 0)
-      .sort((a, b) => a - b);
-  }
-}
-
-/** `fn` over `items`, at most `limit` at once, results in order. */
-async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
-  const out = new Array<R>(items.length);
-  let next = 0;
-  const worker = async (): Promise<void> => {
-    while (next < items.length) {
-      const index = next++;
-      out[index] = await fn(items[index]!);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
-  return out;
-}
-
-/** Removes the session folders under `base` untouched for `STALE_MS` (never `keep`). */
-async function pruneFolders(base: string, keep: string): Promise<void> {
-  const cutoff = Date.now() - STALE_MS;
-  for (const name of await readdir(base).catch(() => [])) {
-    if (name === keep) continue;
-    const info = await stat(path.join(base, name)).catch(() => undefined);
-    if (info?.isDirectory() && info.mtimeMs < cutoff) {
-      await rm(path.join(base, name), { recursive: true, force: true });
-    }
   }
 }
