@@ -5,6 +5,7 @@
  * branches, index and HEAD untouched) and outside git (Spark's folder under SPARK_HOME).
  */
 import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
 import { execFileSync } from "node:child_process";
 import { existsSync, lstatSync, readFileSync, statSync } from "node:fs";
 import { chmod, mkdtemp, rm, unlink, writeFile } from "node:fs/promises";
@@ -185,12 +186,16 @@ describe("checkpoints", () => {
       "nothing in Spark's folder",
     );
 
-    // Each turn is a commit under refs/spark/checkpoints/SESSION/TURN holding the earlier contents.
-    const refs = git(root, "for-each-ref", "--format=%(refname)", "refs/spark/").trim().split("\n");
-    assert.deepEqual(refs, ["refs/spark/checkpoints/git-session/1", "refs/spark/checkpoints/git-session/2"]);
-    assert.equal(git(root, "show", "refs/spark/checkpoints/git-session/1:a.txt"), "user's unstaged a\n");
-    assert.equal(git(root, "show", "refs/spark/checkpoints/git-session/2:a.txt"), "a changed by turn 1\n");
-    const manifest = git(root, "log", "-1", "--format=%B", "refs/spark/checkpoints/git-session/1");
+    // Each turn is a commit under refs/spark/checkpoints/TURN of the session's own repository,
+    // holding the earlier contents; the user's repository has no ref of Spark's.
+    const store = (...args: string[]): string => git(root, "--git-dir", checkpoints.location, ...args);
+    assert.ok(checkpoints.location.startsWith(home), "the session's repository is in SPARK_HOME");
+    assert.equal(git(root, "for-each-ref", "refs/spark/"), "");
+    const refs = store("for-each-ref", "--format=%(refname)", "refs/spark/").trim().split("\n");
+    assert.deepEqual(refs, ["refs/spark/checkpoints/1", "refs/spark/checkpoints/2"]);
+    assert.equal(store("show", "refs/spark/checkpoints/1:a.txt"), "user's unstaged a\n");
+    assert.equal(store("show", "refs/spark/checkpoints/2:a.txt"), "a changed by turn 1\n");
+    const manifest = store("log", "-1", "--format=%B", "refs/spark/checkpoints/1");
     assert.match(manifest, /"new\/created.txt": \{\s*"kind": "absent"/);
     // The same session opened again (resumed, an app restart) can undo its saved turns, and numbers on.
     const resumed = await Checkpoints.open(ws, "git-session", home);
@@ -205,8 +210,51 @@ describe("checkpoints", () => {
     await resumed.endTurn();
     // Cleared (its task deleted, its worktree discarded): the refs go, nothing is left to undo.
     await resumed.clear();
-    assert.equal(git(root, "for-each-ref", "refs/spark/"), "");
+    assert.equal(store("for-each-ref", "refs/spark/"), "");
     await assert.rejects(resumed.undo(), { code: "nothing_to_undo" });
+  });
+
+  it("the git store is capped, oldest first; the user's .git does not grow; /undo of a dropped turn says so (issue 30 defect 7)", async () => {
+    const MiB = 1024 * 1024;
+    const { root, ws } = await workspaceFixture("spark-cp-cap-", { "keep.txt": "kept\n" });
+    git(root, "init", "-q", "-b", "main");
+    git(root, "add", "-A");
+    git(root, "commit", "-q", "-m", "init");
+    const userObjects = (): string => git(root, "count-objects", "-v");
+    const before = userObjects();
+    // A cap of 12 MiB (512 MiB in use) and turns that each rewrite two 2 MiB files.
+    const checkpoints = await Checkpoints.open(ws, "cap-session", home, { maxStoreBytes: 12 * MiB });
+    // Incompressible, as build outputs and media are.
+    const noise = (): Buffer => randomBytes(2 * MiB);
+    for (let turn = 1; turn <= 8; turn++) {
+      checkpoints.beginTurn();
+      await checkpoints.beforeCommand();
+      await writeFile(path.join(root, "one.bin"), noise());
+      await writeFile(path.join(root, "two.bin"), noise());
+      await checkpoints.afterCommand();
+      await checkpoints.endTurn();
+    }
+    const repoBytes = (): number => {
+      const out = git(root, "--git-dir", checkpoints.location, "count-objects", "-v");
+      const kib = (name: string): number => Number(new RegExp(`^${name}: (\\d+)$`, "m").exec(out)?.[1] ?? 0);
+      return (kib("size") + kib("size-pack")) * 1024;
+    };
+    assert.ok(repoBytes() <= 12 * MiB, `the session's store keeps within its cap (${repoBytes()} bytes)`);
+    assert.equal(userObjects(), before, "the user's .git did not grow");
+    const kept = checkpoints.checkpoints.map((c) => c.turn);
+    assert.ok(kept.length < 8 && kept.at(-1) === 8, `the oldest went first (kept ${kept.join(", ")})`);
+    await assert.rejects(checkpoints.undo(1), (error: Error & { code?: string }) => {
+      assert.equal(error.code, "nothing_to_undo");
+      assert.match(error.message, /turn 1 can no longer be undone: this session keeps at most 12 MiB/);
+      assert.match(error.message, new RegExp(`the oldest turn that can be undone is ${kept[0]}`));
+      return true;
+    });
+    // The kept turns still undo, exactly.
+    const last = await checkpoints.undo();
+    assert.deepEqual(last.turns, [8]);
+    // After a restart the session still knows which turns went.
+    const resumed = await Checkpoints.open(ws, "cap-session", home, { maxStoreBytes: 12 * MiB });
+    await assert.rejects(resumed.undo(1), /can no longer be undone/);
   });
 
   it("a path that now leads outside the workspace is skipped and said so; the others are restored", async () => {
@@ -283,7 +331,10 @@ describe("checkpoints", () => {
     await unlink(path.join(root, "sub/keep.bin"));
     await checkpoints.afterCommand();
     await checkpoints.endTurn();
-    assert.equal(git(root, "show", "refs/spark/checkpoints/sub-session/1:sub/keep.bin").length > 0, true);
+    assert.equal(
+      git(root, "--git-dir", checkpoints.location, "show", "refs/spark/checkpoints/1:keep.bin").length > 0,
+      true,
+    );
     const undo = await checkpoints.undo();
     assert.equal(describeRestore(undo), "re-created keep.bin");
     assert.deepEqual(bytes(root, "sub/keep.bin"), BINARY);

@@ -10,19 +10,24 @@
  *   Every file's content is stored before the command runs, since any of them may be the one it
  *   changes.
  *
- * Where the contents go (exact bytes, so binary files too):
- * - in a git work tree, into the repository's object database as blobs (`git hash-object -w
- *   --no-filters`: no filter or hook of the repository runs), and each turn's checkpoint is a
- *   commit of the files' earlier contents, built in a temporary index, under the private ref
- *   `refs/spark/checkpoints/SESSION/TURN` (the manifest, with the files the turn created, is its
- *   message). The user's branches, index and HEAD are never touched.
- * - outside git, into `SPARK_HOME/checkpoints/SESSION/` (`objects/SHA256` and `TURN.json`), at most
- *   `MAX_STORE_BYTES` per session; sessions untouched for `STALE_MS` are removed when one opens.
+ * Where the contents go (exact bytes, so binary files too), read through the confined file layer
+ * (a file swapped for a link or a FIFO while it is stored is not followed, not waited on):
+ * - in a git work tree, into a bare repository of Spark's own per session that borrows the user's
+ *   objects (git-store.ts): the user's `.git` is never written; each turn's checkpoint is a commit
+ *   of the files' earlier contents under `refs/spark/checkpoints/TURN` (the manifest, with the files
+ *   the turn created, is its message).
+ * - outside git, into `SPARK_HOME/checkpoints/SESSION/` (`objects/SHA256` and `TURN.json`).
+ * Either way at most `MAX_STORE_BYTES` per session: the folder store refuses more (an undo says it
+ * cannot restore those files), the git store drops its oldest checkpoints (`/undo` of such a turn
+ * says it can no longer be undone). Sessions untouched for `STALE_MS` are removed when one opens.
+ *
+ * Restores go through the confined layer too: the last component is never followed (a link left
+ * where a file was is replaced, never written through) and protected names are never written.
  *
  * Only the files are restored: what a command did elsewhere (a database, a network call, a process)
  * cannot be undone.
  */
-import { lstat } from "node:fs/promises";
+import type { BigIntStats } from "node:fs";
 import path from "node:path";
 import { sparkHome } from "../context/spark-home.js";
 import { listFiles } from "../file-tools.js";
@@ -34,6 +39,7 @@ import {
   MAX_CHECKPOINTS,
   MAX_FILE_BYTES,
   MAX_SCAN_FILES,
+  MAX_STORE_BYTES,
   RACY_NS,
   mapLimit,
   type Checkpoint,
@@ -85,6 +91,10 @@ export class Checkpoints implements TurnRecorder {
   readonly #done: Checkpoint[] = [];
   /** Undos that `/redo` can take back: the checkpoints undone and what the files held before the undo. */
   readonly #undone: { checkpoints: Checkpoint[]; before: Map<string, Version> }[] = [];
+  /** The last turn whose checkpoint was dropped to keep within `MAX_STORE_BYTES` (0: none). */
+  #droppedUpTo = 0;
+  /** The session's cap on what its store keeps. */
+  #cap = MAX_STORE_BYTES;
   /** The last scan: each file's stat and stored version. */
   #scan = new Map<string, Scanned>();
   #beforeCommand: Map<string, Scanned> | undefined;
@@ -112,27 +122,45 @@ export class Checkpoints implements TurnRecorder {
    * replaced) in `workspace`: in its git repository when it is in a work tree, else in
    * `home/checkpoints` (default `sparkHome()`).
    */
-  static async open(workspace: Workspace, session: string, home = sparkHome()): Promise<Checkpoints> {
+  static async open(
+    workspace: Workspace,
+    session: string,
+    home = sparkHome(),
+    options: { maxStoreBytes?: number } = {},
+  ): Promise<Checkpoints> {
+    const cap = options.maxStoreBytes ?? MAX_STORE_BYTES;
     const name = session.replace(/[^A-Za-z0-9_-]/g, "-").slice(0, 100) || "session";
     let store: Store;
     let exclude: string | undefined;
-    if (await isGitWorkTree(workspace.root)) store = new GitStore(workspace.root, name);
-    else {
+    let droppedUpTo = 0;
+    if (await isGitWorkTree(workspace.root)) {
+      const git = await GitStore.open(workspace.root, name, path.resolve(home), cap);
+      await git.pruneLegacyRefs();
+      droppedUpTo = await git.droppedUpTo();
+      store = git;
+    } else {
       const base = path.join(path.resolve(home), "checkpoints");
       await pruneFolders(base, name);
-      store = await FolderStore.open(path.join(base, name));
+      store = await FolderStore.open(path.join(base, name), cap);
       exclude = path.relative(workspace.root, base);
       if (exclude.startsWith("..") || path.isAbsolute(exclude)) exclude = undefined;
     }
-    if (store instanceof GitStore) await store.prune();
     // A resumed session (`spark resume`, an app task after a restart) can undo its earlier turns.
     const saved = await store.load().catch(() => []);
-    return new Checkpoints(workspace, store, exclude, await store.lastTurn(), saved);
+    const checkpoints = new Checkpoints(workspace, store, exclude, await store.lastTurn(), saved);
+    checkpoints.#droppedUpTo = droppedUpTo;
+    checkpoints.#cap = cap;
+    return checkpoints;
   }
 
   /** `git` when the checkpoints are refs of the workspace's repository, `folder` otherwise. */
   get kind(): "git" | "folder" {
     return this.#store.kind;
+  }
+
+  /** Where the store keeps them (the session's bare repository, or its folder). */
+  get location(): string {
+    return this.#store.location;
   }
 
   /** The number of the turn running or last run (1 for a session's first). */
@@ -227,7 +255,12 @@ export class Checkpoints implements TurnRecorder {
     this.#done.push(checkpoint);
     if (this.#done.length > MAX_CHECKPOINTS) this.#done.splice(0, this.#done.length - MAX_CHECKPOINTS);
     this.#undone.length = 0;
-    await this.#store.save(checkpoint);
+    const dropped = await this.#store.save(checkpoint, this.#live());
+    if (dropped.length > 0) {
+      const gone = new Set(dropped);
+      this.#done.splice(0, this.#done.length, ...this.#done.filter((c) => !gone.has(c.turn)));
+      this.#droppedUpTo = Math.max(this.#droppedUpTo, ...dropped);
+    }
     return checkpoint;
   }
 
@@ -238,8 +271,12 @@ export class Checkpoints implements TurnRecorder {
    */
   async undo(turn?: number): Promise<RestoreResult> {
     if (this.#current) throw new CheckpointError("busy", "a turn is running: undo once it ends");
+    if (turn !== undefined && turn <= this.#droppedUpTo) throw this.#dropped(turn);
     const last = this.#done.at(-1);
-    if (!last) throw new CheckpointError("nothing_to_undo", "no turn of this session changed files");
+    if (!last) {
+      if (this.#droppedUpTo > 0) throw this.#dropped(this.#droppedUpTo);
+      throw new CheckpointError("nothing_to_undo", "no turn of this session changed files");
+    }
     const from = turn ?? last.turn;
     const undone = this.#done.filter((c) => c.turn >= from);
     if (undone.length === 0) {
@@ -259,6 +296,29 @@ export class Checkpoints implements TurnRecorder {
     this.#undone.push({ checkpoints: undone, before });
     this.#scan.clear();
     return { turns: undone.map((c) => c.turn), files };
+  }
+
+  /** Why turn `turn` can no longer be undone: its checkpoint went to keep the store within its cap. */
+  #dropped(turn: number): CheckpointError {
+    const oldest = this.#done[0]?.turn;
+    return new CheckpointError(
+      "nothing_to_undo",
+      `turn ${turn} can no longer be undone: this session keeps at most ${this.#cap / 2 ** 20} MiB of ` +
+        `checkpoints and dropped the oldest (turns up to ${this.#droppedUpTo})` +
+        (oldest === undefined ? "" : `; the oldest turn that can be undone is ${oldest}`),
+    );
+  }
+
+  /** The stored contents still in use: the scan's cache, the turn running, what /redo would restore. */
+  #live(): Set<string> {
+    const ids = new Set<string>();
+    const add = (version: Version | undefined): void => {
+      if (version?.kind === "file") ids.add(version.id);
+    };
+    for (const scanned of this.#scan.values()) add(scanned.version);
+    for (const version of this.#current?.values() ?? []) add(version);
+    for (const undo of this.#undone) for (const version of undo.before.values()) add(version);
+    return ids;
   }
 
   /** Takes back the last undo: the files as they were just before it. "nothing_to_redo" when none. */
@@ -331,21 +391,35 @@ export class Checkpoints implements TurnRecorder {
     return this.#current!;
   }
 
-  /** The versions of these workspace paths now, their contents stored. */
+  /** The versions of these workspace paths now, their contents stored (read through the confined layer). */
   async #versionsOf(rels: readonly string[]): Promise<Map<string, Version>> {
     const out = new Map<string, Version>();
-    const toStore: (StoreFile & { rel: string })[] = [];
+    const toStore: StoreFile[] = [];
     for (const rel of rels) {
-      const abs = path.join(this.#workspace.root, rel);
-      const info = await lstat(abs).catch(() => undefined);
+      const info = await this.#workspace.stat(rel, { final: "entry" }).catch(() => undefined);
       if (!info) out.set(rel, { kind: "absent" });
       else if (!info.isFile()) out.set(rel, { kind: "unrecorded", reason: "not a regular file" });
       else if (info.size > MAX_FILE_BYTES) out.set(rel, tooLarge(info.size));
-      else toStore.push({ rel, abs, mode: info.mode & 0o7777 });
+      else toStore.push(this.#storeFile(rel, info.mode & 0o7777));
     }
     const versions = await this.#store.put(toStore);
     toStore.forEach((file, index) => out.set(file.rel, versions[index] ?? { kind: "absent" }));
     return out;
+  }
+
+  /**
+   * A file to store, its bytes read through the confined layer when the store asks: a regular file
+   * only (a link swapped in meanwhile is not followed, a FIFO not waited on), at most `MAX_FILE_BYTES`.
+   */
+  #storeFile(rel: string, mode: number): StoreFile {
+    return {
+      rel,
+      mode,
+      read: () =>
+        this.#workspace
+          .readFile(rel, { final: "entry", maxBytes: MAX_FILE_BYTES, allowEnvFiles: true })
+          .catch(() => undefined),
+    };
   }
 
   /**
@@ -355,18 +429,26 @@ export class Checkpoints implements TurnRecorder {
   async #scanWorkspace(): Promise<Map<string, Scanned>> {
     const listed = await listFiles(this.#workspace, { limit: MAX_SCAN_FILES });
     const next = new Map<string, Scanned>();
-    const toStore: (StoreFile & { rel: string; key: StatKey })[] = [];
+    const toStore: (StoreFile & { key: StatKey })[] = [];
     const now = BigInt(Date.now()) * 1_000_000n;
     const exclude = this.#exclude;
     const rels = listed.files.filter(
       (rel) => exclude === undefined || (rel !== exclude && !rel.startsWith(`${exclude}/`)),
     );
-    const infos = await mapLimit(rels, 32, (rel) =>
-      lstat(path.join(this.#workspace.root, rel), { bigint: true }).catch(() => undefined),
-    );
-    for (const [index, rel] of rels.entries()) {
-      const abs = path.join(this.#workspace.root, rel);
-      const info = infos[index];
+    // Stat data by directory, each walked to once through the confined layer.
+    const byDir = new Map<string, string[]>();
+    for (const rel of rels) {
+      const slash = rel.lastIndexOf("/");
+      const dir = slash < 0 ? "" : rel.slice(0, slash);
+      byDir.set(dir, [...(byDir.get(dir) ?? []), rel.slice(slash + 1)]);
+    }
+    const stats = new Map<string, BigIntStats>();
+    await mapLimit([...byDir], 8, async ([dir, names]) => {
+      const found = await this.#workspace.statEntries(dir, names).catch(() => new Map<string, BigIntStats>());
+      for (const [name, info] of found) stats.set(dir === "" ? name : `${dir}/${name}`, info);
+    });
+    for (const rel of rels) {
+      const info = stats.get(rel);
       if (!info?.isFile()) continue; // symlinks are not followed, vanished files are not there
       const key: StatKey = { size: info.size, mtimeNs: info.mtimeNs, ctimeNs: info.ctimeNs, ino: info.ino };
       const known = this.#scan.get(rel);
@@ -374,7 +456,7 @@ export class Checkpoints implements TurnRecorder {
         next.set(rel, known);
       } else if (info.size > BigInt(MAX_FILE_BYTES)) {
         next.set(rel, { key, version: tooLarge(Number(info.size)) });
-      } else toStore.push({ rel, abs, key, mode: Number(info.mode & 0o7777n) });
+      } else toStore.push({ ...this.#storeFile(rel, Number(info.mode & 0o7777n)), key });
     }
     const versions = await this.#store.put(toStore);
     toStore.forEach((file, index) => {

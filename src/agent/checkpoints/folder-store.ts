@@ -21,15 +21,23 @@ import {
 /** Contents as files named by their SHA-256 in Spark's own folder, for workspaces outside git. */
 export class FolderStore implements Store {
   readonly kind = "folder";
+
+  get location(): string {
+    return this.dir;
+  }
   #bytes = 0;
   /** The objects stored (their names). */
   readonly #known = new Set<string>();
 
-  private constructor(private readonly dir: string) {}
+  private constructor(
+    private readonly dir: string,
+    /** The session's cap (`MAX_STORE_BYTES` unless a test says less). */
+    readonly maxBytes: number,
+  ) {}
 
-  static async open(dir: string): Promise<FolderStore> {
+  static async open(dir: string, maxBytes = MAX_STORE_BYTES): Promise<FolderStore> {
     await mkdir(path.join(dir, "objects"), { recursive: true });
-    const store = new FolderStore(dir);
+    const store = new FolderStore(dir, maxBytes);
     for (const name of await readdir(path.join(dir, "objects")).catch(() => [])) {
       if (/^[0-9a-f]{64}$/.test(name)) store.#known.add(name);
       store.#bytes += (await stat(path.join(dir, "objects", name)).catch(() => ({ size: 0 }))).size;
@@ -42,15 +50,15 @@ export class FolderStore implements Store {
 
   put(files: readonly StoreFile[]): Promise<Version[]> {
     return mapLimit(files, 16, async (file): Promise<Version> => {
-      const bytes = await readFile(file.abs).catch(() => undefined);
+      const bytes = await file.read();
       if (!bytes) return { kind: "absent" };
       const id = createHash("sha256").update(bytes).digest("hex");
       const target = path.join(this.dir, "objects", id);
       if (this.#known.has(id)) return { kind: "file", id, mode: file.mode };
-      if (this.#bytes + bytes.length > MAX_STORE_BYTES) {
+      if (this.#bytes + bytes.length > this.maxBytes) {
         return {
           kind: "unrecorded",
-          reason: `the session's checkpoints reached ${MAX_STORE_BYTES / 2 ** 20} MiB`,
+          reason: `the session's checkpoints reached ${this.maxBytes / 2 ** 20} MiB`,
         };
       }
       this.#bytes += bytes.length;
@@ -75,12 +83,13 @@ export class FolderStore implements Store {
     return readFile(path.join(this.dir, "objects", id));
   }
 
-  async save(checkpoint: Checkpoint): Promise<void> {
+  async save(checkpoint: Checkpoint): Promise<number[]> {
     await writeFile(path.join(this.dir, `${checkpoint.turn}.json`), manifest(checkpoint));
     const turns = await this.#turns();
     for (const turn of turns.slice(0, Math.max(0, turns.length - MAX_CHECKPOINTS))) {
       await rm(path.join(this.dir, `${turn}.json`), { force: true });
     }
+    return [];
   }
 
   async lastTurn(): Promise<number> {

@@ -30,22 +30,33 @@ export const STALE_MS = 14 * 24 * 3600 * 1000;
 /** A file modified this recently may change again within the same timestamp: read every time. */
 export const RACY_NS = 3_000_000_000n;
 
+/** A file to store: its bytes are read through the confined layer by `read` (checkpoints.ts). */
 export interface StoreFile {
-  abs: string;
+  /** Workspace-relative posix path. */
+  rel: string;
   mode: number;
+  /** The file's bytes now; undefined when it vanished or is no regular file any more. */
+  read: () => Promise<Buffer | undefined>;
 }
 
 /** Where the contents are kept: a git repository's objects, or a folder of Spark's. */
 export interface Store {
   readonly kind: "git" | "folder";
+  /** Where it keeps them: the session's bare repository, or its folder. */
+  readonly location: string;
   /**
    * Stores the files and returns their versions: `absent` for a file that vanished meanwhile,
    * `unrecorded` for one that could not be stored (the store is full).
    */
   put(files: readonly StoreFile[]): Promise<Version[]>;
   get(id: string): Promise<Buffer>;
-  /** Keeps a finished checkpoint (its earlier contents stay reachable) and drops the oldest. */
-  save(checkpoint: Checkpoint): Promise<void>;
+  /**
+   * Keeps a finished checkpoint (its earlier contents stay reachable) and drops the oldest beyond
+   * the limits; returns the turns dropped to stay within `MAX_STORE_BYTES` (those can no longer be
+   * undone). `live` are the stored contents still in use elsewhere (the scan's cache, what `/redo`
+   * would put back): never dropped.
+   */
+  save(checkpoint: Checkpoint, live: ReadonlySet<string>): Promise<number[]>;
   /** The highest turn saved for this session before (a resumed session numbers on from it). */
   lastTurn(): Promise<number>;
   /** The checkpoints saved for this session before, oldest first (unreadable ones skipped). */

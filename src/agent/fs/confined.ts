@@ -56,6 +56,7 @@ import {
   openSync,
   readSync,
   readlinkSync,
+  type BigIntStats,
   type Dirent,
   type Stats,
 } from "node:fs";
@@ -578,6 +579,34 @@ export class ConfinedRoot {
   async stat(p: string, options: { final?: "follow" | "entry" } = {}): Promise<Stats | undefined> {
     return this.#with(p, { final: options.final ?? "follow", lexicalTail: true }, async (spot) => {
       return entryStat(spot);
+    });
+  }
+
+  /**
+   * `lstat` (with nanosecond times) of each named entry of directory `dir`, the directory walked to
+   * once: what a scan of many files needs. A name that is missing (or not a plain name) is left out.
+   */
+  async statEntries(dir: string, names: readonly string[]): Promise<Map<string, BigIntStats>> {
+    return this.#with(dir === "" ? "." : dir, { final: "follow" }, async (spot) => {
+      const out = new Map<string, BigIntStats>();
+      let pinned: Pinned;
+      try {
+        pinned = spot.name === "" ? spot.dir : this.#openChild(spot.dir, spot.name);
+      } catch {
+        return out; // not a directory (any more)
+      }
+      try {
+        await Promise.all(
+          names.map(async (name) => {
+            if (name === "" || name === "." || name === ".." || name.includes("/")) return;
+            const info = await lstat(pinned.at(name), { bigint: true }).catch(() => undefined);
+            if (info !== undefined) out.set(name, info);
+          }),
+        );
+      } finally {
+        if (pinned !== spot.dir) pinned.close();
+      }
+      return out;
     });
   }
 
