@@ -42,6 +42,8 @@
  *      longest task while all the cards stream, and last variant's end → every preview rendered.
  *  29. an app task's worktree in a 10,000-file repository (HEAD plus uncommitted changes), vs plain
  *      `git worktree add` of the same repository (medians).
+ *  31. the llama engine's decode with a JSON-schema grammar (a `json_schema` response format) vs
+ *      without, the same request alternating: tok/s and CPU time per token.
  *  33. coalesced SSE/WebSocket writes: the delay they add per token at 200 to 5,000 tok/s and the
  *      writes they save, and the tiny model's inter-token gaps and server CPU, coalesced or not.
  *  34. start-up from process start: `spark exec` and the TUI to the first token (vs a minimal Node
@@ -78,6 +80,7 @@ import { steeringAndCancel, toolLoop } from "./ws-figures.js";
 import { worktreeFigure } from "./worktree-figures.js";
 import { startupFigures } from "./startup-figures.js";
 import { fleetFigures } from "./fleet-figures.js";
+import { grammarDecodeFigure } from "./structured-figures.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -97,7 +100,7 @@ const wsConfig = args.quick
   ? { loopRounds: 3, longRounds: 1, steerRounds: 5 }
   : { loopRounds: 10, longRounds: 2, steerRounds: 15 };
 const only = new Set(
-  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,33,34,35")
+  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,31,33,34,35")
     .split(",")
     .map((s) => Number(s.trim())),
 );
@@ -358,6 +361,14 @@ if (only.has(28)) {
     { count: 10, rate: 1000, tokens: args.quick ? 6000 : 15000 },
     log,
   );
+}
+
+if (only.has(31)) {
+  const model = modelPath();
+  log(`\n31. llama decode with a JSON-schema grammar vs without (same request, alternating)`);
+  results.grammarDecode = model.found
+    ? await grammarDecodeFigure(model.path, { rounds: args.quick ? 5 : 15, tokens: 200 }, log)
+    : skipped("31. JSON-schema grammar decode", `model not found at ${model.path}`, "≥ 0.8×");
 }
 
 if (only.has(34)) {
