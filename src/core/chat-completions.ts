@@ -154,16 +154,10 @@ export class ChatCompletionsService {
     // The engine's parts are read here directly, not through `generate`: one level of async
     // generators less for every token.
     let charged = 0;
+    const stopping = this.#stopping(prepared, signal);
     try {
       await prepared.ticket.wait(signal);
-      const engine = prepared.resolved.entry.engine;
-      for await (const part of observeGeneration(
-        engine,
-        prepared.request,
-        signal,
-        this.metrics,
-        prepared.acceptedAt,
-      )) {
+      for await (const part of stopping.parts()) {
         switch (part.type) {
           case "text-delta":
             if (!started) yield chunk(opening(""));
@@ -201,8 +195,38 @@ export class ChatCompletionsService {
         }
       }
     } finally {
+      stopping.dispose();
       prepared.ticket.release(charged);
     }
+  }
+
+  /**
+   * The engine's parts for `prepared`: as they come, or, with `stop` sequences, cut at the first
+   * (`chat-stop.ts`), the engine stopped through a controller of its own so that a stop does not
+   * cancel the request. `dispose` unlinks that controller from `signal`.
+   */
+  #stopping(
+    prepared: PreparedChat,
+    signal: AbortSignal,
+  ): { parts(): AsyncIterable<EnginePart>; dispose(): void } {
+    const engine = prepared.resolved.entry.engine;
+    if (prepared.stops.length === 0)
+      return {
+        parts: () => observeGeneration(engine, prepared.request, signal, this.metrics, prepared.acceptedAt),
+        dispose: () => {},
+      };
+    const stopped = new AbortController();
+    const onAbort = (): void => stopped.abort(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    return {
+      parts: () =>
+        withStopSequences(
+          observeGeneration(engine, prepared.request, stopped.signal, this.metrics, prepared.acceptedAt),
+          prepared.stops,
+          () => stopped.abort("stop_sequence"),
+        ),
+      dispose: () => signal.removeEventListener("abort", onAbort),
+    };
   }
 
   async complete(prepared: PreparedChat, signal: AbortSignal): Promise<Chunk> {
@@ -253,29 +277,15 @@ export class ChatCompletionsService {
   /** Waits for an engine slot (queued silently: Chat Completions has no queued event), then generates. */
   private async *generate(prepared: PreparedChat, signal: AbortSignal): AsyncGenerator<EnginePart> {
     let tokens = 0;
-    // Its own controller, so that a stop sequence stops the engine without cancelling the request.
-    const stopped = new AbortController();
-    const onAbort = (): void => stopped.abort(signal.reason);
-    signal.addEventListener("abort", onAbort, { once: true });
+    const stopping = this.#stopping(prepared, signal);
     try {
       await prepared.ticket.wait(signal);
-      const engine = prepared.resolved.entry.engine;
-      const parts = observeGeneration(
-        engine,
-        prepared.request,
-        stopped.signal,
-        this.metrics,
-        prepared.acceptedAt,
-      );
-      const stops = prepared.stops;
-      for await (const part of stops.length > 0
-        ? withStopSequences(parts, stops, () => stopped.abort("stop_sequence"))
-        : parts) {
+      for await (const part of stopping.parts()) {
         if (part.type === "finish") tokens = part.usage.inputTokens + part.usage.outputTokens;
         yield part;
       }
     } finally {
-      signal.removeEventListener("abort", onAbort);
+      stopping.dispose();
       prepared.ticket.release(tokens);
     }
   }
