@@ -17,8 +17,13 @@
  *      (bench/app-slow-reader.ts, goal < +64 MiB), and the bytes `spark lsp` writes for a 100 KB quick edit
  *      (bench/lsp-quick-edit-bytes.ts, goal < 2× the rewrite).
  *
- * Run: `npm run reliability` (about 75 s on 2 cores, plus section 4). `--quick` runs smaller floods;
- * `--surfaces` runs section 4 alone.
+ *   5. the confined file layer (issue 30, figure 30, bench/confined-cases.ts): every caller of it tried
+ *      with every kind of hostile entry (links out, into `.git`, at secrets, dangling, chained,
+ *      looping, FIFOs, a device), and how many escaped (a write outside or into a protected name, a
+ *      secret shown, a block).
+ *
+ * Run: `npm run reliability` (about 75 s on 2 cores, plus sections 4 and 5). `--quick` runs smaller
+ * floods; `--surfaces` runs section 4 alone, `--confined` section 5 alone.
  */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -32,12 +37,17 @@ import { parseArgs } from "node:util";
 import WebSocket from "ws";
 import { httpCases, wsFrames } from "../test/fixtures/hostile-corpus.js";
 import { slowReaderFigure } from "./app-slow-reader.js";
+import { confinedCasesFigure } from "./confined-cases.js";
 import { loopStallFigure } from "./loop-stall.js";
 import { quickEditBytesFigure } from "./lsp-quick-edit-bytes.js";
 import { fmt, table } from "./report.js";
 
 const { values: args } = parseArgs({
-  options: { quick: { type: "boolean", default: false }, surfaces: { type: "boolean", default: false } },
+  options: {
+    quick: { type: "boolean", default: false },
+    surfaces: { type: "boolean", default: false },
+    confined: { type: "boolean", default: false },
+  },
 });
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const MiB = 1024 * 1024;
@@ -497,8 +507,25 @@ async function surfaces(): Promise<void> {
   );
 }
 
+/** Section 5 (figure 30): every caller of the confined file layer × every hostile entry. */
+async function confined(): Promise<void> {
+  const tallies = await confinedCasesFigure((line) => log(`  ${line}`));
+  const tried = tallies.reduce((sum, t) => sum + t.tried, 0);
+  const escaped = tallies.reduce((sum, t) => sum + t.escapes.length, 0);
+  confinedRows.push(
+    ...tallies.map((t) => [
+      t.caller,
+      String(t.tried),
+      String(t.refused),
+      t.escapes.length === 0 ? "0" : t.escapes.join("; "),
+    ]),
+    ["all callers", String(tried), String(tallies.reduce((sum, t) => sum + t.refused, 0)), String(escaped)],
+  );
+}
+const confinedRows: string[][] = [];
+
 try {
-  if (!args.surfaces) {
+  if (!args.surfaces && !args.confined) {
     log("1. hostile input");
     await hostileInput();
     log("2. floods");
@@ -506,12 +533,21 @@ try {
     log("3. faults");
     await faults();
   }
-  log("4. the new surfaces");
-  await surfaces();
+  if (!args.confined) {
+    log("4. the new surfaces");
+    await surfaces();
+  }
+  if (!args.surfaces) {
+    log("5. the confined file layer (figure 30)");
+    await confined();
+  }
   log("");
-  log(table(["attack", "tried", "outcome", "server after"], rows));
+  if (rows.length > 0) log(table(["attack", "tried", "outcome", "server after"], rows));
   log("");
-  log(table(["figure", "measured", "goal", "met"], goals));
+  if (goals.length > 0) log(table(["figure", "measured", "goal", "met"], goals));
+  log("");
+  if (confinedRows.length > 0)
+    log(table(["caller", "hostile cases tried", "refused", "escaped"], confinedRows));
 } finally {
   rmSync(work, { recursive: true, force: true });
 }
