@@ -547,7 +547,7 @@ try {
   if (goals.length > 0) log(table(["figure", "measured", "goal", "met"], goals));
   log("");
   if (confinedRows.length > 0)
-    log(table(["caller", "hostile cases tried", "refused", "escaped"], confinedRows));
+    log(table(["caller", "hostile cases tried", "refused with an error", "escaped"], confinedRows));
 } finally {
   rmSync(work, { recursive: true, force: true });
 }
