@@ -44,6 +44,8 @@
  *      `git worktree add` of the same repository (medians).
  *  31. the llama engine's decode with a JSON-schema grammar (a `json_schema` response format) vs
  *      without, the same request alternating: tok/s and CPU time per token.
+ *  32. a background request (`background: true`) answered `in_progress`, SQLite, memory and Postgres stores,
+ *      vs the same request streamed to its first event.
  *  33. coalesced SSE/WebSocket writes: the delay they add per token at 200 to 5,000 tok/s and the
  *      writes they save, and the tiny model's inter-token gaps and server CPU, coalesced or not.
  *  34. start-up from process start: `spark exec` and the TUI to the first token (vs a minimal Node
@@ -60,6 +62,7 @@ import { availableParallelism, cpus, loadavg, platform, arch, totalmem } from "n
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { appFigures } from "./app-figures.js";
+import { backgroundFigure } from "./background-figures.js";
 import { variantsFigure } from "./app-variants-figure.js";
 import { skillsListTokens } from "./context-figures.js";
 import { mcpStartFigure } from "./mcp-start.js";
@@ -100,7 +103,10 @@ const wsConfig = args.quick
   ? { loopRounds: 3, longRounds: 1, steerRounds: 5 }
   : { loopRounds: 10, longRounds: 2, steerRounds: 15 };
 const only = new Set(
-  (args.only ?? "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,31,33,34,35")
+  (
+    args.only ??
+    "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,31,32,33,34,35"
+  )
     .split(",")
     .map((s) => Number(s.trim())),
 );
@@ -369,6 +375,13 @@ if (only.has(31)) {
   results.grammarDecode = model.found
     ? await grammarDecodeFigure(model.path, { rounds: args.quick ? 5 : 15, tokens: 200 }, log)
     : skipped("31. JSON-schema grammar decode", `model not found at ${model.path}`, "≥ 0.8×");
+}
+
+if (only.has(32)) {
+  log(
+    `\n32. Background request → in_progress (SQLite, memory and Postgres stores) vs streamed → first event`,
+  );
+  results.background = await backgroundFigure({ rounds: args.quick ? 30 : 200 }, log);
 }
 
 if (only.has(34)) {
