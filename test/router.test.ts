@@ -615,3 +615,24 @@ describe("routeRequest: reasons and bounds", () => {
     assertReason(decision);
   });
 });
+
+describe("routeRequest: what it remembers of a task", () => {
+  // The router remembers a task text's analysis and decisions (a tool loop routes one task on every
+  // turn): each decision must still be the one the request's other facts call for.
+  test("one task routed turn after turn follows its tool results, prediction and instructions", () => {
+    const task = "Make the parser keep the last field in src/csv.ts.";
+    assert.equal(route([user(task)]).rule, "single_file_edit");
+    assert.equal(route([user(task), ...roundTrips(1)]).rule, "short_tool_loop");
+    assert.equal(route([user(task), ...roundTrips(LONG_RUN_TOOL_RESULTS)]).rule, "long_autonomous_run");
+    assert.equal(route([user(task), ...roundTrips(2)]).rule, "short_tool_loop");
+    assert.equal(route([user(task)], { prediction: "export function parse() {}" }).rule, "inline_completion");
+    assert.equal(route([user(task)]).rule, "single_file_edit");
+    const weak = "Count the tokens of each cached prompt in src/cache.ts.";
+    assert.equal(route([user(weak)]).tier, "spark");
+    assert.equal(
+      route([system("Security review of this repository."), user(weak)]).rule,
+      "security_sensitive",
+    );
+    assert.equal(route([user(weak)]).tier, "spark");
+  });
+});

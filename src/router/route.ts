@@ -474,6 +474,8 @@ function instructionText(items: readonly ConversationItem[], nearTask: readonly 
 /** Distinct task texts whose regular-expression results are remembered (see `taskText`). */
 const TASK_MEMO_ENTRIES = 256;
 const taskMemo = new Map<string, TaskText>();
+/** Distinct situations (tool-result counts…) remembered per task text. */
+const MAX_DECISIONS_PER_TASK = 16;
 
 /**
  * What the rules read from the task text, each computed on first use and remembered with the text:
@@ -486,6 +488,8 @@ class TaskText {
   readonly #trimmedMatches = new Map<RegExp, RegExpExecArray | null>();
   #paths: string[] | undefined;
   #codeOnly: boolean | undefined;
+  /** Decisions made for this text, by the few other facts they read (see `routeRequest`). */
+  readonly decisions = new Map<string, RouteDecision>();
 
   constructor(readonly text: string) {
     this.trimmed = text.trim();
@@ -568,145 +572,157 @@ export function routeRequest(input: RouteInput): RouteDecision {
   }
   const task = taskText(clip(taskParts.reverse().join("\n")).toLowerCase());
   const trimmed = task.trimmed;
-
-  // 1. Security-sensitive work.
-  const strong = task.exec(STRONG_SECURITY);
-  if (strong !== null) {
-    return decide(
-      "deep",
-      "security_sensitive",
-      `Security-sensitive task: the request mentions "${cite(strong[0])}".`,
-    );
-  }
-  const weak = task.exec(WEAK_SECURITY);
-  if (weak !== null) {
-    const setting = SECURITY_CONTEXT.exec(instructionText(items, context));
-    if (setting !== null) {
+  // Beyond the text, a decision reads only these facts, unless a weak security word makes the
+  // instructions count: then it is made afresh. Otherwise the task's earlier decision stands.
+  const situation =
+    task.exec(WEAK_SECURITY) === null
+      ? `${toolResults}|${walkCapped ? 1 : 0}|${input.prediction ? 1 : 0}|${taskParts.length === 0 ? 0 : 1}`
+      : undefined;
+  const known = situation === undefined ? undefined : task.decisions.get(situation);
+  if (known) return known;
+  const decision = ((): RouteDecision => {
+    // 1. Security-sensitive work.
+    const strong = task.exec(STRONG_SECURITY);
+    if (strong !== null) {
       return decide(
         "deep",
         "security_sensitive",
-        `Security-sensitive task: the request mentions "${cite(weak[0])}" and the instructions set a security context ("${cite(setting[0])}").`,
+        `Security-sensitive task: the request mentions "${cite(strong[0])}".`,
       );
     }
-  }
+    const weak = task.exec(WEAK_SECURITY);
+    if (weak !== null) {
+      const setting = SECURITY_CONTEXT.exec(instructionText(items, context));
+      if (setting !== null) {
+        return decide(
+          "deep",
+          "security_sensitive",
+          `Security-sensitive task: the request mentions "${cite(weak[0])}" and the instructions set a security context ("${cite(setting[0])}").`,
+        );
+      }
+    }
 
-  // 2. Long autonomous run.
-  if (toolResults >= LONG_RUN_TOOL_RESULTS) {
-    const count = walkCapped ? `at least ${toolResults}` : String(toolResults);
-    return decide(
-      "deep",
-      "long_autonomous_run",
-      `Long autonomous run: ${count} tool results since the last user message (threshold ${LONG_RUN_TOOL_RESULTS}).`,
-    );
-  }
-  const autonomy = task.exec(AUTONOMY);
-  if (autonomy !== null) {
-    return decide(
-      "deep",
-      "long_autonomous_run",
-      `Long autonomous run: the request asks to "${cite(autonomy[0])}".`,
-    );
-  }
+    // 2. Long autonomous run.
+    if (toolResults >= LONG_RUN_TOOL_RESULTS) {
+      const count = walkCapped ? `at least ${toolResults}` : String(toolResults);
+      return decide(
+        "deep",
+        "long_autonomous_run",
+        `Long autonomous run: ${count} tool results since the last user message (threshold ${LONG_RUN_TOOL_RESULTS}).`,
+      );
+    }
+    const autonomy = task.exec(AUTONOMY);
+    if (autonomy !== null) {
+      return decide(
+        "deep",
+        "long_autonomous_run",
+        `Long autonomous run: the request asks to "${cite(autonomy[0])}".`,
+      );
+    }
 
-  // 3. Multi-file refactor.
-  const refactor = task.exec(REFACTOR_VERB);
-  const change = refactor ?? task.exec(CHANGE_VERB);
-  const paths = change !== null ? task.paths() : [];
-  if (change !== null && !(paths.length <= 1 && task.exec(LOCAL_SCOPE) !== null)) {
-    const scope =
-      task.exec(WIDE_SCOPE) ?? (refactor !== null && paths.length !== 1 ? task.exec(ITEM_SCOPE) : null);
-    if (scope !== null) {
+    // 3. Multi-file refactor.
+    const refactor = task.exec(REFACTOR_VERB);
+    const change = refactor ?? task.exec(CHANGE_VERB);
+    const paths = change !== null ? task.paths() : [];
+    if (change !== null && !(paths.length <= 1 && task.exec(LOCAL_SCOPE) !== null)) {
+      const scope =
+        task.exec(WIDE_SCOPE) ?? (refactor !== null && paths.length !== 1 ? task.exec(ITEM_SCOPE) : null);
+      if (scope !== null) {
+        return decide(
+          "deep",
+          "multi_file_refactor",
+          `Multi-file refactor: "${cite(change[0])}" with multi-file scope "${cite(scope[0])}".`,
+        );
+      }
+    }
+    if (change !== null && paths.length >= MULTI_FILE_PATHS) {
       return decide(
         "deep",
         "multi_file_refactor",
-        `Multi-file refactor: "${cite(change[0])}" with multi-file scope "${cite(scope[0])}".`,
+        `Multi-file change: "${cite(change[0])}" over ${paths.length} distinct file paths (${listPaths(paths)}).`,
       );
     }
-  }
-  if (change !== null && paths.length >= MULTI_FILE_PATHS) {
-    return decide(
-      "deep",
-      "multi_file_refactor",
-      `Multi-file change: "${cite(change[0])}" over ${paths.length} distinct file paths (${listPaths(paths)}).`,
-    );
-  }
 
-  // 4. Interactive work: spark.
-  if (input.prediction !== undefined && input.prediction.length > 0) {
-    return decide("spark", "inline_completion", "Inline completion: the client sent a predicted output.");
-  }
-  if (toolResults > 0) {
-    return decide(
-      "spark",
-      "short_tool_loop",
-      `Short tool loop: ${plural(toolResults, "tool result")} since the last user message (below ${LONG_RUN_TOOL_RESULTS}).`,
-    );
-  }
-  if (taskParts.length === 0) {
-    return decide(
-      "spark",
-      "default_interactive",
-      walkCapped
-        ? `No user message in the last ${MAX_WALK_ITEMS} items and no deep signal; interactive default.`
-        : "No user message and no deep signal; interactive default.",
-    );
-  }
-  const fim = task.exec(FIM_MARKER);
-  if (fim !== null) {
-    return decide(
-      "spark",
-      "inline_completion",
-      `Inline completion: fill-in-the-middle marker "${cite(fim[0])}".`,
-    );
-  }
-  if (trimmed.length <= SHORT_PROMPT_CHARS) {
-    const ask = task.execTrimmed(COMPLETION_ASK);
-    if (ask !== null) {
+    // 4. Interactive work: spark.
+    if (input.prediction !== undefined && input.prediction.length > 0) {
+      return decide("spark", "inline_completion", "Inline completion: the client sent a predicted output.");
+    }
+    if (toolResults > 0) {
+      return decide(
+        "spark",
+        "short_tool_loop",
+        `Short tool loop: ${plural(toolResults, "tool result")} since the last user message (below ${LONG_RUN_TOOL_RESULTS}).`,
+      );
+    }
+    if (taskParts.length === 0) {
+      return decide(
+        "spark",
+        "default_interactive",
+        walkCapped
+          ? `No user message in the last ${MAX_WALK_ITEMS} items and no deep signal; interactive default.`
+          : "No user message and no deep signal; interactive default.",
+      );
+    }
+    const fim = task.exec(FIM_MARKER);
+    if (fim !== null) {
       return decide(
         "spark",
         "inline_completion",
-        `Inline completion: short prompt asking to "${cite(ask[0])}" (${trimmed.length} chars).`,
+        `Inline completion: fill-in-the-middle marker "${cite(fim[0])}".`,
       );
     }
-    if (task.codeOnly()) {
+    if (trimmed.length <= SHORT_PROMPT_CHARS) {
+      const ask = task.execTrimmed(COMPLETION_ASK);
+      if (ask !== null) {
+        return decide(
+          "spark",
+          "inline_completion",
+          `Inline completion: short prompt asking to "${cite(ask[0])}" (${trimmed.length} chars).`,
+        );
+      }
+      if (task.codeOnly()) {
+        return decide(
+          "spark",
+          "inline_completion",
+          `Inline completion: short code-only prompt (${trimmed.length} chars) with no instructions.`,
+        );
+      }
+    }
+    const polite = task.execTrimmed(POLITE_REQUEST);
+    const politeChange = polite?.[1] !== undefined && CHANGE_VERB.test(polite[1]);
+    if (!politeChange) {
+      const opener = task.execTrimmed(QUESTION_START);
+      if (opener !== null) {
+        return decide(
+          "spark",
+          "question",
+          `Question: the request starts with "${cite(opener[0])}" and asks no deep work.`,
+        );
+      }
+      if (task.exec(QUESTION_LINE_END) !== null) {
+        return decide("spark", "question", `Question: the request asks a question ("?") and no deep work.`);
+      }
+    }
+    if (change !== null && paths.length <= 1) {
+      const where = paths.length === 1 ? `in ${cite(paths[0] ?? "")}` : "with no other file named";
+      return decide("spark", "single_file_edit", `Single-file edit: "${cite(change[0])}" ${where}.`);
+    }
+    if (change !== null) {
       return decide(
         "spark",
-        "inline_completion",
-        `Inline completion: short code-only prompt (${trimmed.length} chars) with no instructions.`,
+        "default_interactive",
+        `Small edit: "${cite(change[0])}" over ${paths.length} file paths (below ${MULTI_FILE_PATHS}); no deep signal.`,
       );
     }
-  }
-  const polite = task.execTrimmed(POLITE_REQUEST);
-  const politeChange = polite?.[1] !== undefined && CHANGE_VERB.test(polite[1]);
-  if (!politeChange) {
-    const opener = task.execTrimmed(QUESTION_START);
-    if (opener !== null) {
-      return decide(
-        "spark",
-        "question",
-        `Question: the request starts with "${cite(opener[0])}" and asks no deep work.`,
-      );
-    }
-    if (task.exec(QUESTION_LINE_END) !== null) {
-      return decide("spark", "question", `Question: the request asks a question ("?") and no deep work.`);
-    }
-  }
-  if (change !== null && paths.length <= 1) {
-    const where = paths.length === 1 ? `in ${cite(paths[0] ?? "")}` : "with no other file named";
-    return decide("spark", "single_file_edit", `Single-file edit: "${cite(change[0])}" ${where}.`);
-  }
-  if (change !== null) {
     return decide(
       "spark",
       "default_interactive",
-      `Small edit: "${cite(change[0])}" over ${paths.length} file paths (below ${MULTI_FILE_PATHS}); no deep signal.`,
+      "No deep signal (security, long run, multi-file refactor) in the request; interactive default.",
     );
-  }
-  return decide(
-    "spark",
-    "default_interactive",
-    "No deep signal (security, long run, multi-file refactor) in the request; interactive default.",
-  );
+  })();
+  if (situation !== undefined && task.decisions.size < MAX_DECISIONS_PER_TASK)
+    task.decisions.set(situation, decision);
+  return decision;
 }
 
 /** A short prompt that is code and nothing else (no sentence of prose around it). */
