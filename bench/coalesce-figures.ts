@@ -3,7 +3,8 @@
  * held up to 1 ms (8 at most) and written together; the first token and a paced engine's go out at
  * once. What that costs a client, and what it saves the server:
  *
- * 33a. The delay added per token. An engine in the bench emits text deltas at a fixed rate, each
+ * 33a. The delay added per token. An engine in the bench emits text deltas at a fixed rate (a
+ *      second's worth, 1,000 at most), each
  *      carrying the moment it was produced (epoch milliseconds, to the microsecond); the client, on
  *      its own thread, records when each delta's chunk was read. Delay = read − produced, per token,
  *      p50 and p99, through a server that coalesces and one that writes every event at the end of
@@ -49,7 +50,8 @@ class PacedEngine implements Engine {
   readonly capabilities = { functionTools: false, customTools: false, prefixReuse: false, summaries: false };
   constructor(
     private readonly rate: () => number,
-    private readonly tokens: number,
+    /** Tokens per response: a second's worth, at most `max`. */
+    private readonly max: number,
   ) {}
   start = async (): Promise<void> => {};
   status = () => ({ ready: true, detail: "ready" });
@@ -60,10 +62,12 @@ class PacedEngine implements Engine {
 
   async *stream(_request: EngineRequest, signal: AbortSignal): AsyncGenerator<EnginePart> {
     const id = "text_1";
-    const interval = 1000 / this.rate();
+    const rate = this.rate();
+    const interval = 1000 / rate;
+    const tokens = Math.min(this.max, rate);
     yield { type: "text-start", id };
     const start = performance.now();
-    for (let i = 0; i < this.tokens && !signal.aborted; i++) {
+    for (let i = 0; i < tokens && !signal.aborted; i++) {
       const due = start + i * interval;
       while (performance.now() < due) await new Promise((resolve) => setImmediate(resolve));
       yield { type: "text-delta", id, delta: `${(performance.timeOrigin + performance.now()).toFixed(3)} ` };
@@ -72,7 +76,7 @@ class PacedEngine implements Engine {
     yield {
       type: "finish",
       reason: "stop",
-      usage: { inputTokens: 1, cachedInputTokens: 0, outputTokens: this.tokens },
+      usage: { inputTokens: 1, cachedInputTokens: 0, outputTokens: tokens },
     };
   }
 }
