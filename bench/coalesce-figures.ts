@@ -1,16 +1,17 @@
 /**
- * Figure 33: coalesced writes (issue 32, item 1). Token deltas arriving faster than 1 ms apart are
- * held up to 1 ms (8 at most) and written together; the first token and a paced engine's go out at
- * once. What that costs a client, and what it saves the server:
+ * Figure 33: coalesced writes (issue 32, item 1). Token deltas arriving under 1 ms apart are held
+ * and written together (with the first delta arriving 0.5 ms after the oldest held, at most 8, at
+ * most 1 ms); the first token and a paced engine's go out at once. What that costs a client, and
+ * what it saves the server:
  *
  * 33a. The delay added per token. An engine in the bench emits text deltas at a fixed rate (a
- *      second's worth, 1,000 at most), each
- *      carrying the moment it was produced (epoch milliseconds, to the microsecond); the client, on
- *      its own thread, records when each delta's chunk was read. Delay = read − produced, per token,
- *      p50 and p99, through a server that coalesces and one that writes every event at the end of
- *      its tick (`coalesce: { windowMs: 0 }`), rounds alternating. Added = coalesced − not, at each
- *      percentile. Also the gap between consecutive deltas as the client reads them, and the server's
- *      socket writes per token. Goal: under 2 ms added at p99, at every rate.
+ *      second's worth, 1,000 at most), each carrying the moment it was produced (epoch
+ *      milliseconds, to the microsecond); the client, on its own thread, records when each delta's
+ *      chunk was read. Delay = read − produced, per token, p50 and p99, through a server that
+ *      coalesces and one that writes every event at the end of its tick (`coalesce: { windowMs: 0,
+ *      … }`), rounds alternating. Added = coalesced − not, at each percentile. Also the gap between
+ *      consecutive deltas as the client reads them, and the server's socket writes per token. Goal:
+ *      under 2 ms added at p99, at every rate.
  * 33b. The tiny model through the server (when the test model is there): the client's inter-token
  *      gaps, writes per token and the server thread's CPU per token, coalesced vs not.
  */
