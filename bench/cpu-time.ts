@@ -3,6 +3,11 @@
  * `/proc/thread-self/schedstat`, nanosecond run time) and the whole process's (`process.cpuUsage`,
  * every thread: the event loop, llama.cpp's, libuv's pool, V8's helpers, and worker threads).
  * Off Linux the thread's time falls back to the process's (the figures then say so).
+ *
+ * Granularity: the kernel brings a running thread's schedstat up to date only at scheduler events
+ * (a tick, a switch), so a thread reading measures intervals of tens of milliseconds or more (a
+ * round of tokens, a whole loop), never one request. `process.cpuUsage` is exact at any interval
+ * (getrusage updates the caller's own time), so short intervals use it.
  */
 import { readFileSync } from "node:fs";
 
@@ -21,7 +26,7 @@ export function hasThreadClock(): boolean {
   return threadClock;
 }
 
-/** CPU time of the calling thread, in microseconds. */
+/** CPU time of the calling thread, in microseconds (for intervals of tens of milliseconds or more). */
 export function threadCpuMicros(): number {
   if (!hasThreadClock()) return processCpuMicros();
   const text = readFileSync("/proc/thread-self/schedstat", "utf8");

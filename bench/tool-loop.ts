@@ -5,7 +5,7 @@
  * worker thread (bench/tool-loop-worker.ts), the way a real client runs in its own process.
  */
 import WebSocket from "ws";
-import { threadCpuMicros } from "./cpu-time.js";
+import { processCpuMicros } from "./cpu-time.js";
 
 export const TOOL = {
   type: "function",
@@ -103,7 +103,7 @@ export interface ClientTurn {
   endedAt: number;
   /** Bytes of the frame or request body sent. */
   bytes: number;
-  /** CPU time of the client's thread over the turn. */
+  /** CPU time of the client's process over the turn (on the server's thread: server, engine and client). */
   cpuMicros: number;
 }
 
@@ -137,12 +137,12 @@ async function wsTurns(url: string, turns: number): Promise<ClientTurn[]> {
       frame.previous_response_id = previous;
       frame.input = [{ type: "function_call_output", call_id: callId, output: TOOL_OUTPUT }];
     } else frame.input = [{ role: "user", content: TASK }];
-    const cpu = threadCpuMicros();
+    const cpu = processCpuMicros();
     const sentAt = epoch();
     const done = client.next(isTerminal);
     const bytes = client.send(frame);
     const terminal = await done;
-    result.push({ sentAt, endedAt: epoch(), bytes, cpuMicros: threadCpuMicros() - cpu });
+    result.push({ sentAt, endedAt: epoch(), bytes, cpuMicros: processCpuMicros() - cpu });
     previous = terminal.response!.id;
     callId = terminal.response!.output?.[0]?.call_id ?? "";
   }
@@ -162,7 +162,7 @@ async function httpTurns(url: string, turns: number): Promise<ClientTurn[]> {
       stream: true,
       input,
     });
-    const cpu = threadCpuMicros();
+    const cpu = processCpuMicros();
     const sentAt = epoch();
     const response = await fetch(`${url}/v1/responses`, {
       method: "POST",
@@ -174,7 +174,7 @@ async function httpTurns(url: string, turns: number): Promise<ClientTurn[]> {
       sentAt,
       endedAt: epoch(),
       bytes: Buffer.byteLength(body),
-      cpuMicros: threadCpuMicros() - cpu,
+      cpuMicros: processCpuMicros() - cpu,
     });
     const call = terminal.response!.output?.[0] as { call_id: string; name: string; arguments: string };
     input.push(

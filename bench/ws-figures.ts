@@ -11,7 +11,7 @@ import type { Engine, EnginePart, EngineRequest } from "../src/engine/types.js";
 import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
 import { parseScript, ScriptEngine, type ScriptLine } from "../src/engines/script/script-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
-import { threadCpuMicros } from "./cpu-time.js";
+import { processCpuMicros, threadCpuMicros } from "./cpu-time.js";
 import { ThreadedLoopClient } from "./threaded-loop.js";
 import {
   BenchSocket,
@@ -49,7 +49,7 @@ interface LoopSample {
   /** The engine's own time for the same turn, measured around its stream on the server. */
   engineMs: number[];
   bytes: number[];
-  /** CPU time of the client's thread over the turn (on this thread: server, engine and client). */
+  /** CPU time of the client's process over the turn (on this thread: server, engine and client). */
   cpuMicros: number[];
   /** When each turn was sent, on this thread's clock. */
   sentAt: number[];
@@ -115,6 +115,7 @@ export async function toolLoop(
       for (let round = 0; round < options.rounds; round++) {
         for (const mode of round % 2 === 0 ? (["ws", "http"] as const) : (["http", "ws"] as const)) {
           const from = engine.runs.length;
+          // The thread's own clock: exact enough over a whole loop, and the client's thread is not in it.
           const cpu = threadCpuMicros();
           const turns = await threaded.loop(mode, url, TURNS);
           const serverCpu = (threadCpuMicros() - cpu) / TURNS;
@@ -238,10 +239,10 @@ async function engineCpuPerTurn(lines: ScriptLine[]): Promise<number> {
   };
   const turns = 20;
   for await (const _part of engine.stream(request, new AbortController().signal));
-  const cpu = threadCpuMicros();
+  const cpu = processCpuMicros();
   for (let i = 0; i < turns; i++)
     for await (const _part of engine.stream(request, new AbortController().signal));
-  return (threadCpuMicros() - cpu) / turns;
+  return (processCpuMicros() - cpu) / turns;
 }
 
 /**

@@ -4,8 +4,9 @@
  * was 30% of the server's busy time while decoding.
  *
  * The policy, shared by SSE and WebSocket:
- * - An event that is not a delta (created, item added/done, the terminal event, errors) goes out
- *   at the end of the current tick, taking any held deltas with it, in order.
+ * - An event that is not a delta (created, item added/done) goes out at the end of the current
+ *   tick, taking any held deltas with it, in order. A terminal event or an error goes out at once
+ *   on a WebSocket (`isTerminalEvent`); over SSE the response's end follows it at once anyway.
  * - A delta goes out at the end of the tick too when it is the stream's first, or when the previous
  *   delta came `windowMs` or more before it (a paced engine: nothing would be gathered, so nothing
  *   waits).
@@ -31,6 +32,20 @@ export interface CoalesceOptions {
 }
 
 export const DEFAULT_COALESCE: CoalesceOptions = { windowMs: 1, holdMs: 0.5, maxHeld: 8 };
+
+/**
+ * Events that end a response (or say why none ran): written at once, with what is queued before
+ * them, rather than at the end of the tick. What follows a response's end in the same tick (its
+ * history kept, the next queued response prepared) must not delay the event the client waits for.
+ */
+export function isTerminalEvent(type: string): boolean {
+  return (
+    type === "response.completed" ||
+    type === "response.incomplete" ||
+    type === "response.failed" ||
+    type === "error"
+  );
+}
 
 /** Token deltas of the Responses stream: the events a writer may hold briefly to write several at once. */
 export function isTokenDelta(type: string): boolean {

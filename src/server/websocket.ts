@@ -24,7 +24,13 @@ import {
 } from "../core/session.js";
 import { SparkError } from "../protocol/errors.js";
 import type { ResponseEvent } from "../protocol/responses.js";
-import { DEFAULT_COALESCE, isTokenDelta, WriteCoalescer, type CoalesceOptions } from "./coalesce.js";
+import {
+  DEFAULT_COALESCE,
+  isTerminalEvent,
+  isTokenDelta,
+  WriteCoalescer,
+  type CoalesceOptions,
+} from "./coalesce.js";
 import { rawResponse } from "./raw-response.js";
 import { parseClientJson } from "./json.js";
 
@@ -206,7 +212,7 @@ class Connection implements SessionSink {
     this.#frames.push(data);
     this.#framesBytes += data.length;
     this.#unsentBytes += data.length;
-    if (this.#framesBytes >= FLUSH_BYTES) this.#coalescer.flushNow();
+    if (this.#framesBytes >= FLUSH_BYTES || isTerminalEvent(event.type)) this.#coalescer.flushNow();
     else this.#coalescer.queued(isTokenDelta(event.type));
     if (this.#unsentBytes <= this.options.highWaterBytes) return undefined;
     // Replies pile up: stop reading this client's frames until it reads what it has been sent,
