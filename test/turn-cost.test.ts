@@ -60,6 +60,26 @@ test("a remembered settings set gives the body the full validation gives", () =>
   assert.deepEqual(cache.validate(unchained), validateBody(responseCreateSchema, unchained));
 });
 
+test("a remembered settings set with plain tool-loop items gives exactly the schema's body", () => {
+  const cache = new ValidationCache();
+  cache.validate(frame());
+  const items = [
+    { role: "user", content: "run the tests" },
+    { type: "message", role: "assistant", content: "running", extra: { kept: true } },
+    { type: "function_call", call_id: "call_2", name: "exec_command", arguments: '{"cmd":"ls"}' },
+    { type: "function_call_output", call_id: "call_2", output: "a\nb", status: "completed" },
+    { type: "custom_tool_call", call_id: "call_3", name: "apply_patch", input: "*** Begin Patch" },
+    { type: "custom_tool_call_output", call_id: "call_3", output: "done" },
+  ];
+  for (const input of [items, items.slice(3), "text", []]) {
+    for (const previous of ["resp_9", null, undefined]) {
+      const raw = frame({ input, previous_response_id: previous });
+      if (previous === undefined) delete raw.previous_response_id;
+      assert.deepEqual(cache.validate(raw), validateBody(responseCreateSchema, raw));
+    }
+  }
+});
+
 test("with settings remembered, a bad input still gets the full validation's 400 and param", () => {
   const cache = new ValidationCache();
   cache.validate(frame());
@@ -67,6 +87,12 @@ test("with settings remembered, a bad input still gets the full validation's 400
     frame({ input: [{ type: "function_call_output", call_id: 7, output: "ok" }] }),
     frame({ input: [{ role: "wizard", content: "hi" }] }),
     frame({ previous_response_id: 42 }),
+    frame({ input: [{ type: "function_call_output", call_id: "call_1", output: 7 }] }),
+    frame({ input: [{ role: "user", content: 7 }] }),
+    frame({ input: [{ type: "function_call", call_id: "c", name: "n" }] }),
+    frame({ input: [{ type: "custom_tool_call", call_id: "c", name: "n", input: null }] }),
+    frame({ input: [null] }),
+    frame({ input: { role: "user" } }),
   ]) {
     const cached = refusal((raw) => cache.validate(raw), bad);
     const full = refusal((raw) => validateBody(responseCreateSchema, raw), bad);

@@ -12,7 +12,8 @@
  * Contract: the body returned is what `validateBody(responseCreateSchema, raw)` returns (or the same
  * 400 is thrown). The cached path validates `{input, previous_response_id}` with the full schema, so
  * every rule on those fields applies; a rule that ties them to a setting and fails without it makes
- * the partial validation fail, and the frame is then validated whole.
+ * the partial validation fail, and the frame is then validated whole. Input made only of plain
+ * tool-loop items (see `plainInput`) is known valid without running the schema.
  */
 import { createHash } from "node:crypto";
 import { responseCreateSchema, type ResponseCreateBody } from "../protocol/responses.js";
@@ -34,6 +35,12 @@ export class ValidationCache {
     if (known !== undefined) {
       this.#settings.delete(digest);
       this.#settings.set(digest, known);
+      if (plainInput(input) && (previous == null || typeof previous === "string")) {
+        const body = { ...known } as ResponseCreateBody;
+        if (input !== undefined) body.input = input as ResponseCreateBody["input"];
+        if (previous !== undefined) body.previous_response_id = previous as string | null;
+        return body;
+      }
       const own: Record<string, unknown> = {};
       if (input !== undefined) own.input = input;
       if (previous !== undefined) own.previous_response_id = previous;
@@ -53,4 +60,45 @@ export class ValidationCache {
     this.#settings.set(digest, validated);
     return body;
   }
+}
+
+const ROLES = new Set(["user", "assistant", "system", "developer"]);
+
+/**
+ * Whether `input` is made only of the items a tool loop sends every turn, in their plain form
+ * (a user or assistant message with string content, a function or custom tool call, its output as
+ * a string), each of which the schema accepts as is: then the schema's verdict is known without
+ * running it. Run cold, once per turn, zod's union of item shapes cost more than the rest of a
+ * turn's validation (about 0.25 ms a turn on the test VM, 3 µs in a hot loop). Anything else
+ * (content parts, images, references, other items) goes through the schema.
+ */
+function plainInput(input: unknown): boolean {
+  if (input === undefined || typeof input === "string") return true;
+  if (!Array.isArray(input)) return false;
+  for (const item of input as unknown[]) {
+    if (typeof item !== "object" || item === null || Array.isArray(item)) return false;
+    const fields = item as Record<string, unknown>;
+    const type = fields.type;
+    if (type === undefined || type === "message") {
+      if (typeof fields.role !== "string" || !ROLES.has(fields.role) || typeof fields.content !== "string")
+        return false;
+    } else if (type === "function_call_output" || type === "custom_tool_call_output") {
+      if (typeof fields.call_id !== "string" || typeof fields.output !== "string") return false;
+    } else if (type === "function_call") {
+      if (
+        typeof fields.call_id !== "string" ||
+        typeof fields.name !== "string" ||
+        typeof fields.arguments !== "string"
+      )
+        return false;
+    } else if (type === "custom_tool_call") {
+      if (
+        typeof fields.call_id !== "string" ||
+        typeof fields.name !== "string" ||
+        typeof fields.input !== "string"
+      )
+        return false;
+    } else return false;
+  }
+  return true;
 }
