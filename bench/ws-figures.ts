@@ -17,8 +17,11 @@ import {
   BenchSocket,
   clientLoop,
   isTerminal,
+  INSTRUCTIONS,
+  TASK,
   TOOL,
   TOOL_CALL_ARGUMENTS,
+  TOOL_OUTPUT,
   type ClientTurn,
   type LoopMode,
 } from "./tool-loop.js";
@@ -227,21 +230,29 @@ export async function toolLoop(
   };
 }
 
-/** CPU time of this thread per turn for the engine alone: the tool-call turn streamed and consumed here. */
+/**
+ * CPU time per turn of the engine alone: a continued turn's request (the task, the call, a new tool
+ * output each time, as the loop sends) streamed and consumed on this thread, no server.
+ */
 async function engineCpuPerTurn(lines: ScriptLine[]): Promise<number> {
   const engine = new ScriptEngine({ lines, rate: RATE });
-  const request: EngineRequest = {
+  const request = (): EngineRequest => ({
     model: "spark",
-    items: [{ type: "message", role: "user", text: "go" }],
+    items: [
+      { type: "message", role: "system", text: INSTRUCTIONS },
+      { type: "message", role: "user", text: TASK },
+      { type: "tool_call", kind: "function", callId: "call_1", name: TOOL.name, input: TOOL_CALL_ARGUMENTS },
+      { type: "tool_result", kind: "function", callId: "call_1", output: TOOL_OUTPUT },
+    ],
     tools: [{ kind: "function", name: TOOL.name, parameters: TOOL.parameters }],
     toolChoice: "auto",
     parallelToolCalls: true,
-  };
+  });
   const turns = 20;
-  for await (const _part of engine.stream(request, new AbortController().signal));
+  for await (const _part of engine.stream(request(), new AbortController().signal));
   const cpu = processCpuMicros();
   for (let i = 0; i < turns; i++)
-    for await (const _part of engine.stream(request, new AbortController().signal));
+    for await (const _part of engine.stream(request(), new AbortController().signal));
   return (processCpuMicros() - cpu) / turns;
 }
 
