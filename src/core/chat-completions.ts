@@ -2,7 +2,14 @@
  * Chat Completions, transport-free: validates the body, runs the engine and produces
  * `chat.completion.chunk` objects (streaming) or one `chat.completion` (non-streaming).
  */
-import type { EnginePart, EngineRequest, FinishReason, TokenLogprob, Usage } from "../engine/types.js";
+import type {
+  ChatRelay,
+  EnginePart,
+  EngineRequest,
+  FinishReason,
+  TokenLogprob,
+  Usage,
+} from "../engine/types.js";
 import { chatCompletionSchema, type ChatCompletionBody } from "../protocol/chat.js";
 import { carriesImage } from "../engine/types.js";
 import { itemsFromChatMessages, predictionText } from "./conversation.js";
@@ -93,12 +100,13 @@ export class ChatCompletionsService {
       temperature: body.temperature,
       topP: body.top_p,
     });
-    // A prompt that cannot fit the model is a plain 400 here, not an error chunk mid-stream.
-    resolved.entry.engine.validateRequest?.(request);
     if (prediction !== undefined) request.prediction = prediction;
     if (body.speculation?.input_lookup != null)
       request.speculation = { inputLookup: body.speculation.input_lookup };
     if (body.ignore_eos) request.ignoreEos = true;
+    // A prompt that cannot fit the model, or a parameter the engine cannot honour, is a plain 400
+    // here, not an error chunk mid-stream (the engine sees the whole request).
+    resolved.entry.engine.validateRequest?.(request);
     const { entry } = resolved;
     return {
       body,
@@ -113,6 +121,51 @@ export class ChatCompletionsService {
       id: `chatcmpl-${newId("").slice(1, 30)}`,
       created: Math.floor(Date.now() / 1000),
     };
+  }
+
+  /**
+   * A streaming request the engine relays as its upstream's own bytes (`Engine.relayChat`): SSE
+   * events ready to write, `data: [DONE]` included; undefined when the engine streams parts
+   * instead (then `chunks`). Admission, metrics and the ticket's tokens are kept as for parts;
+   * the inter-token latency is observed per burst of bytes rather than per token.
+   */
+  relay(prepared: PreparedChat, signal: AbortSignal): AsyncGenerator<Uint8Array> | undefined {
+    const engine = prepared.resolved.entry.engine;
+    const relay = engine.relayChat?.(
+      prepared.request,
+      { model: prepared.model, includeUsage: prepared.includeUsage },
+      signal,
+    );
+    return relay && this.#relayed(prepared, relay, signal);
+  }
+
+  async *#relayed(prepared: PreparedChat, relay: ChatRelay, signal: AbortSignal): AsyncGenerator<Uint8Array> {
+    const metrics = this.metrics;
+    let tokens = 0;
+    let last = 0;
+    metrics.inFlight.inc();
+    try {
+      await prepared.ticket.wait(signal);
+      for await (const bytes of relay.bytes) {
+        const now = performance.now();
+        if (last === 0) metrics.timeToFirstToken.observe((now - prepared.acceptedAt) / 1000);
+        else metrics.interTokenLatency.observe((now - last) / 1000);
+        last = now;
+        yield bytes;
+      }
+      if (signal.aborted) {
+        metrics.cancellations.inc();
+        return;
+      }
+      const { usage } = relay.result();
+      tokens = usage.inputTokens + usage.outputTokens;
+      metrics.inputTokens.inc(usage.inputTokens);
+      metrics.cachedInputTokens.inc(usage.cachedInputTokens);
+      metrics.outputTokens.inc(usage.outputTokens);
+    } finally {
+      metrics.inFlight.dec();
+      prepared.ticket.release(tokens);
+    }
   }
 
   /** Streaming chunks; the transport appends `data: [DONE]`. Errors propagate to the transport. */

@@ -199,6 +199,20 @@ export interface EngineCapabilities {
   logprobs?: boolean;
 }
 
+/**
+ * A streamed Chat Completions response relayed as the upstream wrote it (see `Engine.relayChat`).
+ */
+export interface ChatRelay {
+  /**
+   * SSE bytes for the client, whole events at a time: `chat.completion.chunk` events, then
+   * `data: [DONE]`. Iterating starts the request; an error before the first bytes is thrown from
+   * the first `next()`, a later one ends the iteration with that error.
+   */
+  bytes: AsyncIterable<Uint8Array>;
+  /** Once `bytes` has ended: the usage and finish reason the stream reported. */
+  result(): { usage: Usage; reason: FinishReason };
+}
+
 export interface EngineModel {
   id: string;
   ownedBy: string;
@@ -239,6 +253,18 @@ export interface Engine {
   countInputTokens?(request: EngineRequest, signal: AbortSignal): Promise<number>;
   /** Optional: embedding vectors (`POST /v1/embeddings`); without it the route answers 400. */
   embed?(request: EmbeddingRequest, signal: AbortSignal): Promise<EmbeddingResult>;
+  /**
+   * Optional: a streamed Chat Completions request served by relaying the upstream's own bytes,
+   * where the upstream speaks that wire exactly as the client should see it (the llama-server
+   * child), instead of parts the core encodes again. Undefined for a request it does not relay
+   * (the core then calls `stream`). `model` is the name every chunk must carry; `includeUsage`,
+   * whether the client asked for the usage chunk. Same cancellation contract as `stream`.
+   */
+  relayChat?(
+    request: EngineRequest,
+    options: { model: string; includeUsage: boolean },
+    signal: AbortSignal,
+  ): ChatRelay | undefined;
   close(): Promise<void>;
 }
 

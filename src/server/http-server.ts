@@ -33,6 +33,7 @@ import { readJsonBody } from "./body.js";
 import { healthOf } from "./health.js";
 import { OriginPolicy } from "./origin-policy.js";
 import { rawResponse } from "./raw-response.js";
+import { sendRelayedStream } from "./relay-stream.js";
 import { expectationFailed, originForm } from "./request-target.js";
 import { DEFAULT_COALESCE, type CoalesceOptions } from "./coalesce.js";
 import { sendError, sendEventStream, sendJson, type RequestContext, type Route } from "./http-routing.js";
@@ -606,7 +607,9 @@ export class SparkServer {
       sendJson(response, 200, await this.#chat.complete(prepared, signal));
       return;
     }
-    await sendChunkStream(response, this.#chat.chunks(prepared, signal), this.#coalesce);
+    const relayed = this.#chat.relay(prepared, signal);
+    if (relayed) await sendRelayedStream(response, relayed);
+    else await sendChunkStream(response, this.#chat.chunks(prepared, signal), this.#coalesce);
   }
 
   async #completion({ request, response, signal, principal }: RequestContext): Promise<void> {

@@ -26,6 +26,7 @@
 import type { Dispatcher } from "undici";
 import type { Registry } from "prom-client";
 import type {
+  ChatRelay,
   EmbeddingRequest,
   EmbeddingResult,
   Engine,
@@ -36,6 +37,7 @@ import type {
 } from "../../engine/types.js";
 import { SparkError } from "../../protocol/errors.js";
 import type { OpenAIErrorType } from "../../protocol/errors.js";
+import { ChatRelayScanner } from "./chat-relay.js";
 import { chatWire } from "./chat-wire.js";
 import { completionsWire } from "./completions-wire.js";
 import { EMPTY_KEY, type PrefixKey, type RouterOptions } from "./prefix-router.js";
@@ -71,6 +73,14 @@ export interface OpenAIEngineOptions {
   registry?: Registry;
   /** Where ejections and recoveries are reported. */
   log?: (line: string) => void;
+  /**
+   * The upstream's Chat Completions chunks are what Spark's clients should see (it echoes the
+   * requested model name: Spark's own llama-server child): streamed chat requests are relayed as
+   * bytes (`relayChat`, `chat-relay.ts`). Not for other upstreams, whose chunks name their own model.
+   */
+  relayChat?: boolean;
+  /** The model name the upstream writes in its chunks (its alias), replaced by the client's own. */
+  relayModel?: string;
 }
 
 const ALIAS = "spark";
@@ -123,6 +133,8 @@ export class OpenAIEngine implements Engine {
   #upstreamModels: EngineModel[] = [];
   #status: EngineStatus;
   #closed = false;
+  readonly #relay: boolean;
+  readonly #relayModel: string | undefined;
 
   constructor(options: OpenAIEngineOptions) {
     const targets: UpstreamTarget[] = options.upstreams
@@ -143,6 +155,8 @@ export class OpenAIEngine implements Engine {
     this.#wire = (options.api ?? "chat") === "chat" ? chatWire : responsesWire;
     this.#configuredModel = options.model;
     this.#timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    this.#relay = options.relayChat === true;
+    this.#relayModel = options.relayModel;
     this.#replicas = new ReplicaPool(targets, {
       timeoutMs: this.#timeoutMs,
       ...(options.connections !== undefined ? { connections: options.connections } : {}),
@@ -215,6 +229,95 @@ export class OpenAIEngine implements Engine {
         if (!(error instanceof AttemptError)) throw error;
         if (error.replicaFault) pool.failed(replica);
         if (!error.retryable || failed >= 0 || !pool.canRetry()) throw error.error;
+        failed = replica.index;
+      } finally {
+        pool.release(replica);
+      }
+    }
+  }
+
+  relayChat(
+    request: EngineRequest,
+    options: { model: string; includeUsage: boolean },
+    signal: AbortSignal,
+  ): ChatRelay | undefined {
+    // Custom tools travel as function tools Spark converts back: those chunks are not the client's.
+    if (
+      !this.#relay ||
+      this.#wire !== chatWire ||
+      request.fim ||
+      request.tools.some((t) => t.kind === "custom")
+    )
+      return undefined;
+    const scanner = new ChatRelayScanner(
+      options.includeUsage,
+      this.#relayModel === undefined ? undefined : { upstream: this.#relayModel, client: options.model },
+    );
+    const body = JSON.stringify({ ...chatWire.requestBody(request), model: options.model });
+    return {
+      bytes: this.#relayBytes(request, body, scanner, signal),
+      result: () => ({ usage: scanner.usage, reason: scanner.reason }),
+    };
+  }
+
+  /** The relayed bytes, with the same routing, retry before the first byte and errors as `stream`. */
+  async *#relayBytes(
+    request: EngineRequest,
+    payload: string,
+    scanner: ChatRelayScanner,
+    signal: AbortSignal,
+  ): AsyncGenerator<Uint8Array> {
+    const pool = this.#replicas;
+    const key = pool.router.key(request);
+    let failed = -1;
+    for (;;) {
+      const replica = pool.acquire(key, failed);
+      let started = false;
+      try {
+        const sent = performance.now();
+        let response: Dispatcher.ResponseData;
+        try {
+          response = await replica.pool.request({
+            method: "POST",
+            path: replica.path(chatWire.path),
+            headers: replica.headers("text/event-stream", true),
+            body: payload,
+            signal,
+          });
+        } catch (error) {
+          if (signal.aborted) return;
+          throw this.#attemptError(replica, error, false);
+        }
+        const body = response.body;
+        try {
+          if (response.statusCode < 200 || response.statusCode >= 300) {
+            const status = response.statusCode;
+            const error = await this.#httpError(replica, response, `POST ${chatWire.path}`);
+            throw new AttemptError(error, status >= 500, status >= 500 || status === 429);
+          }
+          for await (const chunk of body as AsyncIterable<Uint8Array>) {
+            const out = scanner.push(chunk);
+            if (!out) continue;
+            if (!started) {
+              started = true;
+              pool.observeLatency(replica, performance.now() - sent);
+            }
+            yield out;
+          }
+          scanner.end();
+          pool.succeeded(replica);
+          return;
+        } catch (error) {
+          if (signal.aborted) return;
+          if (error instanceof AttemptError) throw error;
+          throw this.#attemptError(replica, error, true, started);
+        } finally {
+          body.destroy();
+        }
+      } catch (error) {
+        if (!(error instanceof AttemptError)) throw error;
+        if (error.replicaFault) pool.failed(replica);
+        if (!error.retryable || started || failed >= 0 || !pool.canRetry()) throw error.error;
         failed = replica.index;
       } finally {
         pool.release(replica);
