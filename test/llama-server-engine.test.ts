@@ -1,42 +1,27 @@
 /**
- * `--llama-server`: the llama engine in a supervised llama-server child (the peer built by
- * bench/peer/build-llama-server.sh from node-llama-cpp's own llama.cpp), with the tiny model.
- * Skipped where that build is missing (it takes ~15 minutes; CI does not build it).
+ * `--llama-server`: the llama engine in a supervised llama-server child, with the tiny model: its
+ * start (a port it binds itself, a random key only Spark holds, the decode threads measured), exact
+ * token counts, the relayed Chat Completions bytes, the parameters it refuses, restarts after a
+ * crash, and its death with Spark (SIGKILL included). Skipped where no llama-server is found (see
+ * test/helpers/llama-server.ts; building one takes 8-15 minutes, CI does not).
  */
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { existsSync } from "node:fs";
-import { homedir } from "node:os";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { spawn } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
+import { dirname } from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { EngineRequest } from "../src/engine/types.js";
 import { LlamaServerEngine } from "../src/engines/llama/llama-server-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
+import { REPO_ROOT, cleanEnv, spawnCli } from "./helpers/cli.js";
+import { LLAMA_SERVER_SKIP_MESSAGE, llamaServerBinary } from "./helpers/llama-server.js";
 import { MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
 
 const modelPath = testModelPath();
-
-function peerBinary(): string | undefined {
-  try {
-    const bundle = fileURLToPath(
-      new URL("../node_modules/node-llama-cpp/llama/gitRelease.bundle", import.meta.url),
-    );
-    const commit = execFileSync("git", ["bundle", "list-heads", bundle], { encoding: "utf8" }).split(" ")[0]!;
-    const root = process.env.SPARK_PEER_DIR ?? join(homedir(), ".cache", "spark-peer");
-    const binary = join(root, commit, "bin", "llama-server");
-    return existsSync(binary) ? binary : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-const binary = peerBinary();
-const skip = !modelPath
-  ? MODEL_SKIP_MESSAGE
-  : !binary
-    ? "no llama-server build: run bench/peer/build-llama-server.sh"
-    : false;
+const binary = llamaServerBinary();
+const skip = !modelPath ? MODEL_SKIP_MESSAGE : !binary ? LLAMA_SERVER_SKIP_MESSAGE : false;
+/** Only against hanging forever; nothing depends on it. */
+const SAFETY_MS = 120_000;
 
 function request(maxOutputTokens: number, ignoreEos = false): EngineRequest {
   return {
@@ -60,6 +45,41 @@ async function generate(engine: LlamaServerEngine, req: EngineRequest) {
   throw new Error("no finish part");
 }
 
+async function until(check: () => boolean | Promise<boolean>, what: string, ms = SAFETY_MS): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    // A zombie is dead for our purpose.
+    return !/^\S+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return false;
+  }
+}
+
+/** A streamed chat.completion.chunk, as the tests read it. */
+interface Chunk {
+  id: string;
+  model: string;
+  object: string;
+  choices?: { delta?: { content?: string | null }; finish_reason?: string | null }[];
+  usage?: { completion_tokens: number } | null;
+}
+
+/** The SSE `data:` payloads of a streamed response. */
+async function sseData(response: Response): Promise<string[]> {
+  const text = await response.text();
+  return text
+    .split("\n\n")
+    .filter((event) => event.startsWith("data: "))
+    .map((event) => event.slice(6));
+}
+
 describe("llama engine in a llama-server child", { skip }, () => {
   let engine: LlamaServerEngine;
   let server: SparkServer;
@@ -72,6 +92,7 @@ describe("llama engine in a llama-server child", { skip }, () => {
       threads: 1,
       contextSize: 1024,
       sequences: 2,
+      child: { restartDelayMs: 5000 },
       log: (line) => lines.push(line),
     });
     await engine.start();
@@ -98,47 +119,276 @@ describe("llama engine in a llama-server child", { skip }, () => {
     assert.equal(second.text, first.text);
   });
 
-  test("through the server: /v1/chat/completions and /v1/responses", async () => {
+  test("the child binds its own port and holds a key only Spark knows: other local clients get 401", async () => {
+    const pid = engine.pid!;
+    const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+    assert.equal(argv[argv.indexOf("--port") + 1], "0", "no port picked by Spark, closed and bound again");
+    const environ = readFileSync(`/proc/${pid}/environ`, "utf8").split("\0");
+    const key = environ.find((entry) => entry.startsWith("LLAMA_API_KEY="))?.slice("LLAMA_API_KEY=".length);
+    assert.ok(key && key.length >= 32, "a random key in its environment");
+    assert.ok(!argv.some((arg) => arg.includes(key)), "never on the command line");
+    const child = engine.childUrl;
+    assert.ok(child);
+    const refused = await fetch(`${child}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ messages: [{ role: "user", content: "hi" }], max_tokens: 2 }),
+    });
+    assert.equal(refused.status, 401);
+    await refused.body?.cancel();
+    const allowed = await fetch(`${child}/tokenize`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
+      body: JSON.stringify({ content: "hi" }),
+    });
+    assert.equal(allowed.status, 200);
+    await allowed.body?.cancel();
+  });
+
+  test("token counts are the model's own, from its tokenizer", async () => {
+    const { getLlama } = await import("node-llama-cpp");
+    const llama = await getLlama({ gpu: false });
+    const model = await llama.loadModel({ modelPath: modelPath! });
+    try {
+      for (const text of ["hello world", "function add(a, b) {\n  return a + b;\n}", "é€😀 mixed ünïcode"])
+        assert.equal(await engine.countTokens(text), model.tokenize(text).length, text);
+    } finally {
+      await model.dispose();
+    }
+  });
+
+  test("streamed Chat Completions relay the child's bytes: the client's model name, usage only when asked, the text of the parts path", async () => {
+    const body = {
+      model: "spark",
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 12,
+      temperature: 0,
+      ignore_eos: true,
+    };
+    const post = (extra: Record<string, unknown>) =>
+      fetch(`${server.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ ...body, ...extra }),
+      });
+    const streamed = await post({ stream: true, stream_options: { include_usage: true } });
+    assert.equal(streamed.status, 200);
+    assert.match(streamed.headers.get("content-type") ?? "", /text\/event-stream/);
+    const events = await sseData(streamed);
+    assert.equal(events.at(-1), "[DONE]");
+    const chunks = events.slice(0, -1).map((data) => JSON.parse(data) as Chunk);
+    assert.ok(chunks.every((chunk) => chunk.model === "spark" && chunk.object === "chat.completion.chunk"));
+    assert.ok(new Set(chunks.map((chunk) => chunk.id)).size === 1, "one id");
+    const text = chunks.map((chunk) => chunk.choices?.[0]?.delta?.content ?? "").join("");
+    const finish = chunks.flatMap((chunk) => chunk.choices ?? []).find((choice) => choice.finish_reason);
+    assert.equal(finish?.finish_reason, "length");
+    assert.equal(chunks.at(-1)!.usage?.completion_tokens, 12);
+    const plain = (await (await post({})).json()) as { choices: { message: { content: string } }[] };
+    assert.equal(text, plain.choices[0]!.message.content, "the relayed text is the parts path's");
+    const noUsage = await sseData(await post({ stream: true }));
+    assert.ok(noUsage.slice(0, -1).every((data) => ((JSON.parse(data) as Chunk).usage ?? null) === null));
+    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    assert.match(metrics, /spark_output_tokens_total\S* (\d+)/);
+  });
+
+  test("a prediction and an input lookup the child was not started with are refused, naming the parameter", async () => {
     const chat = await fetch(`${server.url}/v1/chat/completions`, {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify({
         model: "spark",
         messages: [{ role: "user", content: "hi" }],
-        max_tokens: 8,
-        temperature: 0,
-        ignore_eos: true,
+        prediction: { type: "content", content: "hello" },
+        stream: true,
       }),
     });
-    assert.equal(chat.status, 200);
-    const body = (await chat.json()) as { usage: { completion_tokens: number } };
-    assert.equal(body.usage.completion_tokens, 8);
-    const responses = await fetch(`${server.url}/v1/responses`, {
+    assert.equal(chat.status, 400);
+    const refused = (await chat.json()) as { error: { param: string; code: string } };
+    assert.equal(refused.error.param, "prediction");
+    assert.equal(refused.error.code, "prediction_unsupported");
+    const lookup = await fetch(`${server.url}/v1/responses`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "spark", input: "hi", speculation: { input_lookup: true } }),
+    });
+    assert.equal(lookup.status, 400);
+    assert.equal(
+      ((await lookup.json()) as { error: { param: string } }).error.param,
+      "speculation.input_lookup",
+    );
+  });
+
+  test("without a projector, an image is refused rather than answered unseen", async () => {
+    const response = await fetch(`${server.url}/v1/chat/completions`, {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify({
         model: "spark",
-        input: "hi",
-        max_output_tokens: 8,
-        temperature: 0,
-        store: false,
+        messages: [
+          {
+            role: "user",
+            content: [
+              { type: "text", text: "what is this?" },
+              { type: "image_url", image_url: { url: "data:image/png;base64,iVBORw0KGgo=" } },
+            ],
+          },
+        ],
       }),
     });
-    assert.equal(responses.status, 200);
+    assert.equal(response.status, 400);
+    assert.equal(((await response.json()) as { error: { code: string } }).error.code, "image_unsupported");
   });
 
-  test("close() stops the child; a later request is refused as not ready", async () => {
-    const spare = new LlamaServerEngine({
-      binary: binary!,
-      modelPath: async () => modelPath!,
-      threads: 1,
-      contextSize: 512,
-      sequences: 1,
+  // Last: it kills the child.
+  test("a crashed child makes the engine not ready (503), then it is started again and serves", async () => {
+    const before = engine.pid!;
+    process.kill(before, "SIGKILL");
+    await until(() => !engine.status().ready, "the engine to notice");
+    assert.match(engine.status().detail, /^llama-server exited \(SIGKILL\).*; restarting$/);
+    const meanwhile = await fetch(`${server.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "spark", messages: [{ role: "user", content: "hi" }], max_tokens: 2 }),
     });
-    await spare.start();
-    assert.equal(spare.status().ready, true);
-    await spare.close();
-    assert.equal(spare.status().ready, false);
-    await assert.rejects(generate(spare, request(4)), /not ready/);
+    assert.equal(meanwhile.status, 503);
+    await meanwhile.body?.cancel();
+    await until(() => engine.status().ready, "the restart");
+    assert.notEqual(engine.pid, before);
+    assert.ok(lines.some((line) => /restarting llama-server in/.test(line)));
+    const again = await generate(engine, request(4, true));
+    assert.equal(again.tokens, 4);
   });
 });
+
+describe("the child's thread count and its life", { skip }, () => {
+  test("without --threads, the decode threads are measured in llama-server itself", async () => {
+    const lines: string[] = [];
+    const engine = new LlamaServerEngine({
+      binary: binary!,
+      modelPath: async () => modelPath!,
+      contextSize: 512,
+      sequences: 1,
+      log: (line) => lines.push(line),
+    });
+    try {
+      await engine.start();
+      const measured = lines.find((line) => line.includes("decode speed by thread count"));
+      assert.ok(measured, lines.join("\n"));
+      assert.match(measured, new RegExp(`using ${engine.threads}$`));
+      const argv = readFileSync(`/proc/${engine.pid}/cmdline`, "utf8").split("\0");
+      assert.equal(argv[argv.indexOf("-t") + 1], String(engine.threads));
+    } finally {
+      await engine.close();
+    }
+  });
+
+  for (const watchdog of ["pdeathsig", "stdin"] as const) {
+    test(`a SIGKILL of Spark takes the child with it (${watchdog})`, async () => {
+      // Spark in a process of its own, starting the engine; its first line is the child's pid.
+      const script = `
+        const { LlamaServerEngine } = await import(${JSON.stringify(`${REPO_ROOT}/src/engines/llama/llama-server-engine.ts`)});
+        const engine = new LlamaServerEngine({ binary: ${JSON.stringify(binary)}, modelPath: async () => ${JSON.stringify(modelPath)}, threads: 1, contextSize: 256, sequences: 1, child: { watchdog: ${JSON.stringify(watchdog)} } });
+        await engine.start();
+        console.log(engine.pid);
+        setInterval(() => {}, 1000);`;
+      const spark = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], {
+        cwd: REPO_ROOT,
+        env: cleanEnv(),
+        stdio: ["ignore", "pipe", "inherit"],
+      });
+      try {
+        const pid = await new Promise<number>((resolve, reject) => {
+          let out = "";
+          spark.stdout!.on("data", (chunk: Buffer) => {
+            out += chunk.toString();
+            const match = /^(\d+)\n/.exec(out);
+            if (match) resolve(Number(match[1]));
+          });
+          spark.once("exit", (code) => reject(new Error(`spark exited (${code}) before its child started`)));
+        });
+        // The child may be the watchdog's (a shell) child: the llama-server process is the one to watch.
+        const server = watchdog === "stdin" ? await llamaServerUnder(pid) : pid;
+        assert.ok(alive(server));
+        spark.kill("SIGKILL");
+        await until(() => !alive(server), "the child to die with Spark");
+      } finally {
+        spark.kill("SIGKILL");
+      }
+    });
+  }
+
+  test("--llama-server auto uses the llama-server on the PATH and says so; without one, the model runs in process", async () => {
+    const found = spawnCli(
+      [
+        "serve",
+        "--engine",
+        "llama",
+        "--llama-server",
+        "auto",
+        "--model",
+        modelPath!,
+        "--threads",
+        "1",
+        "--port",
+        "0",
+      ],
+      { PATH: `${dirname(binary!)}:${process.env.PATH}` },
+    );
+    await until(
+      () => /ready|listening on http/.test(found.stderr()) && /in llama-server/.test(found.stderr()),
+      "the engine",
+    );
+    assert.match(
+      found.stderr(),
+      new RegExp(`--llama-server auto: using ${binary!.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}`),
+    );
+    found.child.kill("SIGTERM");
+    await found.exited;
+    const missing = spawnCli(
+      [
+        "serve",
+        "--engine",
+        "llama",
+        "--llama-server",
+        "auto",
+        "--model",
+        modelPath!,
+        "--threads",
+        "1",
+        "--port",
+        "0",
+      ],
+      { PATH: "/usr/bin:/bin" },
+    );
+    await until(() => /model: .*tiny-random-llama/.test(missing.stderr()), "the in-process engine");
+    assert.match(missing.stderr(), /no llama-server on the PATH, so the model runs in process/);
+    missing.child.kill("SIGTERM");
+    await missing.exited;
+  });
+});
+
+test("--mmproj needs the model in llama-server: in process it is a usage error, not images answered unseen", async () => {
+  const run = spawnCli(
+    ["serve", "--engine", "llama", "--mmproj", "/nonexistent/mmproj.gguf", "--port", "0"],
+    {
+      PATH: "/usr/bin:/bin",
+    },
+  );
+  assert.equal(await run.exited, 2);
+  assert.match(run.stderr(), /--mmproj needs the model in llama-server/);
+});
+
+/** The llama-server process among the children of the watchdog shell `pid`. */
+async function llamaServerUnder(pid: number): Promise<number> {
+  let found: number | undefined;
+  await until(() => {
+    const children = existsSync(`/proc/${pid}/task/${pid}/children`)
+      ? readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(/\s+/).filter(Boolean)
+      : [];
+    found = children
+      .map(Number)
+      .find((child) => readFileSync(`/proc/${child}/cmdline`, "utf8").includes("llama-server"));
+    return found !== undefined;
+  }, "the llama-server under the watchdog");
+  return found!;
+}

@@ -868,17 +868,23 @@ export class Agent {
     signal.addEventListener("abort", onAbort, { once: true });
     try {
       await this.#openSocket();
-      const response = await this.#send([userMessage(prompt)], undefined, {
-        lane,
-        record: false,
-        standalone: true,
-        onDelta: () => {},
-        extra: {
-          model: this.options.applyModel || "spark",
-          instructions: APPLY_INSTRUCTIONS,
-          temperature: 0,
-          prediction: { type: "content", content: request.original },
-        },
+      const rewrite = (predicted: boolean): Promise<ResponseObject> =>
+        this.#send([userMessage(prompt)], undefined, {
+          lane,
+          record: false,
+          standalone: true,
+          onDelta: () => {},
+          extra: {
+            model: this.options.applyModel || "spark",
+            instructions: APPLY_INSTRUCTIONS,
+            temperature: 0,
+            ...(predicted ? { prediction: { type: "content", content: request.original } } : {}),
+          },
+        });
+      // A model that takes no prediction (llama-server) rewrites without one.
+      const response = await rewrite(true).catch((error: unknown) => {
+        if (error instanceof AgentError && error.code === "prediction_unsupported") return rewrite(false);
+        throw error;
       });
       if (response.status === "failed") {
         throw new AgentError(

@@ -70,8 +70,13 @@ const engineSettings = {
   embeddingModel: z.string().min(1).optional(),
   /** llama: input lookup (prompt-lookup decoding) for requests that do not set it. */
   inputLookup: z.enum(["on", "off"]).optional(),
-  /** llama: run the model in this `llama-server` executable, supervised, instead of in process. */
+  /**
+   * llama: run the model in this `llama-server` executable, supervised, instead of in process;
+   * `auto`: the `llama-server` on the PATH when there is one.
+   */
   llamaServer: z.string().min(1).optional(),
+  /** llama with llamaServer: the model's multimodal projector (llama-server's --mmproj); it sees images. */
+  mmproj: z.string().min(1).optional(),
   upstream: z.url().optional(),
   /** Replicas of the upstream, instead of `upstream`. */
   upstreams: z

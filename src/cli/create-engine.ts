@@ -50,10 +50,11 @@ export async function createModels(
   const entries: ModelEntry[] = [];
   for (const [alias, entry] of declared) {
     const { tier, capacity, defaults, vision, ...engineSettings } = entry;
-    // The llama engine renders text prompts only: a "vision" llama model would answer unseen images.
-    if (vision === true && engineSettings.engine === "llama")
+    // The llama engine in process renders text prompts only: a "vision" llama model would answer
+    // unseen images. In llama-server with a projector (mmproj) it sees.
+    if (vision === true && engineSettings.engine === "llama" && engineSettings.mmproj === undefined)
       throw new ConfigError(
-        `${source}: models.${alias}: the llama engine cannot see images; "vision": true needs an openai upstream that can`,
+        `${source}: models.${alias}: the llama engine cannot see images in process; "vision": true needs "llamaServer" with a projector ("mmproj"), or an openai upstream that can see`,
       );
     // A top-level upstream timeout applies to every entry that does not set its own.
     const inherited =
@@ -143,14 +144,15 @@ export async function createEngine(
       });
     }
     case "llama": {
-      if (settings.llamaServer) {
+      const llamaServer = await llamaServerOf(settings, log, where);
+      if (llamaServer) {
         const [{ LlamaServerEngine }, { DEFAULT_MODEL, defaultCacheDir, resolveModelPath }] =
           await Promise.all([
             import("../engines/llama/llama-server-engine.js"),
             import("../engines/llama/model-source.js"),
           ]);
         return new LlamaServerEngine({
-          binary: settings.llamaServer,
+          binary: llamaServer,
           modelPath: async () =>
             (
               await resolveModelPath({
@@ -164,6 +166,9 @@ export async function createEngine(
           ...(settings.threads !== undefined ? { threads: settings.threads } : {}),
           ...(settings.contextSize !== undefined ? { contextSize: settings.contextSize } : {}),
           ...(settings.sequences !== undefined ? { sequences: settings.sequences } : {}),
+          ...(settings.mmproj !== undefined ? { mmproj: settings.mmproj } : {}),
+          ...(settings.inputLookup !== undefined ? { inputLookup: settings.inputLookup === "on" } : {}),
+          ...(settings.draftModel !== undefined ? { draftModelPath: settings.draftModel } : {}),
         });
       }
       const [{ LlamaEngine }, { DEFAULT_MODEL, defaultCacheDir, progressBar, resolveModelPath }] =
@@ -196,4 +201,32 @@ export async function createEngine(
       });
     }
   }
+}
+
+/**
+ * The llama-server executable a llama engine runs in, or undefined for in process. `auto` looks
+ * for `llama-server` on the PATH and says at start which it found, or that the model runs in process.
+ */
+async function llamaServerOf(
+  settings: EngineSettings,
+  log: (line: string) => void,
+  where: string,
+): Promise<string | undefined> {
+  let binary = settings.llamaServer;
+  if (binary === "auto") {
+    const { findOnPath } = await import("../engines/llama/llama-server-child.js");
+    const found = findOnPath(process.platform === "win32" ? "llama-server.exe" : "llama-server");
+    if (found) log(`llama: --llama-server auto: using ${found}`);
+    else
+      log(
+        "llama: --llama-server auto: no llama-server on the PATH, so the model runs in process " +
+          "(install llama.cpp's llama-server, e.g. brew install llama.cpp, for its own speed)",
+      );
+    binary = found ?? undefined;
+  }
+  if (settings.mmproj !== undefined && binary === undefined)
+    throw new ConfigError(
+      `${where}--mmproj needs the model in llama-server (--llama-server PATH, or auto with llama-server on the PATH): in process the llama engine cannot see images`,
+    );
+  return binary;
 }

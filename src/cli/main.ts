@@ -162,7 +162,11 @@ export function buildProgram(): Command {
     )
     .option(
       "--llama-server <path>",
-      `llama: run the model in this llama-server executable (supervised child; bench/peer/build-llama-server.sh builds one) instead of in process ${env("llamaServer")}`,
+      `llama: run the model in this llama-server executable (a supervised child) instead of in process; "auto": the llama-server on the PATH when there is one ${env("llamaServer")}`,
+    )
+    .option(
+      "--mmproj <file>",
+      `llama with --llama-server: the model's multimodal projector (GGUF); the model then sees images ${env("mmproj")}`,
     )
     .addOption(
       new Option(

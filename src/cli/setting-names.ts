@@ -49,6 +49,7 @@ export const ENV_NAMES: Record<
   draftModel: "SPARK_DRAFT_MODEL",
   embeddingModel: "SPARK_EMBEDDING_MODEL",
   llamaServer: "SPARK_LLAMA_SERVER",
+  mmproj: "SPARK_MMPROJ",
   gpu: "SPARK_GPU",
   upstream: "SPARK_UPSTREAM",
   upstreamApiKeyEnv: "SPARK_UPSTREAM_API_KEY_ENV",

@@ -1,26 +1,48 @@
 /**
- * The llama engine out of process: Spark supervises a `llama-server` child (llama.cpp's own server,
- * built from the same sources node-llama-cpp ships: `bench/peer/build-llama-server.sh`) and talks to
- * it with the openai engine, behind the same seam.
+ * The llama engine out of process: Spark supervises a `llama-server` child (llama.cpp's own server:
+ * the user's own build, from brew, apt, winget or a CUDA/Metal release, or the one
+ * `bench/peer/build-llama-server.sh` builds from the sources node-llama-cpp ships) and talks to it
+ * with the openai engine, behind the same seam.
  *
  * Why: in process, node-llama-cpp returns to JavaScript twice per token (a decode and a sampling
  * step, each a libuv thread-pool job), which costs a model that decodes a token in 0.3 ms about a
  * third of its speed, and ggml's second thread fights the JavaScript thread on a small machine.
- * llama-server's loop stays in C++; Spark's own per-token work (parsing its stream, events, SSE)
- * then runs beside the decode in another process instead of between two decodes (figure 26 in
- * BENCHMARKS.md measures both designs against a bare llama-server).
+ * llama-server's loop stays in C++; Spark's own per-token work runs beside the decode in another
+ * process (figure 26 in BENCHMARKS.md measures both designs against a bare llama-server).
  *
- * Contract: `start()` spawns the child on a free loopback port with the model, thread count,
- * context per sequence and sequences of the in-process engine's settings, waits until its `/health`
- * answers, then serves through an `OpenAIEngine` on its `/v1`. The child exiting makes the engine not
- * ready (`status().detail` says so; requests get 503 from the core). `close()` stops the child.
+ * Contract:
+ * - `start()` resolves the model, picks the decode threads (given, else the fastest of 1, half and
+ *   all cores, each timed on a short decode in a child of its own, as the in-process engine times
+ *   them; a GPU build that offloads the model skips this), starts the child (`llama-server-child.ts`:
+ *   a port it binds itself, a random API key, dies with Spark, restarted after a crash with the
+ *   engine not ready meanwhile) with the model, threads, context per sequence, sequences, and the
+ *   speculative and vision options below, then serves through an `OpenAIEngine` on its `/v1`.
+ * - Token counts are the model's own (`/tokenize`).
+ * - Speculation uses llama-server's own options, set per server: `inputLookup` starts it with its
+ *   prompt-lookup decoding (`--spec-type ngram-simple`), `draftModelPath` with a draft model. A
+ *   request's `speculation.input_lookup` that asks for the other setting, and a `prediction`
+ *   (llama-server has no Predicted Outputs), are refused with a 400 naming the parameter.
+ * - Images: with a projector (`mmproj`) the model sees (`capabilities.vision`), and images go to it
+ *   as Chat Completions `image_url` parts; without one, a request with images is refused (400
+ *   `image_unsupported`), as the in-process engine does.
+ * - Streamed Chat Completions relay llama-server's own bytes to the client (`relayChat`): the same
+ *   wire, with the client's model name echoed, so Spark reads only the events that end the stream.
+ * - `close()` stops the child and its restarts.
  */
-import { spawn, type ChildProcess } from "node:child_process";
-import { createServer } from "node:net";
+import { availableParallelism } from "node:os";
 import { basename } from "node:path";
-import type { Engine, EngineModel, EnginePart, EngineRequest, EngineStatus } from "../../engine/types.js";
+import {
+  carriesImage,
+  type ChatRelay,
+  type Engine,
+  type EngineModel,
+  type EnginePart,
+  type EngineRequest,
+  type EngineStatus,
+} from "../../engine/types.js";
 import { SparkError } from "../../protocol/errors.js";
 import { OpenAIEngine } from "../openai/openai-engine.js";
+import { LlamaServerChild, type LlamaServerChildOptions } from "./llama-server-child.js";
 
 export interface LlamaServerEngineOptions {
   /** The `llama-server` executable. */
@@ -29,93 +51,194 @@ export interface LlamaServerEngineOptions {
   modelPath: () => Promise<string>;
   /** Model ids clients may use; the first is the default. Defaults to `spark` and the file's name. */
   aliases?: readonly string[];
+  /** Decode threads; when absent, the fastest of the candidates is measured at start. */
   threads?: number;
   /** Context per sequence, in tokens (llama-server's `-c` is for all sequences together). */
   contextSize?: number;
   sequences?: number;
+  /** A multimodal projector (llama-server's `--mmproj`): the model sees images. */
+  mmproj?: string;
+  /** llama-server's prompt-lookup decoding for every request (`--spec-type ngram-simple`). */
+  inputLookup?: boolean;
+  /** A draft model of the same vocabulary for speculative decoding (`--spec-draft-model`). */
+  draftModelPath?: string;
   /** Longest wait for the child's `/health` (loading a large model takes a while). Default 10 minutes. */
   startTimeoutMs?: number;
+  /** How the child is tied to Spark's life and restarted (tests). */
+  child?: Pick<LlamaServerChildOptions, "watchdog" | "restartDelayMs" | "maxRestartDelayMs">;
   log?: (line: string) => void;
 }
 
 const DEFAULT_SEQUENCES = 4;
+const UPSTREAM_ALIAS = "spark";
 const DEFAULT_CONTEXT = 8192;
+/** Tokens decoded per thread-count candidate. */
+const CALIBRATION_TOKENS = 25;
 
 export class LlamaServerEngine implements Engine {
   readonly specificationVersion = "v1";
   readonly kind = "llama";
-  readonly capabilities = {
-    functionTools: true,
-    customTools: true,
-    prefixReuse: true,
-    summaries: true,
-    fim: true,
-  };
+  readonly capabilities: Engine["capabilities"];
   #status: EngineStatus = { ready: false, detail: "not started" };
-  #child: ChildProcess | undefined;
+  #child: LlamaServerChild | undefined;
   #inner: OpenAIEngine | undefined;
   #models: EngineModel[] = [];
   #closing = false;
+  #threads: number | undefined;
 
-  constructor(private readonly options: LlamaServerEngineOptions) {}
+  constructor(private readonly options: LlamaServerEngineOptions) {
+    this.capabilities = {
+      functionTools: true,
+      customTools: true,
+      prefixReuse: true,
+      summaries: true,
+      fim: true,
+      vision: options.mmproj !== undefined,
+    };
+  }
+
+  /** The thread count in use (after calibration). */
+  get threads(): number | undefined {
+    return this.#threads;
+  }
+
+  /** The child's URL, while it runs (its API needs the key Spark holds). */
+  get childUrl(): string | undefined {
+    return this.#child?.url;
+  }
+
+  /** The child's process id, while it runs. */
+  get pid(): number | undefined {
+    return this.#child?.pid;
+  }
 
   async start(): Promise<void> {
     const log = this.options.log ?? (() => {});
     try {
       this.#status = { ready: false, detail: "resolving model" };
       const path = await this.options.modelPath();
-      const port = await freePort();
       const sequences = this.options.sequences ?? DEFAULT_SEQUENCES;
       const context = this.options.contextSize ?? DEFAULT_CONTEXT;
-      const args = [
-        ...["-m", path, "--host", "127.0.0.1", "--port", String(port)],
+      this.#status = { ready: false, detail: `measuring decode threads for ${basename(path)}` };
+      const threads = this.options.threads ?? (await this.#calibrateThreads(path, log));
+      this.#threads = threads;
+      const child = this.#newChild([
+        ...this.#modelArgs(path, threads),
         ...["-c", String(context * sequences), "-np", String(sequences)],
-        // node-llama-cpp's default, so that both designs compute the same thing.
-        ...["-fa", "off", "--no-webui"],
-        ...(this.options.threads !== undefined
-          ? ["-t", String(this.options.threads), "-tb", String(this.options.threads)]
+        // The name in its chunks (and /v1/models): the usual request's own, so the relay renames nothing.
+        ...["--alias", UPSTREAM_ALIAS],
+        ...(this.options.mmproj !== undefined ? ["--mmproj", this.options.mmproj] : []),
+        ...(this.options.inputLookup ? ["--spec-type", "ngram-simple"] : []),
+        ...(this.options.draftModelPath !== undefined
+          ? ["--spec-draft-model", this.options.draftModelPath]
           : []),
-      ];
+      ]);
       this.#status = { ready: false, detail: `starting ${basename(this.options.binary)} with ${path}` };
-      const child = spawn(this.options.binary, args, { stdio: ["ignore", "ignore", "pipe"] });
+      const url = await child.start();
       this.#child = child;
-      let tail = "";
-      child.stderr!.setEncoding("utf8");
-      child.stderr!.on("data", (chunk: string) => {
-        tail = (tail + chunk).slice(-2000);
+      child.onExit((why) => {
+        this.#status = { ready: false, detail: `${why}; restarting` };
+        log(`llama: ${why}`);
+        const inner = this.#inner;
+        this.#inner = undefined;
+        void inner?.close();
       });
-      const exited = new Promise<never>((_, reject) => {
-        child.once("error", reject);
-        child.once("exit", (code, signal) => {
-          const why = `llama-server exited (${signal ?? code})${tail ? `: ${lastLines(tail)}` : ""}`;
-          if (!this.#closing) {
-            this.#status = { ready: false, detail: why };
-            log(`llama: ${why}`);
-          }
-          reject(new Error(why));
-        });
+      child.onReady((restarted) => {
+        void this.#serve(restarted).then(
+          () => log(`llama: llama-server is back (pid ${child.pid}, restart ${child.restarts})`),
+          (error: unknown) => log(`llama: llama-server restarted but does not serve: ${String(error)}`),
+        );
       });
-      exited.catch(() => {});
-      const url = `http://127.0.0.1:${port}`;
-      await Promise.race([exited, waitHealthy(url, this.options.startTimeoutMs ?? 600_000)]);
-      const inner = new OpenAIEngine({ baseUrl: `${url}/v1`, api: "chat", log });
-      await inner.start();
-      this.#inner = inner;
+      await this.#serve(url);
       const aliases = this.options.aliases ?? ["spark", basename(path).replace(/\.gguf$/i, "")];
       this.#models = aliases.map((id) => ({ id, ownedBy: "spark-llama", contextSize: context }));
       log(
         `llama: ${basename(path)} in llama-server (${this.options.binary}, pid ${child.pid}), ` +
-          `${this.options.threads ?? "llama-server's default"} thread(s), context ${context} × ${sequences} sequences`,
+          `${threads} thread(s), context ${context} × ${sequences} sequences` +
+          (this.options.mmproj !== undefined ? `, sees images (${basename(this.options.mmproj)})` : "") +
+          (this.options.inputLookup ? ", input lookup on" : "") +
+          (this.options.draftModelPath !== undefined
+            ? `, draft model ${basename(this.options.draftModelPath)}`
+            : ""),
       );
-      if (child.exitCode === null) this.#status = { ready: true, detail: "ready" };
     } catch (error) {
       this.#status = {
         ready: false,
         detail: `failed: ${error instanceof Error ? error.message : String(error)}`,
       };
-      this.#child?.kill("SIGKILL");
+      await this.#child?.close();
       throw error;
     }
+  }
+
+  #newChild(args: string[]): LlamaServerChild {
+    return new LlamaServerChild({
+      binary: this.options.binary,
+      args,
+      startTimeoutMs: this.options.startTimeoutMs ?? 600_000,
+      ...this.options.child,
+      ...(this.options.log ? { log: this.options.log } : {}),
+    });
+  }
+
+  #modelArgs(path: string, threads: number): string[] {
+    return [
+      ...["-m", path, "-t", String(threads), "-tb", String(threads)],
+      // node-llama-cpp's default, so that both designs compute the same thing.
+      ...["-fa", "off", "--no-webui"],
+    ];
+  }
+
+  /** Serves through the child at `url` (its first start, or a restart on a new port). */
+  async #serve(url: string): Promise<void> {
+    const inner = new OpenAIEngine({
+      baseUrl: `${url}/v1`,
+      apiKey: this.#child?.key ?? "",
+      api: "chat",
+      // Its chunks are what the client should see, once they carry the client's model name.
+      relayChat: true,
+      relayModel: UPSTREAM_ALIAS,
+      ...(this.options.log ? { log: this.options.log } : {}),
+    });
+    await inner.start();
+    if (this.#closing) {
+      await inner.close();
+      return;
+    }
+    this.#inner = inner;
+    this.#status = { ready: true, detail: "ready" };
+  }
+
+  /**
+   * Times a short decode for each candidate thread count (1, half the cores, all), each in a child
+   * of its own with a small context, and returns the fastest. A GPU build that offloads the model
+   * decodes there, where the CPU threads barely matter: the core count, without measuring.
+   */
+  async #calibrateThreads(path: string, log: (line: string) => void): Promise<number> {
+    const cores = Math.max(1, availableParallelism());
+    const candidates = [...new Set([1, Math.max(1, Math.floor(cores / 2)), cores])].sort((a, b) => a - b);
+    if (candidates.length === 1) return candidates[0]!;
+    const results: string[] = [];
+    let best = { threads: 1, rate: 0 };
+    for (const threads of candidates) {
+      const child = this.#newChild([...this.#modelArgs(path, threads), "-c", "512", "-np", "1"]);
+      try {
+        const url = await child.start();
+        if (child.offloaded) {
+          log(`llama: llama-server runs the model on a GPU; using ${cores} CPU thread(s)`);
+          return cores;
+        }
+        const rate = await decodeRate(url, child.key);
+        results.push(`${threads}→${Math.round(rate)} tok/s`);
+        if (rate > best.rate) best = { threads, rate };
+      } finally {
+        await child.close();
+      }
+    }
+    log(
+      `llama: measured llama-server's decode speed by thread count: ${results.join(", ")}; using ${best.threads}`,
+    );
+    return best.threads;
   }
 
   status(): EngineStatus {
@@ -127,18 +250,75 @@ export class LlamaServerEngine implements Engine {
   }
 
   resolveModel(name: string): string | undefined {
-    if (!this.#status.ready)
+    if (!this.#status.ready && this.#models.length === 0)
       return name === "spark" || this.options.aliases?.includes(name) ? name : undefined;
     return this.#models.some((model) => model.id === name) ? name : undefined;
   }
 
+  /** The model's own count, from llama-server's `/tokenize`. */
   async countTokens(text: string): Promise<number> {
-    return this.#ready().countTokens(text);
+    this.#ready();
+    const child = this.#child!;
+    const response = await fetch(`${child.url}/tokenize`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${child.key}` },
+      body: JSON.stringify({ content: text, add_special: false }),
+    });
+    if (!response.ok) throw SparkError.unavailable(`llama-server's /tokenize answered ${response.status}.`);
+    const body = (await response.json()) as { tokens?: unknown[] };
+    return Array.isArray(body.tokens) ? body.tokens.length : 0;
+  }
+
+  validateRequest(request: EngineRequest): void {
+    if (request.prediction !== undefined) {
+      throw new SparkError(
+        400,
+        "invalid_request_error",
+        "prediction_unsupported",
+        "The llama engine in llama-server does not take Predicted Outputs (llama-server has none): " +
+          "send the request without `prediction`, or start Spark with --input-lookup on, which drafts from the conversation's own text.",
+        "prediction",
+      );
+    }
+    const lookup = request.speculation?.inputLookup;
+    if (lookup !== undefined && lookup !== (this.options.inputLookup ?? false)) {
+      throw new SparkError(
+        400,
+        "invalid_request_error",
+        "speculation_unsupported",
+        `llama-server sets input lookup for the whole server, and this one runs with it ${this.options.inputLookup ? "on" : "off"}: ` +
+          `send the request without speculation.input_lookup, or start Spark with --input-lookup ${lookup ? "on" : "off"}.`,
+        "speculation.input_lookup",
+      );
+    }
+    if (this.options.mmproj === undefined && carriesImage(request.items)) {
+      throw new SparkError(
+        400,
+        "invalid_request_error",
+        "image_unsupported",
+        "This llama-server has no projector and cannot see images: start Spark with --mmproj FILE (the model's " +
+          'multimodal projector), or send the image to a model configured with "vision": true.',
+        "input",
+      );
+    }
   }
 
   async *stream(request: EngineRequest, signal: AbortSignal): AsyncGenerator<EnginePart> {
+    this.validateRequest(request);
     // llama-server serves one model: every alias is it.
     yield* this.#ready().stream({ ...request, model: "spark" }, signal);
+  }
+
+  /** Chat Completions streams relay llama-server's own bytes (`chat-relay.ts`). */
+  relayChat(
+    request: EngineRequest,
+    options: { model: string; includeUsage: boolean },
+    signal: AbortSignal,
+  ): ChatRelay | undefined {
+    // Not ready: the parts path says so (503) the usual way.
+    if (!this.#status.ready || !this.#inner) return undefined;
+    this.validateRequest(request);
+    return this.#inner.relayChat(request, options, signal);
   }
 
   #ready(): OpenAIEngine {
@@ -151,44 +331,25 @@ export class LlamaServerEngine implements Engine {
     this.#closing = true;
     this.#status = { ready: false, detail: "closed" };
     await this.#inner?.close();
-    const child = this.#child;
-    if (!child || child.exitCode !== null || child.signalCode !== null) return;
-    const exited = new Promise((resolve) => child.once("exit", resolve));
-    child.kill("SIGTERM");
-    const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
-    await exited;
-    clearTimeout(timer);
+    await this.#child?.close();
   }
 }
 
-function lastLines(text: string): string {
-  return text.trim().split("\n").slice(-3).join(" | ");
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
+/** llama-server's own measure of a short greedy decode, in tokens per second. */
+async function decodeRate(url: string, key: string): Promise<number> {
+  const response = await fetch(`${url}/completion`, {
+    method: "POST",
+    headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
+    body: JSON.stringify({
+      prompt: "function add(a, b) {\n  return",
+      n_predict: CALIBRATION_TOKENS,
+      temperature: 0,
+      ignore_eos: true,
+      cache_prompt: false,
+    }),
   });
-}
-
-/** Polls `/health` until it answers 200 (llama-server answers 503 while it loads the model). */
-async function waitHealthy(url: string, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      const response = await fetch(`${url}/health`, { signal: AbortSignal.timeout(5000) });
-      await response.body?.cancel();
-      if (response.ok) return;
-    } catch {
-      // Not listening yet.
-    }
-    if (Date.now() > deadline)
-      throw new Error(`llama-server did not become healthy in ${timeoutMs / 1000} s`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
+  if (!response.ok) throw new Error(`llama-server's /completion answered ${response.status}`);
+  const body = (await response.json()) as { timings?: { predicted_per_second?: unknown } };
+  const rate = body.timings?.predicted_per_second;
+  return typeof rate === "number" && Number.isFinite(rate) ? rate : 0;
 }
