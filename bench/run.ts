@@ -328,7 +328,7 @@ if (only.has(26)) {
           .split(",")
           .filter((t) => t.trim() !== "")
           .map(Number),
-        proxy: true,
+        child: true,
       },
       log,
     );
