@@ -138,14 +138,18 @@ export class LlamaServerChild {
       });
     });
     exited.catch(() => {});
+    // The wait for health ends with the start, whichever way (an exit must not leave it polling).
+    const waiting = new AbortController();
     try {
       const url = await Promise.race([exited, announced]);
-      await Promise.race([exited, waitHealthy(url, this.options.startTimeoutMs)]);
+      await Promise.race([exited, waitHealthy(url, this.options.startTimeoutMs, waiting.signal)]);
       this.#supervising = true;
       return url;
     } catch (error) {
       kill(child, "SIGKILL");
       throw error;
+    } finally {
+      waiting.abort();
     }
   }
 
@@ -233,12 +237,18 @@ function lastLines(text: string): string {
   return text.trim().split("\n").slice(-3).join(" | ");
 }
 
-/** Polls `/health` until it answers 200 (llama-server answers 503 while it loads the model). */
-async function waitHealthy(url: string, timeoutMs: number): Promise<void> {
+/**
+ * Polls `/health` until it answers 200 (llama-server answers 503 while it loads the model), or
+ * until `signal` aborts.
+ */
+async function waitHealthy(url: string, timeoutMs: number, signal: AbortSignal): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
+    if (signal.aborted) throw new Error("llama-server's start was abandoned");
     try {
-      const response = await fetch(`${url}/health`, { signal: AbortSignal.timeout(5000) });
+      const response = await fetch(`${url}/health`, {
+        signal: AbortSignal.any([signal, AbortSignal.timeout(5000)]),
+      });
       await response.body?.cancel();
       if (response.ok) return;
     } catch {

@@ -81,6 +81,8 @@ export class LlamaServerEngine implements Engine {
   readonly capabilities: Engine["capabilities"];
   #status: EngineStatus = { ready: false, detail: "not started" };
   #child: LlamaServerChild | undefined;
+  /** Every child started and not yet closed (calibration's too): `close()` stops them all, even mid-start. */
+  readonly #live = new Set<LlamaServerChild>();
   #inner: OpenAIEngine | undefined;
   #models: EngineModel[] = [];
   #closing = false;
@@ -134,8 +136,8 @@ export class LlamaServerEngine implements Engine {
           : []),
       ]);
       this.#status = { ready: false, detail: `starting ${basename(this.options.binary)} with ${path}` };
-      const url = await child.start();
       this.#child = child;
+      const url = await child.start();
       child.onExit((why) => {
         this.#status = { ready: false, detail: `${why}; restarting` };
         log(`llama: ${why}`);
@@ -166,19 +168,27 @@ export class LlamaServerEngine implements Engine {
         ready: false,
         detail: `failed: ${error instanceof Error ? error.message : String(error)}`,
       };
-      await this.#child?.close();
+      if (this.#child) await this.#closeChild(this.#child);
       throw error;
     }
   }
 
   #newChild(args: string[]): LlamaServerChild {
-    return new LlamaServerChild({
+    if (this.#closing) throw SparkError.unavailable("The llama engine is closed.", "engine_closed");
+    const child = new LlamaServerChild({
       binary: this.options.binary,
       args,
       startTimeoutMs: this.options.startTimeoutMs ?? 600_000,
       ...this.options.child,
       ...(this.options.log ? { log: this.options.log } : {}),
     });
+    this.#live.add(child);
+    return child;
+  }
+
+  async #closeChild(child: LlamaServerChild): Promise<void> {
+    this.#live.delete(child);
+    await child.close();
   }
 
   #modelArgs(path: string, threads: number): string[] {
@@ -232,7 +242,7 @@ export class LlamaServerEngine implements Engine {
         results.push(`${threads}→${Math.round(rate)} tok/s`);
         if (rate > best.rate) best = { threads, rate };
       } finally {
-        await child.close();
+        await this.#closeChild(child);
       }
     }
     log(
@@ -331,7 +341,7 @@ export class LlamaServerEngine implements Engine {
     this.#closing = true;
     this.#status = { ready: false, detail: "closed" };
     await this.#inner?.close();
-    await this.#child?.close();
+    await Promise.all([...this.#live].map((child) => this.#closeChild(child)));
   }
 }
 
