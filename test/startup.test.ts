@@ -12,7 +12,9 @@ import { loadSettings } from "../src/cli/client-settings.js";
 import { resolveSettings } from "../src/cli/config.js";
 import { parseScript, ScriptEngine } from "../src/engines/script/script-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
-import { freshDir, spawnCli } from "./helpers/cli.js";
+import { chmodSync } from "node:fs";
+import { file, firstLine, freshDir, spawnCli } from "./helpers/cli.js";
+import { testModelPath } from "./helpers/model.js";
 
 test("without a config file, SPARK_* settings or serve flags, the settings are what the schema makes of nothing", async () => {
   assert.deepEqual(await loadSettings({}, {}), resolveSettings({}, {}));
@@ -96,4 +98,28 @@ describe("spark exec --server", () => {
     // Asked for the model list (if at all) only after the request; the exit did not wait for it.
     assert.deepEqual(frames[0], { modelsRequested: 0, modelsEnded: 0 });
   });
+});
+
+test("spark app serves its page while its in-process model server still loads (a llama-server that never gets ready)", async () => {
+  // A llama-server that says where it listens and never answers there: the engine never gets ready.
+  const stuck = file(
+    "stuck-llama-server.sh",
+    "#!/bin/sh\necho 'main: listening on http://127.0.0.1:9' >&2\nexec sleep 600\n",
+  );
+  chmodSync(stuck, 0o755);
+  const workspace = freshDir("ws-");
+  const app = spawnCli(["app", workspace, "--port", "0"], {
+    SPARK_ENGINE: "llama",
+    SPARK_LLAMA_SERVER: stuck,
+    SPARK_THREADS: "1",
+    SPARK_MODEL: testModelPath() ?? file("model.gguf", "not a model"),
+  });
+  const line = await firstLine(app);
+  const url = /http:\/\/[^\s/]+/.exec(line)?.[0];
+  assert.ok(url, line);
+  const page = await fetch(url);
+  assert.equal(page.status, 200);
+  assert.match(await page.text(), /<!doctype html>/i);
+  app.child.kill("SIGTERM");
+  assert.equal(await app.exited, 0);
 });

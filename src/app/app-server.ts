@@ -21,7 +21,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from "node:net";
 import { extname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { gzipSync } from "node:zlib";
+import { gzip } from "node:zlib";
 import { WebSocketServer, type WebSocket } from "ws";
 import { z } from "zod";
 import { OriginPolicy } from "../server/origin-policy.js";
@@ -165,7 +165,8 @@ const clientMessage: z.ZodType<ClientMessage> = z.discriminatedUnion("type", [
 
 interface StaticFile {
   body: Buffer;
-  gzip: Buffer;
+  /** Compressed off the main thread after start (start-up: figure 34); until then the body is sent as is. */
+  gzip?: Buffer;
   type: string;
 }
 
@@ -346,11 +347,11 @@ export class AppServer {
       const path = join(dir, name);
       if (!statSync(path).isFile()) continue;
       const body = readFileSync(path);
-      this.#files.set(`/${name}`, {
-        body,
-        gzip: gzipSync(body),
-        type: TYPES[extname(name)] ?? "application/octet-stream",
+      const file: StaticFile = { body, type: TYPES[extname(name)] ?? "application/octet-stream" };
+      gzip(body, (error, compressed) => {
+        if (!error) file.gzip = compressed;
       });
+      this.#files.set(`/${name}`, file);
     }
     if (!this.#files.has("/index.html")) throw new Error(`${dir} has no index.html: rebuild the front end`);
   }
@@ -388,8 +389,10 @@ export class AppServer {
     }
     // The page's CSP names the preview server's port.
     await this.#previewReady;
-    const gzip = /\bgzip\b/.test(String(request.headers["accept-encoding"] ?? ""));
-    const body = gzip ? file.gzip : file.body;
+    const compressed = /\bgzip\b/.test(String(request.headers["accept-encoding"] ?? ""))
+      ? file.gzip
+      : undefined;
+    const body = compressed ?? file.body;
     // A page on an allowed origin (the VS Code pane's webview, `--allowed-origin`) loads the app's
     // script as a module, a CORS request: it may read what the policy above let it ask for.
     const origin = request.headers.origin;
@@ -401,7 +404,7 @@ export class AppServer {
       "x-content-type-options": "nosniff",
       "referrer-policy": "no-referrer",
       "content-security-policy": appCsp(this.#previewPort),
-      ...(gzip ? { "content-encoding": "gzip" } : {}),
+      ...(compressed ? { "content-encoding": "gzip" } : {}),
       vary: "accept-encoding, origin",
     });
     response.end(request.method === "HEAD" ? undefined : body);

@@ -139,11 +139,26 @@ export async function mcpManagerFor(
   });
 }
 
-/** Starts `spark serve` inside this process on a free loopback port; resolves once its engines are ready. */
+/** `spark serve` inside this process, listening on a free loopback port. */
+export interface InProcessServer {
+  url: string;
+  /**
+   * Settles once its engines are ready (a model loaded); rejects when one cannot start, after the
+   * server has closed (an open port would keep the process alive after the UI quits).
+   */
+  ready: Promise<void>;
+  close(): Promise<void>;
+}
+
+/**
+ * Starts `spark serve` inside this process on a free loopback port: resolves once it listens (and
+ * with `waitForEngines`, the default, once its engines are ready too); the engines load meanwhile.
+ */
 export async function startInProcessServer(
   settings: ResolvedSettings,
   progress: (line: string) => void,
-): Promise<{ url: string; close(): Promise<void> }> {
+  options: { waitForEngines?: boolean } = {},
+): Promise<InProcessServer> {
   const [{ createModels }, { SparkServer }, { MemoryResponseStore }, { KeyRing }] = await Promise.all([
     import("./create-engine.js"),
     import("../server/http-server.js"),
@@ -163,17 +178,19 @@ export async function startInProcessServer(
   });
   const url = await server.listen();
   const started = performance.now();
-  try {
-    await Promise.all(models.engines().map((engine) => engine.start()));
-  } catch (error) {
-    // An engine that cannot load (no model file, offline) must not leave the port open: the
-    // listening socket would keep the process alive after the UI quits.
-    await server.close().catch(() => {});
-    throw error;
-  }
-  const ms = Math.round(performance.now() - started);
-  if (ms > 200) progress(`engine ready in ${ms} ms`);
-  return { url, close: () => server.close() };
+  const ready = Promise.all(models.engines().map((engine) => engine.start())).then(
+    () => {
+      const ms = Math.round(performance.now() - started);
+      if (ms > 200) progress(`engine ready in ${ms} ms`);
+    },
+    async (error: unknown) => {
+      await server.close().catch(() => {});
+      throw error;
+    },
+  );
+  ready.catch(() => {});
+  if (options.waitForEngines !== false) await ready;
+  return { url, ready, close: () => server.close() };
 }
 
 /**

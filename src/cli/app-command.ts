@@ -1,6 +1,11 @@
 /**
  * `spark app [DIR]`: the web app for the workspace DIR. Starts a Spark server in this process (or
- * uses `--server URL`), then the app's own server on loopback, and prints the app's URL.
+ * uses `--server URL`) and the app's own server on loopback, and prints the app's URL.
+ *
+ * Start-up contract (figures 27 and 34): the app serves its page as soon as its own parts are
+ * loaded. The in-process model server starts beside it, never before it: it listens at once and
+ * loads its engine meanwhile, and a task's first turn waits for that engine (its context window is
+ * asked once the engine is ready); nothing before the URL waits for the model server's network.
  */
 import { detectSandbox } from "../agent/sandbox.js";
 import {
@@ -23,8 +28,8 @@ import { defaultDataDir } from "../store/data-dir.js";
 import { sparkHome } from "../agent/context/spark-home.js";
 import { join } from "node:path";
 import { SessionContext } from "../agent/context/session-context.js";
-import { ConfigError, type ResolvedSettings } from "./config.js";
-import { HookRunner } from "../agent/hooks/runner.js";
+import type { ResolvedSettings } from "./config.js";
+import { ConfigError } from "./setting-names.js";
 import { mcpManagerFor } from "./agent-runtime.js";
 import type { VisionInfo } from "../agent/tools.js";
 
@@ -47,28 +52,35 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
   // The app has someone to ask: approvals are shown in the browser.
   const client = await resolveClient(flags, true);
   const workspace = await openWorkspace(dir ?? flags.cd ?? process.cwd());
-  const sandboxPromise = clientSandbox(client);
-  let serverUrl = client.server;
-  let closeServer: (() => Promise<void>) | undefined;
-  if (serverUrl === undefined) {
-    log("starting the model server…");
-    const server = await startInProcessServer(client.settings, log);
-    serverUrl = server.url;
-    closeServer = () => server.close();
-  }
-  const sandbox = await sandboxPromise;
-  const { AppServer } = await import("../app/app-server.js");
-  const url = serverUrl;
-  const windows = contextWindows(url, client.apiKey, client.contextWindow);
-  // Loaded once for the app: every task (background and delegated ones too) gets the same.
-  const project = await loadSessionContext(client, workspace.root, await windows(client.tier));
+  if (client.server === undefined) log("starting the model server…");
+  // Everything the app needs before it serves, at once: its modules, the sandbox probe, the
+  // project's context (loaded once: every task, background and delegated ones too, gets the same),
+  // MCP and hooks, and the in-process model server, which listens before its engine has loaded.
+  const [{ AppServer }, sandbox, server, project, mcp, hooks] = await Promise.all([
+    import("../app/app-server.js"),
+    clientSandbox(client),
+    client.server === undefined
+      ? startInProcessServer(client.settings, log, { waitForEngines: false })
+      : undefined,
+    loadSessionContext(client, workspace.root, client.contextWindow),
+    mcpManagerFor(client, workspace.root, log),
+    client.settings.hooks
+      ? import("../agent/hooks/runner.js").then(
+          ({ HookRunner }) => new HookRunner(client.settings.hooks!, { cwd: workspace.root }),
+        )
+      : undefined,
+  ]);
+  const url = server?.url ?? client.server!;
+  const closeServer = server && (() => server.close());
+  // A task's first turn waits for the engine: its context window is asked once the engine is ready.
+  const engineReady = server?.ready ?? Promise.resolve();
+  const windows = contextWindows(url, client.apiKey, client.contextWindow, engineReady);
+  // What the app asks the model server in the background waits until the app serves its page.
+  let served!: () => void;
+  const listening = new Promise<void>((resolve) => (served = resolve));
   for (const warning of project.warnings) log(`warning: ${warning}`);
   // MCP servers start once for the app, in the background; every task shares them.
-  const mcp = await mcpManagerFor(client, workspace.root, log);
   mcp?.start();
-  const hooks = client.settings.hooks
-    ? new HookRunner(client.settings.hooks, { cwd: workspace.root })
-    : undefined;
   for (const line of hooks?.refused ?? []) log(`warning: ${line}`);
   const allowedHosts = app.allowedHosts ?? client.settings.allowedHosts;
   const allowedOrigins = app.allowedOrigins ?? client.settings.allowedOrigins;
@@ -94,25 +106,12 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
       ...(hooks && hooks.size > 0 ? { hooks } : {}),
       ...(client.settings.variants ? { variants: client.settings.variants } : {}),
       contextWindow: windows,
-      vision: servedVision(url, client.apiKey),
+      vision: servedVision(url, client.apiKey, listening),
       ...(closeServer === undefined ? { watchServer: true } : {}),
     });
   } catch (error) {
     await Promise.all([mcp?.close(), closeServer?.()]);
     throw new ConfigError((error as Error).message);
-  }
-  // `--server URL` with nothing there: said now (not quiet: it is why nothing will answer), and
-  // watched; what is typed in the meantime waits in its task and goes out once the server answers.
-  const watch = appServer.serverWatch;
-  if (watch) {
-    const health = await watch.check();
-    if (!health.reachable) {
-      process.stderr.write(
-        `spark app: the Spark server at ${url} is unreachable (${health.error ?? "no answer"}): ` +
-          "start it (spark serve), or pass --server with its URL; messages typed in the app wait and are sent once it answers\n",
-      );
-    }
-    watch.start();
   }
   // One task's bug must not end the others: an error that escapes is logged and the app goes on.
   process.on("unhandledRejection", (reason: unknown) => log(`internal error: ${String(reason)}`));
@@ -130,35 +129,70 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
     throw new ConfigError(`the app cannot listen on ${app.host}:${app.port}: ${(error as Error).message}`);
   }
   process.stdout.write(`spark app on ${appUrl} (workspace ${workspace.root})\n`);
-  // Messages held when the app last stopped go out now if the server answers.
-  if (!watch || watch.health.reachable) appServer.tasks.sendHeld();
+  served();
+  // `--server URL` with nothing there: said at once (not quiet: it is why nothing will answer), and
+  // watched; what is typed in the meantime waits in its task and goes out once the server answers.
+  // Messages held when the app last stopped go out once the server answers (its engine is ready).
+  const watch = appServer.serverWatch;
+  if (watch) {
+    void watch.check().then((health) => {
+      if (!health.reachable) {
+        process.stderr.write(
+          `spark app: the Spark server at ${url} is unreachable (${health.error ?? "no answer"}): ` +
+            "start it (spark serve), or pass --server with its URL; messages typed in the app wait and are sent once it answers\n",
+        );
+      } else appServer.tasks.sendHeld();
+      watch.start();
+    });
+  } else
+    void engineReady.then(
+      () => appServer.tasks.sendHeld(),
+      () => {},
+    );
   if (sandbox.kind === "none") log(`commands run without a sandbox: ${sandbox.reason}`);
   if (client.apiKey !== undefined) log("browsers sign in with the key in SPARK_API_KEY");
-  await new Promise<void>((resolve) => {
-    const stop = (): void => resolve();
+  let stopping = false;
+  const code = await new Promise<number>((resolve) => {
+    const stop = (): void => {
+      stopping = true;
+      resolve(0);
+    };
     process.once("SIGINT", stop);
     process.once("SIGTERM", stop);
+    // The in-process engine could not start (no model file, offline): said, and the app ends.
+    engineReady.catch((error: unknown) => {
+      if (stopping) return;
+      process.stderr.write(
+        `spark app: the model server could not start: ${error instanceof Error ? error.message : String(error)}\n`,
+      );
+      resolve(2);
+    });
   });
   await appServer.close();
   await Promise.all([mcp?.close(), closeServer?.()]);
-  return 0;
+  return code;
 }
 
 function appInstructions(root: string): string {
   return DEFAULT_INSTRUCTIONS.replace("in their terminal", "in a web app").replace("WORKSPACE", root);
 }
 
-/** Context windows by model from the server's `/v1/models`, asked once per model (`fixed` wins). */
+/**
+ * Context windows by model from the server's `/v1/models`, asked once per model (`fixed` wins),
+ * once `ready` (the in-process engine has loaded) has settled.
+ */
 function contextWindows(
   serverUrl: string,
   apiKey: string | undefined,
   fixed: number | undefined,
+  ready: Promise<void> = Promise.resolve(),
 ): (model: string) => Promise<number> {
   const known = new Map<string, number>();
   return async (model) => {
     const cached = known.get(model);
     if (cached !== undefined) return cached;
-    // Held: the app waits for it at start, with nothing else running yet to keep it alive.
+    await ready.catch(() => {});
+    // Held: nothing else may be running yet to keep the process alive.
     const asked = fixed ?? (await fetchContextWindow(serverUrl, apiKey, model, { hold: true }));
     // Not known (the server did not answer): asked again next time, not fixed at the fallback.
     if (asked === undefined) return 8192;
@@ -168,12 +202,14 @@ function contextWindows(
 }
 
 /**
- * Who sees images, by the server's `/v1/models`: read now, and again (in the background) while it
- * could not be read, so a server that answers later is known from the next tool result on.
+ * Who sees images, by the server's `/v1/models`: read once `begin` settles (the app serves its
+ * page), and again (in the background) while it could not be read, so a server that answers later
+ * is known from the next tool result on.
  */
 function servedVision(
   serverUrl: string,
   apiKey: string | undefined,
+  begin: Promise<void> = Promise.resolve(),
 ): (model: string) => VisionInfo | undefined {
   let models: ServedModel[] | undefined;
   let asking: Promise<void> | undefined;
@@ -183,7 +219,7 @@ function servedVision(
       asking = undefined;
     });
   };
-  ask();
+  void begin.then(ask);
   return (model) => {
     if (models === undefined) ask();
     return visionOf(models, model);
