@@ -28,7 +28,8 @@ import { decodeKeys, type Key } from "./keys.js";
 import { loadMarkdown, renderMarkdown } from "./markdown.js";
 import { Screen, visibleWidth } from "./screen.js";
 import { liveContext } from "../agent/live-context.js";
-import { bold, contextMeter, cyan, dim, green, inverse, magenta, red, tierLabel, yellow } from "./style.js";
+import { bold, cyan, dim, green, inverse, magenta, red, yellow } from "./style.js";
+import { statusLine, type Phase } from "./status-line.js";
 import { describeCutOff, expandToolItem, summarizeToolItem } from "./tool-summary.js";
 import type { ChangeRecord } from "../app/change-record.js";
 import type { FileDiff } from "../agent/thread-item.js";
@@ -78,8 +79,6 @@ const ATTACH_MAX_CHARS = 64 * 1024;
  * Shift+Enter is not plain Enter). Terminals that do not know them ignore them. */
 const KEYBOARD_ON = "\x1b[?2004h\x1b[>1u\x1b[>4;1m";
 const KEYBOARD_OFF = "\x1b[?2004l\x1b[<u\x1b[>4m";
-
-type Phase = "starting" | "ready" | "waiting" | "queued" | "generating" | "tools" | "approval" | "failed";
 
 export async function runTui(flags: ClientFlags, options: TuiOptions): Promise<number> {
   if (!process.stdin.isTTY || !process.stdout.isTTY) {
@@ -1415,34 +1414,22 @@ class TuiApp {
   // ── drawing ────────────────────────────────────────────────────────────────────────────
 
   #statusLine(): string {
-    const parts: string[] = [
-      tierLabel(this.#model) + (this.#model === "auto" && this.#route ? dim(` → ${this.#route}`) : ""),
-    ];
-    const busy = this.#agent?.busy || this.#variantsRunning;
-    const phase: Record<Phase, string> = {
-      starting: yellow("starting…"),
-      ready: green("ready"),
-      waiting: yellow("● waiting"),
-      queued: yellow("● queued by server"),
-      generating: cyan("● generating"),
-      tools: cyan("● running tools"),
-      approval: yellow("● waiting for your approval"),
-      failed: red("not connected"),
-    };
-    parts.push(
-      busy || this.#phase === "starting" || this.#phase === "failed" ? phase[this.#phase] : phase.ready,
-    );
-    if (this.#ttftMs !== undefined) parts.push(`TTFT ${Math.round(this.#ttftMs)} ms`);
+    const agent = this.#agent;
     const live =
       this.#firstTokenAt !== undefined && this.#deltas > 1
         ? (this.#deltas - 1) / Math.max(0.001, (performance.now() - this.#firstTokenAt) / 1000)
         : this.#tokensPerSecond;
-    if (live !== undefined) parts.push(`${Math.round(live)} tok/s`);
-    if (this.#agent) parts.push(contextMeter(liveContext(this.#agent).tokens, this.#agent.contextWindow));
-    // `--worktree`: the files the session changes are not the user's until /apply.
-    if (this.#runtime?.taskWorkspace) parts.push(cyan("⎇ worktree"));
-    if (this.#notice) parts.push(yellow(this.#notice));
-    return parts.join(dim(" │ "));
+    return statusLine({
+      model: this.#model,
+      route: this.#route,
+      busy: Boolean(agent?.busy || this.#variantsRunning),
+      phase: this.#phase,
+      ttftMs: this.#ttftMs,
+      tokensPerSecond: live,
+      context: agent ? { tokens: liveContext(agent).tokens, window: agent.contextWindow } : undefined,
+      worktree: Boolean(this.#runtime?.taskWorkspace),
+      notice: this.#notice,
+    });
   }
 
   #render(streaming = false): void {
