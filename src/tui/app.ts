@@ -26,7 +26,8 @@ import { imageDataUrl, pastedImagePath } from "../agent/images.js";
 import type { Workspace } from "../agent/workspace.js";
 import { decodeKeys, type Key } from "./keys.js";
 import { loadMarkdown, renderMarkdown } from "./markdown.js";
-import { Screen, visibleWidth } from "./screen.js";
+import { Screen } from "./screen.js";
+import { Composer } from "./composer.js";
 import { liveContext } from "../agent/live-context.js";
 import { bold, cyan, dim, green, inverse, magenta, red, yellow } from "./style.js";
 import { statusLine, type Phase } from "./status-line.js";
@@ -92,10 +93,7 @@ export async function runTui(flags: ClientFlags, options: TuiOptions): Promise<n
 
 class TuiApp {
   readonly #screen = new Screen(process.stdout);
-  #input = "";
-  #caret = 0;
-  readonly #history: string[] = [];
-  #historyIndex = -1;
+  readonly #composer = new Composer();
   #runtime: Runtime | undefined;
   #agent: Agent | undefined;
   #model: string;
@@ -352,7 +350,7 @@ class TuiApp {
           this.#agent.interrupt();
           return this.#render();
         }
-        if (this.#input !== "") return this.#setInput("");
+        if (this.#composer.text !== "") return this.#setInput("");
         const now = Date.now();
         if (now - this.#lastCtrlC < 1500) return void this.#quit(0);
         this.#lastCtrlC = now;
@@ -360,7 +358,7 @@ class TuiApp {
         return this.#render();
       }
       case "ctrl-d":
-        if (this.#input === "") return void this.#quit(0);
+        if (this.#composer.text === "") return void this.#quit(0);
         return;
       case "ctrl-t":
         return this.#setModel(this.#model === "spark" ? "deep" : "spark");
@@ -371,73 +369,31 @@ class TuiApp {
         if (imagePath) return void this.#attachImage(imagePath);
         return this.#insert(key.name === "paste" ? key.text.replace(/\r\n?/g, "\n") : key.text);
       }
-      case "backspace":
-        if (this.#caret > 0) {
-          this.#input = this.#input.slice(0, this.#caret - 1) + this.#input.slice(this.#caret);
-          this.#caret--;
-        }
-        return this.#render();
-      case "delete":
-        this.#input = this.#input.slice(0, this.#caret) + this.#input.slice(this.#caret + 1);
-        return this.#render();
-      case "left":
-        this.#caret = Math.max(0, this.#caret - 1);
-        return this.#render();
-      case "right":
-        this.#caret = Math.min(this.#input.length, this.#caret + 1);
-        return this.#render();
-      case "home":
-      case "ctrl-a":
-        this.#caret = 0;
-        return this.#render();
-      case "end":
-      case "ctrl-e":
-        this.#caret = this.#input.length;
-        return this.#render();
-      case "ctrl-u":
-        return this.#setInput("");
-      case "ctrl-w": {
-        const before = this.#input.slice(0, this.#caret).replace(/\S+\s*$/, "");
-        this.#input = before + this.#input.slice(this.#caret);
-        this.#caret = before.length;
-        return this.#render();
-      }
-      case "up":
-      case "down":
-        return this.#browseHistory(key.name === "up" ? 1 : -1);
       case "ctrl-l":
         process.stdout.write("\x1b[2J\x1b[H");
         return this.#render();
       case "ctrl-o":
         return this.#expand();
       default:
+        if (this.#composer.edit(key)) this.#render();
         return;
     }
   }
 
   #insert(text: string): void {
-    this.#input = this.#input.slice(0, this.#caret) + text + this.#input.slice(this.#caret);
-    this.#caret += text.length;
+    this.#composer.insert(text);
     this.#notice = "";
     this.#render();
   }
 
   #setInput(text: string): void {
-    this.#input = text;
-    this.#caret = text.length;
+    this.#composer.set(text);
     this.#render();
-  }
-
-  #browseHistory(step: number): void {
-    const next = this.#historyIndex + step;
-    if (next < -1 || next >= this.#history.length) return;
-    this.#historyIndex = next;
-    this.#setInput(next === -1 ? "" : this.#history[this.#history.length - 1 - next]!);
   }
 
   /** Enter (steer or send) and Tab (queue). */
   #enter(queue: boolean): void {
-    const text = this.#input.trim();
+    const text = this.#composer.text.trim();
     if (text === "") return;
     if (this.#phase === "failed" && !text.startsWith("/")) {
       // Kept in the prompt: it can be sent once /retry or /model connects.
@@ -450,11 +406,11 @@ class TuiApp {
     // The hot path: a steer goes on the wire before anything is drawn.
     if (!queue && agent?.busy && !text.startsWith("/")) {
       agent.steer(text);
-      this.#remember(text);
+      this.#composer.remember(text);
       this.#setInput("");
       return;
     }
-    this.#remember(text);
+    this.#composer.remember(text);
     this.#setInput("");
     if (text.startsWith("/")) return void this.#command(text);
     if (this.#variantsRunning) {
@@ -485,7 +441,7 @@ class TuiApp {
    * start, and the candidates listed.
    */
   async #tab(): Promise<void> {
-    const before = this.#input.slice(0, this.#caret);
+    const before = this.#composer.beforeCaret;
     let word: RegExpExecArray | null;
     let candidates: string[];
     let prefix: string;
@@ -511,9 +467,7 @@ class TuiApp {
     });
     // A single match is complete: a space after it (a path that is a folder keeps going).
     const completion = matches.length === 1 && !common.endsWith("/") ? `${common} ` : common;
-    this.#input =
-      this.#input.slice(0, this.#caret - prefix.length) + completion + this.#input.slice(this.#caret);
-    this.#caret += completion.length - prefix.length;
+    this.#composer.replaceBeforeCaret(prefix.length, completion);
     this.#notice = "";
     if (matches.length > 1) {
       const shown = matches.slice(0, 12).join("  ");
@@ -590,11 +544,6 @@ class TuiApp {
       }
     }
     return parts.join("\n\n");
-  }
-
-  #remember(text: string): void {
-    if (this.#history[this.#history.length - 1] !== text) this.#history.push(text);
-    this.#historyIndex = -1;
   }
 
   #send(text: string, variants?: number): void {
@@ -1494,13 +1443,10 @@ class TuiApp {
         : this.#variantsNext
           ? `variants ${this.#variantsNext} › `
           : PROMPT;
-      // A multi-line message (Ctrl-J, Shift+Enter, a paste) shows its lines under the prompt.
-      const indent = " ".repeat(visibleWidth(prompt));
-      const inputLines = this.#input.split("\n");
-      const before = this.#input.slice(0, this.#caret).split("\n");
-      caretLine = lines.length + before.length - 1;
-      inputLines.forEach((line, i) => lines.push(i === 0 ? bold(prompt) + line : indent + line));
-      caret = indent.length + visibleWidth(before[before.length - 1]!);
+      const composer = this.#composer.rows(prompt);
+      caretLine = lines.length + composer.caretRow;
+      caret = composer.caretColumn;
+      lines.push(...composer.rows);
     }
     this.#screen.setFooter(lines, caret, caretLine);
     if (streaming) this.#screen.schedule();
