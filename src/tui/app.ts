@@ -23,11 +23,11 @@ import type { ApprovalAnswer, ApprovalRequest, ThreadItem } from "../agent/tools
 import type { ClientFlags, Runtime } from "../cli/agent-runtime.js";
 import { describeInstructionFiles } from "../agent/context/session-context.js";
 import { imageDataUrl, pastedImagePath } from "../agent/images.js";
-import type { Workspace } from "../agent/workspace.js";
 import { decodeKeys, type Key } from "./keys.js";
 import { loadMarkdown, renderMarkdown } from "./markdown.js";
 import { Screen } from "./screen.js";
 import { Composer } from "./composer.js";
+import { complete, WorkspaceFiles } from "./completion.js";
 import { liveContext } from "../agent/live-context.js";
 import { bold, cyan, dim, green, inverse, magenta, red, yellow } from "./style.js";
 import { statusLine, type Phase } from "./status-line.js";
@@ -140,14 +140,15 @@ class TuiApp {
   #cutOff: string | undefined;
   /** True while this UI starts a turn it has already echoed (so `turn.started` does not echo it). */
   #echoed = false;
-  /** The workspace's files for `@` completion, listed once on first use. */
-  #files: Promise<string[]> | undefined;
+  /** The workspace's files for `@` completion (and attachments), also before the server is up. */
+  readonly #files: WorkspaceFiles;
 
   constructor(
     private readonly flags: ClientFlags,
     private readonly options: TuiOptions,
   ) {
     this.#model = flags.tier ?? "spark";
+    this.#files = new WorkspaceFiles(() => this.#runtime?.workspace, flags.cd);
   }
 
   run(): Promise<number> {
@@ -441,33 +442,18 @@ class TuiApp {
    * start, and the candidates listed.
    */
   async #tab(): Promise<void> {
-    const before = this.#composer.beforeCaret;
-    let word: RegExpExecArray | null;
-    let candidates: string[];
-    let prefix: string;
-    if ((word = /^\/([\w.-]*)$/.exec(before))) {
-      prefix = word[1]!;
-      candidates = [...COMMANDS, ...(this.#runtime?.context.prompts.map((p) => p.name) ?? [])];
-    } else if ((word = /^\/tier\s+(\S*)$/.exec(before))) {
-      prefix = word[1]!;
-      candidates = this.#tiers();
-    } else if ((word = /(?:^|\s)@(\S*)$/.exec(before))) {
-      prefix = word[1]!;
-      candidates = await this.#workspaceFiles(prefix);
-    } else return this.#enter(true);
-    const matches = candidates.filter((c) => c.startsWith(prefix));
+    const completion = await complete(this.#composer.beforeCaret, {
+      commands: () => [...COMMANDS, ...(this.#runtime?.context.prompts.map((p) => p.name) ?? [])],
+      tiers: () => this.#tiers(),
+      files: this.#files,
+    });
+    if (!completion) return this.#enter(true);
+    const { prefix, matches } = completion;
     if (matches.length === 0) {
       this.#notice = `no match for ${prefix === "" ? "that" : prefix}`;
       return this.#render();
     }
-    const common = matches.reduce((a, b) => {
-      let i = 0;
-      while (i < a.length && i < b.length && a[i] === b[i]) i++;
-      return a.slice(0, i);
-    });
-    // A single match is complete: a space after it (a path that is a folder keeps going).
-    const completion = matches.length === 1 && !common.endsWith("/") ? `${common} ` : common;
-    this.#composer.replaceBeforeCaret(prefix.length, completion);
+    this.#composer.replaceBeforeCaret(prefix.length, completion.text);
     this.#notice = "";
     if (matches.length > 1) {
       const shown = matches.slice(0, 12).join("  ");
@@ -482,39 +468,6 @@ class TuiApp {
   }
 
   /**
-   * Completions for `@prefix`: the workspace's files (as `list_files` sees them: .gitignore and
-   * secrets skipped) under the prefix's folder, a folder shown once as `dir/`.
-   */
-  async #workspaceFiles(prefix: string): Promise<string[]> {
-    const workspace = await this.#workspace();
-    if (!workspace) return [];
-    const { listFiles } = await import("../agent/file-tools.js");
-    this.#files ??= listFiles(workspace, { limit: 20_000 }).then(
-      (list) => list.files,
-      () => [],
-    );
-    const dir = prefix.slice(0, prefix.lastIndexOf("/") + 1);
-    const out = new Set<string>();
-    for (const file of await this.#files) {
-      if (!file.startsWith(dir)) continue;
-      const slash = file.indexOf("/", dir.length);
-      out.add(slash < 0 ? file : file.slice(0, slash + 1));
-    }
-    return [...out].sort();
-  }
-
-  /** The workspace, also before the server is up (file completion needs no server). */
-  async #workspace(): Promise<Workspace | undefined> {
-    if (this.#runtime) return this.#runtime.workspace;
-    try {
-      const { Workspace } = await import("../agent/workspace.js");
-      return await Workspace.open(this.flags.cd ?? process.cwd());
-    } catch {
-      return undefined;
-    }
-  }
-
-  /**
    * The message as sent: `text`, then each `@path` that names a workspace text file, attached
    * whole (cut past ATTACH_MAX_CHARS). Paths that are not readable files stay plain text.
    */
@@ -523,7 +476,7 @@ class TuiApp {
       ...new Set([...text.matchAll(/(?:^|\s)@(\S+)/g)].map((m) => m[1]!.replace(/[.,;:!?)]+$/, ""))),
     ];
     if (paths.length === 0) return text;
-    const workspace = await this.#workspace();
+    const workspace = await this.#files.workspace();
     if (!workspace) return text;
     const { readFile } = await import("../agent/file-tools.js");
     const parts = [text];
@@ -911,7 +864,7 @@ class TuiApp {
     const { describeRestore, describeTurns } = await import("../agent/checkpoints/checkpoints.js");
     try {
       const result = name === "undo" ? await checkpoints.undo(turn) : await checkpoints.redo();
-      this.#files = undefined;
+      this.#files.forget();
       const verb = name === "undo" ? "undid" : "redid";
       this.#screen.line(
         `${name === "undo" ? "↶" : "↷"} ${verb} ${describeTurns(result.turns)}: ${describeRestore(result)}` +
@@ -1105,7 +1058,7 @@ class TuiApp {
       this.#variantRun = undefined;
       const { adoptInto } = await import("../agent/variants/runner.js");
       adoptInto(this.#agent!, picked);
-      this.#files = undefined;
+      this.#files.forget();
       const where = this.#runtime?.taskWorkspace ? "the session's worktree" : "your files";
       this.#screen.line(
         green(
@@ -1174,7 +1127,7 @@ class TuiApp {
     const changes = await taskChanges(ws).catch(() => []);
     await discardTaskWorkspace(ws);
     runtime.taskWorkspace = await createTaskWorkspace(ws.root, ws.id);
-    this.#files = undefined;
+    this.#files.forget();
     this.#screen.line(
       yellow(
         `discarded ${changes.length} changed file${changes.length === 1 ? "" : "s"}; a fresh worktree from ${ws.root} now`,
@@ -1267,7 +1220,7 @@ class TuiApp {
         break;
       case "turn.completed":
         // The turn may have added or removed files: `@` completion lists them again.
-        this.#files = undefined;
+        this.#files.forget();
         this.#screen.endLine();
         if (this.#cutOff) this.#screen.line(yellow(`⚠ ${this.#cutOff}`));
         this.#cutOff = undefined;
