@@ -92,13 +92,15 @@ export async function runTui(flags: ClientFlags, options: TuiOptions): Promise<n
 }
 
 class TuiApp {
-  readonly #screen = new Screen(process.stdout);
+  readonly screen = new Screen(process.stdout);
   readonly #composer = new Composer();
   #runtime: Runtime | undefined;
   #agent: Agent | undefined;
   #model: string;
-  #phase: Phase = "starting";
-  #notice = "";
+  /** What the UI is doing (the status line shows it). */
+  phase: Phase = "starting";
+  /** A short word in the status line (cleared by typing): "interrupting…", "no match for x"… */
+  notice = "";
   readonly #waitingForConnection: { text: string; variants?: number }[] = [];
   /** Images attached (`/image PATH`, a pasted path) for the next message: data URLs and names. */
   #images: { name: string; url: string }[] = [];
@@ -141,14 +143,32 @@ class TuiApp {
   /** True while this UI starts a turn it has already echoed (so `turn.started` does not echo it). */
   #echoed = false;
   /** The workspace's files for `@` completion (and attachments), also before the server is up. */
-  readonly #files: WorkspaceFiles;
+  readonly files: WorkspaceFiles;
+
+  get runtime(): Runtime | undefined {
+    return this.#runtime;
+  }
+
+  get agent(): Agent | undefined {
+    return this.#agent;
+  }
+
+  /** The tier requests go to (`/tier`, Ctrl-T). */
+  get model(): string {
+    return this.#model;
+  }
+
+  /** Each file's content before this session first changed it (`/diff`). */
+  get changes(): ChangeRecord | undefined {
+    return this.#changes;
+  }
 
   constructor(
-    private readonly flags: ClientFlags,
+    readonly flags: ClientFlags,
     private readonly options: TuiOptions,
   ) {
     this.#model = flags.tier ?? "spark";
-    this.#files = new WorkspaceFiles(() => this.#runtime?.workspace, flags.cd);
+    this.files = new WorkspaceFiles(() => this.#runtime?.workspace, flags.cd);
   }
 
   run(): Promise<number> {
@@ -157,21 +177,21 @@ class TuiApp {
     process.stdin.setEncoding("utf8");
     process.stdin.on("data", (data: string) => this.#onInput(data));
     process.stdin.resume();
-    process.stdout.on("resize", () => this.#render());
+    process.stdout.on("resize", () => this.render());
     process.stdout.write(KEYBOARD_ON);
-    this.#screen.line(
+    this.screen.line(
       `${bold("Spark")} ${dim(`· ${this.flags.cd ?? process.cwd()} · Enter send/steer · Ctrl-J new line · Tab complete/queue · Esc interrupt · Ctrl-T tier · /help`)}`,
     );
-    this.#render();
+    this.render();
     // Markdown rendering (marked, highlight.js) loads after the prompt is up; answers come later.
     void loadMarkdown();
-    void this.#connect();
+    void this.connect();
     return done;
   }
 
-  async #connect(): Promise<void> {
-    this.#phase = "starting";
-    this.#render();
+  async connect(): Promise<void> {
+    this.phase = "starting";
+    this.render();
     try {
       // What follows the runtime's start loads with it, so that nothing stands between the
       // connection and the first message (`spark "…"`).
@@ -183,10 +203,10 @@ class TuiApp {
       const runtime = await startRuntime({
         flags: this.flags,
         interactive: true,
-        ask: (request) => this.#ask(request),
+        ask: (request) => this.ask(request),
         progress: (line) => {
-          this.#screen.line(dim(line));
-          this.#render();
+          this.screen.line(dim(line));
+          this.render();
         },
         ...(this.options.resume === undefined ? {} : { resume: this.options.resume }),
       });
@@ -203,7 +223,7 @@ class TuiApp {
       });
       runtime.agent.setModel(this.#model);
       runtime.agent.on((event) => this.#onAgentEvent(event));
-      this.#screen.line(
+      this.screen.line(
         dim(
           `${runtime.inProcess ? "in-process server" : runtime.serverUrl} · approval ${runtime.approval} · ` +
             `session ${runtime.session.meta.id}`,
@@ -212,26 +232,26 @@ class TuiApp {
       // Said once the sandbox probe answers (the first message does not wait for it).
       void runtime.sandbox.then((sandbox) => this.#sayWhenIdle(dim(describeSandbox(sandbox))));
       if (runtime.taskWorkspace)
-        this.#screen.line(
+        this.screen.line(
           cyan(
             `⎇ working in ${describeWorkspace(runtime.taskWorkspace)}; ${runtime.root} changes only at /apply (/discard drops the changes)`,
           ),
         );
       this.#showContext(runtime);
       if (runtime.resumedItems > 0) await this.#showResumed();
-      this.#phase = "ready";
-      this.#render();
+      this.phase = "ready";
+      this.render();
       const waiting = this.#waitingForConnection.splice(0);
       if (this.options.prompt) waiting.unshift({ text: this.options.prompt });
-      for (const message of waiting) this.#send(message.text, message.variants);
+      for (const message of waiting) this.send(message.text, message.variants);
     } catch (error) {
       // The UI stays up: the prompt, /retry, /model FILE.gguf and /quit keep working.
-      this.#phase = "failed";
+      this.phase = "failed";
       const message = error instanceof Error ? error.message : String(error);
       // The engine's hints name `spark serve --model`; in this UI the same flag is `spark --model`.
-      this.#screen.line(red(`✗ ${message.replaceAll("spark serve --model", "spark --model")}`));
-      for (const line of await this.#failureHelp()) this.#screen.line(dim(line));
-      this.#render();
+      this.screen.line(red(`✗ ${message.replaceAll("spark serve --model", "spark --model")}`));
+      for (const line of await this.#failureHelp()) this.screen.line(dim(line));
+      this.render();
     }
   }
 
@@ -239,8 +259,8 @@ class TuiApp {
   #sayWhenIdle(line: string): void {
     const agent = this.#agent;
     const say = (): void => {
-      this.#screen.line(line);
-      this.#render();
+      this.screen.line(line);
+      this.render();
     };
     if (!agent?.busy) return say();
     const stop = agent.on((event) => {
@@ -287,9 +307,9 @@ class TuiApp {
   #showContext(runtime: Runtime): void {
     const context = runtime.context.summary();
     if (context.instructions.length > 0)
-      this.#screen.line(dim(`instructions: ${describeInstructionFiles(context.instructions)}`));
+      this.screen.line(dim(`instructions: ${describeInstructionFiles(context.instructions)}`));
     if (context.skills.length > 0 || context.prompts.length > 0)
-      this.#screen.line(
+      this.screen.line(
         dim(
           [
             context.skills.length > 0 ? `skills: ${context.skills.map((s) => `$${s.name}`).join(" ")}` : "",
@@ -301,7 +321,7 @@ class TuiApp {
             .join(" · "),
         ),
       );
-    for (const warning of context.warnings) this.#screen.line(yellow(`⚠ ${warning}`));
+    for (const warning of context.warnings) this.screen.line(yellow(`⚠ ${warning}`));
   }
 
   async #showResumed(): Promise<void> {
@@ -309,12 +329,12 @@ class TuiApp {
     await loadMarkdown(); // the saved answers are shown rendered, not as raw Markdown
     const agent = this.#agent!;
     const messages = agent.transcript.filter((item) => item.type === "message");
-    this.#screen.line(dim(`resumed: ${agent.transcript.length} items; the last messages:`));
+    this.screen.line(dim(`resumed: ${agent.transcript.length} items; the last messages:`));
     for (const item of messages.slice(-4)) {
       const text = messageText(item);
       const shown = text.length > 300 ? `${text.slice(0, 300)}…` : text;
-      if (item.role === "user") this.#screen.line(cyan(`${PROMPT}${shown}`));
-      else for (const row of renderMarkdown(shown, this.#screen.columns)) this.#screen.line(row);
+      if (item.role === "user") this.screen.line(cyan(`${PROMPT}${shown}`));
+      else for (const row of renderMarkdown(shown, this.screen.columns)) this.screen.line(row);
     }
   }
 
@@ -338,31 +358,31 @@ class TuiApp {
       case "escape":
         if (this.#variantsRunning) {
           this.#variantRun!.cancel();
-          this.#notice = "stopping the variants…";
-          return this.#render();
+          this.notice = "stopping the variants…";
+          return this.render();
         }
         if (this.#agent?.busy) {
           this.#agent.interrupt();
-          this.#notice = "interrupting…";
+          this.notice = "interrupting…";
         } else this.#setInput("");
-        return this.#render();
+        return this.render();
       case "ctrl-c": {
         if (this.#agent?.busy) {
           this.#agent.interrupt();
-          return this.#render();
+          return this.render();
         }
         if (this.#composer.text !== "") return this.#setInput("");
         const now = Date.now();
-        if (now - this.#lastCtrlC < 1500) return void this.#quit(0);
+        if (now - this.#lastCtrlC < 1500) return void this.quit(0);
         this.#lastCtrlC = now;
-        this.#notice = "press Ctrl-C again to quit";
-        return this.#render();
+        this.notice = "press Ctrl-C again to quit";
+        return this.render();
       }
       case "ctrl-d":
-        if (this.#composer.text === "") return void this.#quit(0);
+        if (this.#composer.text === "") return void this.quit(0);
         return;
       case "ctrl-t":
-        return this.#setModel(this.#model === "spark" ? "deep" : "spark");
+        return this.setModel(this.#model === "spark" ? "deep" : "spark");
       case "text":
       case "paste": {
         // A pasted (or dropped) path of an image file attaches the image instead of its path.
@@ -372,36 +392,36 @@ class TuiApp {
       }
       case "ctrl-l":
         process.stdout.write("\x1b[2J\x1b[H");
-        return this.#render();
+        return this.render();
       case "ctrl-o":
         return this.#expand();
       default:
-        if (this.#composer.edit(key)) this.#render();
+        if (this.#composer.edit(key)) this.render();
         return;
     }
   }
 
   #insert(text: string): void {
     this.#composer.insert(text);
-    this.#notice = "";
-    this.#render();
+    this.notice = "";
+    this.render();
   }
 
   #setInput(text: string): void {
     this.#composer.set(text);
-    this.#render();
+    this.render();
   }
 
   /** Enter (steer or send) and Tab (queue). */
   #enter(queue: boolean): void {
     const text = this.#composer.text.trim();
     if (text === "") return;
-    if (this.#phase === "failed" && !text.startsWith("/")) {
+    if (this.phase === "failed" && !text.startsWith("/")) {
       // Kept in the prompt: it can be sent once /retry or /model connects.
-      this.#screen.line(
+      this.screen.line(
         yellow("not connected: /retry, /model FILE.gguf or /quit (the message stays in the prompt)"),
       );
-      return this.#render();
+      return this.render();
     }
     const agent = this.#agent;
     // The hot path: a steer goes on the wire before anything is drawn.
@@ -415,25 +435,25 @@ class TuiApp {
     this.#setInput("");
     if (text.startsWith("/")) return void this.#command(text);
     if (this.#variantsRunning) {
-      this.#screen.line(yellow("variants are running: Esc stops them (the message stays in the history)"));
-      return this.#render();
+      this.screen.line(yellow("variants are running: Esc stops them (the message stays in the history)"));
+      return this.render();
     }
     if (queue && agent?.busy) {
       agent.queue(text);
-      this.#screen.lineAbove(dim(`⏎ queued for after this turn: ${text}`));
-      return this.#render();
+      this.screen.lineAbove(dim(`⏎ queued for after this turn: ${text}`));
+      return this.render();
     }
     const variants = this.#variantsNext;
     // Variants waiting for /pick K are not discarded by a message sent on its own: Enter again does.
     if (this.#variantRun && variants === undefined && this.#discardArmed !== text) {
       this.#discardArmed = text;
       this.#setInput(text);
-      this.#screen.line(yellow(discardQuestion(this.#variantRun.variants.length)));
-      return this.#render();
+      this.screen.line(yellow(discardQuestion(this.#variantRun.variants.length)));
+      return this.render();
     }
     this.#discardArmed = undefined;
     this.#variantsNext = undefined;
-    this.#send(text, variants);
+    this.send(text, variants);
   }
 
   /**
@@ -444,26 +464,26 @@ class TuiApp {
   async #tab(): Promise<void> {
     const completion = await complete(this.#composer.beforeCaret, {
       commands: () => [...COMMANDS, ...(this.#runtime?.context.prompts.map((p) => p.name) ?? [])],
-      tiers: () => this.#tiers(),
-      files: this.#files,
+      tiers: () => this.tiers(),
+      files: this.files,
     });
     if (!completion) return this.#enter(true);
     const { prefix, matches } = completion;
     if (matches.length === 0) {
-      this.#notice = `no match for ${prefix === "" ? "that" : prefix}`;
-      return this.#render();
+      this.notice = `no match for ${prefix === "" ? "that" : prefix}`;
+      return this.render();
     }
     this.#composer.replaceBeforeCaret(prefix.length, completion.text);
-    this.#notice = "";
+    this.notice = "";
     if (matches.length > 1) {
       const shown = matches.slice(0, 12).join("  ");
-      this.#screen.line(dim(matches.length > 12 ? `${shown}  … ${matches.length - 12} more` : shown));
+      this.screen.line(dim(matches.length > 12 ? `${shown}  … ${matches.length - 12} more` : shown));
     }
-    this.#render();
+    this.render();
   }
 
   /** The tiers /tier accepts: the server's list once connected, the built-in ones before. */
-  #tiers(): string[] {
+  tiers(): string[] {
     return this.#runtime?.models ?? BUILTIN_TIERS;
   }
 
@@ -476,7 +496,7 @@ class TuiApp {
       ...new Set([...text.matchAll(/(?:^|\s)@(\S+)/g)].map((m) => m[1]!.replace(/[.,;:!?)]+$/, ""))),
     ];
     if (paths.length === 0) return text;
-    const workspace = await this.#files.workspace();
+    const workspace = await this.files.workspace();
     if (!workspace) return text;
     const { readFile } = await import("../agent/file-tools.js");
     const parts = [text];
@@ -489,7 +509,7 @@ class TuiApp {
         parts.push(
           `Attached file ${path}${cut || file.truncated ? " (cut; read_file has the rest)" : ""}:\n${fence}\n${body}\n${fence}`,
         );
-        this.#screen.line(
+        this.screen.line(
           dim(`attached ${path} (${file.totalLines} lines${cut || file.truncated ? ", cut" : ""})`),
         );
       } catch {
@@ -499,20 +519,20 @@ class TuiApp {
     return parts.join("\n\n");
   }
 
-  #send(text: string, variants?: number): void {
+  send(text: string, variants?: number): void {
     const agent = this.#agent;
     if (!agent) {
       this.#waitingForConnection.push(variants === undefined ? { text } : { text, variants });
-      this.#screen.line(dim(`${PROMPT}${text}  (sent once connected)`));
-      return this.#render();
+      this.screen.line(dim(`${PROMPT}${text}  (sent once connected)`));
+      return this.render();
     }
-    this.#screen.line(cyan(echo(text)));
+    this.screen.line(cyan(echo(text)));
     if (variants !== undefined) return void this.#runVariants(variants, text);
     // A new message moves on: the variants not picked are discarded.
     if (this.#variantRun) void this.#dropVariants("the variants were not picked: discarded");
     const images = this.#takeImages();
-    this.#phase = "waiting";
-    this.#render();
+    this.phase = "waiting";
+    this.render();
     if (/(?:^|\s)@\S/.test(text)) return void this.#submitWithAttachments(agent, text, images);
     this.#echoed = true;
     void agent.submit(text, images);
@@ -521,7 +541,7 @@ class TuiApp {
 
   async #submitWithAttachments(agent: Agent, text: string, images: string[] = []): Promise<void> {
     const message = await this.#withAttachments(text);
-    this.#render();
+    this.render();
     this.#echoed = true;
     void agent.submit(message, images);
     this.#echoed = false;
@@ -534,22 +554,22 @@ class TuiApp {
       const name = basename(path);
       this.#images.push({ name, url });
       const kib = Math.max(1, Math.round((url.length * 3) / 4 / 1024));
-      this.#screen.line(
+      this.screen.line(
         `${magenta(`[image: ${name}]`)} ${dim(`${kib} KiB attached to your next message${this.#model === "auto" ? "" : " (the tier must see images: /tier auto picks a model that does)"}`)}`,
       );
     } catch (error) {
-      this.#screen.line(
+      this.screen.line(
         yellow(`image not attached: ${error instanceof Error ? error.message : String(error)}`),
       );
     }
-    this.#render();
+    this.render();
   }
 
   /** The attached images for the message being sent (shown in the transcript), then none. */
   #takeImages(): string[] {
     const images = this.#images.splice(0);
     if (images.length > 0)
-      this.#screen.line(magenta(`  ${images.map((image) => `[image: ${image.name}]`).join(" ")}`));
+      this.screen.line(magenta(`  ${images.map((image) => `[image: ${image.name}]`).join(" ")}`));
     return images.map((image) => image.url);
   }
 
@@ -557,7 +577,7 @@ class TuiApp {
     const scroll = pageStep(key);
     if (scroll !== undefined && this.#approval) {
       this.#approval.offset = Math.max(0, this.#approval.offset + scroll * this.#pageRows);
-      return this.#render();
+      return this.render();
     }
     const answer: ApprovalAnswer | undefined =
       key.name === "text"
@@ -570,13 +590,13 @@ class TuiApp {
     if (!answer || !this.#approval) return;
     const { resolve, request } = this.#approval;
     this.#approval = undefined;
-    this.#phase = "tools";
-    this.#screen.line(
+    this.phase = "tools";
+    this.screen.line(
       answer === "no"
         ? yellow(`✗ declined: ${request.summary}`)
         : dim(`✓ approved${answer === "always" ? " (always)" : ""}: ${request.summary}`),
     );
-    this.#render();
+    this.render();
     resolve(answer);
   }
 
@@ -594,7 +614,7 @@ class TuiApp {
       (key.name === "text" && key.text.toLowerCase() === "q")
     )
       this.#pager = undefined;
-    this.#render();
+    this.render();
   }
 
   /**
@@ -612,7 +632,7 @@ class TuiApp {
         const { taskChanges, taskFileDiff } = await import("../agent/worktree/task-changes.js");
         diffs = (await taskChanges(ws)).map(taskFileDiff);
       } catch (error) {
-        this.#screen.line(red(`✗ /diff: ${(error as Error).message}`));
+        this.screen.line(red(`✗ /diff: ${(error as Error).message}`));
         return;
       }
       title = "Changes in the session's worktree (/apply lands them)";
@@ -622,7 +642,7 @@ class TuiApp {
       diffs = record?.diffs() ?? [];
     }
     if (diffs.length === 0) {
-      this.#screen.line(
+      this.screen.line(
         dim(
           ws && ws.kind !== "in-place"
             ? "no changes in the session's worktree yet"
@@ -639,16 +659,16 @@ class TuiApp {
     }
     this.#pager = {
       head: `${bold(title)}: ${fileCount(diffs.length)} ${counts(added, removed)} ${dim("· q closes")}`,
-      rows: diffRows(diffs, this.#screen.columns - 1),
+      rows: diffRows(diffs, this.screen.columns - 1),
       offset: 0,
     };
   }
 
-  #ask(request: ApprovalRequest): Promise<ApprovalAnswer> {
+  ask(request: ApprovalRequest): Promise<ApprovalAnswer> {
     return new Promise((resolve) => {
       this.#approval = { request, resolve, offset: 0 };
-      this.#phase = "approval";
-      this.#render();
+      this.phase = "approval";
+      this.render();
     });
   }
 
@@ -660,15 +680,15 @@ class TuiApp {
     // `/diff K` with variants about: variant K's diff (`/diff` alone: the session's changes).
     if (name === "diff" && this.#variantRun && /^\d+$/.test(args[0] ?? "")) {
       await this.#variantDiff(Number(args[0]));
-      return this.#render();
+      return this.render();
     }
     const needIdle = (): boolean => {
       if (!agent) {
-        this.#screen.line(yellow("not connected yet"));
+        this.screen.line(yellow("not connected yet"));
         return false;
       }
       if (agent.busy) {
-        this.#screen.line(yellow(`/${name} waits for the turn to end (Esc interrupts it)`));
+        this.screen.line(yellow(`/${name} waits for the turn to end (Esc interrupts it)`));
         return false;
       }
       return true;
@@ -676,10 +696,10 @@ class TuiApp {
     switch (name) {
       case "help":
       case "?":
-        for (const help of HELP) this.#screen.line(dim(help));
+        for (const help of HELP) this.screen.line(dim(help));
         for (const prompt of this.#runtime?.context.prompts ?? []) {
           const usage = `/${prompt.name}${prompt.argumentHint ? ` ${prompt.argumentHint}` : ""}`;
-          this.#screen.line(dim(`${usage.padEnd(12)} ${prompt.description} (custom prompt)`));
+          this.screen.line(dim(`${usage.padEnd(12)} ${prompt.description} (custom prompt)`));
         }
         break;
       case "image": {
@@ -688,7 +708,7 @@ class TuiApp {
           .trim()
           .replace(/^(['"])(.*)\1$/, "$2");
         if (!path) {
-          this.#screen.line(
+          this.screen.line(
             dim("/image PATH attaches an image file (PNG, JPEG, GIF, WebP) to your next message"),
           );
           break;
@@ -699,77 +719,73 @@ class TuiApp {
       case "skills": {
         const skills = this.#runtime?.context.skills ?? [];
         if (skills.length === 0)
-          this.#screen.line(
+          this.screen.line(
             dim("no skills (folders with a SKILL.md in .agents/skills/ or ~/.agents/skills/)"),
           );
         for (const skill of skills)
-          this.#screen.line(`${bold(`$${skill.name}`)} ${dim(`${skill.description} · ${skill.path}`)}`);
+          this.screen.line(`${bold(`$${skill.name}`)} ${dim(`${skill.description} · ${skill.path}`)}`);
         break;
       }
       case "tier": {
         // The server's tiers are read in the background; a /tier waits for them.
         await this.#runtime?.modelsKnown();
-        const tiers = this.#tiers();
+        const tiers = this.tiers();
         if (!args[0]) {
-          this.#screen.line(
-            dim(`tier: ${this.#model} (of ${tiers.join(", ")}; Ctrl-T toggles spark ⇄ deep)`),
-          );
+          this.screen.line(dim(`tier: ${this.#model} (of ${tiers.join(", ")}; Ctrl-T toggles spark ⇄ deep)`));
         } else if (!tiers.includes(args[0])) {
           // Refused at once, not at the next message: the names are the server's /v1/models.
-          this.#screen.line(
+          this.screen.line(
             yellow(
               `unknown tier ${args[0]}: ${this.#runtime?.models ? "this server serves" : "the tiers are"} ${tiers.join(", ")} (Tab completes)`,
             ),
           );
-        } else this.#setModel(args[0]);
+        } else this.setModel(args[0]);
         break;
       }
       case "model":
         return this.#modelCommand(args.join(" "));
       case "retry":
-        if (this.#phase !== "failed") {
-          this.#screen.line(dim(this.#agent ? "connected already" : "connecting…"));
+        if (this.phase !== "failed") {
+          this.screen.line(dim(this.#agent ? "connected already" : "connecting…"));
           break;
         }
-        void this.#connect();
+        void this.connect();
         return;
       case "new":
       case "clear":
         if (!needIdle()) break;
         agent!.reset();
         this.#ttftMs = this.#tokensPerSecond = undefined;
-        this.#screen.line(dim("─── new conversation ───"));
+        this.screen.line(dim("─── new conversation ───"));
         break;
       case "compact":
         if (!needIdle()) break;
         try {
-          this.#notice = "compacting…";
-          this.#render();
+          this.notice = "compacting…";
+          this.render();
           const before = { tokens: agent!.contextTokens, items: agent!.transcript.length };
           const after = await agent!.compact();
-          this.#screen.line(dim(describeCompaction(before, after, agent!.contextWindow)));
+          this.screen.line(dim(describeCompaction(before, after, agent!.contextWindow)));
         } catch (error) {
-          this.#screen.line(red(`✗ ${(error as Error).message}`));
+          this.screen.line(red(`✗ ${(error as Error).message}`));
         }
-        this.#notice = "";
+        this.notice = "";
         break;
       case "variants": {
         const count = Number(args[0]);
         if (!Number.isInteger(count) || count < MIN_VARIANTS || count > MAX_VARIANTS) {
-          this.#screen.line(
-            yellow(`usage: /variants N [message], N from ${MIN_VARIANTS} to ${MAX_VARIANTS}`),
-          );
+          this.screen.line(yellow(`usage: /variants N [message], N from ${MIN_VARIANTS} to ${MAX_VARIANTS}`));
           break;
         }
         if (this.#variantsRunning) {
-          this.#screen.line(yellow("variants are running: Esc stops them"));
+          this.screen.line(yellow("variants are running: Esc stops them"));
           break;
         }
         const text = args.slice(1).join(" ");
         if (text === "") {
           this.#variantsNext = count;
-          this.#screen.line(dim(`your next message gets ${count} answers side by side`));
-        } else if (!agent || needIdle()) this.#send(text, count);
+          this.screen.line(dim(`your next message gets ${count} answers side by side`));
+        } else if (!agent || needIdle()) this.send(text, count);
         break;
       }
       case "pick":
@@ -783,21 +799,21 @@ class TuiApp {
           if (name === "apply") await this.#applySession();
           else await this.#discardSession();
         } catch (error) {
-          this.#screen.line(red(`✗ /${name}: ${(error as Error).message}`));
+          this.screen.line(red(`✗ /${name}: ${(error as Error).message}`));
         }
         break;
       case "status": {
         const runtime = this.#runtime;
         if (!runtime) {
-          this.#screen.line(dim("connecting…"));
+          this.screen.line(dim("connecting…"));
           break;
         }
         const { describeSandbox } = await import("../agent/sandbox.js");
-        this.#screen.line(
+        this.screen.line(
           dim(
             [
               `server: ${runtime.inProcess ? `in process (${runtime.serverUrl})` : runtime.serverUrl}`,
-              `tier: ${this.#model} (of ${this.#tiers().join(", ")}) · approval: ${runtime.approval} · ${describeSandbox(await runtime.sandbox)}`,
+              `tier: ${this.#model} (of ${this.tiers().join(", ")}) · approval: ${runtime.approval} · ${describeSandbox(await runtime.sandbox)}`,
               `context: ${runtime.agent.contextTokens} of ${runtime.agent.contextWindow} tokens, ${runtime.agent.transcript.length} items`,
               `session: ${runtime.session.meta.id} (${runtime.session.path})`,
               runtime.taskWorkspace
@@ -830,19 +846,19 @@ class TuiApp {
         break;
       case "quit":
       case "exit":
-        return this.#quit(0);
+        return this.quit(0);
       default: {
         // A custom prompt (.spark/prompts/NAME.md): sent with its placeholders filled.
         const expanded = this.#runtime?.context.expandPrompt(line);
         if (expanded !== undefined) {
           if (!needIdle()) break;
-          this.#screen.line(dim(`/${name}: custom prompt`));
-          return this.#send(expanded);
+          this.screen.line(dim(`/${name}: custom prompt`));
+          return this.send(expanded);
         }
-        this.#screen.line(yellow(`unknown command /${name}; /help lists them`));
+        this.screen.line(yellow(`unknown command /${name}; /help lists them`));
       }
     }
-    this.#render();
+    this.render();
   }
 
   /**
@@ -853,25 +869,25 @@ class TuiApp {
   async #undoRedo(name: "undo" | "redo", arg: string | undefined): Promise<void> {
     const checkpoints = await this.#runtime?.checkpoints;
     if (!checkpoints) {
-      this.#screen.line(yellow("no checkpoints in this session (the workspace's could not be opened)"));
+      this.screen.line(yellow("no checkpoints in this session (the workspace's could not be opened)"));
       return;
     }
     const turn = arg === undefined ? undefined : Number(arg);
     if (name === "undo" && turn !== undefined && (!Number.isInteger(turn) || turn < 1)) {
-      this.#screen.line(yellow("usage: /undo [N]: the files before the last turn, or before turn N"));
+      this.screen.line(yellow("usage: /undo [N]: the files before the last turn, or before turn N"));
       return;
     }
     const { describeRestore, describeTurns } = await import("../agent/checkpoints/checkpoints.js");
     try {
       const result = name === "undo" ? await checkpoints.undo(turn) : await checkpoints.redo();
-      this.#files.forget();
+      this.files.forget();
       const verb = name === "undo" ? "undid" : "redid";
-      this.#screen.line(
+      this.screen.line(
         `${name === "undo" ? "↶" : "↷"} ${verb} ${describeTurns(result.turns)}: ${describeRestore(result)}` +
           dim(name === "undo" ? " · /redo takes it back" : " · /undo again"),
       );
     } catch (error) {
-      this.#screen.line(yellow(`/${name}: ${(error as Error).message}`));
+      this.screen.line(yellow(`/${name}: ${(error as Error).message}`));
     }
   }
 
@@ -881,17 +897,17 @@ class TuiApp {
    * points at /tier.
    */
   async #modelCommand(file: string): Promise<void> {
-    if (this.#tiers().includes(file)) {
-      this.#screen.line(yellow(`${file} is a tier: /tier ${file} (/model takes a GGUF model file)`));
+    if (this.tiers().includes(file)) {
+      this.screen.line(yellow(`${file} is a tier: /tier ${file} (/model takes a GGUF model file)`));
     } else if (file === "") {
       const chosen = this.flags.serve.model;
-      this.#screen.line(
+      this.screen.line(
         dim(
           `model file: ${typeof chosen === "string" ? chosen : "the server's (set one with `spark --model FILE.gguf`)"}; the tier is ${this.#model} (/tier)`,
         ),
       );
-    } else if (this.#phase !== "failed") {
-      this.#screen.line(
+    } else if (this.phase !== "failed") {
+      this.screen.line(
         yellow(
           this.#agent
             ? `the model file is chosen at start: spark --model ${file} (/tier switches between the server's tiers)`
@@ -899,25 +915,25 @@ class TuiApp {
         ),
       );
     } else if (this.flags.server !== undefined || process.env.SPARK_SERVER) {
-      this.#screen.line(yellow("the remote server chooses its model; /retry connects again"));
+      this.screen.line(yellow("the remote server chooses its model; /retry connects again"));
     } else if (this.flags.serve.engine !== undefined && this.flags.serve.engine !== "llama") {
-      this.#screen.line(
+      this.screen.line(
         yellow(`the ${String(this.flags.serve.engine)} engine loads no model file; /retry tries again`),
       );
     } else {
       this.flags.serve.model = file;
-      this.#screen.line(dim(`loading ${file}…`));
-      void this.#connect();
+      this.screen.line(dim(`loading ${file}…`));
+      void this.connect();
       return;
     }
-    this.#render();
+    this.render();
   }
 
-  #setModel(model: string): void {
+  setModel(model: string): void {
     this.#model = model;
     this.#agent?.setModel(model);
-    this.#notice = `tier ${model}${this.#agent?.busy ? " from the next request" : ""}`;
-    this.#render();
+    this.notice = `tier ${model}${this.#agent?.busy ? " from the next request" : ""}`;
+    this.render();
   }
 
   get #variantsRunning(): boolean {
@@ -972,7 +988,7 @@ class TuiApp {
             // One approval prompt at a time, named by its variant.
             ask: (request) => {
               const asked = this.#variantAsks.then(() =>
-                this.#ask({ ...request, summary: `variant ${index + 1}: ${request.summary}` }),
+                this.ask({ ...request, summary: `variant ${index + 1}: ${request.summary}` }),
               );
               this.#variantAsks = asked.catch(() => undefined);
               return asked;
@@ -983,34 +999,34 @@ class TuiApp {
         },
       });
     } catch (error) {
-      this.#screen.line(red(`✗ ${(error as Error).message}`));
-      return this.#render();
+      this.screen.line(red(`✗ ${(error as Error).message}`));
+      return this.render();
     }
     this.#variantRun = run;
-    this.#phase = "generating";
+    this.phase = "generating";
     run.on((event) => {
-      if (event.type === "variant.delta") this.#render(true);
-      else if (event.type === "variant.updated") this.#render(true);
+      if (event.type === "variant.delta") this.render(true);
+      else if (event.type === "variant.updated") this.render(true);
     });
-    this.#render();
+    this.render();
     await run.done;
     if (this.#variantRun !== run) return;
-    this.#phase = "ready";
-    for (const row of variantTable(run.variants, this.#screen.columns - 1, this.#variantCheck))
-      this.#screen.line(row);
+    this.phase = "ready";
+    for (const row of variantTable(run.variants, this.screen.columns - 1, this.#variantCheck))
+      this.screen.line(row);
     const picked = run.variants.filter((v) => v.state === "done");
     if (picked.length === 0) {
-      this.#screen.line(yellow("no variant finished; their worktrees are removed"));
+      this.screen.line(yellow("no variant finished; their worktrees are removed"));
       await this.#dropVariants();
     } else {
-      this.#screen.line(
+      this.screen.line(
         dim(
           `/pick K lands one in ${runtime.taskWorkspace ? "the session's worktree" : "your files"} (the others are removed) · /diff K shows one · a message sent twice discards them`,
         ),
       );
     }
-    this.#notice = "";
-    this.#render();
+    this.notice = "";
+    this.render();
   }
 
   /** Removes the variants' worktrees (a new message, /variants again, /quit), saying so when `why`. */
@@ -1019,21 +1035,21 @@ class TuiApp {
     if (!run) return;
     this.#variantRun = undefined;
     await run.discard().catch(() => {});
-    if (why) this.#screen.line(dim(why));
+    if (why) this.screen.line(dim(why));
   }
 
   /** `/pick K`: variant K lands (3-way merge, all or nothing) and the conversation continues from it. */
   async #pick(arg: string | undefined): Promise<void> {
     const run = this.#variantRun;
     const k = Number(arg);
-    if (!run) return this.#screen.line(yellow("no variants to pick from: /variants N [message] first"));
-    if (!run.finished) return this.#screen.line(yellow("the variants are still running (Esc stops them)"));
+    if (!run) return this.screen.line(yellow("no variants to pick from: /variants N [message] first"));
+    if (!run.finished) return this.screen.line(yellow("the variants are still running (Esc stops them)"));
     if (!Number.isInteger(k) || k < 1 || k > run.variants.length) {
-      return this.#screen.line(yellow(`usage: /pick K, K from 1 to ${run.variants.length}`));
+      return this.screen.line(yellow(`usage: /pick K, K from 1 to ${run.variants.length}`));
     }
     const variant = run.variants[k - 1]!;
     if (variant.state !== "done") {
-      return this.#screen.line(yellow(`variant ${k} ${variant.state}: pick another`));
+      return this.screen.line(yellow(`variant ${k} ${variant.state}: pick another`));
     }
     // The pick is a turn of its own for the checkpoints: /undo puts the files back as before it.
     const checkpoints = await this.#runtime?.checkpoints;
@@ -1049,30 +1065,30 @@ class TuiApp {
       const checkpoint = recording ? await checkpoints!.endTurn() : undefined;
       recording = false;
       if (picked.conflicts.length > 0) {
-        this.#screen.line(red(`✗ variant ${k} does not apply: nothing was written`));
+        this.screen.line(red(`✗ variant ${k} does not apply: nothing was written`));
         for (const conflict of picked.conflicts)
-          this.#screen.line(red(`  ${conflict.path}: ${conflict.reason}`));
-        this.#screen.line(dim("the variants are kept: /pick another, or change the files and /pick again"));
+          this.screen.line(red(`  ${conflict.path}: ${conflict.reason}`));
+        this.screen.line(dim("the variants are kept: /pick another, or change the files and /pick again"));
         return;
       }
       this.#variantRun = undefined;
       const { adoptInto } = await import("../agent/variants/runner.js");
       adoptInto(this.#agent!, picked);
-      this.#files.forget();
+      this.files.forget();
       const where = this.#runtime?.taskWorkspace ? "the session's worktree" : "your files";
-      this.#screen.line(
+      this.screen.line(
         green(
           `✓ variant ${k} landed in ${where}: ${picked.applied.length === 0 ? "no files changed" : picked.applied.join(", ")}`,
         ),
       );
-      this.#screen.line(
+      this.screen.line(
         dim(
           `the other variants' worktrees are removed; the conversation continues from its answer${checkpoint ? " · /undo puts the files back" : ""}`,
         ),
       );
     } catch (error) {
       if (recording) await checkpoints!.endTurn().catch(() => undefined);
-      this.#screen.line(red(`✗ /pick ${k}: ${(error as Error).message}`));
+      this.screen.line(red(`✗ /pick ${k}: ${(error as Error).message}`));
     }
   }
 
@@ -1080,37 +1096,37 @@ class TuiApp {
   async #variantDiff(k: number): Promise<void> {
     const run = this.#variantRun!;
     const variant = run.variants[k - 1];
-    if (!variant) return this.#screen.line(yellow(`usage: /diff K, K from 1 to ${run.variants.length}`));
+    if (!variant) return this.screen.line(yellow(`usage: /diff K, K from 1 to ${run.variants.length}`));
     const changes = await run.changes(k - 1).catch((error: unknown) => {
-      this.#screen.line(red(`✗ /diff ${k}: ${(error as Error).message}`));
+      this.screen.line(red(`✗ /diff ${k}: ${(error as Error).message}`));
       return undefined;
     });
-    if (changes) this.#pager = variantDiffPage(k, variant, changes, this.#screen.columns - 1);
+    if (changes) this.#pager = variantDiffPage(k, variant, changes, this.screen.columns - 1);
   }
 
   /** `/apply`: the `--worktree` session's changes land in the user's files (all or nothing). */
   async #applySession(): Promise<void> {
     const ws = this.#runtime?.taskWorkspace;
     if (!ws)
-      return this.#screen.line(
+      return this.screen.line(
         yellow("/apply is for a session started with --worktree; this one works in place"),
       );
     const { applyTaskWorkspace, taskChanges } = await import("../agent/worktree/task-changes.js");
     const changes = await taskChanges(ws);
-    if (changes.length === 0) return this.#screen.line(dim("nothing to apply: the session changed no files"));
+    if (changes.length === 0) return this.screen.line(dim("nothing to apply: the session changed no files"));
     const result = await applyTaskWorkspace(ws);
     if (result.conflicts.length > 0) {
-      this.#screen.line(
+      this.screen.line(
         red(`✗ not applied: ${result.conflicts.length} file(s) conflict; nothing was written`),
       );
       for (const conflict of result.conflicts)
-        this.#screen.line(red(`  ${conflict.path}: ${conflict.reason}`));
+        this.screen.line(red(`  ${conflict.path}: ${conflict.reason}`));
       return;
     }
     const { changeSummary } = await import("../cli/worktree-session.js");
-    this.#screen.line(green(`✓ applied to ${ws.root}: ${changeSummary(changes)}`));
+    this.screen.line(green(`✓ applied to ${ws.root}: ${changeSummary(changes)}`));
     for (const change of changes)
-      this.#screen.line(dim(`  ${change.path} +${change.added} −${change.removed}`));
+      this.screen.line(dim(`  ${change.path} +${change.added} −${change.removed}`));
   }
 
   /**
@@ -1120,15 +1136,14 @@ class TuiApp {
   async #discardSession(): Promise<void> {
     const runtime = this.#runtime;
     const ws = runtime?.taskWorkspace;
-    if (!runtime || !ws)
-      return this.#screen.line(yellow("/discard is for a session started with --worktree"));
+    if (!runtime || !ws) return this.screen.line(yellow("/discard is for a session started with --worktree"));
     const { createTaskWorkspace, discardTaskWorkspace } = await import("../agent/worktree/task-workspace.js");
     const { taskChanges } = await import("../agent/worktree/task-changes.js");
     const changes = await taskChanges(ws).catch(() => []);
     await discardTaskWorkspace(ws);
     runtime.taskWorkspace = await createTaskWorkspace(ws.root, ws.id);
-    this.#files.forget();
-    this.#screen.line(
+    this.files.forget();
+    this.screen.line(
       yellow(
         `discarded ${changes.length} changed file${changes.length === 1 ? "" : "s"}; a fresh worktree from ${ws.root} now`,
       ),
@@ -1142,37 +1157,37 @@ class TuiApp {
       case "turn.started":
         // A turn the agent started by itself (queued messages after a turn): show what it sends.
         if (this.#echoed || event.input === "") return;
-        this.#screen.endLine();
-        this.#screen.line(cyan(echo(event.input)));
+        this.screen.endLine();
+        this.screen.line(cyan(echo(event.input)));
         break;
       case "response.started":
         if (event.lane !== "") return;
         this.#route = event.route;
-        this.#phase = "waiting";
+        this.phase = "waiting";
         this.#firstTokenAt = undefined;
         this.#deltas = 0;
         break;
       case "response.queued":
-        this.#phase = "queued";
+        this.phase = "queued";
         break;
       case "first_token":
         if (event.lane !== "" && this.#firstTokenAt !== undefined) return;
         this.#ttftMs = event.ms;
         this.#firstTokenAt = performance.now();
-        this.#phase = "generating";
+        this.phase = "generating";
         break;
       case "text.delta":
         this.#deltas++;
-        this.#screen.print(event.delta);
-        this.#render(true);
+        this.screen.print(event.delta);
+        this.render(true);
         return;
       case "item.started":
-        this.#screen.endLine();
-        this.#phase = "tools";
+        this.screen.endLine();
+        this.phase = "tools";
         // The file is written as soon as this returns: its content before is kept now (synchronously).
         if (event.item.type === "file_change") this.#changes?.before(event.item.changes.map((c) => c.path));
         if (event.item.type === "command_execution")
-          this.#screen.line(cyan(`⚙ ${summarizeToolItem(event.item)}`));
+          this.screen.line(cyan(`⚙ ${summarizeToolItem(event.item)}`));
         break;
       case "item.completed":
         if (event.item.type === "file_change") this.#changes?.after(event.item.changes.map((c) => c.path));
@@ -1180,12 +1195,12 @@ class TuiApp {
         break;
       case "steer":
         if (event.status === "sent") {
-          this.#screen.endLine();
-          this.#screen.line(yellow(`↳ steer: ${event.text}`));
+          this.screen.endLine();
+          this.screen.line(yellow(`↳ steer: ${event.text}`));
         } else if (event.status === "deferred")
-          this.#screen.line(yellow(`↳ with the next request: ${event.text}`));
+          this.screen.line(yellow(`↳ with the next request: ${event.text}`));
         else if (event.status === "failed")
-          this.#screen.line(
+          this.screen.line(
             dim(`↳ steer arrived after the answer ended; it is sent next: ${event.message ?? ""}`),
           );
         break;
@@ -1195,8 +1210,8 @@ class TuiApp {
         if (event.tokensPerSecond !== undefined) this.#tokensPerSecond = event.tokensPerSecond;
         this.#firstTokenAt = undefined;
         if (event.reason === "steered") {
-          this.#screen.endLine();
-          this.#screen.line(dim("── steered ──"));
+          this.screen.endLine();
+          this.screen.line(dim("── steered ──"));
         }
         // An answer that stopped short says so when the turn ends (not a plain "ready").
         if (event.lane === "" && event.status === "incomplete") {
@@ -1208,41 +1223,39 @@ class TuiApp {
         }
         break;
       case "checkpoint":
-        this.#screen.endLine();
-        this.#screen.line(
-          dim(`↶ turn ${event.turn} changed ${fewFiles(event.files)} · /undo puts them back`),
-        );
+        this.screen.endLine();
+        this.screen.line(dim(`↶ turn ${event.turn} changed ${fewFiles(event.files)} · /undo puts them back`));
         break;
       case "compacted":
         // /compact reports its own result with token counts.
         if (event.trigger === "auto")
-          this.#screen.line(dim(`context compacted automatically: ${event.items} items kept`));
+          this.screen.line(dim(`context compacted automatically: ${event.items} items kept`));
         break;
       case "turn.completed":
         // The turn may have added or removed files: `@` completion lists them again.
-        this.#files.forget();
-        this.#screen.endLine();
-        if (this.#cutOff) this.#screen.line(yellow(`⚠ ${this.#cutOff}`));
+        this.files.forget();
+        this.screen.endLine();
+        if (this.#cutOff) this.screen.line(yellow(`⚠ ${this.#cutOff}`));
         this.#cutOff = undefined;
-        this.#phase = "ready";
+        this.phase = "ready";
         break;
       case "turn.interrupted":
         this.#cutOff = undefined;
-        this.#screen.endLine();
-        this.#screen.line(yellow("■ interrupted"));
-        this.#phase = "ready";
-        this.#notice = "";
+        this.screen.endLine();
+        this.screen.line(yellow("■ interrupted"));
+        this.phase = "ready";
+        this.notice = "";
         break;
       case "turn.failed":
         this.#cutOff = undefined;
-        this.#screen.endLine();
-        this.#screen.line(red(`✗ ${event.error.message}`));
-        this.#phase = "ready";
+        this.screen.endLine();
+        this.screen.line(red(`✗ ${event.error.message}`));
+        this.phase = "ready";
         break;
       default:
         return;
     }
-    this.#render();
+    this.render();
   }
 
   #showItem(item: ThreadItem, diffs?: FileDiff[]): void {
@@ -1252,7 +1265,7 @@ class TuiApp {
     }
     switch (item.type) {
       case "agent_message":
-        this.#screen.endLine();
+        this.screen.endLine();
         return;
       case "command_execution": {
         const lines = item.aggregated_output
@@ -1266,10 +1279,10 @@ class TuiApp {
             : item.exit_code === 0
               ? green("  ✓ exit 0")
               : red(`  ✗ ${item.exit_code === null ? item.status : `exit ${item.exit_code}`}`);
-        if (item.status === "declined") this.#screen.line(cyan(`⚙ ${summarizeToolItem(item)}`));
-        if (lines.length > 6) this.#screen.line(dim(`  … ${lines.length - 6} more lines (Ctrl-O shows all)`));
-        for (const line of shown) this.#screen.line(line);
-        this.#screen.line(status);
+        if (item.status === "declined") this.screen.line(cyan(`⚙ ${summarizeToolItem(item)}`));
+        if (lines.length > 6) this.screen.line(dim(`  … ${lines.length - 6} more lines (Ctrl-O shows all)`));
+        for (const line of shown) this.screen.line(line);
+        this.screen.line(status);
         return;
       }
       case "file_change": {
@@ -1277,13 +1290,13 @@ class TuiApp {
         // Applied: one line per file, the diff itself collapsed (Ctrl-O shows it, /diff the session's).
         if (item.status === "completed" && diffs && diffs.length > 0)
           diffs.forEach((diff, i) =>
-            this.#screen.line(
+            this.screen.line(
               changeLine(diff) + (i === diffs.length - 1 ? dim("  (Ctrl-O or /diff shows it)") : ""),
             ),
           );
-        else if (item.status === "completed") this.#screen.line(green(`✎ ${summary}`));
+        else if (item.status === "completed") this.screen.line(green(`✎ ${summary}`));
         else
-          this.#screen.line(
+          this.screen.line(
             red(
               `✎ patch ${item.status}: ${summary}${item.error ? `\n  ${item.error.replace(/\n/g, "\n  ")}` : ""}`,
             ),
@@ -1291,14 +1304,14 @@ class TuiApp {
         return;
       }
       case "tool_call":
-        this.#screen.line(
+        this.screen.line(
           item.status === "failed"
             ? red(`· ${summarizeToolItem(item)}: ${(item.result ?? "failed").split("\n")[0]}`)
             : dim(`· ${summarizeToolItem(item)}`),
         );
         return;
       case "error":
-        this.#screen.line(red(`✗ ${item.message}`));
+        this.screen.line(red(`✗ ${item.message}`));
         return;
     }
   }
@@ -1306,11 +1319,11 @@ class TuiApp {
   /** Ctrl-O, /expand: the last tool call in full (arguments, output). */
   #expand(): void {
     const item = this.#lastTool;
-    if (!item) this.#screen.lineAbove(dim("no tool call to expand yet"));
-    else for (const line of expandToolItem(item)) this.#screen.lineAbove(dim(line));
+    if (!item) this.screen.lineAbove(dim("no tool call to expand yet"));
+    else for (const line of expandToolItem(item)) this.screen.lineAbove(dim(line));
     if (item?.type === "file_change" && this.#lastDiffs)
-      for (const row of diffRows(this.#lastDiffs, this.#screen.columns - 1)) this.#screen.lineAbove(row);
-    this.#render();
+      for (const row of diffRows(this.#lastDiffs, this.screen.columns - 1)) this.screen.lineAbove(row);
+    this.render();
   }
 
   // ── drawing ────────────────────────────────────────────────────────────────────────────
@@ -1325,23 +1338,23 @@ class TuiApp {
       model: this.#model,
       route: this.#route,
       busy: Boolean(agent?.busy || this.#variantsRunning),
-      phase: this.#phase,
+      phase: this.phase,
       ttftMs: this.#ttftMs,
       tokensPerSecond: live,
       context: agent ? { tokens: liveContext(agent).tokens, window: agent.contextWindow } : undefined,
       worktree: Boolean(this.#runtime?.taskWorkspace),
-      notice: this.#notice,
+      notice: this.notice,
     });
   }
 
-  #render(streaming = false): void {
+  render(streaming = false): void {
     const lines: string[] = [];
     if (this.#variantsRunning) {
-      const table = variantTable(this.#variantRun!.variants, this.#screen.columns - 1, this.#variantCheck);
-      lines.push(...table.slice(0, Math.max(3, this.#screen.rows - 6)));
+      const table = variantTable(this.#variantRun!.variants, this.screen.columns - 1, this.#variantCheck);
+      lines.push(...table.slice(0, Math.max(3, this.screen.rows - 6)));
     }
     // The status line never wraps (a wrapped one left debris when redrawn): it is cut to fit.
-    const fit = this.#screen.columns - 1;
+    const fit = this.screen.columns - 1;
     lines.push(truncate(this.#statusLine(), fit));
     const queued = this.#agent?.queuedMessages ?? [];
     if (queued.length > 0)
@@ -1349,7 +1362,7 @@ class TuiApp {
     let caret: number | undefined;
     let caretLine: number | undefined;
     // Rows the footer may take: the screen less one (see Screen.draw).
-    const room = this.#screen.rows - 1;
+    const room = this.screen.rows - 1;
     if (this.#approval) {
       // Diff-first: what is approved (the whole command, the patch's diff) is on screen before the
       // answer; what does not fit is paged (Space/PgDn, PgUp) under the line that says what it is.
@@ -1401,18 +1414,18 @@ class TuiApp {
       caret = composer.caretColumn;
       lines.push(...composer.rows);
     }
-    this.#screen.setFooter(lines, caret, caretLine);
-    if (streaming) this.#screen.schedule();
-    else this.#screen.draw();
+    this.screen.setFooter(lines, caret, caretLine);
+    if (streaming) this.screen.schedule();
+    else this.screen.draw();
   }
 
-  async #quit(code: number): Promise<void> {
+  async quit(code: number): Promise<void> {
     if (this.#exiting) return;
     this.#exiting = true;
     this.#agent?.interrupt();
     const session = this.#runtime?.session.meta.id;
-    this.#screen.setFooter([]);
-    this.#screen.draw();
+    this.screen.setFooter([]);
+    this.screen.draw();
     if (session && (this.#agent?.transcript.length ?? 0) > 0) {
       process.stdout.write(dim(`session saved: spark resume ${session}`) + "\r\n");
     }
