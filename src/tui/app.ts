@@ -17,19 +17,19 @@
  * prompt is ready at once; messages sent before the connection is up wait for it. When the server
  * cannot start or be reached, the UI stays up: /retry, /model FILE.gguf and /quit still work.
  */
-import { basename } from "node:path";
 import type { Agent, AgentEvent } from "../agent/agent.js";
 import type { ApprovalAnswer, ApprovalRequest, ThreadItem } from "../agent/tools.js";
 import type { ClientFlags, Runtime } from "../cli/agent-runtime.js";
 import { describeInstructionFiles } from "../agent/context/session-context.js";
-import { imageDataUrl, pastedImagePath } from "../agent/images.js";
+import { pastedImagePath } from "../agent/images.js";
 import { decodeKeys, type Key } from "./keys.js";
 import { loadMarkdown, renderMarkdown } from "./markdown.js";
 import { Screen } from "./screen.js";
 import { Composer } from "./composer.js";
+import { Attachments, namesFiles } from "./attachments.js";
 import { complete, WorkspaceFiles } from "./completion.js";
 import { liveContext } from "../agent/live-context.js";
-import { bold, cyan, dim, green, inverse, magenta, red, yellow } from "./style.js";
+import { bold, cyan, dim, green, inverse, red, yellow } from "./style.js";
 import { statusLine, type Phase } from "./status-line.js";
 import { describeCutOff, expandToolItem, summarizeToolItem } from "./tool-summary.js";
 import type { ChangeRecord } from "../app/change-record.js";
@@ -73,8 +73,6 @@ const COMMANDS = [
   "help",
   "quit",
 ];
-/** An attached file (`@path`) is sent whole up to this many characters, cut after. */
-const ATTACH_MAX_CHARS = 64 * 1024;
 /** Keyboard modes asked for at start and undone at exit: bracketed paste (a pasted block is one
  * key), the kitty keyboard protocol's "disambiguate" flag and xterm's modifyOtherKeys (so that
  * Shift+Enter is not plain Enter). Terminals that do not know them ignore them. */
@@ -102,8 +100,6 @@ class TuiApp {
   /** A short word in the status line (cleared by typing): "interrupting…", "no match for x"… */
   notice = "";
   readonly #waitingForConnection: { text: string; variants?: number }[] = [];
-  /** Images attached (`/image PATH`, a pasted path) for the next message: data URLs and names. */
-  #images: { name: string; url: string }[] = [];
   /** `offset`: the first row of its diff shown (Space/PgDn pages through a long one). */
   #approval:
     { request: ApprovalRequest; resolve: (answer: ApprovalAnswer) => void; offset: number } | undefined;
@@ -144,6 +140,8 @@ class TuiApp {
   #echoed = false;
   /** The workspace's files for `@` completion (and attachments), also before the server is up. */
   readonly files: WorkspaceFiles;
+  /** `@path` files and images a message carries. */
+  readonly attachments: Attachments;
 
   get runtime(): Runtime | undefined {
     return this.#runtime;
@@ -169,6 +167,7 @@ class TuiApp {
   ) {
     this.#model = flags.tier ?? "spark";
     this.files = new WorkspaceFiles(() => this.#runtime?.workspace, flags.cd);
+    this.attachments = new Attachments(this, this.files, flags.cd);
   }
 
   run(): Promise<number> {
@@ -387,7 +386,7 @@ class TuiApp {
       case "paste": {
         // A pasted (or dropped) path of an image file attaches the image instead of its path.
         const imagePath = key.name === "paste" ? pastedImagePath(key.text) : undefined;
-        if (imagePath) return void this.#attachImage(imagePath);
+        if (imagePath) return void this.attachments.attachImage(imagePath);
         return this.#insert(key.name === "paste" ? key.text.replace(/\r\n?/g, "\n") : key.text);
       }
       case "ctrl-l":
@@ -487,38 +486,6 @@ class TuiApp {
     return this.#runtime?.models ?? BUILTIN_TIERS;
   }
 
-  /**
-   * The message as sent: `text`, then each `@path` that names a workspace text file, attached
-   * whole (cut past ATTACH_MAX_CHARS). Paths that are not readable files stay plain text.
-   */
-  async #withAttachments(text: string): Promise<string> {
-    const paths = [
-      ...new Set([...text.matchAll(/(?:^|\s)@(\S+)/g)].map((m) => m[1]!.replace(/[.,;:!?)]+$/, ""))),
-    ];
-    if (paths.length === 0) return text;
-    const workspace = await this.files.workspace();
-    if (!workspace) return text;
-    const { readFile } = await import("../agent/file-tools.js");
-    const parts = [text];
-    for (const path of paths) {
-      try {
-        const file = await readFile(workspace, { path, limit: 100_000 });
-        const cut = file.text.length > ATTACH_MAX_CHARS;
-        const body = cut ? file.text.slice(0, ATTACH_MAX_CHARS) : file.text;
-        const fence = body.includes("```") ? "````" : "```";
-        parts.push(
-          `Attached file ${path}${cut || file.truncated ? " (cut; read_file has the rest)" : ""}:\n${fence}\n${body}\n${fence}`,
-        );
-        this.screen.line(
-          dim(`attached ${path} (${file.totalLines} lines${cut || file.truncated ? ", cut" : ""})`),
-        );
-      } catch {
-        // Not a file in the workspace (an e-mail address, a decorator…): left as typed.
-      }
-    }
-    return parts.join("\n\n");
-  }
-
   send(text: string, variants?: number): void {
     const agent = this.#agent;
     if (!agent) {
@@ -530,47 +497,21 @@ class TuiApp {
     if (variants !== undefined) return void this.#runVariants(variants, text);
     // A new message moves on: the variants not picked are discarded.
     if (this.#variantRun) void this.#dropVariants("the variants were not picked: discarded");
-    const images = this.#takeImages();
+    const images = this.attachments.takeImages();
     this.phase = "waiting";
     this.render();
-    if (/(?:^|\s)@\S/.test(text)) return void this.#submitWithAttachments(agent, text, images);
+    if (namesFiles(text)) return void this.#submitWithAttachments(agent, text, images);
     this.#echoed = true;
     void agent.submit(text, images);
     this.#echoed = false;
   }
 
   async #submitWithAttachments(agent: Agent, text: string, images: string[] = []): Promise<void> {
-    const message = await this.#withAttachments(text);
+    const message = await this.attachments.withFiles(text);
     this.render();
     this.#echoed = true;
     void agent.submit(message, images);
     this.#echoed = false;
-  }
-
-  /** Reads an image file for the next message (`/image PATH`, a pasted path) and says so. */
-  async #attachImage(path: string): Promise<void> {
-    try {
-      const url = await imageDataUrl(path, this.flags.cd ?? process.cwd());
-      const name = basename(path);
-      this.#images.push({ name, url });
-      const kib = Math.max(1, Math.round((url.length * 3) / 4 / 1024));
-      this.screen.line(
-        `${magenta(`[image: ${name}]`)} ${dim(`${kib} KiB attached to your next message${this.#model === "auto" ? "" : " (the tier must see images: /tier auto picks a model that does)"}`)}`,
-      );
-    } catch (error) {
-      this.screen.line(
-        yellow(`image not attached: ${error instanceof Error ? error.message : String(error)}`),
-      );
-    }
-    this.render();
-  }
-
-  /** The attached images for the message being sent (shown in the transcript), then none. */
-  #takeImages(): string[] {
-    const images = this.#images.splice(0);
-    if (images.length > 0)
-      this.screen.line(magenta(`  ${images.map((image) => `[image: ${image.name}]`).join(" ")}`));
-    return images.map((image) => image.url);
   }
 
   #onApprovalKey(key: Key): void {
@@ -713,7 +654,7 @@ class TuiApp {
           );
           break;
         }
-        await this.#attachImage(path);
+        await this.attachments.attachImage(path);
         break;
       }
       case "skills": {
@@ -954,8 +895,8 @@ class TuiApp {
     const runtime = this.#runtime!;
     const agent = this.#agent!;
     if (this.#variantRun) await this.#dropVariants("the earlier variants are discarded");
-    const images = this.#takeImages();
-    const prompt = /(?:^|\s)@\S/.test(text) ? await this.#withAttachments(text) : text;
+    const images = this.attachments.takeImages();
+    const prompt = namesFiles(text) ? await this.attachments.withFiles(text) : text;
     const { startVariants } = await import("../agent/variants/runner.js");
     const settings = runtime.variants;
     const transcript = [...agent.transcript];
