@@ -26,16 +26,18 @@ import { decodeKeys, type Key } from "./keys.js";
 import { loadMarkdown, renderMarkdown } from "./markdown.js";
 import { Screen } from "./screen.js";
 import { Composer } from "./composer.js";
+import { Approvals } from "./approvals.js";
+import { Pager } from "./pager.js";
 import { Attachments, namesFiles } from "./attachments.js";
 import { complete, WorkspaceFiles } from "./completion.js";
 import { liveContext } from "../agent/live-context.js";
-import { bold, cyan, dim, green, inverse, red, yellow } from "./style.js";
+import { bold, cyan, dim, green, red, yellow } from "./style.js";
 import { statusLine, type Phase } from "./status-line.js";
 import { describeCutOff, expandToolItem, summarizeToolItem } from "./tool-summary.js";
 import type { ChangeRecord } from "../app/change-record.js";
 import type { FileDiff } from "../agent/thread-item.js";
-import { changeLine, counts, diffRows, page } from "./diff-view.js";
-import { truncate, wrapText } from "./wrap.js";
+import { changeLine, counts, diffRows } from "./diff-view.js";
+import { truncate } from "./wrap.js";
 import type { VariantRun } from "../agent/variants/runner.js";
 import { describeTaskWorkspace as describeWorkspace } from "../cli/worktree-session.js";
 import { discardQuestion, fileCount, variantDiffPage, variantTable } from "./variants-view.js";
@@ -100,11 +102,6 @@ class TuiApp {
   /** A short word in the status line (cleared by typing): "interrupting…", "no match for x"… */
   notice = "";
   readonly #waitingForConnection: { text: string; variants?: number }[] = [];
-  /** `offset`: the first row of its diff shown (Space/PgDn pages through a long one). */
-  #approval:
-    { request: ApprovalRequest; resolve: (answer: ApprovalAnswer) => void; offset: number } | undefined;
-  /** `/diff` open in the footer: its rows, a screenful from `offset`. */
-  #pager: { head: string; rows: string[]; offset: number } | undefined;
   /** A message sent while variants wait for a pick: sent (discarding them) if Enter comes again. */
   #discardArmed: string | undefined;
   /**
@@ -114,8 +111,6 @@ class TuiApp {
   #changes: ChangeRecord | undefined;
   /** What the last file change did, for Ctrl-O and /expand. */
   #lastDiffs: FileDiff[] | undefined;
-  /** Rows a page showed at the last draw: Space/PgDn moves by that many. */
-  #pageRows = 10;
   /** The last `/variants`: running (a live table in the footer), then waiting for `/pick K`. */
   #variantRun: VariantRun | undefined;
   /** How many `/variants` this session ran (their workspaces' ids). */
@@ -142,6 +137,10 @@ class TuiApp {
   readonly files: WorkspaceFiles;
   /** `@path` files and images a message carries. */
   readonly attachments: Attachments;
+  /** The approval waiting for y/a/n, its diff paged in the footer. */
+  readonly approvals = new Approvals(this);
+  /** `/diff` and `/diff K`, paged in the footer. */
+  readonly pager = new Pager();
 
   get runtime(): Runtime | undefined {
     return this.#runtime;
@@ -344,8 +343,11 @@ class TuiApp {
   }
 
   #onKey(key: Key): void {
-    if (this.#approval) return this.#onApprovalKey(key);
-    if (this.#pager) return this.#onPagerKey(key);
+    if (this.approvals.isOpen) return this.approvals.onKey(key);
+    if (this.pager.isOpen) {
+      this.pager.onKey(key);
+      return this.render();
+    }
     switch (key.name) {
       case "enter":
         return this.#enter(false);
@@ -514,50 +516,6 @@ class TuiApp {
     this.#echoed = false;
   }
 
-  #onApprovalKey(key: Key): void {
-    const scroll = pageStep(key);
-    if (scroll !== undefined && this.#approval) {
-      this.#approval.offset = Math.max(0, this.#approval.offset + scroll * this.#pageRows);
-      return this.render();
-    }
-    const answer: ApprovalAnswer | undefined =
-      key.name === "text"
-        ? ({ y: "yes", n: "no", a: "always" } as Record<string, ApprovalAnswer>)[key.text.toLowerCase()]
-        : key.name === "escape" || key.name === "ctrl-c"
-          ? "no"
-          : key.name === "enter"
-            ? "yes"
-            : undefined;
-    if (!answer || !this.#approval) return;
-    const { resolve, request } = this.#approval;
-    this.#approval = undefined;
-    this.phase = "tools";
-    this.screen.line(
-      answer === "no"
-        ? yellow(`✗ declined: ${request.summary}`)
-        : dim(`✓ approved${answer === "always" ? " (always)" : ""}: ${request.summary}`),
-    );
-    this.render();
-    resolve(answer);
-  }
-
-  /** Keys while `/diff` is open: Space/PgDn and PgUp page, Up/Down scroll, q, Esc or Enter close. */
-  #onPagerKey(key: Key): void {
-    const pager = this.#pager!;
-    const scroll = pageStep(key);
-    if (scroll !== undefined) pager.offset = Math.max(0, pager.offset + scroll * this.#pageRows);
-    else if (key.name === "down" || key.name === "up")
-      pager.offset = Math.max(0, pager.offset + (key.name === "down" ? 1 : -1));
-    else if (
-      key.name === "escape" ||
-      key.name === "enter" ||
-      key.name === "ctrl-c" ||
-      (key.name === "text" && key.text.toLowerCase() === "q")
-    )
-      this.#pager = undefined;
-    this.render();
-  }
-
   /**
    * `/diff`: every file this session changed, paged in the footer. In place: the files patches and
    * edit_file changed, each against its content before the session first touched it, read as they
@@ -598,19 +556,15 @@ class TuiApp {
       added += diff.added;
       removed += diff.removed;
     }
-    this.#pager = {
+    this.pager.open({
       head: `${bold(title)}: ${fileCount(diffs.length)} ${counts(added, removed)} ${dim("· q closes")}`,
       rows: diffRows(diffs, this.screen.columns - 1),
       offset: 0,
-    };
+    });
   }
 
   ask(request: ApprovalRequest): Promise<ApprovalAnswer> {
-    return new Promise((resolve) => {
-      this.#approval = { request, resolve, offset: 0 };
-      this.phase = "approval";
-      this.render();
-    });
+    return this.approvals.ask(request);
   }
 
   // ── commands ───────────────────────────────────────────────────────────────────────────
@@ -1042,7 +996,7 @@ class TuiApp {
       this.screen.line(red(`✗ /diff ${k}: ${(error as Error).message}`));
       return undefined;
     });
-    if (changes) this.#pager = variantDiffPage(k, variant, changes, this.screen.columns - 1);
+    if (changes) this.pager.open(variantDiffPage(k, variant, changes, this.screen.columns - 1));
   }
 
   /** `/apply`: the `--worktree` session's changes land in the user's files (all or nothing). */
@@ -1304,47 +1258,9 @@ class TuiApp {
     let caretLine: number | undefined;
     // Rows the footer may take: the screen less one (see Screen.draw).
     const room = this.screen.rows - 1;
-    if (this.#approval) {
-      // Diff-first: what is approved (the whole command, the patch's diff) is on screen before the
-      // answer; what does not fit is paged (Space/PgDn, PgUp) under the line that says what it is.
-      const approval = this.#approval;
-      const { request } = approval;
-      const verb = request.kind === "command" ? "Run" : request.kind === "tool" ? "Call" : "Apply patch";
-      let total = "";
-      if (request.diffs) {
-        let added = 0;
-        let removed = 0;
-        for (const diff of request.diffs) {
-          added += diff.added;
-          removed += diff.removed;
-        }
-        total = ` ${counts(added, removed)}`;
-      }
-      let sticky = [
-        ...wrapText(yellow(`${verb}: ${request.summary}`) + total, fit),
-        ...(request.reason ? wrapText(dim(`  ${request.reason}`), fit) : []),
-      ];
-      let body = request.diffs ? diffRows(request.diffs, fit) : [];
-      const free = room - lines.length - 1; // the keys' line
-      // A head too long to stay put (a long command) is paged with the rest.
-      if (sticky.length + Math.min(body.length, 4) > free) {
-        body = [...sticky, ...body];
-        sticky = [];
-      }
-      const shown = page(body, approval.offset, free - sticky.length);
-      approval.offset = shown.offset;
-      this.#pageRows = Math.max(1, shown.shown.length);
-      lines.push(...sticky, ...shown.shown);
-      if (shown.position) lines.push(shown.position);
-      lines.push(`${inverse(" y ")} yes  ${inverse(" a ")} always  ${inverse(" n ")} no`);
-    } else if (this.#pager) {
-      const pager = this.#pager;
-      const shown = page(pager.rows, pager.offset, room - lines.length - 1);
-      pager.offset = shown.offset;
-      this.#pageRows = Math.max(1, shown.shown.length);
-      lines.push(truncate(pager.head, fit), ...shown.shown);
-      if (shown.position) lines.push(shown.position);
-    } else {
+    if (this.approvals.isOpen) lines.push(...this.approvals.rows(fit, room - lines.length));
+    else if (this.pager.isOpen) lines.push(...this.pager.rows(fit, room - lines.length));
+    else {
       const prompt = this.#agent?.busy
         ? STEER_PROMPT
         : this.#variantsNext
@@ -1437,13 +1353,6 @@ function describeCompaction(
   }
   const from = before.tokens > 0 ? `${before.tokens} → ` : "";
   return `context compacted: ${from}${after.contextTokens} tokens of ${window} (${what})`;
-}
-
-/** +1 (a page on) for Space and PgDn, -1 for PgUp and b; undefined for other keys. */
-function pageStep(key: Key): 1 | -1 | undefined {
-  if (key.name === "pagedown" || (key.name === "text" && key.text === " ")) return 1;
-  if (key.name === "pageup" || (key.name === "text" && key.text.toLowerCase() === "b")) return -1;
-  return undefined;
 }
 
 /** A sent message as echoed: the prompt, and its further lines indented under the first. */
