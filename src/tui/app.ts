@@ -17,15 +17,16 @@
  * prompt is ready at once; messages sent before the connection is up wait for it. When the server
  * cannot start or be reached, the UI stays up: /retry, /model FILE.gguf and /quit still work.
  */
-import type { Agent, AgentEvent } from "../agent/agent.js";
-import type { ApprovalAnswer, ApprovalRequest, ThreadItem } from "../agent/tools.js";
+import type { Agent } from "../agent/agent.js";
+import type { ApprovalAnswer, ApprovalRequest } from "../agent/tools.js";
 import type { ClientFlags, Runtime } from "../cli/agent-runtime.js";
 import { describeInstructionFiles } from "../agent/context/session-context.js";
 import { pastedImagePath } from "../agent/images.js";
 import { decodeKeys, type Key } from "./keys.js";
-import { loadMarkdown, renderMarkdown } from "./markdown.js";
+import { loadMarkdown } from "./markdown.js";
 import { Screen } from "./screen.js";
-import { Composer } from "./composer.js";
+import { Composer, PROMPT, STEER_PROMPT } from "./composer.js";
+import { echo, Transcript } from "./transcript.js";
 import { Approvals } from "./approvals.js";
 import { Pager } from "./pager.js";
 import { Attachments, namesFiles } from "./attachments.js";
@@ -33,10 +34,9 @@ import { complete, WorkspaceFiles } from "./completion.js";
 import { liveContext } from "../agent/live-context.js";
 import { bold, cyan, dim, green, red, yellow } from "./style.js";
 import { statusLine, type Phase } from "./status-line.js";
-import { describeCutOff, expandToolItem, summarizeToolItem } from "./tool-summary.js";
 import type { ChangeRecord } from "../app/change-record.js";
 import type { FileDiff } from "../agent/thread-item.js";
-import { changeLine, counts, diffRows } from "./diff-view.js";
+import { counts, diffRows } from "./diff-view.js";
 import { truncate } from "./wrap.js";
 import type { VariantRun } from "../agent/variants/runner.js";
 import { describeTaskWorkspace as describeWorkspace } from "../cli/worktree-session.js";
@@ -48,8 +48,6 @@ export interface TuiOptions {
   resume?: string | null;
 }
 
-const PROMPT = "› ";
-const STEER_PROMPT = "steer › ";
 /** As the variants runner's (src/agent/variants/runner.ts, loaded on first use). */
 const MIN_VARIANTS = 2;
 const MAX_VARIANTS = 10;
@@ -109,8 +107,6 @@ class TuiApp {
    * `/diff`; what the file holds now is read when `/diff` runs.
    */
   #changes: ChangeRecord | undefined;
-  /** What the last file change did, for Ctrl-O and /expand. */
-  #lastDiffs: FileDiff[] | undefined;
   /** The last `/variants`: running (a live table in the footer), then waiting for `/pick K`. */
   #variantRun: VariantRun | undefined;
   /** How many `/variants` this session ran (their workspaces' ids). */
@@ -118,21 +114,9 @@ class TuiApp {
   /** Approvals the variants ask for, one at a time. */
   #variantAsks: Promise<unknown> = Promise.resolve();
   #variantsNext: number | undefined;
-  #ttftMs: number | undefined;
-  #tokensPerSecond: number | undefined;
-  #firstTokenAt: number | undefined;
-  #deltas = 0;
   #exit: ((code: number) => void) | undefined;
   #exiting = false;
   #lastCtrlC = 0;
-  /** The tier `auto` routed the latest response to. */
-  #route: string | undefined;
-  /** The last tool call shown, for Ctrl-O and /expand. */
-  #lastTool: Exclude<ThreadItem, { type: "agent_message" } | { type: "error" }> | undefined;
-  /** Why the main answer of this turn stopped short, said when the turn ends. */
-  #cutOff: string | undefined;
-  /** True while this UI starts a turn it has already echoed (so `turn.started` does not echo it). */
-  #echoed = false;
   /** The workspace's files for `@` completion (and attachments), also before the server is up. */
   readonly files: WorkspaceFiles;
   /** `@path` files and images a message carries. */
@@ -141,6 +125,8 @@ class TuiApp {
   readonly approvals = new Approvals(this);
   /** `/diff` and `/diff K`, paged in the footer. */
   readonly pager = new Pager();
+  /** The agent's events, written into the scrollback; the turn's figures. */
+  readonly transcript = new Transcript(this);
 
   get runtime(): Runtime | undefined {
     return this.#runtime;
@@ -220,7 +206,7 @@ class TuiApp {
         this.#sayWhenIdle(yellow(line));
       });
       runtime.agent.setModel(this.#model);
-      runtime.agent.on((event) => this.#onAgentEvent(event));
+      runtime.agent.on((event) => this.transcript.onEvent(event));
       this.screen.line(
         dim(
           `${runtime.inProcess ? "in-process server" : runtime.serverUrl} · approval ${runtime.approval} · ` +
@@ -235,8 +221,8 @@ class TuiApp {
             `⎇ working in ${describeWorkspace(runtime.taskWorkspace)}; ${runtime.root} changes only at /apply (/discard drops the changes)`,
           ),
         );
-      this.#showContext(runtime);
-      if (runtime.resumedItems > 0) await this.#showResumed();
+      this.transcript.showContext(runtime);
+      if (runtime.resumedItems > 0) await this.transcript.showResumed();
       this.phase = "ready";
       this.render();
       const waiting = this.#waitingForConnection.splice(0);
@@ -301,41 +287,6 @@ class TuiApp {
     ];
   }
 
-  /** What the session loaded from the project: AGENTS.md files (with sizes), skills, prompts, warnings. */
-  #showContext(runtime: Runtime): void {
-    const context = runtime.context.summary();
-    if (context.instructions.length > 0)
-      this.screen.line(dim(`instructions: ${describeInstructionFiles(context.instructions)}`));
-    if (context.skills.length > 0 || context.prompts.length > 0)
-      this.screen.line(
-        dim(
-          [
-            context.skills.length > 0 ? `skills: ${context.skills.map((s) => `$${s.name}`).join(" ")}` : "",
-            context.prompts.length > 0
-              ? `prompts: ${context.prompts.map((p) => `/${p.name}`).join(" ")}`
-              : "",
-          ]
-            .filter((part) => part !== "")
-            .join(" · "),
-        ),
-      );
-    for (const warning of context.warnings) this.screen.line(yellow(`⚠ ${warning}`));
-  }
-
-  async #showResumed(): Promise<void> {
-    const { messageText } = await import("../agent/agent.js");
-    await loadMarkdown(); // the saved answers are shown rendered, not as raw Markdown
-    const agent = this.#agent!;
-    const messages = agent.transcript.filter((item) => item.type === "message");
-    this.screen.line(dim(`resumed: ${agent.transcript.length} items; the last messages:`));
-    for (const item of messages.slice(-4)) {
-      const text = messageText(item);
-      const shown = text.length > 300 ? `${text.slice(0, 300)}…` : text;
-      if (item.role === "user") this.screen.line(cyan(`${PROMPT}${shown}`));
-      else for (const row of renderMarkdown(shown, this.screen.columns)) this.screen.line(row);
-    }
-  }
-
   // ── input ──────────────────────────────────────────────────────────────────────────────
 
   #onInput(data: string): void {
@@ -395,7 +346,7 @@ class TuiApp {
         process.stdout.write("\x1b[2J\x1b[H");
         return this.render();
       case "ctrl-o":
-        return this.#expand();
+        return this.transcript.expand();
       default:
         if (this.#composer.edit(key)) this.render();
         return;
@@ -503,17 +454,13 @@ class TuiApp {
     this.phase = "waiting";
     this.render();
     if (namesFiles(text)) return void this.#submitWithAttachments(agent, text, images);
-    this.#echoed = true;
-    void agent.submit(text, images);
-    this.#echoed = false;
+    this.transcript.submitEchoed(() => void agent.submit(text, images));
   }
 
   async #submitWithAttachments(agent: Agent, text: string, images: string[] = []): Promise<void> {
     const message = await this.attachments.withFiles(text);
     this.render();
-    this.#echoed = true;
-    void agent.submit(message, images);
-    this.#echoed = false;
+    this.transcript.submitEchoed(() => void agent.submit(message, images));
   }
 
   /**
@@ -650,7 +597,7 @@ class TuiApp {
       case "clear":
         if (!needIdle()) break;
         agent!.reset();
-        this.#ttftMs = this.#tokensPerSecond = undefined;
+        this.transcript.forgetFigures();
         this.screen.line(dim("─── new conversation ───"));
         break;
       case "compact":
@@ -735,7 +682,7 @@ class TuiApp {
         await this.#undoRedo(name, args[0]);
         break;
       case "expand":
-        return this.#expand();
+        return this.transcript.expand();
       case "diff":
         await this.#showSessionDiff();
         break;
@@ -1047,195 +994,17 @@ class TuiApp {
 
   // ── agent events ───────────────────────────────────────────────────────────────────────
 
-  #onAgentEvent(event: AgentEvent): void {
-    switch (event.type) {
-      case "turn.started":
-        // A turn the agent started by itself (queued messages after a turn): show what it sends.
-        if (this.#echoed || event.input === "") return;
-        this.screen.endLine();
-        this.screen.line(cyan(echo(event.input)));
-        break;
-      case "response.started":
-        if (event.lane !== "") return;
-        this.#route = event.route;
-        this.phase = "waiting";
-        this.#firstTokenAt = undefined;
-        this.#deltas = 0;
-        break;
-      case "response.queued":
-        this.phase = "queued";
-        break;
-      case "first_token":
-        if (event.lane !== "" && this.#firstTokenAt !== undefined) return;
-        this.#ttftMs = event.ms;
-        this.#firstTokenAt = performance.now();
-        this.phase = "generating";
-        break;
-      case "text.delta":
-        this.#deltas++;
-        this.screen.print(event.delta);
-        this.render(true);
-        return;
-      case "item.started":
-        this.screen.endLine();
-        this.phase = "tools";
-        // The file is written as soon as this returns: its content before is kept now (synchronously).
-        if (event.item.type === "file_change") this.#changes?.before(event.item.changes.map((c) => c.path));
-        if (event.item.type === "command_execution")
-          this.screen.line(cyan(`⚙ ${summarizeToolItem(event.item)}`));
-        break;
-      case "item.completed":
-        if (event.item.type === "file_change") this.#changes?.after(event.item.changes.map((c) => c.path));
-        this.#showItem(event.item, event.diffs);
-        break;
-      case "steer":
-        if (event.status === "sent") {
-          this.screen.endLine();
-          this.screen.line(yellow(`↳ steer: ${event.text}`));
-        } else if (event.status === "deferred")
-          this.screen.line(yellow(`↳ with the next request: ${event.text}`));
-        else if (event.status === "failed")
-          this.screen.line(
-            dim(`↳ steer arrived after the answer ended; it is sent next: ${event.message ?? ""}`),
-          );
-        break;
-      case "response.done":
-        if (event.lane !== "") return;
-        if (event.ttftMs !== undefined) this.#ttftMs = event.ttftMs;
-        if (event.tokensPerSecond !== undefined) this.#tokensPerSecond = event.tokensPerSecond;
-        this.#firstTokenAt = undefined;
-        if (event.reason === "steered") {
-          this.screen.endLine();
-          this.screen.line(dim("── steered ──"));
-        }
-        // An answer that stopped short says so when the turn ends (not a plain "ready").
-        if (event.lane === "" && event.status === "incomplete") {
-          this.#cutOff = describeCutOff(
-            event.reason,
-            event.contextTokens,
-            this.#agent?.contextWindow ?? Infinity,
-          );
-        }
-        break;
-      case "checkpoint":
-        this.screen.endLine();
-        this.screen.line(dim(`↶ turn ${event.turn} changed ${fewFiles(event.files)} · /undo puts them back`));
-        break;
-      case "compacted":
-        // /compact reports its own result with token counts.
-        if (event.trigger === "auto")
-          this.screen.line(dim(`context compacted automatically: ${event.items} items kept`));
-        break;
-      case "turn.completed":
-        // The turn may have added or removed files: `@` completion lists them again.
-        this.files.forget();
-        this.screen.endLine();
-        if (this.#cutOff) this.screen.line(yellow(`⚠ ${this.#cutOff}`));
-        this.#cutOff = undefined;
-        this.phase = "ready";
-        break;
-      case "turn.interrupted":
-        this.#cutOff = undefined;
-        this.screen.endLine();
-        this.screen.line(yellow("■ interrupted"));
-        this.phase = "ready";
-        this.notice = "";
-        break;
-      case "turn.failed":
-        this.#cutOff = undefined;
-        this.screen.endLine();
-        this.screen.line(red(`✗ ${event.error.message}`));
-        this.phase = "ready";
-        break;
-      default:
-        return;
-    }
-    this.render();
-  }
-
-  #showItem(item: ThreadItem, diffs?: FileDiff[]): void {
-    if (item.type !== "agent_message" && item.type !== "error") {
-      this.#lastTool = item;
-      this.#lastDiffs = diffs;
-    }
-    switch (item.type) {
-      case "agent_message":
-        this.screen.endLine();
-        return;
-      case "command_execution": {
-        const lines = item.aggregated_output
-          .trimEnd()
-          .split("\n")
-          .filter((l) => l !== "");
-        const shown = lines.slice(-6).map((l) => dim(`  ${l.length > 200 ? `${l.slice(0, 200)}…` : l}`));
-        const status =
-          item.status === "declined"
-            ? yellow("  declined")
-            : item.exit_code === 0
-              ? green("  ✓ exit 0")
-              : red(`  ✗ ${item.exit_code === null ? item.status : `exit ${item.exit_code}`}`);
-        if (item.status === "declined") this.screen.line(cyan(`⚙ ${summarizeToolItem(item)}`));
-        if (lines.length > 6) this.screen.line(dim(`  … ${lines.length - 6} more lines (Ctrl-O shows all)`));
-        for (const line of shown) this.screen.line(line);
-        this.screen.line(status);
-        return;
-      }
-      case "file_change": {
-        const summary = summarizeToolItem(item);
-        // Applied: one line per file, the diff itself collapsed (Ctrl-O shows it, /diff the session's).
-        if (item.status === "completed" && diffs && diffs.length > 0)
-          diffs.forEach((diff, i) =>
-            this.screen.line(
-              changeLine(diff) + (i === diffs.length - 1 ? dim("  (Ctrl-O or /diff shows it)") : ""),
-            ),
-          );
-        else if (item.status === "completed") this.screen.line(green(`✎ ${summary}`));
-        else
-          this.screen.line(
-            red(
-              `✎ patch ${item.status}: ${summary}${item.error ? `\n  ${item.error.replace(/\n/g, "\n  ")}` : ""}`,
-            ),
-          );
-        return;
-      }
-      case "tool_call":
-        this.screen.line(
-          item.status === "failed"
-            ? red(`· ${summarizeToolItem(item)}: ${(item.result ?? "failed").split("\n")[0]}`)
-            : dim(`· ${summarizeToolItem(item)}`),
-        );
-        return;
-      case "error":
-        this.screen.line(red(`✗ ${item.message}`));
-        return;
-    }
-  }
-
-  /** Ctrl-O, /expand: the last tool call in full (arguments, output). */
-  #expand(): void {
-    const item = this.#lastTool;
-    if (!item) this.screen.lineAbove(dim("no tool call to expand yet"));
-    else for (const line of expandToolItem(item)) this.screen.lineAbove(dim(line));
-    if (item?.type === "file_change" && this.#lastDiffs)
-      for (const row of diffRows(this.#lastDiffs, this.screen.columns - 1)) this.screen.lineAbove(row);
-    this.render();
-  }
-
   // ── drawing ────────────────────────────────────────────────────────────────────────────
 
   #statusLine(): string {
     const agent = this.#agent;
-    const live =
-      this.#firstTokenAt !== undefined && this.#deltas > 1
-        ? (this.#deltas - 1) / Math.max(0.001, (performance.now() - this.#firstTokenAt) / 1000)
-        : this.#tokensPerSecond;
     return statusLine({
       model: this.#model,
-      route: this.#route,
+      route: this.transcript.route,
       busy: Boolean(agent?.busy || this.#variantsRunning),
       phase: this.phase,
-      ttftMs: this.#ttftMs,
-      tokensPerSecond: live,
+      ttftMs: this.transcript.ttftMs,
+      tokensPerSecond: this.transcript.tokensPerSecond,
       context: agent ? { tokens: liveContext(agent).tokens, window: agent.contextWindow } : undefined,
       worktree: Boolean(this.#runtime?.taskWorkspace),
       notice: this.notice,
@@ -1330,12 +1099,6 @@ const HELP = [
   "/skills      the skills found ($name in a message invokes one) · /NAME args runs a custom prompt",
 ];
 
-/** Up to six paths, then how many more. */
-function fewFiles(files: readonly string[]): string {
-  const shown = files.slice(0, 6).join(", ");
-  return files.length > 6 ? `${shown} and ${files.length - 6} more` : shown;
-}
-
 /**
  * What /compact did, in numbers that hold: the context's tokens before (the last answer's count)
  * and after (the server's count of the compacted context, when it gives one), and what was kept.
@@ -1353,9 +1116,4 @@ function describeCompaction(
   }
   const from = before.tokens > 0 ? `${before.tokens} → ` : "";
   return `context compacted: ${from}${after.contextTokens} tokens of ${window} (${what})`;
-}
-
-/** A sent message as echoed: the prompt, and its further lines indented under the first. */
-function echo(text: string): string {
-  return `${PROMPT}${text.replace(/\n/g, `\n${" ".repeat(PROMPT.length)}`)}`;
 }

@@ -10,6 +10,10 @@ import type { Key } from "./keys.js";
 import { bold } from "./style.js";
 import { visibleWidth } from "./wrap.js";
 
+/** The composer's prompt; while the model writes, what is typed steers it. */
+export const PROMPT = "› ";
+export const STEER_PROMPT = "steer › ";
+
 export class Composer {
   #text = "";
   #caret = 0;
