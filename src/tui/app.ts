@@ -29,6 +29,7 @@ import { Composer, PROMPT, STEER_PROMPT } from "./composer.js";
 import { echo, Transcript } from "./transcript.js";
 import { Approvals } from "./approvals.js";
 import { Pager } from "./pager.js";
+import { Variants } from "./variants.js";
 import { Attachments, namesFiles } from "./attachments.js";
 import { complete, WorkspaceFiles } from "./completion.js";
 import { liveContext } from "../agent/live-context.js";
@@ -38,9 +39,8 @@ import type { ChangeRecord } from "../app/change-record.js";
 import type { FileDiff } from "../agent/thread-item.js";
 import { counts, diffRows } from "./diff-view.js";
 import { truncate } from "./wrap.js";
-import type { VariantRun } from "../agent/variants/runner.js";
 import { describeTaskWorkspace as describeWorkspace } from "../cli/worktree-session.js";
-import { discardQuestion, fileCount, variantDiffPage, variantTable } from "./variants-view.js";
+import { discardQuestion, fileCount } from "./variants-view.js";
 
 export interface TuiOptions {
   prompt?: string;
@@ -100,20 +100,11 @@ class TuiApp {
   /** A short word in the status line (cleared by typing): "interrupting…", "no match for x"… */
   notice = "";
   readonly #waitingForConnection: { text: string; variants?: number }[] = [];
-  /** A message sent while variants wait for a pick: sent (discarding them) if Enter comes again. */
-  #discardArmed: string | undefined;
   /**
    * Each file's content before this session first changed it (by a patch or edit_file), for
    * `/diff`; what the file holds now is read when `/diff` runs.
    */
   #changes: ChangeRecord | undefined;
-  /** The last `/variants`: running (a live table in the footer), then waiting for `/pick K`. */
-  #variantRun: VariantRun | undefined;
-  /** How many `/variants` this session ran (their workspaces' ids). */
-  #variantRuns = 0;
-  /** Approvals the variants ask for, one at a time. */
-  #variantAsks: Promise<unknown> = Promise.resolve();
-  #variantsNext: number | undefined;
   #exit: ((code: number) => void) | undefined;
   #exiting = false;
   #lastCtrlC = 0;
@@ -127,6 +118,8 @@ class TuiApp {
   readonly pager = new Pager();
   /** The agent's events, written into the scrollback; the turn's figures. */
   readonly transcript = new Transcript(this);
+  /** `/variants N`: the runs, their table, `/pick K`. */
+  readonly variants = new Variants(this);
 
   get runtime(): Runtime | undefined {
     return this.#runtime;
@@ -308,8 +301,8 @@ class TuiApp {
       case "tab":
         return void this.#tab();
       case "escape":
-        if (this.#variantsRunning) {
-          this.#variantRun!.cancel();
+        if (this.variants.running) {
+          this.variants.cancel();
           this.notice = "stopping the variants…";
           return this.render();
         }
@@ -386,7 +379,7 @@ class TuiApp {
     this.#composer.remember(text);
     this.#setInput("");
     if (text.startsWith("/")) return void this.#command(text);
-    if (this.#variantsRunning) {
+    if (this.variants.running) {
       this.screen.line(yellow("variants are running: Esc stops them (the message stays in the history)"));
       return this.render();
     }
@@ -395,16 +388,17 @@ class TuiApp {
       this.screen.lineAbove(dim(`⏎ queued for after this turn: ${text}`));
       return this.render();
     }
-    const variants = this.#variantsNext;
+    const variants = this.variants.next;
     // Variants waiting for /pick K are not discarded by a message sent on its own: Enter again does.
-    if (this.#variantRun && variants === undefined && this.#discardArmed !== text) {
-      this.#discardArmed = text;
+    const waiting = this.variants.run;
+    if (waiting && variants === undefined && this.variants.discardArmed !== text) {
+      this.variants.discardArmed = text;
       this.#setInput(text);
-      this.screen.line(yellow(discardQuestion(this.#variantRun.variants.length)));
+      this.screen.line(yellow(discardQuestion(waiting.variants.length)));
       return this.render();
     }
-    this.#discardArmed = undefined;
-    this.#variantsNext = undefined;
+    this.variants.discardArmed = undefined;
+    this.variants.next = undefined;
     this.send(text, variants);
   }
 
@@ -447,9 +441,9 @@ class TuiApp {
       return this.render();
     }
     this.screen.line(cyan(echo(text)));
-    if (variants !== undefined) return void this.#runVariants(variants, text);
+    if (variants !== undefined) return void this.variants.start(variants, text);
     // A new message moves on: the variants not picked are discarded.
-    if (this.#variantRun) void this.#dropVariants("the variants were not picked: discarded");
+    if (this.variants.run) void this.variants.drop("the variants were not picked: discarded");
     const images = this.attachments.takeImages();
     this.phase = "waiting";
     this.render();
@@ -520,8 +514,8 @@ class TuiApp {
     const [name, ...args] = line.slice(1).split(/\s+/);
     const agent = this.#agent;
     // `/diff K` with variants about: variant K's diff (`/diff` alone: the session's changes).
-    if (name === "diff" && this.#variantRun && /^\d+$/.test(args[0] ?? "")) {
-      await this.#variantDiff(Number(args[0]));
+    if (name === "diff" && this.variants.run && /^\d+$/.test(args[0] ?? "")) {
+      await this.variants.diff(Number(args[0]));
       return this.render();
     }
     const needIdle = (): boolean => {
@@ -619,20 +613,20 @@ class TuiApp {
           this.screen.line(yellow(`usage: /variants N [message], N from ${MIN_VARIANTS} to ${MAX_VARIANTS}`));
           break;
         }
-        if (this.#variantsRunning) {
+        if (this.variants.running) {
           this.screen.line(yellow("variants are running: Esc stops them"));
           break;
         }
         const text = args.slice(1).join(" ");
         if (text === "") {
-          this.#variantsNext = count;
+          this.variants.next = count;
           this.screen.line(dim(`your next message gets ${count} answers side by side`));
         } else if (!agent || needIdle()) this.send(text, count);
         break;
       }
       case "pick":
         if (!needIdle()) break;
-        await this.#pick(args[0]);
+        await this.variants.pick(args[0]);
         break;
       case "apply":
       case "discard":
@@ -778,174 +772,6 @@ class TuiApp {
     this.render();
   }
 
-  get #variantsRunning(): boolean {
-    return this.#variantRun !== undefined && !this.#variantRun.finished;
-  }
-
-  /** Whether `variants.check` is configured (the table's check column). */
-  get #variantCheck(): boolean {
-    return this.#runtime?.variants.check !== undefined;
-  }
-
-  /**
-   * `/variants N`: N full agent runs of `text`, each in a worktree of its own (a copy outside git)
-   * with its own connection, at temperatures from 0.2 to 1.0; the table in the footer shows them
-   * live, and stays in the scrollback when they end. `/pick K` lands one, `/diff K` shows one.
-   */
-  async #runVariants(count: number, text: string): Promise<void> {
-    const runtime = this.#runtime!;
-    const agent = this.#agent!;
-    if (this.#variantRun) await this.#dropVariants("the earlier variants are discarded");
-    const images = this.attachments.takeImages();
-    const prompt = namesFiles(text) ? await this.attachments.withFiles(text) : text;
-    const { startVariants } = await import("../agent/variants/runner.js");
-    const settings = runtime.variants;
-    const transcript = [...agent.transcript];
-    let run: VariantRun;
-    try {
-      run = startVariants({
-        count,
-        prompt,
-        images,
-        // With --worktree the session's own worktree: a pick lands there, /apply takes it further.
-        root: runtime.workspace.root,
-        // `tui-` marks the terminal's workspaces (as `--worktree` sessions' `tui-SESSION`).
-        idPrefix: `tui-${runtime.session.meta.id}-v${++this.#variantRuns}`,
-        ...(settings.concurrency === undefined ? {} : { concurrency: settings.concurrency }),
-        ...(settings.check === undefined
-          ? {}
-          : {
-              check: {
-                command: settings.check,
-                ...(settings.checkTimeoutMs === undefined ? {} : { timeoutMs: settings.checkTimeoutMs }),
-                sandbox: await runtime.sandbox,
-                allowEnv: runtime.allowEnv,
-              },
-            }),
-        createAgent: async ({ workspace, index, temperature }) => {
-          const variantAgent = await runtime.createVariantAgent({
-            workspace,
-            temperature,
-            transcript,
-            // One approval prompt at a time, named by its variant.
-            ask: (request) => {
-              const asked = this.#variantAsks.then(() =>
-                this.ask({ ...request, summary: `variant ${index + 1}: ${request.summary}` }),
-              );
-              this.#variantAsks = asked.catch(() => undefined);
-              return asked;
-            },
-          });
-          variantAgent.setModel(this.#model);
-          return variantAgent;
-        },
-      });
-    } catch (error) {
-      this.screen.line(red(`✗ ${(error as Error).message}`));
-      return this.render();
-    }
-    this.#variantRun = run;
-    this.phase = "generating";
-    run.on((event) => {
-      if (event.type === "variant.delta") this.render(true);
-      else if (event.type === "variant.updated") this.render(true);
-    });
-    this.render();
-    await run.done;
-    if (this.#variantRun !== run) return;
-    this.phase = "ready";
-    for (const row of variantTable(run.variants, this.screen.columns - 1, this.#variantCheck))
-      this.screen.line(row);
-    const picked = run.variants.filter((v) => v.state === "done");
-    if (picked.length === 0) {
-      this.screen.line(yellow("no variant finished; their worktrees are removed"));
-      await this.#dropVariants();
-    } else {
-      this.screen.line(
-        dim(
-          `/pick K lands one in ${runtime.taskWorkspace ? "the session's worktree" : "your files"} (the others are removed) · /diff K shows one · a message sent twice discards them`,
-        ),
-      );
-    }
-    this.notice = "";
-    this.render();
-  }
-
-  /** Removes the variants' worktrees (a new message, /variants again, /quit), saying so when `why`. */
-  async #dropVariants(why?: string): Promise<void> {
-    const run = this.#variantRun;
-    if (!run) return;
-    this.#variantRun = undefined;
-    await run.discard().catch(() => {});
-    if (why) this.screen.line(dim(why));
-  }
-
-  /** `/pick K`: variant K lands (3-way merge, all or nothing) and the conversation continues from it. */
-  async #pick(arg: string | undefined): Promise<void> {
-    const run = this.#variantRun;
-    const k = Number(arg);
-    if (!run) return this.screen.line(yellow("no variants to pick from: /variants N [message] first"));
-    if (!run.finished) return this.screen.line(yellow("the variants are still running (Esc stops them)"));
-    if (!Number.isInteger(k) || k < 1 || k > run.variants.length) {
-      return this.screen.line(yellow(`usage: /pick K, K from 1 to ${run.variants.length}`));
-    }
-    const variant = run.variants[k - 1]!;
-    if (variant.state !== "done") {
-      return this.screen.line(yellow(`variant ${k} ${variant.state}: pick another`));
-    }
-    // The pick is a turn of its own for the checkpoints: /undo puts the files back as before it.
-    const checkpoints = await this.#runtime?.checkpoints;
-    let recording = false;
-    try {
-      if (checkpoints) {
-        const paths = (await run.changes(k - 1)).map((change) => change.path);
-        checkpoints.beginTurn();
-        recording = true;
-        await checkpoints.beforeWrite(paths);
-      }
-      const picked = await run.pick(k - 1);
-      const checkpoint = recording ? await checkpoints!.endTurn() : undefined;
-      recording = false;
-      if (picked.conflicts.length > 0) {
-        this.screen.line(red(`✗ variant ${k} does not apply: nothing was written`));
-        for (const conflict of picked.conflicts)
-          this.screen.line(red(`  ${conflict.path}: ${conflict.reason}`));
-        this.screen.line(dim("the variants are kept: /pick another, or change the files and /pick again"));
-        return;
-      }
-      this.#variantRun = undefined;
-      const { adoptInto } = await import("../agent/variants/runner.js");
-      adoptInto(this.#agent!, picked);
-      this.files.forget();
-      const where = this.#runtime?.taskWorkspace ? "the session's worktree" : "your files";
-      this.screen.line(
-        green(
-          `✓ variant ${k} landed in ${where}: ${picked.applied.length === 0 ? "no files changed" : picked.applied.join(", ")}`,
-        ),
-      );
-      this.screen.line(
-        dim(
-          `the other variants' worktrees are removed; the conversation continues from its answer${checkpoint ? " · /undo puts the files back" : ""}`,
-        ),
-      );
-    } catch (error) {
-      if (recording) await checkpoints!.endTurn().catch(() => undefined);
-      this.screen.line(red(`✗ /pick ${k}: ${(error as Error).message}`));
-    }
-  }
-
-  /** `/diff K` while there are variants: variant K's diff against where it started, in the pager. */
-  async #variantDiff(k: number): Promise<void> {
-    const run = this.#variantRun!;
-    const variant = run.variants[k - 1];
-    if (!variant) return this.screen.line(yellow(`usage: /diff K, K from 1 to ${run.variants.length}`));
-    const changes = await run.changes(k - 1).catch((error: unknown) => {
-      this.screen.line(red(`✗ /diff ${k}: ${(error as Error).message}`));
-      return undefined;
-    });
-    if (changes) this.pager.open(variantDiffPage(k, variant, changes, this.screen.columns - 1));
-  }
-
   /** `/apply`: the `--worktree` session's changes land in the user's files (all or nothing). */
   async #applySession(): Promise<void> {
     const ws = this.#runtime?.taskWorkspace;
@@ -1001,7 +827,7 @@ class TuiApp {
     return statusLine({
       model: this.#model,
       route: this.transcript.route,
-      busy: Boolean(agent?.busy || this.#variantsRunning),
+      busy: Boolean(agent?.busy || this.variants.running),
       phase: this.phase,
       ttftMs: this.transcript.ttftMs,
       tokensPerSecond: this.transcript.tokensPerSecond,
@@ -1013,8 +839,8 @@ class TuiApp {
 
   render(streaming = false): void {
     const lines: string[] = [];
-    if (this.#variantsRunning) {
-      const table = variantTable(this.#variantRun!.variants, this.screen.columns - 1, this.#variantCheck);
+    if (this.variants.running) {
+      const table = this.variants.table(this.screen.columns - 1);
       lines.push(...table.slice(0, Math.max(3, this.screen.rows - 6)));
     }
     // The status line never wraps (a wrapped one left debris when redrawn): it is cut to fit.
@@ -1032,8 +858,8 @@ class TuiApp {
     else {
       const prompt = this.#agent?.busy
         ? STEER_PROMPT
-        : this.#variantsNext
-          ? `variants ${this.#variantsNext} › `
+        : this.variants.next
+          ? `variants ${this.variants.next} › `
           : PROMPT;
       const composer = this.#composer.rows(prompt);
       caretLine = lines.length + composer.caretRow;
@@ -1056,9 +882,7 @@ class TuiApp {
       process.stdout.write(dim(`session saved: spark resume ${session}`) + "\r\n");
     }
     // Spark's worktrees do not outlive the session unless they hold work not yet applied.
-    const run = this.#variantRun;
-    this.#variantRun = undefined;
-    if (run) await run.discard().catch(() => {});
+    await this.variants.drop();
     const ws = this.#runtime?.taskWorkspace;
     if (ws) {
       const { leaveTaskWorkspace } = await import("../cli/worktree-session.js");
