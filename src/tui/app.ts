@@ -20,7 +20,6 @@
 import type { Agent } from "../agent/agent.js";
 import type { ApprovalAnswer, ApprovalRequest } from "../agent/tools.js";
 import type { ClientFlags, Runtime } from "../cli/agent-runtime.js";
-import { describeInstructionFiles } from "../agent/context/session-context.js";
 import { pastedImagePath } from "../agent/images.js";
 import { decodeKeys, type Key } from "./keys.js";
 import { loadMarkdown } from "./markdown.js";
@@ -30,17 +29,16 @@ import { echo, Transcript } from "./transcript.js";
 import { Approvals } from "./approvals.js";
 import { Pager } from "./pager.js";
 import { Variants } from "./variants.js";
+import { COMMAND_NAMES, runCommand, type Tui } from "./commands/index.js";
 import { Attachments, namesFiles } from "./attachments.js";
 import { complete, WorkspaceFiles } from "./completion.js";
-import { liveContext } from "../agent/live-context.js";
-import { bold, cyan, dim, green, red, yellow } from "./style.js";
+import { bold, cyan, dim, red, yellow } from "./style.js";
 import { statusLine, type Phase } from "./status-line.js";
-import type { ChangeRecord } from "../app/change-record.js";
-import type { FileDiff } from "../agent/thread-item.js";
-import { counts, diffRows } from "./diff-view.js";
 import { truncate } from "./wrap.js";
+import { liveContext } from "../agent/live-context.js";
+import type { ChangeRecord } from "../app/change-record.js";
 import { describeTaskWorkspace as describeWorkspace } from "../cli/worktree-session.js";
-import { discardQuestion, fileCount } from "./variants-view.js";
+import { discardQuestion } from "./variants-view.js";
 
 export interface TuiOptions {
   prompt?: string;
@@ -48,31 +46,8 @@ export interface TuiOptions {
   resume?: string | null;
 }
 
-/** As the variants runner's (src/agent/variants/runner.ts, loaded on first use). */
-const MIN_VARIANTS = 2;
-const MAX_VARIANTS = 10;
 /** The tiers every Spark server serves; others (config aliases) are known once connected. */
 const BUILTIN_TIERS = ["spark", "deep", "auto"];
-const COMMANDS = [
-  "tier",
-  "model",
-  "compact",
-  "new",
-  "variants",
-  "pick",
-  "apply",
-  "discard",
-  "status",
-  "skills",
-  "image",
-  "retry",
-  "expand",
-  "diff",
-  "undo",
-  "redo",
-  "help",
-  "quit",
-];
 /** Keyboard modes asked for at start and undone at exit: bracketed paste (a pasted block is one
  * key), the kitty keyboard protocol's "disambiguate" flag and xterm's modifyOtherKeys (so that
  * Shift+Enter is not plain Enter). Terminals that do not know them ignore them. */
@@ -89,9 +64,10 @@ export async function runTui(flags: ClientFlags, options: TuiOptions): Promise<n
   return new TuiApp(flags, options).run();
 }
 
-class TuiApp {
+class TuiApp implements Tui {
   readonly screen = new Screen(process.stdout);
-  readonly #composer = new Composer();
+  /** The message being typed. */
+  readonly composer = new Composer();
   #runtime: Runtime | undefined;
   #agent: Agent | undefined;
   #model: string;
@@ -316,7 +292,7 @@ class TuiApp {
           this.#agent.interrupt();
           return this.render();
         }
-        if (this.#composer.text !== "") return this.#setInput("");
+        if (this.composer.text !== "") return this.#setInput("");
         const now = Date.now();
         if (now - this.#lastCtrlC < 1500) return void this.quit(0);
         this.#lastCtrlC = now;
@@ -324,7 +300,7 @@ class TuiApp {
         return this.render();
       }
       case "ctrl-d":
-        if (this.#composer.text === "") return void this.quit(0);
+        if (this.composer.text === "") return void this.quit(0);
         return;
       case "ctrl-t":
         return this.setModel(this.#model === "spark" ? "deep" : "spark");
@@ -341,25 +317,25 @@ class TuiApp {
       case "ctrl-o":
         return this.transcript.expand();
       default:
-        if (this.#composer.edit(key)) this.render();
+        if (this.composer.edit(key)) this.render();
         return;
     }
   }
 
   #insert(text: string): void {
-    this.#composer.insert(text);
+    this.composer.insert(text);
     this.notice = "";
     this.render();
   }
 
   #setInput(text: string): void {
-    this.#composer.set(text);
+    this.composer.set(text);
     this.render();
   }
 
   /** Enter (steer or send) and Tab (queue). */
   #enter(queue: boolean): void {
-    const text = this.#composer.text.trim();
+    const text = this.composer.text.trim();
     if (text === "") return;
     if (this.phase === "failed" && !text.startsWith("/")) {
       // Kept in the prompt: it can be sent once /retry or /model connects.
@@ -372,13 +348,13 @@ class TuiApp {
     // The hot path: a steer goes on the wire before anything is drawn.
     if (!queue && agent?.busy && !text.startsWith("/")) {
       agent.steer(text);
-      this.#composer.remember(text);
+      this.composer.remember(text);
       this.#setInput("");
       return;
     }
-    this.#composer.remember(text);
+    this.composer.remember(text);
     this.#setInput("");
-    if (text.startsWith("/")) return void this.#command(text);
+    if (text.startsWith("/")) return void runCommand(this, text);
     if (this.variants.running) {
       this.screen.line(yellow("variants are running: Esc stops them (the message stays in the history)"));
       return this.render();
@@ -408,8 +384,8 @@ class TuiApp {
    * start, and the candidates listed.
    */
   async #tab(): Promise<void> {
-    const completion = await complete(this.#composer.beforeCaret, {
-      commands: () => [...COMMANDS, ...(this.#runtime?.context.prompts.map((p) => p.name) ?? [])],
+    const completion = await complete(this.composer.beforeCaret, {
+      commands: () => [...COMMAND_NAMES, ...(this.#runtime?.context.prompts.map((p) => p.name) ?? [])],
       tiers: () => this.tiers(),
       files: this.files,
     });
@@ -419,7 +395,7 @@ class TuiApp {
       this.notice = `no match for ${prefix === "" ? "that" : prefix}`;
       return this.render();
     }
-    this.#composer.replaceBeforeCaret(prefix.length, completion.text);
+    this.composer.replaceBeforeCaret(prefix.length, completion.text);
     this.notice = "";
     if (matches.length > 1) {
       const shown = matches.slice(0, 12).join("  ");
@@ -457,312 +433,8 @@ class TuiApp {
     this.transcript.submitEchoed(() => void agent.submit(message, images));
   }
 
-  /**
-   * `/diff`: every file this session changed, paged in the footer. In place: the files patches and
-   * edit_file changed, each against its content before the session first touched it, read as they
-   * are now (an undo or the user's own edits since show too). In a `--worktree` session: the
-   * worktree's whole diff against where it started (commands' changes included), as /apply lands it.
-   */
-  async #showSessionDiff(): Promise<void> {
-    const ws = this.#runtime?.taskWorkspace;
-    let diffs: FileDiff[];
-    let title = "Changes this session";
-    if (ws && ws.kind !== "in-place") {
-      try {
-        const { taskChanges, taskFileDiff } = await import("../agent/worktree/task-changes.js");
-        diffs = (await taskChanges(ws)).map(taskFileDiff);
-      } catch (error) {
-        this.screen.line(red(`✗ /diff: ${(error as Error).message}`));
-        return;
-      }
-      title = "Changes in the session's worktree (/apply lands them)";
-    } else {
-      const record = this.#changes;
-      if (record) record.after(Object.keys(record.toJSON()));
-      diffs = record?.diffs() ?? [];
-    }
-    if (diffs.length === 0) {
-      this.screen.line(
-        dim(
-          ws && ws.kind !== "in-place"
-            ? "no changes in the session's worktree yet"
-            : "no changes in this session yet (/diff shows what patches and edit_file changed)",
-        ),
-      );
-      return;
-    }
-    let added = 0;
-    let removed = 0;
-    for (const diff of diffs) {
-      added += diff.added;
-      removed += diff.removed;
-    }
-    this.pager.open({
-      head: `${bold(title)}: ${fileCount(diffs.length)} ${counts(added, removed)} ${dim("· q closes")}`,
-      rows: diffRows(diffs, this.screen.columns - 1),
-      offset: 0,
-    });
-  }
-
   ask(request: ApprovalRequest): Promise<ApprovalAnswer> {
     return this.approvals.ask(request);
-  }
-
-  // ── commands ───────────────────────────────────────────────────────────────────────────
-
-  async #command(line: string): Promise<void> {
-    const [name, ...args] = line.slice(1).split(/\s+/);
-    const agent = this.#agent;
-    // `/diff K` with variants about: variant K's diff (`/diff` alone: the session's changes).
-    if (name === "diff" && this.variants.run && /^\d+$/.test(args[0] ?? "")) {
-      await this.variants.diff(Number(args[0]));
-      return this.render();
-    }
-    const needIdle = (): boolean => {
-      if (!agent) {
-        this.screen.line(yellow("not connected yet"));
-        return false;
-      }
-      if (agent.busy) {
-        this.screen.line(yellow(`/${name} waits for the turn to end (Esc interrupts it)`));
-        return false;
-      }
-      return true;
-    };
-    switch (name) {
-      case "help":
-      case "?":
-        for (const help of HELP) this.screen.line(dim(help));
-        for (const prompt of this.#runtime?.context.prompts ?? []) {
-          const usage = `/${prompt.name}${prompt.argumentHint ? ` ${prompt.argumentHint}` : ""}`;
-          this.screen.line(dim(`${usage.padEnd(12)} ${prompt.description} (custom prompt)`));
-        }
-        break;
-      case "image": {
-        const path = line
-          .slice(1 + (name?.length ?? 0))
-          .trim()
-          .replace(/^(['"])(.*)\1$/, "$2");
-        if (!path) {
-          this.screen.line(
-            dim("/image PATH attaches an image file (PNG, JPEG, GIF, WebP) to your next message"),
-          );
-          break;
-        }
-        await this.attachments.attachImage(path);
-        break;
-      }
-      case "skills": {
-        const skills = this.#runtime?.context.skills ?? [];
-        if (skills.length === 0)
-          this.screen.line(
-            dim("no skills (folders with a SKILL.md in .agents/skills/ or ~/.agents/skills/)"),
-          );
-        for (const skill of skills)
-          this.screen.line(`${bold(`$${skill.name}`)} ${dim(`${skill.description} · ${skill.path}`)}`);
-        break;
-      }
-      case "tier": {
-        // The server's tiers are read in the background; a /tier waits for them.
-        await this.#runtime?.modelsKnown();
-        const tiers = this.tiers();
-        if (!args[0]) {
-          this.screen.line(dim(`tier: ${this.#model} (of ${tiers.join(", ")}; Ctrl-T toggles spark ⇄ deep)`));
-        } else if (!tiers.includes(args[0])) {
-          // Refused at once, not at the next message: the names are the server's /v1/models.
-          this.screen.line(
-            yellow(
-              `unknown tier ${args[0]}: ${this.#runtime?.models ? "this server serves" : "the tiers are"} ${tiers.join(", ")} (Tab completes)`,
-            ),
-          );
-        } else this.setModel(args[0]);
-        break;
-      }
-      case "model":
-        return this.#modelCommand(args.join(" "));
-      case "retry":
-        if (this.phase !== "failed") {
-          this.screen.line(dim(this.#agent ? "connected already" : "connecting…"));
-          break;
-        }
-        void this.connect();
-        return;
-      case "new":
-      case "clear":
-        if (!needIdle()) break;
-        agent!.reset();
-        this.transcript.forgetFigures();
-        this.screen.line(dim("─── new conversation ───"));
-        break;
-      case "compact":
-        if (!needIdle()) break;
-        try {
-          this.notice = "compacting…";
-          this.render();
-          const before = { tokens: agent!.contextTokens, items: agent!.transcript.length };
-          const after = await agent!.compact();
-          this.screen.line(dim(describeCompaction(before, after, agent!.contextWindow)));
-        } catch (error) {
-          this.screen.line(red(`✗ ${(error as Error).message}`));
-        }
-        this.notice = "";
-        break;
-      case "variants": {
-        const count = Number(args[0]);
-        if (!Number.isInteger(count) || count < MIN_VARIANTS || count > MAX_VARIANTS) {
-          this.screen.line(yellow(`usage: /variants N [message], N from ${MIN_VARIANTS} to ${MAX_VARIANTS}`));
-          break;
-        }
-        if (this.variants.running) {
-          this.screen.line(yellow("variants are running: Esc stops them"));
-          break;
-        }
-        const text = args.slice(1).join(" ");
-        if (text === "") {
-          this.variants.next = count;
-          this.screen.line(dim(`your next message gets ${count} answers side by side`));
-        } else if (!agent || needIdle()) this.send(text, count);
-        break;
-      }
-      case "pick":
-        if (!needIdle()) break;
-        await this.variants.pick(args[0]);
-        break;
-      case "apply":
-      case "discard":
-        if (!needIdle()) break;
-        try {
-          if (name === "apply") await this.#applySession();
-          else await this.#discardSession();
-        } catch (error) {
-          this.screen.line(red(`✗ /${name}: ${(error as Error).message}`));
-        }
-        break;
-      case "status": {
-        const runtime = this.#runtime;
-        if (!runtime) {
-          this.screen.line(dim("connecting…"));
-          break;
-        }
-        const { describeSandbox } = await import("../agent/sandbox.js");
-        this.screen.line(
-          dim(
-            [
-              `server: ${runtime.inProcess ? `in process (${runtime.serverUrl})` : runtime.serverUrl}`,
-              `tier: ${this.#model} (of ${this.tiers().join(", ")}) · approval: ${runtime.approval} · ${describeSandbox(await runtime.sandbox)}`,
-              `context: ${runtime.agent.contextTokens} of ${runtime.agent.contextWindow} tokens, ${runtime.agent.transcript.length} items`,
-              `session: ${runtime.session.meta.id} (${runtime.session.path})`,
-              runtime.taskWorkspace
-                ? `workspace: ${runtime.root}; the session works in ${describeWorkspace(runtime.taskWorkspace)} (/apply lands it)`
-                : `workspace: ${runtime.workspace.root}`,
-              `instructions: ${describeInstructionFiles(runtime.context.summary().instructions)}`,
-              `skills: ${runtime.context.skills.length} · custom prompts: ${runtime.context.prompts.length}`,
-              ...(runtime.mcp
-                ? [
-                    `MCP servers: ${runtime.mcp
-                      .list()
-                      .map((m) => `${m.name} ${m.state === "ready" ? `(${m.tools.length} tools)` : m.state}`)
-                      .join(", ")}`,
-                  ]
-                : []),
-            ].join("\n"),
-          ),
-        );
-        break;
-      }
-      case "undo":
-      case "redo":
-        if (!needIdle()) break;
-        await this.#undoRedo(name, args[0]);
-        break;
-      case "expand":
-        return this.transcript.expand();
-      case "diff":
-        await this.#showSessionDiff();
-        break;
-      case "quit":
-      case "exit":
-        return this.quit(0);
-      default: {
-        // A custom prompt (.spark/prompts/NAME.md): sent with its placeholders filled.
-        const expanded = this.#runtime?.context.expandPrompt(line);
-        if (expanded !== undefined) {
-          if (!needIdle()) break;
-          this.screen.line(dim(`/${name}: custom prompt`));
-          return this.send(expanded);
-        }
-        this.screen.line(yellow(`unknown command /${name}; /help lists them`));
-      }
-    }
-    this.render();
-  }
-
-  /**
-   * `/undo [N]`: the files as they were before the last turn that changed files (or before turn N,
-   * the turns after it undone with it); `/redo` takes the last undo back. Each says which files it
-   * changed. Only files: what a command did elsewhere (a database, a network call) stays done.
-   */
-  async #undoRedo(name: "undo" | "redo", arg: string | undefined): Promise<void> {
-    const checkpoints = await this.#runtime?.checkpoints;
-    if (!checkpoints) {
-      this.screen.line(yellow("no checkpoints in this session (the workspace's could not be opened)"));
-      return;
-    }
-    const turn = arg === undefined ? undefined : Number(arg);
-    if (name === "undo" && turn !== undefined && (!Number.isInteger(turn) || turn < 1)) {
-      this.screen.line(yellow("usage: /undo [N]: the files before the last turn, or before turn N"));
-      return;
-    }
-    const { describeRestore, describeTurns } = await import("../agent/checkpoints/checkpoints.js");
-    try {
-      const result = name === "undo" ? await checkpoints.undo(turn) : await checkpoints.redo();
-      this.files.forget();
-      const verb = name === "undo" ? "undid" : "redid";
-      this.screen.line(
-        `${name === "undo" ? "↶" : "↷"} ${verb} ${describeTurns(result.turns)}: ${describeRestore(result)}` +
-          dim(name === "undo" ? " · /redo takes it back" : " · /undo again"),
-      );
-    } catch (error) {
-      this.screen.line(yellow(`/${name}: ${(error as Error).message}`));
-    }
-  }
-
-  /**
-   * `/model FILE.gguf`: the model file the in-process server loads. It can change while not
-   * connected (the model could not load): the server starts again with that file. A tier name here
-   * points at /tier.
-   */
-  async #modelCommand(file: string): Promise<void> {
-    if (this.tiers().includes(file)) {
-      this.screen.line(yellow(`${file} is a tier: /tier ${file} (/model takes a GGUF model file)`));
-    } else if (file === "") {
-      const chosen = this.flags.serve.model;
-      this.screen.line(
-        dim(
-          `model file: ${typeof chosen === "string" ? chosen : "the server's (set one with `spark --model FILE.gguf`)"}; the tier is ${this.#model} (/tier)`,
-        ),
-      );
-    } else if (this.phase !== "failed") {
-      this.screen.line(
-        yellow(
-          this.#agent
-            ? `the model file is chosen at start: spark --model ${file} (/tier switches between the server's tiers)`
-            : "wait for the server to start (or fail) first",
-        ),
-      );
-    } else if (this.flags.server !== undefined || process.env.SPARK_SERVER) {
-      this.screen.line(yellow("the remote server chooses its model; /retry connects again"));
-    } else if (this.flags.serve.engine !== undefined && this.flags.serve.engine !== "llama") {
-      this.screen.line(
-        yellow(`the ${String(this.flags.serve.engine)} engine loads no model file; /retry tries again`),
-      );
-    } else {
-      this.flags.serve.model = file;
-      this.screen.line(dim(`loading ${file}…`));
-      void this.connect();
-      return;
-    }
-    this.render();
   }
 
   setModel(model: string): void {
@@ -771,54 +443,6 @@ class TuiApp {
     this.notice = `tier ${model}${this.#agent?.busy ? " from the next request" : ""}`;
     this.render();
   }
-
-  /** `/apply`: the `--worktree` session's changes land in the user's files (all or nothing). */
-  async #applySession(): Promise<void> {
-    const ws = this.#runtime?.taskWorkspace;
-    if (!ws)
-      return this.screen.line(
-        yellow("/apply is for a session started with --worktree; this one works in place"),
-      );
-    const { applyTaskWorkspace, taskChanges } = await import("../agent/worktree/task-changes.js");
-    const changes = await taskChanges(ws);
-    if (changes.length === 0) return this.screen.line(dim("nothing to apply: the session changed no files"));
-    const result = await applyTaskWorkspace(ws);
-    if (result.conflicts.length > 0) {
-      this.screen.line(
-        red(`✗ not applied: ${result.conflicts.length} file(s) conflict; nothing was written`),
-      );
-      for (const conflict of result.conflicts)
-        this.screen.line(red(`  ${conflict.path}: ${conflict.reason}`));
-      return;
-    }
-    const { changeSummary } = await import("../cli/worktree-session.js");
-    this.screen.line(green(`✓ applied to ${ws.root}: ${changeSummary(changes)}`));
-    for (const change of changes)
-      this.screen.line(dim(`  ${change.path} +${change.added} −${change.removed}`));
-  }
-
-  /**
-   * `/discard`: drops the `--worktree` session's changes; the session goes on in a fresh worktree
-   * (same id and path) made from the user's files as they are now.
-   */
-  async #discardSession(): Promise<void> {
-    const runtime = this.#runtime;
-    const ws = runtime?.taskWorkspace;
-    if (!runtime || !ws) return this.screen.line(yellow("/discard is for a session started with --worktree"));
-    const { createTaskWorkspace, discardTaskWorkspace } = await import("../agent/worktree/task-workspace.js");
-    const { taskChanges } = await import("../agent/worktree/task-changes.js");
-    const changes = await taskChanges(ws).catch(() => []);
-    await discardTaskWorkspace(ws);
-    runtime.taskWorkspace = await createTaskWorkspace(ws.root, ws.id);
-    this.files.forget();
-    this.screen.line(
-      yellow(
-        `discarded ${changes.length} changed file${changes.length === 1 ? "" : "s"}; a fresh worktree from ${ws.root} now`,
-      ),
-    );
-  }
-
-  // ── agent events ───────────────────────────────────────────────────────────────────────
 
   // ── drawing ────────────────────────────────────────────────────────────────────────────
 
@@ -861,7 +485,7 @@ class TuiApp {
         : this.variants.next
           ? `variants ${this.variants.next} › `
           : PROMPT;
-      const composer = this.#composer.rows(prompt);
+      const composer = this.composer.rows(prompt);
       caretLine = lines.length + composer.caretRow;
       caret = composer.caretColumn;
       lines.push(...composer.rows);
@@ -897,47 +521,4 @@ class TuiApp {
     await this.#runtime?.close().catch(() => {});
     this.#exit?.(code);
   }
-}
-
-const HELP = [
-  "Enter        send; while the model writes, steer it with what you typed",
-  "Ctrl-J       new line in the message (also Shift+Enter where the terminal tells it from Enter)",
-  "Tab          complete /commands, tiers and @files; else queue the message for after this turn",
-  "@path        attach a workspace file to the message (Tab completes the path)",
-  "/image PATH  attach an image to the next message (or paste an image file's path)",
-  "Esc          interrupt the model (or a running command)",
-  "Ctrl-T       toggle the tier: spark (fast) ⇄ deep (thorough)",
-  "Up/Down      message history · Ctrl-U clear · Ctrl-C twice quit",
-  "/tier T      spark, deep or auto (the server's router picks per request), as /v1/models lists",
-  "/model FILE  the GGUF model file, when the in-process server could not load one",
-  "/compact     summarize the conversation to free context · /new fresh conversation",
-  "/variants N  N agents (2-10) answer your next message (or /variants N message), each in a worktree",
-  "             of its own: a table shows state, files, +/-, check (variants.check) and each answer",
-  "/pick K      land variant K in your files and continue from it (the others are removed) · /diff K",
-  "/apply       with --worktree: land the session's changes in your files · /discard drops them",
-  "/expand      the last tool call in full: arguments and output, a patch's diff (also Ctrl-O)",
-  "/diff        what this session changed in files (patches, edit_file), per file against its start",
-  "/undo [N]    put the files back as before the last turn (or turn N) · /redo takes an undo back",
-  "             only files: what a command did elsewhere (a database, a network call) cannot be undone",
-  "/status      server, session, sandbox and context · /retry connect again · /quit",
-  "/skills      the skills found ($name in a message invokes one) · /NAME args runs a custom prompt",
-];
-
-/**
- * What /compact did, in numbers that hold: the context's tokens before (the last answer's count)
- * and after (the server's count of the compacted context, when it gives one), and what was kept.
- */
-function describeCompaction(
-  before: { tokens: number; items: number },
-  after: { contextTokens: number | undefined; items: number } | undefined,
-  window: number,
-): string {
-  if (!after) return "nothing to compact yet";
-  const kept = after.items - 1;
-  const what = `${before.items} items → a summary${kept > 0 ? ` and your latest ${kept} message${kept === 1 ? "" : "s"}` : ""}`;
-  if (after.contextTokens === undefined) {
-    return `context compacted: ${what}; its size shows after the next answer`;
-  }
-  const from = before.tokens > 0 ? `${before.tokens} → ` : "";
-  return `context compacted: ${from}${after.contextTokens} tokens of ${window} (${what})`;
 }
