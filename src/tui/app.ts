@@ -24,7 +24,7 @@ import { pastedImagePath } from "../agent/images.js";
 import { decodeKeys, type Key } from "./keys.js";
 import { loadMarkdown } from "./markdown.js";
 import { Screen } from "./screen.js";
-import { Composer, PROMPT, STEER_PROMPT } from "./composer.js";
+import { Composer, PROMPT } from "./composer.js";
 import { echo, Transcript } from "./transcript.js";
 import { Approvals } from "./approvals.js";
 import { Pager } from "./pager.js";
@@ -33,9 +33,8 @@ import { COMMAND_NAMES, runCommand, type Tui } from "./commands/index.js";
 import { Attachments, namesFiles } from "./attachments.js";
 import { complete, WorkspaceFiles } from "./completion.js";
 import { bold, cyan, dim, red, yellow } from "./style.js";
-import { statusLine, type Phase } from "./status-line.js";
-import { truncate } from "./wrap.js";
-import { liveContext } from "../agent/live-context.js";
+import type { Phase } from "./status-line.js";
+import { drawFooter } from "./footer.js";
 import type { ChangeRecord } from "../app/change-record.js";
 import { describeTaskWorkspace as describeWorkspace } from "../cli/worktree-session.js";
 import { discardQuestion } from "./variants-view.js";
@@ -444,55 +443,8 @@ class TuiApp implements Tui {
     this.render();
   }
 
-  // ── drawing ────────────────────────────────────────────────────────────────────────────
-
-  #statusLine(): string {
-    const agent = this.#agent;
-    return statusLine({
-      model: this.#model,
-      route: this.transcript.route,
-      busy: Boolean(agent?.busy || this.variants.running),
-      phase: this.phase,
-      ttftMs: this.transcript.ttftMs,
-      tokensPerSecond: this.transcript.tokensPerSecond,
-      context: agent ? { tokens: liveContext(agent).tokens, window: agent.contextWindow } : undefined,
-      worktree: Boolean(this.#runtime?.taskWorkspace),
-      notice: this.notice,
-    });
-  }
-
   render(streaming = false): void {
-    const lines: string[] = [];
-    if (this.variants.running) {
-      const table = this.variants.table(this.screen.columns - 1);
-      lines.push(...table.slice(0, Math.max(3, this.screen.rows - 6)));
-    }
-    // The status line never wraps (a wrapped one left debris when redrawn): it is cut to fit.
-    const fit = this.screen.columns - 1;
-    lines.push(truncate(this.#statusLine(), fit));
-    const queued = this.#agent?.queuedMessages ?? [];
-    if (queued.length > 0)
-      lines.push(truncate(dim(`queued (Tab): ${queued.map((q) => `“${q}”`).join(" ")}`), fit));
-    let caret: number | undefined;
-    let caretLine: number | undefined;
-    // Rows the footer may take: the screen less one (see Screen.draw).
-    const room = this.screen.rows - 1;
-    if (this.approvals.isOpen) lines.push(...this.approvals.rows(fit, room - lines.length));
-    else if (this.pager.isOpen) lines.push(...this.pager.rows(fit, room - lines.length));
-    else {
-      const prompt = this.#agent?.busy
-        ? STEER_PROMPT
-        : this.variants.next
-          ? `variants ${this.variants.next} › `
-          : PROMPT;
-      const composer = this.composer.rows(prompt);
-      caretLine = lines.length + composer.caretRow;
-      caret = composer.caretColumn;
-      lines.push(...composer.rows);
-    }
-    this.screen.setFooter(lines, caret, caretLine);
-    if (streaming) this.screen.schedule();
-    else this.screen.draw();
+    drawFooter(this, streaming);
   }
 
   async quit(code: number): Promise<void> {
