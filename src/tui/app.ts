@@ -35,6 +35,7 @@ import { complete, WorkspaceFiles } from "./completion.js";
 import { bold, cyan, dim, red, yellow } from "./style.js";
 import type { Phase } from "./status-line.js";
 import { drawFooter } from "./footer.js";
+import { failureHelp } from "./failure-help.js";
 import type { ChangeRecord } from "../app/change-record.js";
 import { describeTaskWorkspace as describeWorkspace } from "../cli/worktree-session.js";
 import { discardQuestion } from "./variants-view.js";
@@ -171,7 +172,7 @@ class TuiApp implements Tui {
         const line = `tier ${this.#model} is not served here (${runtime.models.join(", ")}); using spark`;
         this.#model = "spark";
         runtime.agent.setModel(this.#model);
-        this.#sayWhenIdle(yellow(line));
+        this.transcript.sayWhenIdle(yellow(line));
       });
       runtime.agent.setModel(this.#model);
       runtime.agent.on((event) => this.transcript.onEvent(event));
@@ -182,7 +183,7 @@ class TuiApp implements Tui {
         ),
       );
       // Said once the sandbox probe answers (the first message does not wait for it).
-      void runtime.sandbox.then((sandbox) => this.#sayWhenIdle(dim(describeSandbox(sandbox))));
+      void runtime.sandbox.then((sandbox) => this.transcript.sayWhenIdle(dim(describeSandbox(sandbox))));
       if (runtime.taskWorkspace)
         this.screen.line(
           cyan(
@@ -202,57 +203,10 @@ class TuiApp implements Tui {
       const message = error instanceof Error ? error.message : String(error);
       // The engine's hints name `spark serve --model`; in this UI the same flag is `spark --model`.
       this.screen.line(red(`✗ ${message.replaceAll("spark serve --model", "spark --model")}`));
-      for (const line of await this.#failureHelp()) this.screen.line(dim(line));
+      for (const line of await failureHelp(this.flags, () => this.#waitingForConnection.length))
+        this.screen.line(dim(line));
       this.render();
     }
-  }
-
-  /** A line of its own: at once when no turn runs, else after the turn (never inside an answer). */
-  #sayWhenIdle(line: string): void {
-    const agent = this.#agent;
-    const say = (): void => {
-      this.screen.line(line);
-      this.render();
-    };
-    if (!agent?.busy) return say();
-    const stop = agent.on((event) => {
-      if (
-        event.type !== "turn.completed" &&
-        event.type !== "turn.failed" &&
-        event.type !== "turn.interrupted"
-      )
-        return;
-      stop();
-      say();
-    });
-  }
-
-  /** What to do when the server could not start or be reached, in this UI's own commands. */
-  async #failureHelp(): Promise<string[]> {
-    let server: string | undefined;
-    let llama: boolean;
-    try {
-      const { resolveClient } = await import("../cli/agent-runtime.js");
-      const client = await resolveClient(this.flags, true);
-      server = client.server;
-      llama = client.settings.engine === "llama";
-    } catch {
-      return ["Fix the setting above and start spark again; /quit leaves."];
-    }
-    const waiting = this.#waitingForConnection.length;
-    return [
-      server !== undefined
-        ? `Not connected to ${server}: /retry tries again · /quit leaves.`
-        : llama
-          ? "Not connected: /model FILE.gguf loads a model file you have · /retry tries again · /quit leaves."
-          : "Not connected: /retry tries again · /quit leaves.",
-      server !== undefined
-        ? "Start the server with `spark serve`, or pick another with `spark --server URL`."
-        : llama
-          ? "Next time: `spark --model FILE.gguf`, or `spark --server URL` to use a running `spark serve`."
-          : "Fix the engine's settings (above), or use a running server: `spark --server URL`.",
-      ...(waiting > 0 ? [`${waiting} message${waiting === 1 ? "" : "s"} wait for the connection.`] : []),
-    ];
   }
 
   // ── input ──────────────────────────────────────────────────────────────────────────────

@@ -71,6 +71,26 @@ export class Transcript {
     this.#echoed = false;
   }
 
+  /** A line of its own: at once when no turn runs, else after the turn (never inside an answer). */
+  sayWhenIdle(line: string): void {
+    const agent = this.host.agent;
+    const say = (): void => {
+      this.host.screen.line(line);
+      this.host.render();
+    };
+    if (!agent?.busy) return say();
+    const stop = agent.on((event) => {
+      if (
+        event.type !== "turn.completed" &&
+        event.type !== "turn.failed" &&
+        event.type !== "turn.interrupted"
+      )
+        return;
+      stop();
+      say();
+    });
+  }
+
   /** What the session loaded from the project: AGENTS.md files (with sizes), skills, prompts, warnings. */
   showContext(runtime: Runtime): void {
     const context = runtime.context.summary();
