@@ -16,6 +16,14 @@
  * Startup draws the prompt first and connects (or starts the in-process server) afterwards, so the
  * prompt is ready at once; messages sent before the connection is up wait for it. When the server
  * cannot start or be reached, the UI stays up: /retry, /model FILE.gguf and /quit still work.
+ *
+ * This file is the app itself: its start, its connection, what each key means, sending a message,
+ * and leaving. Its parts, each in a module named for it: the input editor (composer.ts), Tab
+ * completion (completion.ts), what a message carries (attachments.ts), the agent's events in the
+ * scrollback (transcript.ts), the footer (footer.ts, status-line.ts), approvals (approvals.ts), the
+ * /diff pager (pager.ts), best-of-N (variants.ts), and the slash commands, one module per group
+ * (commands/). The parts reach the app through small host interfaces of their own; the commands
+ * through `Tui` (commands/command.ts).
  */
 import type { Agent } from "../agent/agent.js";
 import type { ApprovalAnswer, ApprovalRequest } from "../agent/tools.js";
