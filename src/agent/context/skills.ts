@@ -148,7 +148,9 @@ export async function frontMatter(
 ): Promise<{ data: Record<string, unknown>; body: string } | { error: string }> {
   const match = /^\uFEFF?---[ \t]*\r?\n([\s\S]*?)\r?\n---[ \t]*(?:\r?\n|$)/.exec(text);
   if (!match) return { error: "no YAML front matter (--- name/description ---) at its top" };
-  const { parse: parseYaml } = await import("yaml");
+  // `yaml` is CommonJS: its exports are the import's `default` both in Node and in the CLI's bundle
+  // (esbuild gives a lazily imported CommonJS chunk no named exports: `{ parse }` was undefined there).
+  const { parse: parseYaml } = (await import("yaml")).default;
   let data: unknown;
   try {
     data = parseYaml(match[1]!);
