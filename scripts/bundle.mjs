@@ -16,10 +16,14 @@
  * native addons or files they find at run time (node-llama-cpp, better-sqlite3, pg) stay external
  * and load from node_modules. CommonJS packages inside the bundle get a real `require` (the banner),
  * which esbuild's ESM output does not have on its own.
+ *
+ * `node scripts/bundle.mjs --outdir dist/NAME` writes the same bundle elsewhere (the tests' CLI
+ * entry, test/helpers/cli-entry.ts); the folder must also be two below the repository root.
  */
 import { build } from "esbuild";
 import { rmSync } from "node:fs";
 import { createRequire } from "node:module";
+import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const require = createRequire(import.meta.url);
@@ -48,7 +52,9 @@ const builtinsViaRequire = {
 };
 
 const root = fileURLToPath(new URL("..", import.meta.url));
-const outdir = `${root}dist/bundle`;
+const outdirFlag = process.argv.indexOf("--outdir");
+const outdir = outdirFlag > 0 ? resolve(root, process.argv[outdirFlag + 1] ?? "") : `${root}dist/bundle`;
+if (dirname(dirname(outdir)) !== resolve(root)) throw new Error(`--outdir must be two folders below ${root}`);
 
 rmSync(outdir, { recursive: true, force: true });
 await build({

@@ -1,6 +1,6 @@
 /**
- * The `spark` command line as users run it: a real child process (`node --import tsx
- * src/cli/main.ts`, so no build is needed), real ports, real signals.
+ * The `spark` command line as users run it: a real child process (the CLI bundled from the current
+ * sources, test/helpers/cli-entry.ts), real ports, real signals.
  */
 import assert from "node:assert/strict";
 import { request as httpRequest } from "node:http";

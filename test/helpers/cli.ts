@@ -1,6 +1,7 @@
 /**
- * Runs the `spark` command line as users run it, for tests: a real child process (`node --import
- * tsx src/cli/main.ts`, so no build is needed), real ports, real signals. Every server gets its own
+ * Runs the `spark` command line as users run it, for tests: a real child process (the CLI bundled
+ * from the current sources, see cli-entry.ts: no build is needed and nothing stale runs), real
+ * ports, real signals. Every server gets its own
  * data directory under one temporary folder, so no test writes to the user's ~/.local/share/spark.
  */
 import assert from "node:assert/strict";
@@ -12,6 +13,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { after } from "node:test";
 import { fileURLToPath } from "node:url";
+import { cliArgs } from "./cli-entry.js";
 
 export const REPO_ROOT = fileURLToPath(new URL("../..", import.meta.url));
 /** Only to avoid hanging forever on a broken CLI; no assertion depends on it. */
@@ -84,7 +86,7 @@ export function spawnCli(
   env: Record<string, string> = {},
   safetyMs = SAFETY_TIMEOUT_MS,
 ): Cli {
-  const child = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", ...args], {
+  const child = spawn(process.execPath, [...cliArgs(), ...args], {
     cwd: REPO_ROOT,
     env: cleanEnv(env),
     stdio: ["ignore", "pipe", "pipe"],

@@ -15,6 +15,7 @@ import {
   StreamMessageWriter,
   type ProtocolConnection,
 } from "vscode-languageserver-protocol/node";
+import { cliArgs } from "./cli-entry.js";
 import { cleanEnv, REPO_ROOT, SAFETY_TIMEOUT_MS } from "./cli.js";
 
 const children = new Set<ChildProcess>();
@@ -45,7 +46,7 @@ export interface LspProcess {
 }
 
 export function spawnLsp(args: readonly string[], env: Record<string, string> = {}): LspProcess {
-  const child = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", "lsp", "--stdio", ...args], {
+  const child = spawn(process.execPath, [...cliArgs(), "lsp", "--stdio", ...args], {
     cwd: REPO_ROOT,
     env: cleanEnv(env),
     stdio: ["pipe", "pipe", "pipe"],
