@@ -11,13 +11,19 @@ export type ServerEvent = { type: string; sequence_number?: number; stream_id?: 
 
 export const TERMINAL_TYPES = new Set(["response.completed", "response.incomplete", "response.failed"]);
 
-/** Only to keep a broken server from hanging the suite; no assertion depends on it. */
+/**
+ * Only to keep a broken server from hanging the suite; no assertion depends on it. A wait fails
+ * after this long without any event, so a long stream on a loaded machine (events still arriving,
+ * slowly) is never cut short.
+ */
 const SAFETY_TIMEOUT_MS = 15_000;
 
 export class WsClient {
   readonly events: ServerEvent[] = [];
   readonly closed: Promise<{ code: number; reason: string }>;
   bytesSent = 0;
+  /** When the last event arrived (or the client connected): the safety timeout counts from it. */
+  #lastEventAt = Date.now();
   #waiters: {
     predicate: (event: ServerEvent) => boolean;
     from: number;
@@ -27,6 +33,7 @@ export class WsClient {
   private constructor(readonly socket: WebSocket) {
     socket.on("message", (data) => {
       const event = JSON.parse(data.toString()) as ServerEvent;
+      this.#lastEventAt = Date.now();
       this.events.push(event);
       const index = this.events.length - 1;
       this.#waiters = this.#waiters.filter((waiter) => {
@@ -64,7 +71,14 @@ export class WsClient {
     const found = this.events.slice(from).find(predicate);
     if (found) return Promise.resolve(found);
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error("timed out waiting for an event")), SAFETY_TIMEOUT_MS);
+      let timer: NodeJS.Timeout;
+      const check = (): void => {
+        const idle = Date.now() - this.#lastEventAt;
+        if (idle >= SAFETY_TIMEOUT_MS)
+          reject(new Error(`timed out waiting for an event (none for ${idle} ms)`));
+        else timer = setTimeout(check, SAFETY_TIMEOUT_MS - idle);
+      };
+      timer = setTimeout(check, SAFETY_TIMEOUT_MS);
       this.#waiters.push({
         predicate,
         from,
