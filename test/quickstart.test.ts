@@ -104,6 +104,8 @@ describe(
       const tmux = new TmuxServer();
       try {
         const ui = tmux.start({
+          // The README's command (bin/spark.js), as a user runs it.
+          launcher: "bin",
           args: ["--engine", "script", "--script", join(demo, "agent.jsonl"), "--approval", "untrusted"],
           cwd: demo,
           dataDir: freshDir("data-"),

@@ -3,12 +3,17 @@
  * one tmux session per UI. Keys go in with `send-keys`; the screen comes back with `capture-pane`
  * (wrapped lines joined, colors dropped, scrollback included). Waits poll the screen against a
  * generous deadline that only exists to fail a broken UI instead of hanging; no assertion depends
- * on how fast anything is.
+ * on how fast anything is. A wait polls often at first and then backs off (each poll starts a tmux
+ * client), so a long wait on a loaded machine does not add to the load.
+ *
+ * The UI runs from the current sources (cliArgs: the bundle made for the tests), never a stale
+ * dist/; `launcher: "bin"` runs bin/spark.js, the command the README names (needs `npm run build`).
  */
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
+import { cliArgs } from "./cli-entry.js";
 import { cleanEnv, REPO_ROOT } from "./cli.js";
 
 /** Why tmux tests cannot run here, or undefined when they can. */
@@ -19,8 +24,8 @@ export const tmuxMissing: string | undefined =
 
 export const SPARK_BIN = join(REPO_ROOT, "bin", "spark.js");
 export const DIST_MAIN = join(REPO_ROOT, "dist", "cli", "main.js");
-/** Only so a broken UI fails instead of hanging; no assertion depends on it. */
-export const WAIT_MS = 10_000;
+/** Only so a broken UI fails instead of hanging (sized for a loaded 2-core machine); no assertion depends on it. */
+export const WAIT_MS = 30_000;
 
 function shellQuote(text: string): string {
   return `'${text.replace(/'/g, `'\\''`)}'`;
@@ -48,6 +53,8 @@ export class TmuxServer {
     rows?: number;
     /** More environment variables for spark (SPARK_CACHE_DIR…). */
     env?: Record<string, string>;
+    /** "bin": run bin/spark.js (the built dist/) instead of the current sources' bundle. */
+    launcher?: "bin";
   }): Terminal {
     const name = `t${++this.#sessions}`;
     const command = [
@@ -55,7 +62,7 @@ export class TmuxServer {
       `SPARK_DATA_DIR=${shellQuote(options.dataDir)}`,
       ...Object.entries(options.env ?? {}).map(([key, value]) => `${key}=${shellQuote(value)}`),
       shellQuote(process.execPath),
-      shellQuote(SPARK_BIN),
+      ...(options.launcher === "bin" ? [SPARK_BIN] : cliArgs()).map(shellQuote),
       ...options.args.map(shellQuote),
     ].join(" ");
     this.tmux(
@@ -152,12 +159,12 @@ export class Terminal {
           ? (s: string) => check.test(s)
           : check;
     const deadline = Date.now() + timeoutMs;
-    for (;;) {
+    for (let pause = 20; ; pause = Math.min(pause * 1.5, 250)) {
       const screen = this.screen();
       if (test(screen)) return screen;
       if (Date.now() > deadline)
         throw new Error(`waited ${timeoutMs} ms for ${what}; the screen:\n${screen}`);
-      await sleep(40);
+      await sleep(pause);
     }
   }
 
