@@ -141,11 +141,17 @@ export function waitForStdout(cli: Cli, pattern: RegExp): Promise<void> {
   });
 }
 
+/**
+ * A server's safety: it may serve a whole file's tests (started in `before`), which on a loaded
+ * machine take minutes; the file's `after` stops it in any case.
+ */
+export const SERVER_SAFETY_MS = 600_000;
+
 /** Spawns a server and returns its base URL, taken from the first stdout line. */
 export async function startServer(
   args: readonly string[],
   env: Record<string, string> = {},
-  safetyMs = SAFETY_TIMEOUT_MS,
+  safetyMs = SERVER_SAFETY_MS,
 ): Promise<Cli & { url: string }> {
   const cli = spawnCli(args, env, safetyMs);
   const line = await firstLine(cli);
