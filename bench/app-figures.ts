@@ -25,7 +25,7 @@ import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { splitPieces } from "../src/engines/script/script-engine.js";
-import { fmt, ms, percentile, summarize, type FigureResult, type Log } from "./report.js";
+import { fmt, ms, percentile, summarize, type FigureResult, type Log } from "./kit/report.js";
 
 const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
 const WEB_DIST = join(REPO_ROOT, "web", "dist");

@@ -23,7 +23,7 @@ import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
 import { splitPieces } from "../src/engines/script/script-engine.js";
 import { firstLine, rendererTasks, stop } from "./app-figures.js";
-import { fmt, ms, percentile, summarize, type FigureResult, type Log } from "./report.js";
+import { fmt, ms, percentile, summarize, type FigureResult, type Log } from "./kit/report.js";
 
 const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";

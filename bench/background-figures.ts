@@ -17,7 +17,7 @@ import { SparkServer } from "../src/server/http-server.js";
 import { PostgresResponseStore } from "../src/store/postgres-store.js";
 import { SqliteResponseStore } from "../src/store/sqlite-store.js";
 import { POSTGRES_MISSING, TestPostgres } from "../test/helpers/postgres.js";
-import { fmt, ms, summarize, type FigureResult, type Log } from "./report.js";
+import { fmt, ms, summarize, type FigureResult, type Log } from "./kit/report.js";
 
 /** Issue 31: a background request is answered `in_progress` within 20 ms. */
 const GOAL_MS = 20;

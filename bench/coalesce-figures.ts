@@ -19,10 +19,10 @@ import { ServerResponse } from "node:http";
 import type { Engine, EnginePart, EngineRequest } from "../src/engine/types.js";
 import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
 import { SparkServer, type SparkServerOptions } from "../src/server/http-server.js";
-import { threadCpuMicros } from "./cpu-time.js";
-import { fmt, percentile, type FigureResult, type Log } from "./report.js";
-import type { StreamResult } from "./sse-client.js";
-import { ThreadedSseClient } from "./threaded-client.js";
+import { threadCpuMicros } from "./kit/cpu-time.js";
+import { fmt, percentile, type FigureResult, type Log } from "./kit/report.js";
+import type { StreamResult } from "./kit/sse-client.js";
+import { ThreadedSseClient } from "./kit/threaded-client.js";
 
 const GOAL_ADDED_P99_MS = 2;
 const UNCOALESCED: NonNullable<SparkServerOptions["coalesce"]> = { windowMs: 0, holdMs: 0, maxHeld: 1 };

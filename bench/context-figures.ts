@@ -13,7 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { SessionContext } from "../src/agent/context/session-context.js";
-import { fmt, type FigureResult, type Log } from "./report.js";
+import { fmt, type FigureResult, type Log } from "./kit/report.js";
 
 const TINY_MODEL = fileURLToPath(new URL("../../shared/models/tiny-random-llama.gguf", import.meta.url));
 

@@ -15,7 +15,7 @@
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
-import { processCpuMicros, threadCpuMicros } from "./cpu-time.js";
+import { processCpuMicros, threadCpuMicros } from "./kit/cpu-time.js";
 import { DECODE_PROMPT, type ChildRequest } from "./decode-cpu.js";
 
 const [mode, modelPath, threadsArg] = process.argv.slice(2);

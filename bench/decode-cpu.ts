@@ -16,8 +16,8 @@
  */
 import { fork, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { fmt, summarize, type FigureResult, type Log, type Summary } from "./report.js";
-import { SseClient, type StreamPath } from "./sse-client.js";
+import { fmt, summarize, type FigureResult, type Log, type Summary } from "./kit/report.js";
+import { SseClient, type StreamPath } from "./kit/sse-client.js";
 
 const CHILD = fileURLToPath(new URL("./decode-child.ts", import.meta.url));
 

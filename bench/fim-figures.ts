@@ -18,7 +18,7 @@ import { request } from "undici";
 import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
 import { fimTestModelPath } from "../test/helpers/model.js";
-import { fmt, ms, summarize, type FigureResult, type Log } from "./report.js";
+import { fmt, ms, summarize, type FigureResult, type Log } from "./kit/report.js";
 
 interface FimConfig {
   rounds: number;

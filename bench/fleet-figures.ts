@@ -24,7 +24,7 @@ import { ModelRegistry } from "../src/core/model-registry.js";
 import { parseScript, ScriptEngine } from "../src/engines/script/script-engine.js";
 import { RedisLimiter } from "../src/store/redis-limits.js";
 import { RedisLink } from "../src/store/redis-link.js";
-import { fmt, percentile, type FigureResult, type Log } from "./report.js";
+import { fmt, percentile, type FigureResult, type Log } from "./kit/report.js";
 
 const GOAL_ADDED_MS = 0.5;
 const GOAL_PER_SECOND = 20_000;

@@ -8,9 +8,9 @@ import { getLlama, LlamaLogLevel, type LlamaContext, type LlamaContextSequence }
 import type { ConversationItem, EngineRequest } from "../src/engine/types.js";
 import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
-import { fmt, ms, summarize, type FigureResult, type Log } from "./report.js";
-import type { StreamResult } from "./sse-client.js";
-import { ThreadedSseClient } from "./threaded-client.js";
+import { fmt, ms, summarize, type FigureResult, type Log } from "./kit/report.js";
+import type { StreamResult } from "./kit/sse-client.js";
+import { ThreadedSseClient } from "./kit/threaded-client.js";
 
 const DECODE_PROMPT = "Write a function in TypeScript that parses a CSV line into fields.";
 const WEATHER_TOOL = {

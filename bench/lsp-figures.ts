@@ -22,7 +22,7 @@ import {
   StreamMessageReader,
   StreamMessageWriter,
 } from "vscode-languageserver-protocol/node";
-import { ms, summarize, type FigureResult, type Log, type Summary } from "./report.js";
+import { ms, summarize, type FigureResult, type Log, type Summary } from "./kit/report.js";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const COMPLETION = "return a + b;";

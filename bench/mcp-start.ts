@@ -19,7 +19,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { fmt, type FigureResult, type Log } from "./report.js";
+import { fmt, type FigureResult, type Log } from "./kit/report.js";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const SPARK = join(ROOT, "bin/spark.js");

@@ -18,7 +18,7 @@ import { homedir, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { fmt, ms, summarize, type FigureResult, type Log } from "./report.js";
+import { fmt, ms, summarize, type FigureResult, type Log } from "./kit/report.js";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const FIGURE = "26. Engine vs llama-server";

@@ -40,7 +40,7 @@ import { slowReaderFigure } from "./app-slow-reader.js";
 import { confinedCasesFigure } from "./confined-cases.js";
 import { loopStallFigure } from "./loop-stall.js";
 import { quickEditBytesFigure } from "./lsp-quick-edit-bytes.js";
-import { fmt, table } from "./report.js";
+import { fmt, table } from "./kit/report.js";
 
 const { values: args } = parseArgs({
   options: {

@@ -22,7 +22,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type { ConversationItem, EngineRequest } from "../src/engine/types.js";
 import { OpenAIEngine } from "../src/engines/openai/openai-engine.js";
 import { PrefixRouter, type RouterOptions, type RoutingPolicy } from "../src/engines/openai/prefix-router.js";
-import { fmt, ms, percentile, type FigureResult, type Log } from "./report.js";
+import { fmt, ms, percentile, type FigureResult, type Log } from "./kit/report.js";
 
 // ---------------------------------------------------------------------------------------------
 // The workload: agent sessions with a shared system prompt and growing histories.

@@ -74,7 +74,7 @@ import { fimFigures } from "./fim-figures.js";
 import { speculationFigures } from "./speculation-figures.js";
 import { lspFigures } from "./lsp-figures.js";
 import { replicaFigures } from "./replica-figures.js";
-import { table, type FigureResult, type FigureRow } from "./report.js";
+import { table, type FigureResult, type FigureRow } from "./kit/report.js";
 import { addedLatency, relayThroughput } from "./script-figures.js";
 import { sessionScale } from "./scale-figures.js";
 import { tenancyOverhead } from "./tenancy-figures.js";

@@ -26,7 +26,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import WebSocket from "ws";
-import { fmt, ms, percentile, table, type FigureResult, type Log } from "./report.js";
+import { fmt, ms, percentile, table, type FigureResult, type Log } from "./kit/report.js";
 import type { ScaleServerConfig, ServerStats } from "./scale-server.js";
 
 /** Session counts of the curve; the last is the figure. */

@@ -5,9 +5,9 @@
 import type { EngineRequest } from "../src/engine/types.js";
 import { ScriptEngine, splitPieces } from "../src/engines/script/script-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
-import { fmt, ms, summarize, type FigureResult, type Log, type Summary } from "./report.js";
-import { SseClient, type StreamClient } from "./sse-client.js";
-import { ThreadedSseClient } from "./threaded-client.js";
+import { fmt, ms, summarize, type FigureResult, type Log, type Summary } from "./kit/report.js";
+import { SseClient, type StreamClient } from "./kit/sse-client.js";
+import { ThreadedSseClient } from "./kit/threaded-client.js";
 
 const PROMPT = "Say hello.";
 

@@ -20,7 +20,7 @@
 import { getLlama, type Token } from "node-llama-cpp";
 import type { EngineRequest, Usage } from "../src/engine/types.js";
 import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
-import { fmt, ms, type FigureResult, type Log } from "./report.js";
+import { fmt, ms, type FigureResult, type Log } from "./kit/report.js";
 
 interface SpeculationConfig {
   rounds: number;

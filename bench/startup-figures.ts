@@ -29,7 +29,7 @@ import { build } from "esbuild";
 import { WebSocket, WebSocketServer } from "ws";
 import { parseScript, ScriptEngine } from "../src/engines/script/script-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
-import { fmt, ms, summarize, type FigureResult, type Log, type Summary } from "./report.js";
+import { fmt, ms, summarize, type FigureResult, type Log, type Summary } from "./kit/report.js";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const SPARK = join(ROOT, "bin/spark.js");

@@ -23,8 +23,8 @@ import {
 } from "node-llama-cpp";
 import type { EngineRequest } from "../src/engine/types.js";
 import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
-import { processCpuMicros } from "./cpu-time.js";
-import { fmt, summarize, type FigureResult, type Log } from "./report.js";
+import { processCpuMicros } from "./kit/cpu-time.js";
+import { fmt, summarize, type FigureResult, type Log } from "./kit/report.js";
 
 export interface GrammarFigureOptions {
   rounds: number;

@@ -19,9 +19,9 @@ import { generateKey, KeyRing, type KeyRecord } from "../src/core/keys.js";
 import { ModelRegistry } from "../src/core/model-registry.js";
 import { ScriptEngine, parseScript } from "../src/engines/script/script-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
-import { fmt, ms, summarize, type FigureResult, type Log } from "./report.js";
-import { processCpuMicros } from "./cpu-time.js";
-import { ThreadedSseClient } from "./threaded-client.js";
+import { fmt, ms, summarize, type FigureResult, type Log } from "./kit/report.js";
+import { processCpuMicros } from "./kit/cpu-time.js";
+import { ThreadedSseClient } from "./kit/threaded-client.js";
 
 /** A typical interactive request: the router reads it and picks `spark`. */
 const PROMPT = "Add a null check to parseConfig in src/config.ts so an empty file gives a clear error.";

@@ -5,7 +5,7 @@
  * worker thread (bench/tool-loop-worker.ts), the way a real client runs in its own process.
  */
 import WebSocket from "ws";
-import { processCpuMicros } from "./cpu-time.js";
+import { processCpuMicros } from "./kit/cpu-time.js";
 
 export const TOOL = {
   type: "function",

@@ -20,7 +20,7 @@ import { fileURLToPath } from "node:url";
 import { WebSocket, WebSocketServer } from "ws";
 import { parseScript, ScriptEngine } from "../src/engines/script/script-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
-import { fmt, ms, percentile, summarize, type FigureResult, type Log } from "./report.js";
+import { fmt, ms, percentile, summarize, type FigureResult, type Log } from "./kit/report.js";
 
 const SPARK = fileURLToPath(new URL("../bin/spark.js", import.meta.url));
 

@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { createTaskWorkspace, discardTaskWorkspace } from "../src/agent/worktree/task-workspace.js";
-import { fmt, ms, summarize, type FigureResult, type Log } from "./report.js";
+import { fmt, ms, summarize, type FigureResult, type Log } from "./kit/report.js";
 
 const FILES = 10_000;
 const GOAL_MS = 300;

@@ -11,7 +11,7 @@ import type { Engine, EnginePart, EngineRequest } from "../src/engine/types.js";
 import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
 import { parseScript, ScriptEngine, type ScriptLine } from "../src/engines/script/script-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
-import { processCpuMicros, threadCpuMicros } from "./cpu-time.js";
+import { processCpuMicros, threadCpuMicros } from "./kit/cpu-time.js";
 import { ThreadedLoopClient } from "./threaded-loop.js";
 import {
   BenchSocket,
@@ -25,7 +25,7 @@ import {
   type ClientTurn,
   type LoopMode,
 } from "./tool-loop.js";
-import { fmt, ms, percentile, type FigureResult, type Log } from "./report.js";
+import { fmt, ms, percentile, type FigureResult, type Log } from "./kit/report.js";
 
 const TURNS = 20;
 /** The long run that checks a turn's cost does not grow with the conversation. */
