@@ -5,12 +5,13 @@
  * worktree, and the user's files stay as they were until Apply; the second Apply conflicts and
  * writes nothing; a deleted task's worktree and branch are gone; and after a `kill -9` mid-task the
  * next start re-opens the saved task's worktree and prunes the one no saved task names. A task that
- * changes nothing leaves no worktree or branch, and makes one again for a turn that does.
+ * changes nothing leaves no worktree or branch, and makes one again for a turn that does. A second
+ * app on the same folder (another data dir) leaves the first one's live worktree alone.
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { after, describe, test } from "node:test";
 import type { ClientMessage, ServerMessage, TaskSummary } from "../src/app/protocol.js";
@@ -478,5 +479,45 @@ describe("app tasks in worktrees", { timeout: 300_000 }, () => {
     assert.equal(readFileSync(join(workspace, "made.txt"), "utf8"), "made by the task\n");
     again.socket.close();
     await stop(second);
+  });
+
+  test("a second app on the same folder with another data dir keeps the first app's worktree with un-applied work (issue 30 defect 6)", async () => {
+    const workspace = repository();
+    const home = freshDir("home-");
+    const steps = script("owned.jsonl", [
+      patch("*** Begin Patch\n*** Add File: made.txt\n+made by the task\n*** End Patch"),
+      message("Made it; not applied yet."),
+    ]);
+    const first = await startApp(["--engine", "script", "--script", steps, "--rate", "400"], {
+      workspace,
+      home,
+      data: freshDir("data-"),
+    });
+    const client = await WorktreeClient.connect(first.url);
+    const from = client.send({ type: "task.create", model: "spark", text: "Make a file" });
+    const id = (
+      (await client.next((m) => m.type === "task.log", from)) as Extract<ServerMessage, { type: "task.log" }>
+    ).task;
+    const summary = await client.until(id, (s) => ended(s) && s.changedFiles.length === 1);
+    const path = summary.workspace!.path;
+    assert.equal(readFileSync(join(path, "made.txt"), "utf8"), "made by the task\n");
+    // A folder no process owns in Spark's worktree folder: the second app's prune removes it after
+    // it has judged every worktree git lists, so once it is gone the prune is done.
+    const marker = join(dirname(path), "stale-marker");
+    mkdirSync(marker);
+    // The same folder (the VS Code pane's app beside a browser's), another data dir: none of the
+    // first app's tasks are saved there.
+    const second = await startApp(["--engine", "script", "--script", steps], {
+      workspace,
+      home,
+      data: freshDir("data-"),
+    });
+    await until(() => !existsSync(marker), "the second app's prune");
+    assert.equal(readFileSync(join(path, "made.txt"), "utf8"), "made by the task\n");
+    assert.match(git(workspace, "branch", "--list", `spark/${id}`), new RegExp(id));
+    const applied = await client.review({ type: "apply", task: id });
+    assert.deepEqual(applied.applied, ["made.txt"]);
+    client.socket.close();
+    await Promise.all([stop(first), stop(second)]);
   });
 });

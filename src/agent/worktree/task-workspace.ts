@@ -8,7 +8,8 @@
  *
  * Spark's worktrees and copies live under `<sparkHome()>/worktrees/<basename(root)>-<8 hex>/<id>`,
  * one folder per workspace root; `pruneTaskWorkspaces` removes the ones no task keeps and never
- * anything outside that folder (a user's own worktrees and branches are not Spark's).
+ * anything outside that folder (a user's own worktrees and branches are not Spark's), nor a
+ * workspace another running Spark owns (owners.ts: `<id>.owner` beside it).
  *
  * Every git command goes through `neutralGit`. Changes are found with `diff-files` without an index
  * refresh (stat data; only racily clean entries are read back) and compared byte for byte here. Where
@@ -25,6 +26,7 @@ import ignore, { type Ignore } from "ignore";
 import { sparkHome } from "../context/spark-home.js";
 import { removeOwnTree } from "../fs/spark-data.js";
 import { neutralGit } from "../neutral-git.js";
+import { claimWorkspace, releaseWorkspace, workspaceOwner } from "./owners.js";
 import { ToolError, Workspace } from "../workspace.js";
 
 export type TaskWorkspaceKind = "worktree" | "copy" | "in-place";
@@ -157,9 +159,16 @@ export async function createTaskWorkspace(
     throw new ToolError("workspace_exists", `A task workspace ${dir} already exists.`);
   }
   await mkdir(folder, { recursive: true, mode: 0o700 });
-  const git = await gitInfo(realRoot);
-  if (git) return createWorktree(realRoot, id, dir, git);
-  return createCopy(realRoot, id, dir);
+  // Marked before it exists: another instance's prune that sees the workspace sees its owner.
+  await claimWorkspace(folder, id);
+  try {
+    const git = await gitInfo(realRoot);
+    if (git) return await createWorktree(realRoot, id, dir, git);
+    return await createCopy(realRoot, id, dir);
+  } catch (error) {
+    await releaseWorkspace(folder, id).catch(() => undefined);
+    throw error;
+  }
 }
 
 /**
@@ -394,8 +403,21 @@ async function createCopy(root: string, id: string, dir: string): Promise<TaskWo
   return { id, kind: "copy", root, path: dir, base };
 }
 
-/** Re-opens a saved task workspace after a restart: undefined when it is gone. */
+/**
+ * Re-opens a saved task workspace after a restart: undefined when it is gone. It becomes this
+ * process's (owners.ts) unless another running Spark owns it.
+ */
 export async function openTaskWorkspace(saved: TaskWorkspace): Promise<TaskWorkspace | undefined> {
+  const found = await findTaskWorkspace(saved);
+  if (found !== undefined && found.kind !== "in-place") {
+    const folder = taskWorkspacesFolder(found.root);
+    if ((await workspaceOwner(folder, found.id)) === "none")
+      await claimWorkspace(folder, found.id).catch(() => undefined);
+  }
+  return found;
+}
+
+async function findTaskWorkspace(saved: TaskWorkspace): Promise<TaskWorkspace | undefined> {
   try {
     if (!(await stat(saved.root)).isDirectory()) return undefined;
     if (saved.kind === "in-place") return saved;
@@ -461,19 +483,15 @@ export async function discardTaskWorkspace(ws: TaskWorkspace): Promise<void> {
   if (ws.kind === "in-place") return;
   const folder = taskWorkspacesFolder(ws.root);
   const dir = join(folder, ws.id);
-  if (ws.kind === "copy") {
-    await removeOwnTree(dir);
-    await removeOwnTree(dir + BASE_SUFFIX);
-    return;
-  }
-  const git = await gitInfo(ws.root);
+  const git = ws.kind === "copy" ? undefined : await gitInfo(ws.root);
   if (git === undefined) {
-    // No repository (any more): what is there is a copy, or a worktree directory git cannot remove.
+    // A copy; or no repository (any more): a worktree directory git cannot remove.
     await removeOwnTree(dir);
     await removeOwnTree(dir + BASE_SUFFIX);
-    return;
+  } else {
+    await removeWorktree(git.top, dir, ws.branch ?? `spark/${ws.id}`);
   }
-  await removeWorktree(git.top, dir, ws.branch ?? `spark/${ws.id}`);
+  await releaseWorkspace(folder, ws.id);
 }
 
 /** `git worktree list --porcelain`: each worktree's path and branch (refs/heads/…). */
@@ -492,7 +510,9 @@ async function listWorktrees(top: string): Promise<{ path: string; branch: strin
 /**
  * Removes Spark's worktrees and copies of `root` whose id `keep` rejects (a crash leaves none for
  * ever), then `git worktree prune`. Only what lies in `taskWorkspacesFolder(root)` is Spark's; a
- * branch goes only with its worktree there, and only when it is that worktree's `spark/<id>`.
+ * branch goes only with its worktree there, and only when it is that worktree's `spark/<id>`. A
+ * workspace another running process owns (owners.ts) is never removed, whatever `keep` says: it is
+ * that process's live work (another app's task, a variant running now).
  */
 export async function pruneTaskWorkspaces(
   root: string,
@@ -503,12 +523,17 @@ export async function pruneTaskWorkspaces(
   const removed: string[] = [];
   const git = await gitInfo(realRoot);
   const registered = new Set<string>();
+  const owners = new Map<string, Promise<"self" | "other" | "none">>();
+  const ownedElsewhere = async (id: string): Promise<boolean> => {
+    if (!owners.has(id)) owners.set(id, workspaceOwner(folder, id));
+    return (await owners.get(id)) === "other";
+  };
   if (git !== undefined) {
     for (const worktree of await listWorktrees(git.top)) {
       if (dirname(worktree.path) !== folder) continue;
       const id = basename(worktree.path);
       registered.add(id);
-      if (!ID.test(id) || keep(id)) continue;
+      if (!ID.test(id) || keep(id) || (await ownedElsewhere(id))) continue;
       const branch = worktree.branch === `refs/heads/spark/${id}` ? `spark/${id}` : undefined;
       await removeWorktree(git.top, worktree.path, branch);
       removed.push(id);
@@ -516,9 +541,10 @@ export async function pruneTaskWorkspaces(
   }
   const names = await readdir(folder).catch((): string[] => []);
   for (const name of names) {
-    // `<id>`, `<id>.base` (a copy's snapshot), `<id>.index-HEX` (a base snapshot's index, cut short).
-    const id = name.replace(/(\.base|\.index-[0-9a-f]{8})$/, "");
-    if (!ID.test(id) || keep(id) || registered.has(name)) continue;
+    // `<id>`, `<id>.base` (a copy's snapshot), `<id>.index-HEX` (a base snapshot's index, cut
+    // short), `<id>.owner` (its owner's mark, owners.ts).
+    const id = name.replace(/(\.base|\.index-[0-9a-f]{8}|\.owner)$/, "");
+    if (!ID.test(id) || keep(id) || registered.has(name) || (await ownedElsewhere(id))) continue;
     // A copy, its snapshot, or a worktree directory git no longer knows: all Spark's.
     await removeOwnTree(join(folder, name));
     if (!removed.includes(id)) removed.push(id);
