@@ -6,6 +6,7 @@ import type { ChatCompletionBody, ChatMessage } from "../protocol/chat.js";
 import type { InputItem, ResponseCreateBody } from "../protocol/responses.js";
 import type { ContentPart, ConversationItem, ImagePart, ToolSpec } from "../engine/types.js";
 import { SparkError } from "../protocol/errors.js";
+import { modelToolName } from "./namespace-tools.js";
 
 type Part = {
   type: string;
@@ -119,13 +120,20 @@ function normalizeInputItem(item: InputItem, param: string): ConversationItem | 
   switch (item.type) {
     case "function_call":
     case "custom_tool_call": {
-      const call = item as { call_id: string; name: string; arguments?: string; input?: string };
+      const call = item as {
+        call_id: string;
+        name: string;
+        namespace?: unknown;
+        arguments?: string;
+        input?: string;
+      };
       const kind = item.type === "function_call" ? "function" : "custom";
       return {
         type: "tool_call",
         kind,
         callId: call.call_id,
-        name: call.name,
+        // A call to a namespace's tool: the model knows it by its qualified name.
+        name: modelToolName(call),
         input: call.arguments ?? call.input ?? "",
       };
     }
@@ -209,14 +217,15 @@ export function itemsFromChatMessages(messages: readonly ChatMessage[]): Convers
 
 /**
  * Hosted tools in a request (`web_search`, `file_search`, …): every tool that is neither a
- * `function` nor a `custom` tool. They are accepted (Codex sends them) but Spark cannot run them;
+ * `function` nor a `custom` tool nor a `namespace` of them (see namespace-tools.ts). They are accepted (Codex sends them) but Spark cannot run them;
  * the response says so (`metadata.spark_unavailable_tools`) instead of pretending. Distinct, in order.
  */
 export function unavailableTools(tools: ResponseCreateBody["tools"]): string[] {
   const names: string[] = [];
   for (const tool of tools ?? []) {
     const type = (tool as { type: string }).type;
-    if (type !== "function" && type !== "custom" && !names.includes(type)) names.push(type);
+    if (type !== "function" && type !== "custom" && type !== "namespace" && !names.includes(type))
+      names.push(type);
   }
   return names;
 }

@@ -10,6 +10,7 @@ import type { ChatCompletionBody } from "../protocol/chat.js";
 import type { ResponseCreateBody } from "../protocol/responses.js";
 import { toolsFromChat, toolsFromResponses } from "./conversation.js";
 import { chatLogprobs, requireLogprobs, responsesLogprobs, type LogprobsRequest } from "./logprobs.js";
+import { flattenNamespaces, qualifiedToolChoice } from "./namespace-tools.js";
 import { checkChatParameters, checkResponsesParameters } from "./parameters.js";
 import { chatResponseFormat, requireStructuredOutputs, responsesTextFormat } from "./structured-output.js";
 import { annotateTools, toolChoiceOf } from "./tool-choice.js";
@@ -35,9 +36,17 @@ export function chatFeatures(body: ChatCompletionBody): RequestFeatures {
 
 export function responsesFeatures(body: ResponseCreateBody): RequestFeatures {
   checkResponsesParameters(body);
-  const tools = toolsFromResponses(body.tools);
-  annotateTools(tools, body.tools);
-  const features: RequestFeatures = { tools, toolChoice: toolChoiceOf(body.tool_choice, tools) };
+  // Namespaces' tools are offered to the model as top-level tools (namespace-tools.ts).
+  const flat = flattenNamespaces(body.tools);
+  const flatTools = flat.map((entry) => entry.tool) as NonNullable<ResponseCreateBody["tools"]>;
+  const tools = toolsFromResponses(flatTools);
+  annotateTools(tools, flatTools);
+  for (const spec of tools) {
+    const entry = flat.find((candidate) => candidate.tool.name === spec.name);
+    if (entry?.origin) spec.param = entry.param;
+  }
+  const toolChoice = toolChoiceOf(qualifiedToolChoice(body.tool_choice), tools);
+  const features: RequestFeatures = { tools, toolChoice };
   const responseFormat = responsesTextFormat(body.text);
   if (responseFormat) features.responseFormat = responseFormat;
   const logprobs = responsesLogprobs(body.include, body.top_logprobs);

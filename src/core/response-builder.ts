@@ -14,6 +14,7 @@ import type {
 } from "../protocol/responses.js";
 import { newId } from "./ids.js";
 import { wireLogprob } from "./logprobs.js";
+import { toolOrigins, type ToolOrigin } from "./namespace-tools.js";
 
 export function usageOf(usage: Usage): ResponseUsage {
   return {
@@ -48,12 +49,16 @@ export class ResponseBuilder {
   private sequence = 0;
   /** Items being generated, and their text so far (see `TextBuffer`: many deltas, little memory). */
   private readonly open = new Map<string, { index: number; text: TextBuffer; logprobs?: unknown[] }>();
+  /** Namespaced tools by the name the model calls them (none without a namespace tool). */
+  private readonly origins: Map<string, ToolOrigin> | undefined;
 
   constructor(
     private readonly response: ResponseObject,
     /** The request included `message.output_text.logprobs`: text parts carry them. */
     private readonly logprobs = false,
-  ) {}
+  ) {
+    this.origins = toolOrigins(response.tools);
+  }
 
   event(type: string, fields: Record<string, unknown>): ResponseEvent {
     return { type, sequence_number: this.sequence++, ...fields };
@@ -153,6 +158,9 @@ export class ResponseBuilder {
         return;
       }
       case "tool-call-start": {
+        // A namespace's tool goes back as the client named it: its own name and its namespace.
+        const origin = this.origins?.get(part.name);
+        const named = origin ? { name: origin.name, namespace: origin.namespace } : { name: part.name };
         const item: OutputItem =
           part.kind === "function"
             ? {
@@ -160,7 +168,7 @@ export class ResponseBuilder {
                 type: "function_call",
                 status: "in_progress",
                 call_id: part.callId,
-                name: part.name,
+                ...named,
                 arguments: "",
               }
             : {
@@ -168,7 +176,7 @@ export class ResponseBuilder {
                 type: "custom_tool_call",
                 status: "in_progress",
                 call_id: part.callId,
-                name: part.name,
+                ...named,
                 input: "",
               };
         const index = output.push(item) - 1;

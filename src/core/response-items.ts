@@ -5,6 +5,7 @@
 import type { ConversationItem } from "../engine/types.js";
 import type { OutputItem, ResponseCreateBody } from "../protocol/responses.js";
 import { newId } from "./ids.js";
+import { modelToolName } from "./namespace-tools.js";
 import type { InputItemRecord } from "./response-store.js";
 
 export function conversationItemsOf(output: readonly OutputItem[]): ConversationItem[] {
@@ -21,7 +22,7 @@ export function conversationItemsOf(output: readonly OutputItem[]): Conversation
         type: "tool_call",
         kind: "function",
         callId: item.call_id,
-        name: item.name,
+        name: modelToolName(item),
         input: item.arguments,
       });
     } else if (item.type === "custom_tool_call") {
@@ -29,7 +30,7 @@ export function conversationItemsOf(output: readonly OutputItem[]): Conversation
         type: "tool_call",
         kind: "custom",
         callId: item.call_id,
-        name: item.name,
+        name: modelToolName(item),
         input: item.input,
       });
     }

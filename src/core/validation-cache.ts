@@ -86,6 +86,7 @@ function plainInput(input: unknown): boolean {
       if (typeof fields.call_id !== "string" || typeof fields.output !== "string") return false;
     } else if (type === "function_call") {
       if (
+        (fields.namespace !== undefined && typeof fields.namespace !== "string") ||
         typeof fields.call_id !== "string" ||
         typeof fields.name !== "string" ||
         typeof fields.arguments !== "string"
@@ -93,6 +94,7 @@ function plainInput(input: unknown): boolean {
         return false;
     } else if (type === "custom_tool_call") {
       if (
+        (fields.namespace !== undefined && typeof fields.namespace !== "string") ||
         typeof fields.call_id !== "string" ||
         typeof fields.name !== "string" ||
         typeof fields.input !== "string"

@@ -37,6 +37,8 @@ const functionCallItem = z.looseObject({
   type: z.literal("function_call"),
   call_id: z.string(),
   name: z.string(),
+  /** The namespace tool the called function is in (see `core/namespace-tools.ts`). */
+  namespace: z.string().nullish(),
   arguments: z.string(),
 });
 const functionCallOutputItem = z.looseObject({
@@ -48,6 +50,7 @@ const customToolCallItem = z.looseObject({
   type: z.literal("custom_tool_call"),
   call_id: z.string(),
   name: z.string(),
+  namespace: z.string().nullish(),
   input: z.string(),
 });
 const customToolCallOutputItem = z.looseObject({
@@ -104,13 +107,23 @@ const customTool = z.looseObject({
   format: z.record(z.string(), z.unknown()).nullish(),
 });
 /**
+ * A client's group of function and custom tools (Codex 0.171 sends its MCP servers' tools so):
+ * the model sees the tools inside, see `core/namespace-tools.ts`.
+ */
+const namespaceTool = z.looseObject({
+  type: z.literal("namespace"),
+  name: z.string().min(1),
+  description: z.string().nullish(),
+  tools: z.array(z.union([functionTool, customTool])),
+});
+/**
  * Hosted tools (`web_search`, `file_search`, `local_shell`, …) are accepted for compatibility (Codex
  * sends them) but never run: the response names them in `metadata.spark_unavailable_tools`.
  */
 const otherTool = z
   .looseObject({ type: z.string() })
-  .refine((tool) => tool.type !== "function" && tool.type !== "custom", { message: "malformed tool" });
-export const toolSchema = z.union([functionTool, customTool, otherTool]);
+  .refine((tool) => !["function", "custom", "namespace"].includes(tool.type), { message: "malformed tool" });
+export const toolSchema = z.union([functionTool, customTool, namespaceTool, otherTool]);
 
 export const toolChoiceSchema = z.union([
   z.enum(["auto", "none", "required"]),
@@ -198,6 +211,8 @@ export type OutputItem =
       status: ItemStatus;
       call_id: string;
       name: string;
+      /** Set when the function is one of a namespace tool's (`name` is then its name there). */
+      namespace?: string;
       arguments: string;
     }
   | {
@@ -206,6 +221,7 @@ export type OutputItem =
       status: ItemStatus;
       call_id: string;
       name: string;
+      namespace?: string;
       input: string;
     }
   | CompactionItem;
