@@ -1,7 +1,8 @@
 /**
- * OpenAI's Codex CLI (`@openai/codex`, unmodified) end to end against Spark with the script engine:
- * `codex exec --json` runs a shell command through its `exec_command` tool and adds a file through
- * its `apply_patch` tool, over WebSocket (`supports_websockets = true`) and over HTTP.
+ * OpenAI's Codex CLI (`@openai/codex` 0.171, unmodified) end to end against Spark with the script
+ * engine: `codex exec --json` runs a shell command through its `exec_command` tool and adds a file
+ * through its `apply_patch` tool, over WebSocket (`supports_websockets = true`) and over HTTP, and
+ * calls an MCP server's tool, which Codex 0.171 offers inside a `namespace` tool.
  *
  * Codex needs a model catalog entry for a custom model (without one it offers no `apply_patch`);
  * the catalog is the one `spark setup codex` writes (`codexCatalog()`), for `spark` and for
@@ -49,7 +50,16 @@ const SCRIPT = [
   { output: [{ type: "message", text: "Done: ran echo and created hello.txt." }] },
 ];
 
-function config(baseUrl: string, websockets: boolean): string {
+/** An MCP server's tool: Codex offers `add` in the namespace `mcp__fixture`; the model calls it by its qualified name. */
+const MCP_SCRIPT = [
+  {
+    output: [{ type: "function_call", name: "mcp__fixture__add", arguments: JSON.stringify({ a: 2, b: 3 }) }],
+  },
+  { output: [{ type: "message", text: "2 + 3 = 5." }] },
+];
+const MCP_FIXTURE = fileURLToPath(new URL("./fixtures/mcp/test-server.mjs", import.meta.url));
+
+function config(baseUrl: string, websockets: boolean, extra = ""): string {
   return `model = "spark"
 model_provider = "spark"
 model_catalog_json = ${JSON.stringify(CATALOG)}
@@ -84,7 +94,7 @@ enabled = false
 
 [agents]
 enabled = false
-`;
+${extra}`;
 }
 
 interface CodexRun {
@@ -104,11 +114,12 @@ async function runCodex(
   websockets: boolean,
   prompt: string,
   args: readonly string[] = [],
+  extraConfig = "",
 ): Promise<CodexRun> {
   const home = mkdtempSync(join(tmpdir(), "spark-codex-home-"));
   const workspace = mkdtempSync(join(tmpdir(), "spark-codex-ws-"));
   dirs.push(home, workspace);
-  writeFileSync(join(home, "config.toml"), config(server.url, websockets));
+  writeFileSync(join(home, "config.toml"), config(server.url, websockets, extraConfig));
   // stdin must not stay open: `codex exec` would wait for more input.
   const child = spawn(
     CODEX_BIN,
@@ -201,6 +212,28 @@ describe(
         }
       });
     }
+
+    test("an MCP server's tool, offered in a namespace, is called and its result reaches the model", async () => {
+      const server = await startScriptServer(MCP_SCRIPT);
+      try {
+        const mcp = `\n[mcp_servers.fixture]\ncommand = ${JSON.stringify(process.execPath)}\nargs = [${JSON.stringify(MCP_FIXTURE)}, "tools"]\n`;
+        const run = await runCodex(server, false, "Add 2 and 3 with the fixture's tool.", [], mcp);
+        assert.equal(run.code, 0, `codex failed; stderr:\n${run.stderr}`);
+        assert.deepEqual(completed(run, "error"), [], "no error items");
+        const [call] = completed(run, "mcp_tool_call");
+        assert.equal(call?.server, "fixture", JSON.stringify(run.events));
+        assert.equal(call?.tool, "add");
+        assert.equal(call?.status, "completed");
+        assert.match(JSON.stringify(call?.result), /"text":"5"/);
+        assert.deepEqual(
+          completed(run, "agent_message").map((m) => m.text),
+          ["2 + 3 = 5."],
+        );
+        assert.equal(run.events.at(-1)?.type, "turn.completed");
+      } finally {
+        await server.close();
+      }
+    });
 
     test("codex exec --model gpt-5.3-codex-spark (OpenAI's name) is served by the spark tier", async () => {
       const server = await startScriptServer(SCRIPT);
