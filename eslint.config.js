@@ -35,9 +35,9 @@ const dynamicFileSystem = [
 // a path the model, a repository or a task names.
 const sparkOwnData = [
   "src/agent/fs/**", // the confined layer itself, and spark-data.ts (SPARK_HOME, the data dir)
-  "src/agent/sandbox.ts", // the sandbox's set-up: mount points, placeholders, the seccomp filter file
-  "src/agent/shell.ts", // the seccomp filter file sandbox.ts wrote, the command's working directory
-  "src/agent/secrets.ts", // this process's own /proc/self/environ
+  "src/agent/sandbox/sandbox.ts", // the sandbox's set-up: mount points, placeholders, the seccomp filter file
+  "src/agent/sandbox/shell.ts", // the seccomp filter file sandbox.ts wrote, the command's working directory
+  "src/agent/sandbox/secrets.ts", // this process's own /proc/self/environ
   "src/agent/session-file.ts", // session files in the data directory
   "src/agent/variants/runner.ts", // the empty folder of Spark's own variant worktrees
   "src/agent/checkpoints/folder-store.ts", // checkpoints' contents in SPARK_HOME (read from the workspace by checkpoints.ts)

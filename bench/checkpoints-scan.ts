@@ -11,7 +11,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { Checkpoints } from "../src/agent/checkpoints/checkpoints.js";
-import { Workspace } from "../src/agent/workspace.js";
+import { Workspace } from "../src/agent/files/workspace.js";
 
 async function run(withGit: boolean): Promise<void> {
   const root = mkdtempSync(path.join(tmpdir(), "w5bench-"));

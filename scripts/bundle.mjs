@@ -59,7 +59,7 @@ if (dirname(dirname(outdir)) !== resolve(root)) throw new Error(`--outdir must b
 rmSync(outdir, { recursive: true, force: true });
 await build({
   absWorkingDir: root,
-  entryPoints: { main: "src/cli/main.ts", "search-worker": "src/agent/search-worker.ts" },
+  entryPoints: { main: "src/cli/main.ts", "search-worker": "src/agent/files/search-worker.ts" },
   outdir,
   bundle: true,
   splitting: true,

@@ -24,7 +24,7 @@ import {
 import { join } from "node:path";
 import { setImmediate as nextTurn, setTimeout as sleep } from "node:timers/promises";
 import { after, describe, test } from "node:test";
-import { Workspace } from "../src/agent/workspace.js";
+import { Workspace } from "../src/agent/files/workspace.js";
 import { AppServer } from "../src/app/app-server.js";
 import type { LogEntry, ServerMessage, TaskSummary } from "../src/app/protocol.js";
 import { AppClient } from "./helpers/app-client.js";

@@ -10,10 +10,15 @@ import { lstat, readdir, readFile, readlink, symlink } from "node:fs/promises";
 import path from "node:path";
 import { describe, test } from "node:test";
 import { workspaceFixture, type WorkspaceFixture } from "./helpers/workspace.js";
-import { applyPatch, parsePatch, protectedWrites } from "../src/agent/apply-patch.js";
-import type { Sandbox } from "../src/agent/sandbox.js";
-import { ToolRunner, type ApprovalAnswer, type ApprovalRequest, type ToolCall } from "../src/agent/tools.js";
-import { ToolError } from "../src/agent/workspace.js";
+import { applyPatch, parsePatch, protectedWrites } from "../src/agent/files/apply-patch.js";
+import type { Sandbox } from "../src/agent/sandbox/sandbox.js";
+import {
+  ToolRunner,
+  type ApprovalAnswer,
+  type ApprovalRequest,
+  type ToolCall,
+} from "../src/agent/tools/index.js";
+import { ToolError } from "../src/agent/files/workspace.js";
 
 type Fixture = WorkspaceFixture;
 

@@ -12,7 +12,7 @@ import os from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
 import { ChangeRecord, reviewDiffs } from "../src/app/change-record.js";
-import { Workspace } from "../src/agent/workspace.js";
+import { Workspace } from "../src/agent/files/workspace.js";
 
 const dirs: string[] = [];
 after(async () => {

@@ -323,7 +323,7 @@ describe("checkpoints", () => {
     git(root, "init", "-q", "-b", "main");
     git(root, "add", "-A");
     git(root, "commit", "-q", "-m", "init");
-    const { Workspace } = await import("../src/agent/workspace.js");
+    const { Workspace } = await import("../src/agent/files/workspace.js");
     const sub = await Workspace.open(path.join(root, "sub"));
     const checkpoints = await Checkpoints.open(sub, "sub-session", home);
     checkpoints.beginTurn();

@@ -14,9 +14,9 @@ import type { Page } from "playwright-core";
 import { launchBrowser } from "./helpers/browser.js";
 import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./helpers/cli.js";
 import { workspaceFixture } from "./helpers/workspace.js";
-import { previewPatch } from "../src/agent/apply-patch.js";
-import { contentDiff } from "../src/agent/file-diff.js";
-import { ToolRunner, type ApprovalRequest, type ToolCall } from "../src/agent/tools.js";
+import { previewPatch } from "../src/agent/files/apply-patch.js";
+import { contentDiff } from "../src/agent/files/file-diff.js";
+import { ToolRunner, type ApprovalRequest, type ToolCall } from "../src/agent/tools/index.js";
 import { distMissing, TmuxServer, tmuxMissing, type Terminal } from "./helpers/tmux.js";
 
 function script(name: string, lines: readonly (readonly object[])[]): string {

@@ -22,8 +22,8 @@ import { createServer, type Server } from "node:net";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import type { ThreadItem } from "../src/agent/tools.js";
-import { detectSandbox } from "../src/agent/sandbox.js";
+import type { ThreadItem } from "../src/agent/tools/index.js";
+import { detectSandbox } from "../src/agent/sandbox/sandbox.js";
 import {
   file,
   freshDir,

@@ -10,8 +10,8 @@ import { symlink } from "node:fs/promises";
 import path from "node:path";
 import { describe, test } from "node:test";
 import { workspaceFixture, type WorkspaceFixture } from "./helpers/workspace.js";
-import { listFiles, readFile, searchFiles } from "../src/agent/file-tools.js";
-import { ToolError, Workspace } from "../src/agent/workspace.js";
+import { listFiles, readFile, searchFiles } from "../src/agent/files/file-tools.js";
+import { ToolError, Workspace } from "../src/agent/files/workspace.js";
 
 type Fixture = WorkspaceFixture;
 

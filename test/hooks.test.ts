@@ -10,7 +10,7 @@ import { randomUUID } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import type { ThreadItem } from "../src/agent/tools.js";
+import type { ThreadItem } from "../src/agent/tools/index.js";
 import { file, freshDir, jsonLines, runToExit } from "./helpers/cli.js";
 
 interface ExecEvent {

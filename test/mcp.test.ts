@@ -17,8 +17,8 @@ import { after, before, describe, test } from "node:test";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { z } from "zod";
-import { decideMcpTool } from "../src/agent/approval.js";
-import type { ThreadItem } from "../src/agent/tools.js";
+import { decideMcpTool } from "../src/agent/tools/approval.js";
+import type { ThreadItem } from "../src/agent/tools/index.js";
 import WebSocket from "ws";
 import type { LogEntry, ServerMessage } from "../src/app/protocol.js";
 import {

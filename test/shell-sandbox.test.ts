@@ -21,11 +21,11 @@ import {
   isKnownSafeCommand,
   type ApprovalDecision,
   type ApprovalMode,
-} from "../src/agent/approval.js";
-import { describeSandbox, detectSandbox, sandboxedArgv, type Sandbox } from "../src/agent/sandbox.js";
-import { commandEnvironment } from "../src/agent/secrets.js";
-import { unixSocketFilter } from "../src/agent/socket-filter.js";
-import { formatCommandOutput, runCommand, type RunCommandOptions } from "../src/agent/shell.js";
+} from "../src/agent/tools/approval.js";
+import { describeSandbox, detectSandbox, sandboxedArgv, type Sandbox } from "../src/agent/sandbox/sandbox.js";
+import { commandEnvironment } from "../src/agent/sandbox/secrets.js";
+import { unixSocketFilter } from "../src/agent/sandbox/socket-filter.js";
+import { formatCommandOutput, runCommand, type RunCommandOptions } from "../src/agent/sandbox/shell.js";
 
 const NO_SANDBOX: Sandbox = { kind: "none", reason: "test" };
 
@@ -274,7 +274,7 @@ describe("runCommand", () => {
   test("an unsandboxed command cannot read the scrubbed secrets back from /proc/$PPID/environ", async () => {
     // A fresh process whose environment block (what exec gave it) holds the secrets, as spark's does.
     const script = [
-      `const { runCommand } = await import(${JSON.stringify(new URL("../src/agent/shell.ts", import.meta.url).href)});`,
+      `const { runCommand } = await import(${JSON.stringify(new URL("../src/agent/sandbox/shell.ts", import.meta.url).href)});`,
       `const r = await runCommand("tr '\\\\0' '\\\\n' < /proc/$PPID/environ", { workspaceRoot: process.cwd(), cwd: process.cwd(), sandbox: { kind: "none", reason: "test" } });`,
       'const after = await runCommand("printenv SPARK_TEST_VISIBLE", { workspaceRoot: process.cwd(), cwd: process.cwd(), sandbox: { kind: "none", reason: "test" } });',
       "console.log(JSON.stringify({ output: r.output, exitCode: r.exitCode, after: after.output, kept: { token: process.env.SPARK_TEST_TOKEN, url: process.env.DATABASE_URL } }));",

@@ -8,7 +8,7 @@ import { randomUUID } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
-import { detectSandbox } from "../src/agent/sandbox.js";
+import { detectSandbox } from "../src/agent/sandbox/sandbox.js";
 import { file, freshDir, jsonLines, runToExit } from "./helpers/cli.js";
 
 /** A fresh HOME with Spark's home at its default place, and no SPARK_DATA_DIR. */

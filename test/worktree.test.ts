@@ -12,8 +12,8 @@ import { mkdir, mkdtemp, readdir, readFile, realpath, rm, symlink, writeFile } f
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { detectSandbox } from "../src/agent/sandbox.js";
-import { runCommand } from "../src/agent/shell.js";
+import { detectSandbox } from "../src/agent/sandbox/sandbox.js";
+import { runCommand } from "../src/agent/sandbox/shell.js";
 import {
   createTaskWorkspace,
   discardTaskWorkspace,

@@ -23,8 +23,8 @@ import {
   type ThreadItem,
   type ToolCall,
   type ToolContext,
-} from "./tools.js";
-import { toolDefinitions } from "./tools.js";
+} from "./tools/index.js";
+import { toolDefinitions } from "./tools/index.js";
 import type { FileDiff } from "./thread-item.js";
 
 /** A Responses input item (messages, tool calls and their outputs, compaction items). */

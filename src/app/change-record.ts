@@ -4,9 +4,9 @@
  * the workspace is a git repository, and only this task's changes when several tasks share one
  * workspace) and lets a revert put back exactly what was there.
  */
-import { contentDiff } from "../agent/file-diff.js";
-import { neutralGit } from "../agent/neutral-git.js";
-import type { Workspace } from "../agent/workspace.js";
+import { contentDiff } from "../agent/files/file-diff.js";
+import { neutralGit } from "../agent/sandbox/neutral-git.js";
+import type { Workspace } from "../agent/files/workspace.js";
 import type { FileDiff } from "./protocol.js";
 
 /** Content of a file, `null` when it did not exist. */

@@ -10,7 +10,7 @@
  */
 import { readdirSync } from "node:fs";
 import { join, relative } from "node:path";
-import { ToolError } from "../agent/workspace.js";
+import { ToolError } from "../agent/files/workspace.js";
 import { CheckpointError } from "../agent/checkpoints/checkpoints.js";
 import type { ClientMessage, ServerMessage, TaskState, TaskSummary } from "./protocol.js";
 import { Task, type TaskContext } from "./task.js";

@@ -11,12 +11,12 @@
 import { appendFileSync, existsSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Agent, type AgentEvent, type InputItem } from "../agent/agent.js";
-import type { ApprovalMode } from "../agent/approval.js";
+import type { ApprovalMode } from "../agent/tools/approval.js";
 import { ResponsesSocket } from "../agent/responses-socket.js";
-import type { Sandbox } from "../agent/sandbox.js";
+import type { Sandbox } from "../agent/sandbox/sandbox.js";
 import { readRegularFile, SessionFile } from "../agent/session-file.js";
-import type { ApprovalReply, ApprovalRequest, ThreadItem, VisionInfo } from "../agent/tools.js";
-import { Workspace } from "../agent/workspace.js";
+import type { ApprovalReply, ApprovalRequest, ThreadItem, VisionInfo } from "../agent/tools/index.js";
+import { Workspace } from "../agent/files/workspace.js";
 import { adoptInto, type CreateVariantAgent } from "../agent/variants/runner.js";
 import type { Hooks } from "../agent/hooks/runner.js";
 import type { McpManager } from "../agent/mcp/manager.js";

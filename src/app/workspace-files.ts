@@ -9,7 +9,7 @@
  * attached).
  */
 import { ConfinedRoot, readPrefix } from "../agent/fs/confined.js";
-import { neutralGit } from "../agent/neutral-git.js";
+import { neutralGit } from "../agent/sandbox/neutral-git.js";
 
 /** Files listed at most (a huge tree is cut, not walked for ever). */
 const MAX_FILES = 50_000;

@@ -13,14 +13,14 @@
  * MCP only when configured.
  */
 import { Agent, type AgentEvent, type InputItem } from "../agent/agent.js";
-import type { ApprovalMode } from "../agent/approval.js";
+import type { ApprovalMode } from "../agent/tools/approval.js";
 import { ResponsesSocket } from "../agent/responses-socket.js";
-import { detectSandbox, type Sandbox } from "../agent/sandbox.js";
+import { detectSandbox, type Sandbox } from "../agent/sandbox/sandbox.js";
 import { SessionFile } from "../agent/session-file.js";
 import type { Checkpoints } from "../agent/checkpoints/checkpoints.js";
 import { DeferredRecorder } from "../agent/checkpoints/deferred-recorder.js";
-import type { ApprovalAnswer, ApprovalRequest } from "../agent/tools.js";
-import { Workspace } from "../agent/workspace.js";
+import type { ApprovalAnswer, ApprovalRequest } from "../agent/tools/index.js";
+import { Workspace } from "../agent/files/workspace.js";
 import { sparkHome } from "../agent/context/spark-home.js";
 import { join } from "node:path";
 import { SessionContext } from "../agent/context/session-context.js";

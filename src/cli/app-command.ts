@@ -7,7 +7,7 @@
  * loads its engine meanwhile, and a task's first turn waits for that engine (its context window is
  * asked once the engine is ready); nothing before the URL waits for the model server's network.
  */
-import { detectSandbox } from "../agent/sandbox.js";
+import { detectSandbox } from "../agent/sandbox/sandbox.js";
 import {
   clientSandbox,
   DEFAULT_INSTRUCTIONS,
@@ -31,7 +31,7 @@ import { SessionContext } from "../agent/context/session-context.js";
 import type { ResolvedSettings } from "./config.js";
 import { ConfigError } from "./setting-names.js";
 import { mcpManagerFor } from "./agent-runtime.js";
-import type { VisionInfo } from "../agent/tools.js";
+import type { VisionInfo } from "../agent/tools/index.js";
 
 export interface AppFlags {
   host: string;

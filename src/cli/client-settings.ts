@@ -12,7 +12,7 @@
  */
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import type { ApprovalMode } from "../agent/approval.js";
+import type { ApprovalMode } from "../agent/tools/approval.js";
 import { sparkHome } from "../agent/context/spark-home.js";
 import { defaultDataDir } from "../store/data-dir.js";
 import type { ResolvedSettings } from "./config.js";

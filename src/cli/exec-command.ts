@@ -15,8 +15,8 @@
  * `worktree` event says the same. A task that changed nothing leaves no worktree behind.
  */
 import type { AgentEvent } from "../agent/agent.js";
-import type { ThreadItem } from "../agent/tools.js";
-import { describeSandbox } from "../agent/sandbox.js";
+import type { ThreadItem } from "../agent/tools/index.js";
+import { describeSandbox } from "../agent/sandbox/sandbox.js";
 import { ImageFileError, imageDataUrl } from "../agent/images.js";
 import { startRuntime, type ClientFlags } from "./agent-runtime.js";
 import { describeInstructionFiles } from "../agent/context/session-context.js";

@@ -6,7 +6,7 @@
  */
 import type { IncomingMessage } from "node:http";
 import { httpBaseUrl } from "../agent/responses-socket.js";
-import type { VisionInfo } from "../agent/tools.js";
+import type { VisionInfo } from "../agent/tools/index.js";
 
 /** A model the server lists at `/v1/models`: its name and, when it says, its context window. */
 export interface ServedModel {

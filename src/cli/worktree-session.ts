@@ -8,7 +8,7 @@ import { copyFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
-import { neutralGit } from "../agent/neutral-git.js";
+import { neutralGit } from "../agent/sandbox/neutral-git.js";
 import type { TaskFileChange, TaskWorkspace } from "../agent/worktree/task-workspace.js";
 
 const GIT_BUFFER = 256 * 1024 * 1024;

@@ -26,7 +26,7 @@
  * through `Tui` (commands/command.ts).
  */
 import type { Agent } from "../agent/agent.js";
-import type { ApprovalAnswer, ApprovalRequest } from "../agent/tools.js";
+import type { ApprovalAnswer, ApprovalRequest } from "../agent/tools/index.js";
 import type { ClientFlags, Runtime } from "../cli/agent-runtime.js";
 import { pastedImagePath } from "../agent/images.js";
 import { decodeKeys, type Key } from "./keys.js";
@@ -159,7 +159,7 @@ class TuiApp implements Tui {
       const [{ startRuntime }, { ChangeRecord }, { describeSandbox }] = await Promise.all([
         import("../cli/agent-runtime.js"),
         import("../app/change-record.js"),
-        import("../agent/sandbox.js"),
+        import("../agent/sandbox/sandbox.js"),
       ]);
       const runtime = await startRuntime({
         flags: this.flags,

@@ -5,7 +5,7 @@
  * Space/PgDn and PgUp when it is taller than the screen. One approval at a time: while one is open
  * every key goes to it. The answer is said in the transcript.
  */
-import type { ApprovalAnswer, ApprovalRequest } from "../agent/tools.js";
+import type { ApprovalAnswer, ApprovalRequest } from "../agent/tools/index.js";
 import { counts, diffRows, page } from "./diff-view.js";
 import type { Key } from "./keys.js";
 import { pageStep } from "./pager.js";

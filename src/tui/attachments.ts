@@ -72,7 +72,7 @@ export class Attachments {
     if (paths.length === 0) return text;
     const workspace = await this.files.workspace();
     if (!workspace) return text;
-    const { readFile } = await import("../agent/file-tools.js");
+    const { readFile } = await import("../agent/files/file-tools.js");
     const parts = [text];
     for (const path of paths) {
       try {

@@ -7,7 +7,7 @@
  * server is up (neither needs a server): its files are listed once (as `list_files` sees them:
  * .gitignore and secrets skipped) and listed again after anything that may have changed them.
  */
-import type { Workspace } from "../agent/workspace.js";
+import type { Workspace } from "../agent/files/workspace.js";
 
 export interface Completion {
   /** The word completed (without its `/` or `@`). */
@@ -68,7 +68,7 @@ export class WorkspaceFiles {
     const connected = this.connected();
     if (connected) return connected;
     try {
-      const { Workspace } = await import("../agent/workspace.js");
+      const { Workspace } = await import("../agent/files/workspace.js");
       return await Workspace.open(this.cwd ?? process.cwd());
     } catch {
       return undefined;
@@ -82,7 +82,7 @@ export class WorkspaceFiles {
   async under(prefix: string): Promise<string[]> {
     const workspace = await this.workspace();
     if (!workspace) return [];
-    const { listFiles } = await import("../agent/file-tools.js");
+    const { listFiles } = await import("../agent/files/file-tools.js");
     this.#files ??= listFiles(workspace, { limit: 20_000 }).then(
       (list) => list.files,
       () => [],

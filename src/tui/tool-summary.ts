@@ -3,7 +3,7 @@
  * search.py`, `$ pytest -q`, `edit a.ts`), and, on request (Ctrl-O or /expand), the whole call:
  * its arguments and its output. Also the words for an answer that was cut off.
  */
-import type { ThreadItem } from "../agent/tools.js";
+import type { ThreadItem } from "../agent/tools/index.js";
 import { cutOffOf } from "../agent/cut-off.js";
 
 type ToolItem = Exclude<ThreadItem, { type: "agent_message" } | { type: "error" }>;

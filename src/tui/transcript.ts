@@ -11,7 +11,7 @@
 import type { Agent, AgentEvent } from "../agent/agent.js";
 import { describeInstructionFiles } from "../agent/context/session-context.js";
 import type { FileDiff } from "../agent/thread-item.js";
-import type { ThreadItem } from "../agent/tools.js";
+import type { ThreadItem } from "../agent/tools/index.js";
 import type { ChangeRecord } from "../app/change-record.js";
 import type { Runtime } from "../cli/agent-runtime.js";
 import { PROMPT } from "./composer.js";

@@ -7,7 +7,7 @@
  * when they wait) are in commands/variants.ts; the table's drawing in variants-view.ts.
  */
 import type { Agent } from "../agent/agent.js";
-import type { ApprovalAnswer, ApprovalRequest } from "../agent/tools.js";
+import type { ApprovalAnswer, ApprovalRequest } from "../agent/tools/index.js";
 import type { VariantRun } from "../agent/variants/runner.js";
 import type { Runtime } from "../cli/agent-runtime.js";
 import { namesFiles, type Attachments } from "./attachments.js";

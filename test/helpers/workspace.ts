@@ -3,7 +3,7 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after } from "node:test";
-import { Workspace } from "../../src/agent/workspace.js";
+import { Workspace } from "../../src/agent/files/workspace.js";
 
 export interface WorkspaceFixture {
   ws: Workspace;

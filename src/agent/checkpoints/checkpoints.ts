@@ -30,9 +30,9 @@
 import type { BigIntStats } from "node:fs";
 import path from "node:path";
 import { sparkHome } from "../context/spark-home.js";
-import { listFiles } from "../file-tools.js";
-import { neutralGit } from "../neutral-git.js";
-import type { Workspace } from "../workspace.js";
+import { listFiles } from "../files/file-tools.js";
+import { neutralGit } from "../sandbox/neutral-git.js";
+import type { Workspace } from "../files/workspace.js";
 import { FolderStore, pruneFolders } from "./folder-store.js";
 import { GitStore } from "./git-store.js";
 import {

@@ -22,7 +22,7 @@ import { mkdir, readdir, readFile, rm, stat, utimes } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { writeFileAtomic } from "../fs/spark-data.js";
-import { neutralGit } from "../neutral-git.js";
+import { neutralGit } from "../sandbox/neutral-git.js";
 import {
   MAX_CHECKPOINTS,
   MAX_FILE_BYTES,

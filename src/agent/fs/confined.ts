@@ -78,7 +78,7 @@ import { randomBytes } from "node:crypto";
 import os from "node:os";
 import path from "node:path";
 import { isProtectedName } from "./protected-names.js";
-import { HOME_SECRETS } from "../secrets.js";
+import { HOME_SECRETS } from "../sandbox/secrets.js";
 import { ToolError } from "./tool-error.js";
 
 export { ToolError } from "./tool-error.js";

@@ -19,9 +19,9 @@
 import { randomBytes } from "node:crypto";
 import { rmdir } from "node:fs/promises";
 import type { Agent, AgentEvent, InputItem } from "../agent.js";
-import type { Sandbox } from "../sandbox.js";
-import { commandEnvironment } from "../secrets.js";
-import { runCommand } from "../shell.js";
+import type { Sandbox } from "../sandbox/sandbox.js";
+import { commandEnvironment } from "../sandbox/secrets.js";
+import { runCommand } from "../sandbox/shell.js";
 import {
   createTaskWorkspace,
   discardTaskWorkspace,

@@ -8,11 +8,11 @@
 import { basename, dirname, join } from "node:path";
 import { structuredPatch } from "diff";
 import { withScratchDir, writeFileAtomic } from "../fs/spark-data.js";
-import { contentDiff } from "../file-diff.js";
-import { neutralGit } from "../neutral-git.js";
+import { contentDiff } from "../files/file-diff.js";
+import { neutralGit } from "../sandbox/neutral-git.js";
 import type { FileDiff } from "../thread-item.js";
-import { protectedPart } from "../protected-paths.js";
-import { ToolError, Workspace } from "../workspace.js";
+import { protectedPart } from "../sandbox/protected-paths.js";
+import { ToolError, Workspace } from "../files/workspace.js";
 import {
   GIT_BUFFER,
   isInside,

@@ -25,9 +25,9 @@ import { basename, dirname, join, relative, sep } from "node:path";
 import ignore, { type Ignore } from "ignore";
 import { sparkHome } from "../context/spark-home.js";
 import { removeOwnTree } from "../fs/spark-data.js";
-import { neutralGit } from "../neutral-git.js";
+import { neutralGit } from "../sandbox/neutral-git.js";
 import { claimWorkspace, releaseWorkspace, workspaceOwner } from "./owners.js";
-import { ToolError, Workspace } from "../workspace.js";
+import { ToolError, Workspace } from "../files/workspace.js";
 
 export type TaskWorkspaceKind = "worktree" | "copy" | "in-place";
 

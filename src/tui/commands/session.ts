@@ -51,7 +51,7 @@ export const status: Command = {
       tui.screen.line(dim("connecting…"));
       return;
     }
-    const { describeSandbox } = await import("../../agent/sandbox.js");
+    const { describeSandbox } = await import("../../agent/sandbox/sandbox.js");
     tui.screen.line(
       dim(
         [

@@ -35,10 +35,10 @@
  * workspace). Patches check every path they write at any depth, after resolving symlinks.
  */
 import path from "node:path";
-import { ConfinedRoot } from "./fs/confined.js";
-import { isProtectedName } from "./fs/protected-names.js";
+import { ConfinedRoot } from "../fs/confined.js";
+import { isProtectedName } from "../fs/protected-names.js";
 
-export { PROTECTED_NAMES } from "./fs/protected-names.js";
+export { PROTECTED_NAMES } from "../fs/protected-names.js";
 
 /** Directories the sandbox's scan for nested protected paths visits at most, per command. */
 export const PROTECTED_SCAN_MAX_DIRS = 4096;

@@ -10,7 +10,7 @@
 import path from "node:path";
 import type { Worker } from "node:worker_threads";
 import ignore, { type Ignore } from "ignore";
-import { readPrefix } from "./fs/confined.js";
+import { readPrefix } from "../fs/confined.js";
 import { ToolError, type Workspace } from "./workspace.js";
 
 export const READ_DEFAULT_LIMIT = 2000;

@@ -3,7 +3,7 @@
  * place a model's tool call is checked, approved and run. Every call yields a display item (for
  * the TUI and `spark exec --json`) and the output text the model sees next.
  */
-import { applyPatch, previewPatch, protectedWrites, type PatchFile } from "./apply-patch.js";
+import { applyPatch, previewPatch, protectedWrites, type PatchFile } from "../files/apply-patch.js";
 import {
   decideCommand,
   decideMcpTool,
@@ -11,19 +11,19 @@ import {
   type ApprovalDecision,
   type ApprovalMode,
 } from "./approval.js";
-import type { HookOutcome, Hooks } from "./hooks/runner.js";
-import { listFiles, readFile, searchFiles } from "./file-tools.js";
-import type { Sandbox } from "./sandbox.js";
-import { commandEnvironment } from "./secrets.js";
-import { formatCommandOutput, runCommand } from "./shell.js";
-import { ToolError, type Workspace } from "./workspace.js";
-import { readSkill, SKILL_TOOL_DEFINITION, type Skill } from "./context/skills.js";
-import { patchPaths, type TurnRecorder } from "./checkpoints/checkpoints.js";
-import { contentDiff } from "./file-diff.js";
-import type { FileDiff } from "./thread-item.js";
+import type { HookOutcome, Hooks } from "../hooks/runner.js";
+import { listFiles, readFile, searchFiles } from "../files/file-tools.js";
+import type { Sandbox } from "../sandbox/sandbox.js";
+import { commandEnvironment } from "../sandbox/secrets.js";
+import { formatCommandOutput, runCommand } from "../sandbox/shell.js";
+import { ToolError, type Workspace } from "../files/workspace.js";
+import { readSkill, SKILL_TOOL_DEFINITION, type Skill } from "../context/skills.js";
+import { patchPaths, type TurnRecorder } from "../checkpoints/checkpoints.js";
+import { contentDiff } from "../files/file-diff.js";
+import type { FileDiff } from "../thread-item.js";
 
-export type { ThreadItem } from "./thread-item.js";
-import type { ThreadItem } from "./thread-item.js";
+export type { ThreadItem } from "../thread-item.js";
+import type { ThreadItem } from "../thread-item.js";
 
 /** A tool call from a response's output. */
 export interface ToolCall {

@@ -5,7 +5,7 @@
  * repository's configuration names can run).
  */
 import { structuredPatch } from "diff";
-import type { DiffLine, FileDiff } from "./thread-item.js";
+import type { DiffLine, FileDiff } from "../thread-item.js";
 
 /** A file's content, `null` when it does not exist. */
 export type Content = string | Uint8Array | null;
