@@ -54,6 +54,22 @@ const sparkOwnData = [
 // Callers still being moved onto the confined layer (issue 30); this list only shrinks.
 const notYetConfined = [];
 
+// The agent's lower rooms (see their block below) and what they never import.
+const agentLowerRooms = ["src/agent/fs/**", "src/agent/sandbox/**", "src/agent/files/**"];
+const agentLowerRoomPatterns = [
+  {
+    group: [...serverLayers, "**/cli/**", "**/tui/**", "**/app/**", "**/lsp/**"],
+    message:
+      "The agent's file and sandbox layers are used by the clients; they never import them or the server.",
+  },
+  {
+    regex: "^\\.\\./(?!(fs|sandbox|files)/|thread-item\\.js$)",
+    message:
+      "fs/, sandbox/ and files/ import only each other (and thread-item.ts's types): the tools, the turn loop " +
+      "and the rooms above (checkpoints, worktree, variants, MCP, hooks, context) build on them, never the reverse.",
+  },
+];
+
 // What the app server never imports: it reaches the server only over the wire, and shares only the
 // server's origin policy and request-target parsing (the same checks guard both).
 const appLayerPatterns = [
@@ -160,7 +176,27 @@ export default tseslint.config(
     },
   },
   {
-    // The agent's rooms for MCP and hooks are reached through its tool and session seams (tools.ts's
+    // The agent's lower rooms: the confined file layer (fs/), the sandbox family (sandbox/: bubblewrap,
+    // the command's shell and environment, protected paths, neutral git) and the file work built on
+    // them (files/: the workspace, read/list/search, apply_patch, display diffs). They import only each
+    // other and thread-item.ts's types, never the tools, the turn loop or the rooms above them
+    // (checkpoints, worktree, variants, MCP, hooks, context), nor the CLI, TUI or app that use them.
+    // This block sets the imports rule for the files the node:fs allow-list exempts; the next one
+    // adds node:fs back for the others (a later block's rule replaces an earlier one's).
+    files: agentLowerRooms,
+    rules: {
+      "no-restricted-imports": ["error", { patterns: agentLowerRoomPatterns }],
+    },
+  },
+  {
+    files: agentLowerRooms,
+    ignores: [...sparkOwnData, ...notYetConfined],
+    rules: {
+      "no-restricted-imports": ["error", { paths: rawFileSystem, patterns: agentLowerRoomPatterns }],
+    },
+  },
+  {
+    // The agent's rooms for MCP and hooks are reached through its tool and session seams (tools/index.ts's
     // ToolContext, the runtime that starts a session); they never reach back into the turn loop, the
     // tools or the approvals. They are clients too: the server's layers stay out.
     files: ["src/agent/mcp/**", "src/agent/hooks/**"],
@@ -175,9 +211,9 @@ export default tseslint.config(
               message: "The client reaches the server only through the Responses API (responses-socket.ts).",
             },
             {
-              regex: "^\\.\\./[^/]+\\.js$",
+              regex: "^\\.\\./([^/]+\\.js$|tools/)",
               message:
-                "MCP and hooks are reached through the agent's seams; they do not import the agent's own modules.",
+                "MCP and hooks are reached through the agent's seams; they do not import the agent's own modules or its tools.",
             },
           ],
         },
