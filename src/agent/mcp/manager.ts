@@ -53,7 +53,7 @@ export interface McpCallResult {
   isError: boolean;
   /**
    * The image parts (base64 `data`), in order: the tool runner sends them as `input_image` parts
-   * when the session's model can see, else as a placeholder that says why (agent/tools.ts).
+   * when the session's model can see, else as a placeholder that says why (agent/tools/index.ts).
    */
   images: McpImage[];
 }
