@@ -5,34 +5,13 @@
  * engine (what is checked is the API's handling of parameters, not the model).
  */
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
-import { createRequire } from "node:module";
-import { dirname, join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import OpenAI from "openai";
 import type { SparkServer } from "../src/server/http-server.js";
+import { sdkParameters } from "./helpers/sdk-types.js";
 import { startScriptServer } from "./helpers/servers.js";
 
 const TEXT = "Hello! I am Spark, and this is the end.";
-
-/** The top-level properties of an interface in one of the SDK's `.d.ts` files. */
-function sdkParameters(file: string, name: string): string[] {
-  // The package's main entry sits at its root (its exports hide package.json).
-  const root = dirname(createRequire(import.meta.url).resolve("openai"));
-  const source = readFileSync(join(root, file), "utf8");
-  const start = source.indexOf(`export interface ${name} {`);
-  assert.ok(start >= 0, `${name} in ${file}`);
-  let depth = 0;
-  let end = start;
-  for (let i = start; i < source.length; i++) {
-    if (source[i] === "{") depth++;
-    else if (source[i] === "}" && --depth === 0) {
-      end = i;
-      break;
-    }
-  }
-  return [...source.slice(start, end).matchAll(/\n {4}([a-z_]+)\??:/g)].map((match) => match[1]!);
-}
 
 type Kind = "served" | "no-op" | "refused";
 
