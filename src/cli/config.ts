@@ -241,6 +241,21 @@ export const serveSettingsSchema = z.strictObject({
 });
 export type ServeSettings = z.infer<typeof serveSettingsSchema>;
 
+// setting-names.ts keeps the defaults and environment names apart from the schema (and imports
+// nothing, so no cycle): here the compiler checks them against it. Each default fits its setting,
+// every setting outside FILE_ONLY has an environment variable, and neither names a stray setting.
+type Stray<T> = [Exclude<keyof T, keyof ServeSettings>] extends [never] ? true : never;
+const _defaultsFit: Partial<ServeSettings> = DEFAULT_SETTINGS;
+const _defaultsKnown: Stray<typeof DEFAULT_SETTINGS> = true;
+const _envNamesCover: Record<
+  Exclude<
+    keyof ServeSettings,
+    "models" | "keys" | "limits" | "client" | "upstreams" | "mcpServers" | "hooks" | "variants"
+  >,
+  string
+> = ENV_NAMES;
+const _envNamesKnown: Stray<typeof ENV_NAMES> = true;
+
 /** Repeatable flags, named in the singular (`--allowed-host`), whose settings are lists. */
 const LIST_FLAGS: Record<string, string> = {
   allowedHosts: "--allowed-host",

@@ -1,8 +1,8 @@
 /**
  * The settings' defaults, environment variable names and error class, apart from their schema so
  * that commands which do not read settings (the TUI's first paint, `--help`) do not load zod.
+ * This module imports nothing: config.ts, which holds the schema, checks these against it.
  */
-import type { ServeSettings } from "./config.js";
 
 export class ConfigError extends Error {}
 
@@ -27,16 +27,10 @@ export const DEFAULT_SETTINGS = {
   maxConnections: 4096,
   headerTimeout: 15,
   requestTimeout: 120,
-} as const satisfies Partial<ServeSettings>;
+} as const;
 
-/** Environment variable for each setting. */
-export const ENV_NAMES: Record<
-  Exclude<
-    keyof ServeSettings,
-    "models" | "keys" | "limits" | "client" | "upstreams" | "mcpServers" | "hooks" | "variants"
-  >,
-  string
-> = {
+/** Environment variable for each setting (but those only a config file can hold: config.ts checks). */
+const envNames = {
   host: "SPARK_HOST",
   port: "SPARK_PORT",
   engine: "SPARK_ENGINE",
@@ -80,3 +74,5 @@ export const ENV_NAMES: Record<
   allowedHosts: "SPARK_ALLOWED_HOSTS",
   allowedOrigins: "SPARK_ALLOWED_ORIGINS",
 };
+/** Environment variable for each setting (the names above: a string each). */
+export const ENV_NAMES: Record<keyof typeof envNames, string> = envNames;

@@ -9,7 +9,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { neutralGit } from "../agent/sandbox/neutral-git.js";
-import type { TaskFileChange, TaskWorkspace } from "../agent/worktree/task-workspace.js";
+import type { TaskFileChange } from "../agent/worktree/task-changes.js";
+import type { TaskWorkspace } from "../agent/worktree/task-workspace.js";
 
 const GIT_BUFFER = 256 * 1024 * 1024;
 const IDENTITY = {

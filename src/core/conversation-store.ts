@@ -14,7 +14,7 @@
  *   the conversation is `{ found: false }` for the whole page (the caller says which parameter).
  * - Deleting a conversation deletes its items.
  */
-import type { Awaitable, InputItemRecord } from "./response-store.js";
+import type { Awaitable, InputItemRecord } from "./store-records.js";
 
 export interface ConversationRecord {
   id: string;

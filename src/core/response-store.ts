@@ -29,8 +29,9 @@ import { MemoryConversationStore, type ConversationStore } from "./conversation-
 import type { EventChunk } from "./event-log.js";
 import { MemoryRunStore, type RunStore } from "./run-store.js";
 
-/** One item of `GET /v1/responses/{id}/input_items`: the wire shape, with an `id`. */
-export type InputItemRecord = { id: string; type: string } & Record<string, unknown>;
+import type { Awaitable, InputItemRecord } from "./store-records.js";
+
+export type { Awaitable, InputItemRecord } from "./store-records.js";
 
 export interface StoredResponse {
   /** Id of the API key that created the response. */
@@ -97,9 +98,6 @@ export class StoreUnavailableError extends Error {
     this.name = "StoreUnavailableError";
   }
 }
-
-/** A value, or a promise of it. */
-export type Awaitable<T> = T | Promise<T>;
 
 export interface ResponseStore {
   get(id: string, owner: string): Awaitable<StoredResponse | undefined>;

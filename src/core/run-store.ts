@@ -22,7 +22,7 @@
  */
 import type { ResponseObject } from "../protocol/responses.js";
 import type { EventChunk } from "./event-log.js";
-import type { Awaitable, InputItemRecord } from "./response-store.js";
+import type { Awaitable, InputItemRecord } from "./store-records.js";
 
 export interface BackgroundRun {
   id: string;

@@ -3,7 +3,7 @@
  * (state, tokens/s, files, +/−, check result, first line of its answer), and a variant's diff in
  * color (`/diff K`). Model text is sanitized before it is drawn.
  */
-import type { TaskFileChange } from "../agent/worktree/task-workspace.js";
+import type { TaskFileChange } from "../agent/worktree/task-changes.js";
 import type { Variant } from "../agent/variants/runner.js";
 import { bold, cyan, dim, green, red, yellow } from "./style.js";
 import { hardWrap, padTo, sanitize, truncate, visibleWidth } from "./wrap.js";

@@ -1,5 +1,6 @@
 /** The transcript: one component per entry kind (messages, tool activity, approvals, variants). */
 import { Component } from "preact";
+import { Diff } from "./diff.js";
 import { Variants } from "./variants.js";
 import { useEffect, useRef, useState } from "preact/hooks";
 import type { ClientMessage, FileDiff, LogEntry } from "../../src/app/protocol.js";
@@ -157,52 +158,6 @@ function Item(props: { entry: Extract<LogEntry, { kind: "item" }> }): preact.JSX
     case "agent_message":
       return <div class="msg assistant">{item.text}</div>;
   }
-}
-
-export function Diff(props: {
-  diff: FileDiff;
-  onRevert?: () => void;
-  /** The VS Code pane: show it in the editor's diff view. */
-  onOpen?: () => void;
-  /** More of the file's head (the review of a task in a worktree: its state and Apply / Discard). */
-  extra?: preact.ComponentChildren;
-  /** Its lines only: the path and counts are shown beside it already. */
-  bare?: boolean;
-}): preact.JSX.Element {
-  const { diff } = props;
-  return (
-    <div class="diff" data-path={diff.path}>
-      <div class="diff-head" hidden={props.bare}>
-        <span class={`kind ${diff.kind}`}>{diff.kind}</span>{" "}
-        <code class="diff-path" title={diff.path}>
-          {diff.path}
-        </code>
-        <span class="counts">
-          <span class="add">+{diff.added}</span> <span class="del">−{diff.removed}</span>
-        </span>
-        {props.onOpen ? (
-          <button class="small open-diff" title="Show it in VS Code's diff editor" onClick={props.onOpen}>
-            Open<span class="long"> diff</span>
-          </button>
-        ) : null}
-        {props.onRevert ? (
-          <button class="small" onClick={props.onRevert}>
-            Revert<span class="long"> file</span>
-          </button>
-        ) : null}
-        {props.extra}
-      </div>
-      <pre class="diff-body">
-        {diff.lines.map((line, i) => (
-          <div key={i} class={`line ${line.kind}`}>
-            {line.kind === "add" ? "+" : line.kind === "del" ? "-" : line.kind === "hunk" ? "" : " "}
-            {line.text}
-          </div>
-        ))}
-        {diff.note ? <div class="line note">{diff.note}</div> : null}
-      </pre>
-    </div>
-  );
 }
 
 /** An applied patch's diff in the transcript: collapsed to its +/- counts, opened on a click. */

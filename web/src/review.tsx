@@ -2,7 +2,7 @@
  * A task's review: its changes per file, with Apply and Discard for a task in a worktree or copy
  * (`TaskReview`), Revert and Keep for one in place (`Review`).
  */
-import { Diff } from "./entries.js";
+import { Diff } from "./diff.js";
 import { inEditor } from "./host.js";
 import { send } from "./send.js";
 import { getState, setState } from "./store.js";

@@ -4,7 +4,7 @@
  */
 import { useEffect, useRef, useState } from "preact/hooks";
 import type { ClientMessage, LogEntry, VariantCard } from "../../src/app/protocol.js";
-import { Diff } from "./entries.js";
+import { Diff } from "./diff.js";
 import { renderInto } from "./markdown.js";
 import { attachStream, benchProbe, detachStream, getState, useStore, variantStream } from "./store.js";
 

@@ -46,8 +46,6 @@ export interface TaskWorkspace {
   base: string;
 }
 
-export type { ApplyResult, TaskFileChange } from "./task-changes.js";
-
 /** Ids become branch names and directory names: kept to a plain, safe alphabet. */
 const ID = /^[A-Za-z0-9][A-Za-z0-9_-]{0,79}$/;
 /** Outside git a task copies the workspace twice (its copy and the base): past these, it refuses. */
