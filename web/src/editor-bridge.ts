@@ -4,7 +4,24 @@
  */
 import { inEditor, onEditor, pathOf, toEditor } from "./host.js";
 import { send } from "./send.js";
-import { getState } from "./store.js";
+import { getState, setState, subscribe } from "./store.js";
+
+type Tier = "spark" | "deep";
+
+/** The open task's tier, when it is one the editor has (not `auto`). */
+function openTier(): Tier | undefined {
+  const s = getState();
+  const model = s.tasks.find((t) => t.id === s.current)?.model;
+  return model === "spark" || model === "deep" ? model : undefined;
+}
+
+/** The editor's tier changed: the open task and new ones take it. */
+function takeTier(tier: Tier): void {
+  const s = getState();
+  const task = s.tasks.find((t) => t.id === s.current);
+  if (s.draftModel !== tier) setState({ draftModel: tier });
+  if (task && task.model !== tier) send({ type: "model", task: task.id, model: tier });
+}
 
 /** Whether a task works in a worktree or copy of its own (not in the workspace itself). */
 function isolated(task: string): boolean {
@@ -25,6 +42,15 @@ export function bridgeEditor(actions: { createTask(model: string, text: string):
         if (s.current) send({ type: "send", task: s.current, text: message.text });
         else createTask(s.draftModel, message.text);
         return;
+      case "tier": {
+        // Just loaded: a task open keeps its tier, and the editor takes it (below); else the
+        // editor's tier is the new task's.
+        const open = openTier();
+        if (message.initial && open) toEditor({ type: "tier", tier: open });
+        else if (message.initial) setState({ draftModel: message.tier });
+        else takeTier(message.tier);
+        return;
+      }
       case "ping":
         requestAnimationFrame(() => requestAnimationFrame(() => toEditor({ type: "painted" })));
         return;
@@ -47,6 +73,15 @@ export function bridgeEditor(actions: { createTask(model: string, text: string):
     }
   });
   if (inEditor) {
+    // The open task's tier is the editor's: said when another task opens or its tier changes.
+    let said: string | undefined;
+    subscribe(() => {
+      const s = getState();
+      const tier = openTier();
+      const key = `${s.current ?? ""}:${tier ?? ""}`;
+      if (tier && key !== said) toEditor({ type: "tier", tier });
+      said = key;
+    });
     document.documentElement.classList.add("host-vscode");
     document.addEventListener("click", (event) => {
       const code = (event.target as Element | null)?.closest?.("code");

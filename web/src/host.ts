@@ -17,12 +17,16 @@ export type ToEditor =
   /** Open a workspace file, at a 1-based line. */
   | { type: "open"; path: string; line?: number }
   /** Show a task's changed file in the diff editor: `before` left, the file as it is now right. */
-  | { type: "diff"; task: string; path: string; before: string | null; after: string | null };
+  | { type: "diff"; task: string; path: string; before: string | null; after: string | null }
+  /** The open task's tier (opened, changed here): the editor's tier becomes it. */
+  | { type: "tier"; tier: "spark" | "deep" };
 
 /** Extension → front end. */
 export type FromEditor =
   /** "Ask Spark": send `text` (the question with the code attached) to the open task, or a new one. */
   | { type: "ask"; text: string }
+  /** The editor's tier changed; `initial`: the pane just loaded (a task open keeps its own). */
+  | { type: "tier"; tier: "spark" | "deep"; initial?: boolean }
   /** The pane was shown again: answer `painted` after the next paint (the warm open's figure). */
   | { type: "ping" }
   /** The diff editor's Apply / Discard, for one file or (no path) the whole task. */

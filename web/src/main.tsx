@@ -561,7 +561,8 @@ function App(): preact.JSX.Element {
   const task = state.tasks.find((t) => t.id === state.current);
   useEffect(() => {
     const onKey = (e: KeyboardEvent): void => {
-      if ((e.ctrlKey || e.metaKey) && e.shiftKey && e.key.toLowerCase() === "l") {
+      // In VS Code the editor's own keybinding toggles its one tier, and the pane follows it.
+      if (!inEditor && (e.ctrlKey || e.metaKey) && e.shiftKey && e.key.toLowerCase() === "l") {
         e.preventDefault();
         const s = getState();
         const current = s.tasks.find((t) => t.id === s.current);

@@ -94,6 +94,12 @@ export function setState(patch: Partial<AppState> | ((s: AppState) => Partial<Ap
   for (const listener of listeners) listener();
 }
 
+/** Calls `listener` after every change of the state; returns the unsubscribe. */
+export function subscribe(listener: () => void): () => void {
+  listeners.add(listener);
+  return () => void listeners.delete(listener);
+}
+
 export function useStore(): AppState {
   const [, force] = useState(0);
   useEffect(() => {

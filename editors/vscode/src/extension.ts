@@ -21,8 +21,7 @@ import { downloadProgress, findSpark, type DownloadLine, type SparkCommand } fro
 import { QuickEdit } from "./quick-edit.js";
 import { showStatusMenu } from "./status-menu.js";
 import { registerPane } from "./pane.js";
-
-type Tier = "spark" | "deep";
+import { TierState, type Tier } from "./tier.js";
 
 interface SparkStatus {
   tier: Tier;
@@ -39,8 +38,9 @@ const SERVER_START_TIMEOUT_MS = 60_000;
 let state: Extension | undefined;
 
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
-  registerPane(context);
   state = new Extension(context);
+  // The pane shows and sets the same tier as the status bar (tier.ts).
+  registerPane(context, state.tier);
   await state.start();
 }
 
@@ -59,7 +59,24 @@ class Extension {
   #serverUrl = "";
   #status: SparkStatus = { tier: "spark", server: "", lastTtftMs: null, tokensPerSecond: null };
 
+  /** The one tier (status bar, completions, quick edit, the pane): see tier.ts. */
+  readonly tier: TierState;
+
   constructor(private readonly context: vscode.ExtensionContext) {
+    const configured =
+      vscode.workspace.getConfiguration("spark").get<Tier>("tier") === "deep" ? "deep" : "spark";
+    this.tier = new TierState(configured);
+    this.#status.tier = configured;
+    this.tier.onChanged((tier) => {
+      this.#status.tier = tier;
+      this.#renderStatus();
+    });
+    this.tier.apply = async (tier) => {
+      await this.#client?.sendRequest(ExecuteCommandRequest.type, {
+        command: "spark.setTier",
+        arguments: [tier],
+      });
+    };
     this.#log = vscode.window.createOutputChannel("Spark");
     this.#statusBar = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 1000);
     this.#statusBar.command = "spark.vscode.menu";
@@ -67,8 +84,6 @@ class Extension {
   }
 
   async start(): Promise<void> {
-    const settings = vscode.workspace.getConfiguration("spark");
-    this.#status.tier = settings.get<Tier>("tier") === "deep" ? "deep" : "spark";
     this.#renderStatus("starting…");
     this.#statusBar.show();
     const register = (command: string, run: (...args: unknown[]) => unknown): void => {
@@ -158,7 +173,8 @@ class Extension {
     };
     const client = new LanguageClient("spark", "Spark", serverOptions, clientOptions);
     client.onNotification("spark/status", (status: SparkStatus) => {
-      this.#status = status;
+      // The tier is the extension's (tier.ts), pushed to the server; not read back from it.
+      this.#status = { ...status, tier: this.tier.current };
       this.#renderStatus();
     });
     this.#quickEdit?.attach(client);
@@ -214,17 +230,11 @@ class Extension {
     });
   }
 
+  /** Ctrl+Shift+L, the status menu: spark ⇄ deep, for the editor and the pane alike. */
   async toggleTier(): Promise<void> {
-    const client = this.#client;
-    if (!client) return void vscode.window.showWarningMessage("Spark is not running: see Spark: Show Log.");
-    const result = (await client.sendRequest(ExecuteCommandRequest.type, {
-      command: "spark.toggleTier",
-      arguments: [],
-    })) as {
-      tier: Tier;
-    };
-    this.#status.tier = result.tier;
-    this.#renderStatus();
+    if (!this.#client)
+      return void vscode.window.showWarningMessage("Spark is not running: see Spark: Show Log.");
+    await this.tier.toggle();
   }
 
   async setApiKey(): Promise<void> {
@@ -250,11 +260,14 @@ class Extension {
       return;
     }
     const settings = vscode.workspace.getConfiguration("spark");
+    // The setting changed: it becomes the tier (of the pane too); any other change keeps the tier.
+    if (event.affectsConfiguration("spark.tier"))
+      await this.tier.set(settings.get<Tier>("tier") === "deep" ? "deep" : "spark", { applied: true });
     this.#renderStatus();
     await this.#client?.sendNotification("workspace/didChangeConfiguration", {
       settings: {
         spark: {
-          tier: settings.get<Tier>("tier"),
+          tier: this.tier.current,
           debounceMs: settings.get<number>("debounceMs"),
           ...(this.#completions ? { completions: this.#completions.filter() } : {}),
         },

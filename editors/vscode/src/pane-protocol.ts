@@ -13,7 +13,9 @@ export type FromPane =
   /** The app could not be loaded (its script failed). */
   | { type: "load-failed"; message: string }
   | { type: "open"; path: string; line?: number }
-  | { type: "diff"; task: string; path: string; before: string | null; after: string | null };
+  | { type: "diff"; task: string; path: string; before: string | null; after: string | null }
+  /** The open task's tier (opened, changed in the pane): the editor's tier becomes it (tier.ts). */
+  | { type: "tier"; tier: "spark" | "deep" };
 
 /** Extension → webview. */
 export type ToPane =
@@ -22,6 +24,12 @@ export type ToPane =
   /** The app could not be started: shown in the pane. */
   | { type: "failed"; message: string }
   | { type: "ask"; text: string }
+  /**
+   * The editor's tier changed (Ctrl+Shift+L, the status menu): the open task and new ones take it.
+   * `initial` (once the pane is up): only a pane with no task open takes it; one with a task says
+   * that task's tier instead.
+   */
+  | { type: "tier"; tier: "spark" | "deep"; initial?: boolean }
   /** The pane was shown again: answer `painted` after the next paint. */
   | { type: "ping" }
   | { type: "apply"; task: string; path?: string }

@@ -5,7 +5,8 @@
  * channel (pane-protocol.ts): a task's changed file opens in VS Code's diff editor (left: the file
  * before the task, a read-only `spark-base:` document; right: the file) with Apply and Discard in
  * its title bar; a `path:line` clicked in the transcript opens in the editor; "Ask Spark" sends a
- * selection or a file to the open task (or a new one).
+ * selection or a file to the open task (or a new one). The pane shows and sets the editor's one
+ * tier (tier.ts).
  */
 import { appendFileSync } from "node:fs";
 import { isAbsolute, relative, resolve } from "node:path";
@@ -13,6 +14,7 @@ import * as vscode from "vscode";
 import { PaneApp } from "./pane-app.js";
 import { paneHtml } from "./pane-html.js";
 import type { FromPane, ToPane } from "./pane-protocol.js";
+import type { TierState } from "./tier.js";
 
 export const PANE_VIEW = "spark.pane";
 const BASE_SCHEME = "spark-base";
@@ -22,8 +24,8 @@ const DIFF_CONTEXT = "spark.paneDiff";
 const ORIGIN_KEY = "spark.pane.origin";
 
 /** Registers the pane, its commands and the `spark-base:` documents. */
-export function registerPane(context: vscode.ExtensionContext): void {
-  const pane = new SparkPane(context.globalState, context.secrets);
+export function registerPane(context: vscode.ExtensionContext, tier: TierState): void {
+  const pane = new SparkPane(context.globalState, context.secrets, tier);
   context.subscriptions.push(
     pane,
     // Kept while hidden: its tasks go on streaming into it, and showing it again costs no reload.
@@ -79,10 +81,15 @@ class SparkPane implements vscode.WebviewViewProvider, vscode.Disposable {
   readonly #diffs = new Map<string, OpenDiff>();
   #lastDiff: OpenDiff | undefined;
 
+  /** The front end was (re)loaded: once it paints, it hears the editor's tier (`initial`). */
+  #loaded = false;
+
   constructor(
     private readonly memory: vscode.Memento,
     secrets: vscode.SecretStorage,
+    private readonly tier: TierState,
   ) {
+    tier.onChanged((value) => this.#post({ type: "tier", tier: value }));
     // An app that ends on its own (a crash, killed) is started again by reloading the page, which
     // asks for it anew; not once it has ended within seconds of starting twice in a row, which
     // would only loop. (One quick end is restarted: how long an app ran before a kill says
@@ -222,6 +229,7 @@ class SparkPane implements vscode.WebviewViewProvider, vscode.Disposable {
         try {
           const app = await this.#app.url(message.origin);
           if (this.#openedAt !== undefined) this.#phases.app = Date.now() - this.#openedAt;
+          this.#loaded = true;
           await view.webview.postMessage({
             type: "load",
             appUrl: app.url,
@@ -238,6 +246,14 @@ class SparkPane implements vscode.WebviewViewProvider, vscode.Disposable {
         return;
       case "painted": {
         this.#ready = true;
+        if (this.#loaded) {
+          this.#loaded = false;
+          void view.webview.postMessage({
+            type: "tier",
+            tier: this.tier.current,
+            initial: true,
+          } satisfies ToPane);
+        }
         for (const waiting of this.#waiting.splice(0)) void view.webview.postMessage(waiting);
         if (this.#openedAt !== undefined) {
           const ms = Date.now() - this.#openedAt;
@@ -251,6 +267,9 @@ class SparkPane implements vscode.WebviewViewProvider, vscode.Disposable {
         return;
       case "diff":
         await this.#openDiff(message);
+        return;
+      case "tier":
+        await this.tier.set(message.tier);
         return;
     }
   }
