@@ -73,14 +73,21 @@ export function bridgeEditor(actions: { createTask(model: string, text: string):
     }
   });
   if (inEditor) {
-    // The open task's tier is the editor's: said when another task opens or its tier changes.
+    // The open task's tier is the editor's: said when another task opens or its tier changes. An
+    // applied file is said too, so that its diff tab shows the file and offers no Apply.
     let said: string | undefined;
+    let review: unknown;
     subscribe(() => {
       const s = getState();
       const tier = openTier();
       const key = `${s.current ?? ""}:${tier ?? ""}`;
       if (tier && key !== said) toEditor({ type: "tier", tier });
       said = key;
+      if (s.review !== review) {
+        review = s.review;
+        if (s.review?.applied?.length)
+          toEditor({ type: "applied", task: s.review.task, paths: s.review.applied });
+      }
     });
     document.documentElement.classList.add("host-vscode");
     document.addEventListener("click", (event) => {

@@ -19,7 +19,9 @@ export type ToEditor =
   /** Show a task's changed file in the diff editor: `before` left, the file as it is now right. */
   | { type: "diff"; task: string; path: string; before: string | null; after: string | null }
   /** The open task's tier (opened, changed here): the editor's tier becomes it. */
-  | { type: "tier"; tier: "spark" | "deep" };
+  | { type: "tier"; tier: "spark" | "deep" }
+  /** A task's files now in the workspace as the task has them (after an Apply): its diff tabs follow. */
+  | { type: "applied"; task: string; paths: string[] };
 
 /** Extension → front end. */
 export type FromEditor =

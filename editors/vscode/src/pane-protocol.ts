@@ -15,7 +15,9 @@ export type FromPane =
   | { type: "open"; path: string; line?: number }
   | { type: "diff"; task: string; path: string; before: string | null; after: string | null }
   /** The open task's tier (opened, changed in the pane): the editor's tier becomes it (tier.ts). */
-  | { type: "tier"; tier: "spark" | "deep" };
+  | { type: "tier"; tier: "spark" | "deep" }
+  /** A task's files now in the workspace as the task has them (after an Apply): its diff tabs follow. */
+  | { type: "applied"; task: string; paths: string[] };
 
 /** Extension → webview. */
 export type ToPane =

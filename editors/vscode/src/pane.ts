@@ -4,9 +4,9 @@
  * the front end). The extension does what the editor does better, over the webview's message
  * channel (pane-protocol.ts): a task's changed file opens in VS Code's diff editor (left: the file
  * before the task, a read-only `spark-base:` document; right: the file) with Apply and Discard in
- * its title bar; a `path:line` clicked in the transcript opens in the editor; "Ask Spark" sends a
- * selection or a file to the open task (or a new one). The pane shows and sets the editor's one
- * tier (tier.ts).
+ * its title bar, and once the file is applied the tab shows the file itself, with neither; a
+ * `path:line` clicked in the transcript opens in the editor; "Ask Spark" sends a selection or a
+ * file to the open task (or a new one). The pane shows and sets the editor's one tier (tier.ts).
  */
 import { appendFileSync } from "node:fs";
 import { isAbsolute, relative, resolve } from "node:path";
@@ -62,6 +62,11 @@ class Bases implements vscode.TextDocumentContentProvider {
 interface OpenDiff {
   task: string;
   path: string;
+  /** The task's version before Apply (`spark-base:…&side=task`), or the file itself. */
+  right: vscode.Uri;
+  left: vscode.Uri;
+  /** The file holds the task's version: the tab shows it, with no Apply or Discard. */
+  applied: boolean;
 }
 
 class SparkPane implements vscode.WebviewViewProvider, vscode.Disposable {
@@ -193,19 +198,47 @@ class SparkPane implements vscode.WebviewViewProvider, vscode.Disposable {
       void vscode.window.showInformationMessage("Spark: open a task's diff from the pane's review first.");
       return;
     }
+    // What happened shows in the pane's review; an applied file's tab follows (`applied`).
     this.#post({ type: action, task: diff.task, ...(scope === "file" ? { path: diff.path } : {}) });
-    void vscode.window.showInformationMessage(
-      `Spark: ${action === "apply" ? "applied" : "discarded"} ${scope === "file" ? diff.path : "the task's changes"}`,
-    );
   }
 
+  /** Apply / Discard in the title bar: for a diff the pane opened whose file is not applied yet. */
   updateDiffContext(): void {
     const active = vscode.window.activeTextEditor?.document.uri.toString();
-    void vscode.commands.executeCommand(
-      "setContext",
-      DIFF_CONTEXT,
-      active !== undefined && this.#diffs.has(active),
-    );
+    const diff = active === undefined ? undefined : this.#diffs.get(active);
+    void vscode.commands.executeCommand("setContext", DIFF_CONTEXT, diff !== undefined && !diff.applied);
+  }
+
+  /**
+   * A task's files were applied: each open diff tab of them still showing the task's version (and
+   * "not applied") is replaced by the diff against the file itself, whose title says applied and
+   * whose title bar offers no Apply or Discard.
+   */
+  async #applied(task: string, paths: readonly string[]): Promise<void> {
+    const stale = new Set<OpenDiff>();
+    for (const diff of this.#diffs.values())
+      if (diff.task === task && !diff.applied && paths.includes(diff.path)) stale.add(diff);
+    for (const diff of stale) {
+      const file = this.#resolve(diff.path);
+      if (!file) continue;
+      diff.applied = true;
+      const tabs = vscode.window.tabGroups.all
+        .flatMap((group) => group.tabs)
+        .filter(
+          (tab) =>
+            tab.input instanceof vscode.TabInputTextDiff &&
+            tab.input.modified.toString() === diff.right.toString(),
+        );
+      if (tabs.length === 0) continue;
+      await vscode.window.tabGroups.close(tabs);
+      this.#diffs.delete(diff.right.toString());
+      diff.right = file;
+      this.#diffs.set(file.toString(), diff);
+      await vscode.commands.executeCommand("vscode.diff", diff.left, file, diffTitle(diff.path, "applied"), {
+        preview: true,
+      });
+    }
+    this.updateDiffContext();
   }
 
   dispose(): void {
@@ -271,6 +304,9 @@ class SparkPane implements vscode.WebviewViewProvider, vscode.Disposable {
       case "tier":
         await this.tier.set(message.tier);
         return;
+      case "applied":
+        await this.#applied(message.task, message.paths);
+        return;
     }
   }
 
@@ -334,7 +370,7 @@ class SparkPane implements vscode.WebviewViewProvider, vscode.Disposable {
       right = left.with({ query: `${left.query}&side=task` });
       this.bases.set(right, message.after ?? "");
     }
-    const diff = { task: message.task, path: message.path };
+    const diff: OpenDiff = { task: message.task, path: message.path, left, right, applied: right === file };
     this.#diffs.set(left.toString(), diff);
     this.#diffs.set(right.toString(), diff);
     this.#lastDiff = diff;
@@ -342,9 +378,18 @@ class SparkPane implements vscode.WebviewViewProvider, vscode.Disposable {
       "vscode.diff",
       left,
       right,
-      `${message.path} (start ↔ Spark task${right === file ? "" : ", not applied"})`,
+      diffTitle(message.path, right === file ? "file" : "task"),
       { preview: true },
     );
     this.updateDiffContext();
   }
+}
+
+/** A pane diff's tab title: whose version is on the right. */
+function diffTitle(path: string, right: "task" | "file" | "applied"): string {
+  return right === "task"
+    ? `${path} (start ↔ Spark task, not applied)`
+    : right === "applied"
+      ? `${path} (start ↔ Spark task, applied)`
+      : `${path} (start ↔ Spark task)`;
 }
