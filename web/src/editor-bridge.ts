@@ -2,6 +2,7 @@
  * The front end's side of the VS Code pane's channel (host.ts carries it): messages from the
  * extension acted on, and what the pane tells the extension.
  */
+import { addChip } from "./chips.js";
 import { inEditor, onEditor, pathOf, toEditor } from "./host.js";
 import { send } from "./send.js";
 import { getState, setState, subscribe } from "./store.js";
@@ -33,14 +34,15 @@ function isolated(task: string): boolean {
  * In the VS Code pane: what the editor asks of the app (Ask Spark, the diff editor's Apply and
  * Discard), and paths in the transcript that open in the editor. Nothing in a browser.
  */
-export function bridgeEditor(actions: { createTask(model: string, text: string): boolean }): void {
-  const { createTask } = actions;
+export function bridgeEditor(): void {
   onEditor((message) => {
-    const s = getState();
     switch (message.type) {
       case "ask":
-        if (s.current) send({ type: "send", task: s.current, text: message.text });
-        else createTask(s.draftModel, message.text);
+        addChip({
+          where: message.where,
+          code: message.code,
+          ...(message.language ? { language: message.language } : {}),
+        });
         return;
       case "tier": {
         // Just loaded: a task open keeps its tier, and the editor takes it (below); else the

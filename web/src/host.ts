@@ -25,8 +25,8 @@ export type ToEditor =
 
 /** Extension → front end. */
 export type FromEditor =
-  /** "Ask Spark": send `text` (the question with the code attached) to the open task, or a new one. */
-  | { type: "ask"; text: string }
+  /** "Ask Spark": the code goes into the composer as a chip; the user's question goes with it. */
+  | { type: "ask"; where: string; code: string; language?: string }
   /** The editor's tier changed; `initial`: the pane just loaded (a task open keeps its own). */
   | { type: "tier"; tier: "spark" | "deep"; initial?: boolean }
   /** The pane was shown again: answer `painted` after the next paint (the warm open's figure). */

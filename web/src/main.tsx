@@ -9,6 +9,8 @@ import { Connection } from "./connection.js";
 import { Entry, MarkdownSummary, Thumbnails } from "./entries.js";
 import { appBase, inEditor, toEditor } from "./host.js";
 import { bridgeEditor } from "./editor-bridge.js";
+import { Chips, clearChips, withChips } from "./chips.js";
+import { useFollowEnd } from "./follow.js";
 import { Review } from "./review.js";
 import { bindSend } from "./send.js";
 import { TaskHeader, toggleTier } from "./task-header.js";
@@ -277,8 +279,11 @@ function Composer(props: { task?: TaskSummary; model?: string }): preact.JSX.Ele
   };
   /** Runs `deliver` with the composer's text (trimmed); the composer empties only if it was sent. */
   const take = (deliver: (value: string) => boolean): void => {
-    const value = text.trim();
-    if (value !== "" && deliver(value)) setText("");
+    const value = withChips(text.trim());
+    if (value !== "" && deliver(value)) {
+      setText("");
+      clearChips();
+    }
   };
   const submit = (sentAt?: number): void => {
     const value = text.trim();
@@ -334,6 +339,7 @@ function Composer(props: { task?: TaskSummary; model?: string }): preact.JSX.Ele
         attach(e.dataTransfer.files);
       }}
     >
+      <Chips />
       {images.length > 0 ? (
         <Thumbnails
           images={images}
@@ -487,18 +493,8 @@ function Transcript(props: { task: string }): preact.JSX.Element {
   const state = useStore();
   const entries = state.logs[props.task];
   const ref = useRef<HTMLDivElement>(null);
-  // Follows the end while the user has not scrolled up.
-  useEffect(() => {
-    const element = ref.current;
-    if (!element) return;
-    const follow = (): void => {
-      if (element.scrollHeight - element.scrollTop - element.clientHeight < 120)
-        element.scrollTop = element.scrollHeight;
-    };
-    const observer = new MutationObserver(follow);
-    observer.observe(element, { childList: true, subtree: true, characterData: true });
-    return () => observer.disconnect();
-  }, [props.task]);
+  // Follows the end unless the user scrolled up (follow.ts).
+  useFollowEnd(ref, props.task);
   return (
     <div class="transcript" ref={ref}>
       {entries === undefined ? <div class="empty">Loading…</div> : null}
@@ -683,7 +679,7 @@ function App(): preact.JSX.Element {
 }
 
 // In the VS Code pane: what the editor asks of the app, and paths that open in the editor.
-bridgeEditor({ createTask });
+bridgeEditor();
 
 // The socket first: its handshake overlaps the first render (the hello it brings is what makes the
 // page interactive, figure 21).

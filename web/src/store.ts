@@ -26,6 +26,13 @@ export interface Toast {
   state: string;
 }
 
+/** Code the editor put into the composer ("Ask Spark"): where it is from, and the code. */
+export interface CodeChip {
+  where: string;
+  code: string;
+  language?: string;
+}
+
 export interface AppState {
   connection: ConnectionState;
   workspace: string;
@@ -62,6 +69,8 @@ export interface AppState {
   preview: number | undefined;
   /** Variants' diffs as the app last answered them, by `variantStream(entry, index)`. */
   variantDiffs: Record<string, FileDiff[]>;
+  /** The composer's code chips (chips.tsx), sent with the next message. */
+  chips: CodeChip[];
 }
 
 let state: AppState = {
@@ -82,6 +91,7 @@ let state: AppState = {
   fileMatches: undefined,
   preview: undefined,
   variantDiffs: {},
+  chips: [],
 };
 const listeners = new Set<() => void>();
 

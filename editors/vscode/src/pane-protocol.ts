@@ -25,7 +25,8 @@ export type ToPane =
   | { type: "load"; appUrl: string; session?: string }
   /** The app could not be started: shown in the pane. */
   | { type: "failed"; message: string }
-  | { type: "ask"; text: string }
+  /** "Ask Spark": the code goes into the composer as a chip (`where`, e.g. `src/a.ts:3-9`). */
+  | { type: "ask"; where: string; code: string; language?: string }
   /**
    * The editor's tier changed (Ctrl+Shift+L, the status menu): the open task and new ones take it.
    * `initial` (once the pane is up): only a pane with no task open takes it; one with a task says

@@ -5,8 +5,9 @@
  * channel (pane-protocol.ts): a task's changed file opens in VS Code's diff editor (left: the file
  * before the task, a read-only `spark-base:` document; right: the file) with Apply and Discard in
  * its title bar, and once the file is applied the tab shows the file itself, with neither; a
- * `path:line` clicked in the transcript opens in the editor; "Ask Spark" sends a selection or a
- * file to the open task (or a new one). The pane shows and sets the editor's one tier (tier.ts).
+ * `path:line` clicked in the transcript opens in the editor; "Ask Spark" puts a selection or a file
+ * into the composer as a chip, for the question the user types there. The pane shows and sets the
+ * editor's one tier (tier.ts).
  */
 import { appendFileSync } from "node:fs";
 import { isAbsolute, relative, resolve } from "node:path";
@@ -175,18 +176,11 @@ class SparkPane implements vscode.WebviewViewProvider, vscode.Disposable {
       void vscode.window.showInformationMessage("Ask Spark: open a file or select some code first.");
       return;
     }
-    const question = await vscode.window.showInputBox({
-      title: `Ask Spark about ${where}`,
-      prompt: "What should Spark do with this code?",
-      placeHolder: "Explain this / add a test for it / …",
-    });
-    if (question === undefined || question.trim() === "") return;
-    const fence = code.includes("```") ? "~~~~" : "```";
+    // Into the composer as a chip (as "add to chat" does elsewhere): the question is typed there.
     const language = vscode.workspace.textDocuments.find(
       (d) => d.uri.toString() === uri.toString(),
     )?.languageId;
-    const text = `${question.trim()}\n\n\`${where}\`:\n${fence}${language ?? ""}\n${code}${code.endsWith("\n") ? "" : "\n"}${fence}\n`;
-    this.#post({ type: "ask", text });
+    this.#post({ type: "ask", where, code, ...(language ? { language } : {}) });
     await vscode.commands.executeCommand(`${PANE_VIEW}.focus`);
   }
 
