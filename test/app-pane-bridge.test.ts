@@ -1,7 +1,7 @@
 /**
  * The front end's side of the VS Code pane (web/src/editor-bridge.ts, chips.tsx, follow.ts), with
  * the pane's real page framed as VS Code frames it (test/helpers/pane-harness.ts plays the
- * extension): issue 34 items 14, 15 and 16.
+ * extension): issue 34 items 13, 14, 15 and 16.
  * - One tier: the editor's tier becomes the new task's and the open task's; the open task's tier
  *   (and a change made in the pane) is told to the editor.
  * - "Ask Spark" puts the code into the composer as a chip; the message carries the question typed
@@ -9,6 +9,8 @@
  * - The transcript stays where the user scrolled up to while an answer streams, and follows again
  *   once they send.
  * - An applied file is told to the editor (its diff tab then shows the file, without Apply).
+ * - In a light theme every colour and the font are VS Code's (the code-server e2e checks the real
+ *   light, dark and high-contrast themes and their contrast).
  *
  * Real parts: `spark app` on the script engine in a git repository, Debian's chromium.
  */
@@ -51,6 +53,40 @@ async function told(page: Page, expected: Record<string, unknown>): Promise<void
     expected,
   );
 }
+
+/** Some of VS Code 1.100's Light Modern colours, as it sets them on a webview's <html>. */
+const LIGHT_MODERN: Record<string, string> = {
+  "--vscode-font-family": "Arial, sans-serif",
+  "--vscode-font-size": "13px",
+  "--vscode-editor-font-family": "monospace",
+  "--vscode-editor-font-size": "14px",
+  "--vscode-foreground": "#3b3b3b",
+  "--vscode-descriptionForeground": "#3b3b3b",
+  "--vscode-sideBar-background": "#f8f8f8",
+  "--vscode-sideBar-foreground": "#3b3b3b",
+  "--vscode-editor-background": "#ffffff",
+  "--vscode-editor-foreground": "#3b3b3b",
+  "--vscode-editorWidget-background": "#f8f8f8",
+  "--vscode-editorWidget-foreground": "#3b3b3b",
+  "--vscode-widget-border": "#e5e5e5",
+  "--vscode-focusBorder": "#005fb8",
+  "--vscode-input-background": "#ffffff",
+  "--vscode-input-foreground": "#3b3b3b",
+  "--vscode-input-border": "#cecece",
+  "--vscode-dropdown-background": "#ffffff",
+  "--vscode-dropdown-foreground": "#3b3b3b",
+  "--vscode-dropdown-border": "#cecece",
+  "--vscode-button-background": "#005fb8",
+  "--vscode-button-foreground": "#ffffff",
+  "--vscode-button-secondaryBackground": "#e5e5e5",
+  "--vscode-button-secondaryForeground": "#3b3b3b",
+  "--vscode-textLink-foreground": "#005fb8",
+  "--vscode-errorForeground": "#f85149",
+  "--vscode-badge-background": "#cccccc",
+  "--vscode-badge-foreground": "#3b3b3b",
+  "--vscode-list-inactiveSelectionBackground": "#e4e4e4",
+  "--vscode-list-hoverBackground": "#f2f2f2",
+};
 
 /** How far the transcript is from its end (0: at the end). */
 const fromEnd = (pane: Frame): Promise<number> =>
@@ -196,6 +232,32 @@ describe("the VS Code pane's side of the editor", { timeout: 300_000 }, () => {
       await pane.locator(".review .diff[data-path='notes.txt'] .applied-badge").waitFor();
       assert.equal(await pane.locator(".review .diff[data-path='notes.txt'] .apply-file").count(), 0);
       await told(page, { type: "applied", task, paths: ["notes.txt"] });
+      await pane.locator(".review .review-head button", { hasText: "Close" }).click();
+
+      // A light theme: VS Code sets its --vscode-* colours on the page's <html> (these are Light
+      // Modern's); every colour of the page is VS Code's, none of the app's navy palette is left
+      // (text rgb(59,59,59) was drawn on rgb(29,34,43)).
+      await pane.evaluate((theme) => {
+        for (const [name, value] of Object.entries(theme))
+          document.documentElement.style.setProperty(name, value);
+      }, LIGHT_MODERN);
+      const colours = (selector: string): Promise<[string, string]> =>
+        pane
+          .locator(selector)
+          .first()
+          .evaluate((e) => [getComputedStyle(e).color, getComputedStyle(e).backgroundColor]);
+      assert.deepEqual(await colours("body"), ["rgb(59, 59, 59)", "rgb(248, 248, 248)"]);
+      assert.deepEqual(await colours(".msg.user"), ["rgb(59, 59, 59)", "rgb(248, 248, 248)"]);
+      assert.deepEqual(await colours("textarea.input"), ["rgb(59, 59, 59)", "rgb(255, 255, 255)"]);
+      assert.deepEqual(await colours(".task-header .model-select"), [
+        "rgb(59, 59, 59)",
+        "rgb(255, 255, 255)",
+      ]);
+      assert.equal(
+        await pane.locator("body").evaluate((e) => getComputedStyle(e).fontFamily),
+        "Arial, sans-serif",
+        "VS Code's font",
+      );
     } finally {
       await context.close();
       await harness.close();
