@@ -5,11 +5,16 @@
  * the script engine, so every answer is known, through a recording proxy that shows what each
  * request carried.
  *
- * Checks: the pane opens and lists tasks; a task streams into it; Enter steers it; the ⚡ toggle
- * flips the tier of the next request; a `path:line` in the transcript opens in the editor; a task's
- * changed file opens in VS Code's diff editor and Apply keeps it on disk; "Ask Spark" on a selection
- * carries that text in the request the server receives. Measures the pane's opening (command to
- * the front end's first paint inside the webview), cold and warm.
+ * Checks: the pane opens and lists tasks; a task streams into it; Enter steers it; a `path:line` in
+ * the transcript opens in the editor; a task's changed file opens in VS Code's diff editor and
+ * Apply keeps it on disk, after which the tab shows the file as applied with no Apply or Discard;
+ * one tier for the status bar and the pane (the pane's picker, Ctrl+Shift+L in the explorer and in
+ * the pane, and after a reload of the window) that the next request carries; "Ask Spark" on a
+ * selection puts it into the composer as a chip, and the request carries it with the question
+ * typed there, the transcript scrolled to the answer; the pane in the light, dark and
+ * high-contrast themes takes VS Code's colours, every text at a contrast of 4.5:1 or more (one
+ * screenshot each). Measures the pane's opening (command to the front end's first paint inside the
+ * webview), cold and warm.
  *
  * Run by `npm run test:vscode` after e2e.ts (test-vscode/run.sh installs code-server first).
  * PANE_SHOTS=DIR saves the screenshots there too (docs/vscode/ holds a set).
@@ -163,6 +168,14 @@ async function startProxy(target: string): Promise<string> {
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 }
 
+/** The user's settings.json (VS Code follows changes to it: the theme of the theme checks). */
+let settingsPath = "";
+let settings: Record<string, unknown> = {};
+function writeSettings(changes: Record<string, unknown>): void {
+  settings = { ...settings, ...changes };
+  writeFileSync(settingsPath, JSON.stringify(settings, null, 2));
+}
+
 async function freePort(): Promise<number> {
   const server = http.createServer().listen(0, "127.0.0.1");
   await once(server, "listening");
@@ -186,6 +199,95 @@ async function waitFor(what: string, check: () => boolean, timeoutMs = 60_000): 
 }
 
 const modelRequests = (): typeof seen => seen.filter((r) => r.model !== undefined);
+
+async function waitForAsync(what: string, check: () => Promise<boolean>, timeoutMs = 60_000): Promise<void> {
+  for (const deadline = Date.now() + timeoutMs; Date.now() < deadline; await sleep(100))
+    if (await check().catch(() => false)) return;
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+/**
+ * In the page: the lowest contrast ratio (WCAG 2) of the visible text of the pane's main parts
+ * against what is behind it (backgrounds with alpha composed down to the first opaque one).
+ */
+function lowestContrast(body: HTMLElement): { ratio: number; what: string } {
+  type Rgba = [number, number, number, number];
+  const parse = (css: string): Rgba => {
+    const parts = /rgba?\(([^)]+)\)/
+      .exec(css)?.[1]
+      ?.split(/[ ,/]+/)
+      .filter(Boolean)
+      .map(Number) ?? [0, 0, 0, 0];
+    return [parts[0] ?? 0, parts[1] ?? 0, parts[2] ?? 0, parts[3] ?? 1];
+  };
+  const over = (top: Rgba, bottom: Rgba): Rgba => {
+    const a = top[3];
+    return [
+      top[0] * a + bottom[0] * (1 - a),
+      top[1] * a + bottom[1] * (1 - a),
+      top[2] * a + bottom[2] * (1 - a),
+      1,
+    ];
+  };
+  const background = (element: Element): Rgba => {
+    const layers: Rgba[] = [];
+    for (let at: Element | null = element; at; at = at.parentElement) {
+      const color = parse(getComputedStyle(at).backgroundColor);
+      if (color[3] > 0) layers.push(color);
+      if (color[3] >= 1) break;
+    }
+    let result: Rgba = [255, 255, 255, 1];
+    for (const layer of layers.reverse()) result = over(layer, result);
+    return result;
+  };
+  const luminance = (c: Rgba): number => {
+    const channel = (v: number): number => {
+      const x = v / 255;
+      return x <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4;
+    };
+    return 0.2126 * channel(c[0]) + 0.7152 * channel(c[1]) + 0.0722 * channel(c[2]);
+  };
+  const selectors = [
+    ".topbar-title",
+    ".task-header .model-select",
+    ".review-button",
+    ".task-menu-button",
+    ".msg.user .text",
+    ".msg.assistant .markdown p",
+    ".msg.assistant .model",
+    ".tool-head",
+    ".notice",
+    ".status-bar .figure",
+    ".status-bar .context",
+    ".composer .input",
+    ".composer-actions button",
+    ".composer-actions select",
+  ];
+  let worst = { ratio: 21, what: "nothing" };
+  for (const selector of selectors) {
+    const found = body.querySelectorAll(selector);
+    for (let i = 0; i < found.length; i++) {
+      const element = found[i]!;
+      const box = element.getBoundingClientRect();
+      if (
+        box.width === 0 ||
+        box.height === 0 ||
+        (!(element as HTMLElement).innerText?.trim() && element.tagName !== "TEXTAREA")
+      )
+        continue;
+      const back = background(element);
+      const text = over(parse(getComputedStyle(element).color), back);
+      const [light, dark] = [luminance(text), luminance(back)].sort((a, b) => b - a) as [number, number];
+      const ratio = (light + 0.05) / (dark + 0.05);
+      if (ratio < worst.ratio)
+        worst = {
+          ratio,
+          what: `${selector} (${getComputedStyle(element).color} on rgb(${back.slice(0, 3).map(Math.round).join(", ")}))`,
+        };
+    }
+  }
+  return worst;
+}
 
 async function main(): Promise<void> {
   const script = join(work, "script.jsonl");
@@ -218,6 +320,7 @@ async function main(): Promise<void> {
   log(`spark serve at ${spark}, recording proxy at ${proxy}`);
 
   const userData = join(work, "user");
+  settingsPath = join(userData, "User/settings.json");
   const extensions = join(work, "extensions");
   const workspace = join(work, "ws");
   const timings = join(work, "pane-timings.jsonl");
@@ -226,23 +329,20 @@ async function main(): Promise<void> {
   mkdirSync(SHOTS, { recursive: true });
   const file = join(workspace, "sum.ts");
   writeFileSync(file, ORIGINAL);
-  writeFileSync(
-    join(userData, "User/settings.json"),
-    JSON.stringify({
-      "workbench.startupEditor": "none",
-      "extensions.autoCheckUpdates": false,
-      "extensions.autoUpdate": false,
-      "telemetry.telemetryLevel": "off",
-      "update.mode": "none",
-      "workbench.tips.enabled": false,
-      "workbench.colorTheme": "Default Dark Modern",
-      "diffEditor.useInlineViewWhenSpaceIsLimited": false,
-      "editor.quickSuggestions": { other: false, comments: false, strings: false },
-      "spark.serverUrl": proxy,
-      "spark.command": `${process.execPath} ${SPARK_CLI}`,
-      "spark.appArgs": ["--sandbox", "off", "--approval", "never"],
-    }),
-  );
+  writeSettings({
+    "workbench.startupEditor": "none",
+    "extensions.autoCheckUpdates": false,
+    "extensions.autoUpdate": false,
+    "telemetry.telemetryLevel": "off",
+    "update.mode": "none",
+    "workbench.tips.enabled": false,
+    "workbench.colorTheme": "Default Dark Modern",
+    "diffEditor.useInlineViewWhenSpaceIsLimited": false,
+    "editor.quickSuggestions": { other: false, comments: false, strings: false },
+    "spark.serverUrl": proxy,
+    "spark.command": `${process.execPath} ${SPARK_CLI}`,
+    "spark.appArgs": ["--sandbox", "off", "--approval", "never"],
+  });
   await run(CODE_SERVER, [
     "--user-data-dir",
     userData,
@@ -421,16 +521,34 @@ async function scenario(
   await pane.locator(".review .diff[data-path='sum.ts'] .applied-badge").waitFor({ timeout: 30_000 });
   if (readFileSync(file, "utf8") !== EDITED)
     throw new Error(`after Apply sum.ts is ${JSON.stringify(readFileSync(file, "utf8"))}`);
-  log("diff editor shown; Apply wrote sum.ts as the task had it");
+  // The tab now shows the file itself, applied, and its title bar offers no Apply or Discard.
+  await page.locator(".tab", { hasText: "applied" }).first().waitFor({ timeout: 30_000 });
+  if ((await page.locator(".tab", { hasText: "not applied" }).count()) !== 0)
+    throw new Error("a diff tab still says not applied");
+  await page
+    .locator('.editor-actions .action-label[aria-label^="Spark: Apply This File"]')
+    .waitFor({ state: "detached", timeout: 30_000 });
+  // The pane's review drops Apply beside "applied".
+  if ((await pane.locator(".review .diff[data-path='sum.ts'] .apply-file").count()) !== 0)
+    throw new Error("the pane still offers Apply beside applied");
+  await shot(page, "pane-applied");
+  log("diff editor shown; Apply wrote sum.ts as the task had it; the tab says applied, with no Apply");
   await pane.locator(".review .review-head button", { hasText: "Close" }).click();
 
-  // 5. The ⚡ toggle: the next request carries the deep tier (once the turn has ended: Enter in a
-  // running turn steers it instead).
+  // 5. One tier: the pane's picker sets the status bar's too, and the next request carries it
+  // (once the turn has ended: Enter in a running turn steers it instead).
   await pane.locator('textarea.input[placeholder^="Ask Spark"]').waitFor({ timeout: 60_000 });
-  await pane.locator(".lightning").click();
-  await pane.locator(".lightning:not(.on)").waitFor({ timeout: 30_000 });
+  const tierSelect = pane.locator(".task-header .model-select");
+  const statusTier = page.locator(".statusbar-item", { hasText: /⚡ spark|deep/ }).first();
+  const agree = async (tier: "spark" | "deep", what: string): Promise<void> => {
+    await waitForAsync(`${what}: the pane and the status bar on ${tier}`, async () => {
+      const [pane, status] = await Promise.all([tierSelect.inputValue(), statusTier.innerText()]);
+      return pane === tier && (tier === "deep" ? /^deep/ : /^⚡ spark/).test(status.trim());
+    });
+  };
+  await tierSelect.selectOption("deep");
+  await agree("deep", "the pane's picker");
   const before = modelRequests().length;
-  if (process.env.PANE_E2E_DEBUG) log("before the toggle's request:", before);
   await pane.locator("textarea.input").fill("Continue");
   await pane.locator("textarea.input").press("Enter");
   await waitFor("the request after the toggle", () => modelRequests().length > before);
@@ -439,11 +557,22 @@ async function scenario(
     .slice(before)
     .map((r) => r.model);
   log("models after the toggle:", after.join(", "));
-  log("requests so far:", JSON.stringify(seen.map((r) => [r.path, r.model, r.body.length])));
   if (after.length === 0 || after.some((model) => model !== "deep"))
     throw new Error(`after the toggle: ${after.join(",")}`);
-  await pane.locator(".lightning").click();
-  await pane.locator(".lightning.on").waitFor({ timeout: 30_000 });
+  // Ctrl+Shift+L in the explorer flips both; in the pane, both again.
+  await command(page, "View: Show Explorer");
+  await page.locator(".explorer-folders-view, .explorer-viewlet").first().click();
+  await page.keyboard.press("Control+Shift+L");
+  await agree("spark", "Ctrl+Shift+L in the explorer");
+  await command(page, "Spark: Open Pane");
+  await pane.locator(".transcript").click({ position: { x: 10, y: 10 } });
+  await page.keyboard.press("Control+Shift+L");
+  await agree("deep", "Ctrl+Shift+L in the pane");
+  await page.keyboard.press("Control+Shift+L");
+  await agree("spark", "Ctrl+Shift+L in the pane again");
+  log(
+    "one tier: the pane's picker and Ctrl+Shift+L (explorer, pane) keep the pane and the status bar together",
+  );
 
   // 6. Ask Spark on a selection: the request the server receives carries the selected text.
   const editor = page.locator(".editor-instance .monaco-editor").first();
@@ -462,13 +591,16 @@ async function scenario(
   await page.keyboard.press("Shift+End");
   const asked = modelRequests().length;
   await command(page, "Ask Spark");
-  const question = page.locator(".quick-input-widget input");
-  await page
-    .locator(".quick-input-widget", { hasText: "Ask Spark about sum.ts:2" })
-    .waitFor({ timeout: 30_000 });
-  await question.fill("What does this line do?");
-  await page.keyboard.press("Enter");
+  // The selection goes into the pane's composer as a chip; the question is typed there.
+  await pane.locator(".composer .chip", { hasText: "sum.ts:2" }).waitFor({ timeout: 30_000 });
+  await pane.locator("textarea.input").fill("What does this line do?");
+  await shot(page, "pane-ask-chip");
+  await pane.locator("textarea.input").press("Enter");
   await pane.locator(".msg.assistant .markdown", { hasText: "DELTA" }).waitFor({ timeout: 60_000 });
+  // The transcript scrolled to the answer.
+  await waitForAsync("the transcript at its end", async () =>
+    pane.locator(".transcript").evaluate((e) => e.scrollHeight - e.scrollTop - e.clientHeight < 40),
+  );
   const carried = modelRequests()
     .slice(asked)
     .some(
@@ -479,7 +611,40 @@ async function scenario(
   if (!carried) throw new Error("the Ask Spark request did not carry the selection");
   await sleep(300);
   await shot(page, "pane");
-  log("Ask Spark carried the selection");
+  log("Ask Spark: a chip in the composer; the request carried the selection and the question");
+
+  // Themes: light, dark, high contrast: the pane takes VS Code's colours, every text readable.
+  for (const [theme, kind, name] of [
+    // As the theme picker names them (their setting values add "Default ").
+    ["Light Modern", "vscode-light", "pane-light"],
+    ["Dark High Contrast", "vscode-high-contrast", "pane-high-contrast"],
+    ["Dark Modern", "vscode-dark", "pane-dark"],
+  ] as const) {
+    // The palette's command by a click on its row (Enter takes whichever row comes first).
+    await page.keyboard.press("F1");
+    await page.locator(".quick-input-widget input").fill(">Preferences: Color Theme");
+    await page
+      .locator(".quick-input-list .monaco-list-row", { hasText: /Preferences: Color Theme(?!s)/ })
+      .first()
+      .click();
+    await page.locator(".quick-input-widget input").fill(theme);
+    const row = page.locator(".quick-input-list .monaco-list-row", { hasText: new RegExp(`^\\s*${theme}`) });
+    await row.first().click();
+    await pane.locator(`body.${kind}`).waitFor({ timeout: 60_000 });
+    await sleep(300);
+    // tsx names the nested functions with its __name helper, which the page lacks.
+    await pane.locator("body").evaluate("globalThis.__name = (f) => f");
+    const worst = await pane.locator("body").evaluate(lowestContrast);
+    log(`${theme}: lowest text contrast ${worst.ratio.toFixed(2)} (${worst.what})`);
+    await shot(page, name);
+    if (worst.ratio < 4.5)
+      throw new Error(`${theme}: ${worst.what} has a contrast of ${worst.ratio.toFixed(2)}`);
+    const bg = await pane.locator("body").evaluate((b) => getComputedStyle(b).backgroundColor);
+    const sideBar = await pane
+      .locator("html")
+      .evaluate((h) => getComputedStyle(h).getPropertyValue("--vscode-sideBar-background").trim());
+    log(`${theme}: the pane's background ${bg}, VS Code's side bar ${sideBar}`);
+  }
 
   // 7. The app killed under the pane: the extension starts it again and the pane shows the task.
   const [killed] = appPids();
@@ -516,6 +681,29 @@ async function scenario(
     `PANE_OPEN cold_ms=${all[0]?.ms} warm_ms=${warm.join(",")} warm_median_ms=${[...warm].sort((a, b) => a - b)[Math.floor(warm.length / 2)]}`,
   );
   writeFileSync(join(SHOTS, "pane-timings.json"), JSON.stringify(all));
+
+  // 9. After a reload of the window (the page reloaded, as Developer: Reload Window does in
+  // code-server), the pane and the status bar still show one tier: the pane's task says its own
+  // (deep, set before the reload) and the editor takes it, or with no task open the pane takes the
+  // editor's.
+  await tierSelect.selectOption("deep");
+  await agree("deep", "before the reload");
+  await page.reload();
+  await page.waitForSelector(".monaco-workbench", { timeout: 120_000 });
+  await statusTier.waitFor({ timeout: 120_000 });
+  await command(page, "Spark: Open Pane");
+  await pane.locator("textarea.input").first().waitFor({ timeout: 120_000 });
+  let agreed = "";
+  await waitForAsync("after the reload: the pane and the status bar on one tier", async () => {
+    const picker = pane.locator(".task-header .model-select, .welcome .model-select").first();
+    const [inPane, status] = await Promise.all([picker.inputValue(), statusTier.innerText()]);
+    agreed = inPane;
+    return (
+      (inPane === "deep" && /^deep/.test(status.trim())) ||
+      (inPane === "spark" && /^⚡ spark/.test(status.trim()))
+    );
+  });
+  log(`after a reload the pane and the status bar agree: ${agreed}`);
 }
 
 try {
