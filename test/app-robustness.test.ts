@@ -329,9 +329,9 @@ describe("the app under faults and floods", { timeout: 600_000 }, () => {
     // The good task shows its transcript and goes on; the app is still up.
     const entries = await client.log(good);
     assert.ok(entries.some((entry) => entry.kind === "assistant" && entry.text === "GOOD ANSWER"));
-    client.send({ type: "send", task: good, text: "again" });
-    await client.waitForState(good, ["running"]);
-    await client.waitForState(good, ["done"]);
+    // This turn's end, not a summary sent before it that still shows the last turn's.
+    const again = client.send({ type: "send", task: good, text: "again" });
+    await client.nextState(good, (state) => state === "done", await client.turnStarted(good, again));
     assert.ok((await client.log(good)).some((e) => e.kind === "assistant" && e.text === "SECOND ANSWER"));
     assert.equal(second.child.exitCode, null);
     client.close();

@@ -80,7 +80,10 @@ export type AgentEvent =
       tokensPerSecond?: number;
       outputTokens: number;
       contextTokens: number;
-      /** Completed with no tool call to run: the turn's answer is whole (its end follows its bookkeeping). */
+      /**
+       * Completed with no tool call to run: the turn's answer is whole (its end follows its
+       * bookkeeping). Sent after the response joined the transcript (`transcript.changed`).
+       */
       final: boolean;
     }
   | { type: "item.started"; item: ThreadItem }
@@ -820,6 +823,12 @@ export class Agent {
     const outputTokens = response.usage?.output_tokens ?? pending.deltas;
     const generation = ttft === undefined ? 0 : (elapsed - ttft) / 1000;
     if (response.usage) this.#contextTokens = response.usage.input_tokens + response.usage.output_tokens;
+    // Recorded (and so saved: `transcript.changed`) before its end is announced: a listener that
+    // shows the answer as done (the app's task) must not say so before the conversation holds it.
+    if (response.status !== "failed" && pending.record) {
+      this.#recordResponse(pending.recordable, response);
+      this.#head = response.id;
+    }
     this.#emit({
       type: "response.done",
       lane: pending.lane,
@@ -834,10 +843,6 @@ export class Agent {
     if (response.status === "failed") {
       pending.resolve(response);
       return;
-    }
-    if (pending.record) {
-      this.#recordResponse(pending.recordable, response);
-      this.#head = response.id;
     }
     if (reason === "steered") {
       // The successor's response.created follows on its own, with the steering input first.
