@@ -3,12 +3,13 @@
  * turns patch files and a command deletes a binary file; `/undo` puts back the exact bytes from
  * before the last turn, `/undo 1` from before the first (a file the turn created removed, the file
  * the command deleted re-created), `/redo` takes the undo back. In a git repository (the user's
- * branches, index and HEAD untouched, the checkpoints under refs/spark/) and outside git (the
- * checkpoints in SPARK_HOME).
+ * refs, objects, index and HEAD untouched; the checkpoints in a bare repository of Spark's own in
+ * SPARK_HOME/checkpoints/git that borrows the user's objects) and outside git (the checkpoints in
+ * SPARK_HOME/checkpoints).
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { file, freshDir } from "./helpers/cli.js";
@@ -67,9 +68,13 @@ describe("/undo and /redo in the terminal", { skip: tmuxMissing ?? false }, () =
       git(cwd, "add", "-A");
       git(cwd, "commit", "-qm", "start");
     }
+    // The user's repository as Spark must leave it: every ref, the index's entries, HEAD, and the
+    // object database's files (the checkpoints' contents go to Spark's own repository).
+    const objects = (): string =>
+      (readdirSync(join(cwd, ".git", "objects"), { recursive: true }) as string[]).sort().join("\n");
     const userState = (): string[] =>
       withGit
-        ? [git(cwd, "rev-parse", "HEAD"), git(cwd, "for-each-ref", "refs/heads"), git(cwd, "ls-files", "-s")]
+        ? [git(cwd, "rev-parse", "HEAD"), git(cwd, "for-each-ref"), git(cwd, "ls-files", "-s"), objects()]
         : [];
     const before = userState();
     const term = tmux.start({
@@ -132,14 +137,30 @@ describe("/undo and /redo in the terminal", { skip: tmuxMissing ?? false }, () =
     return { cwd, home };
   }
 
-  test("in a git repository: exact bytes back, only refs/spark/ written", async () => {
+  test("in a git repository: exact bytes back, the user's .git untouched, the checkpoints in Spark's own repository", async () => {
     const { cwd, home } = await scenario(true);
-    assert.deepEqual(
-      git(cwd, "for-each-ref", "--format=%(refname)", "refs/spark/").trim().split("\n").length,
-      2,
-      "a private ref per turn",
+    assert.equal(git(cwd, "for-each-ref", "refs/spark/"), "", "no ref of Spark's in the user's repository");
+    // One repository of the session's, under SPARK_HOME/checkpoints/git/<repository>-<hash>/.
+    const stores = join(home, "checkpoints", "git");
+    const folders = readdirSync(stores);
+    assert.equal(folders.length, 1, `one folder for the user's repository: ${folders.join(", ")}`);
+    const sessions = readdirSync(join(stores, folders[0]!)).filter((name) => name.endsWith(".git"));
+    assert.equal(sessions.length, 1, `one repository for the session: ${sessions.join(", ")}`);
+    const repo = join(stores, folders[0]!, sessions[0]!);
+    assert.equal(
+      realpathSync(readFileSync(join(repo, "objects", "info", "alternates"), "utf8").trim()),
+      realpathSync(join(cwd, ".git", "objects")),
+      "it borrows the user's objects",
     );
-    assert.equal(existsSync(join(home, "checkpoints")), false);
+    const store = (...args: string[]): string => git(cwd, "--git-dir", repo, ...args);
+    assert.deepEqual(
+      store("for-each-ref", "--format=%(refname)", "refs/spark/checkpoints/").trim().split("\n").sort(),
+      ["refs/spark/checkpoints/1", "refs/spark/checkpoints/2"],
+      "a checkpoint per turn",
+    );
+    // Each holds the files as they were before its turn.
+    assert.equal(store("show", "refs/spark/checkpoints/1:a.txt"), ORIGINAL_A);
+    assert.equal(store("show", "refs/spark/checkpoints/2:a.txt"), "alpha\r\nbeta one\n");
   });
 
   test("outside git: exact bytes back, the checkpoints in SPARK_HOME", async () => {
