@@ -93,7 +93,7 @@ export interface TaskContext {
   /** The context window of a model, from the server's `/v1/models`. */
   contextWindow(model: string): Promise<number>;
   /** Whether a model sees images, from the server's `/v1/models` (an MCP result's images). */
-  vision?(model: string): VisionInfo | undefined;
+  vision?(model: string): VisionInfo | undefined | Promise<VisionInfo | undefined>;
   /** Sends a message to every connected browser. */
   broadcast(message: ServerMessage): void;
   /** Whether the Spark server answers now (probed; always true for one in this process). */

@@ -203,25 +203,26 @@ function contextWindows(
 
 /**
  * Who sees images, by the server's `/v1/models`: read once `begin` settles (the app serves its
- * page), and again (in the background) while it could not be read, so a server that answers later
- * is known from the next tool result on.
+ * page), and again while it could not be read, so a server that answers later is known from the
+ * next tool result on. A question asked while the list is being read waits for it (`fetchModels`
+ * gives up after 5 s): the answer must not depend on whether the list came before the tool result.
  */
 function servedVision(
   serverUrl: string,
   apiKey: string | undefined,
   begin: Promise<void> = Promise.resolve(),
-): (model: string) => VisionInfo | undefined {
+): (model: string) => Promise<VisionInfo | undefined> {
   let models: ServedModel[] | undefined;
   let asking: Promise<void> | undefined;
-  const ask = (): void => {
-    asking ??= fetchModels(serverUrl, apiKey).then((served) => {
+  const ask = (): Promise<void> =>
+    (asking ??= fetchModels(serverUrl, apiKey).then((served) => {
       models = served;
       asking = undefined;
-    });
-  };
-  void begin.then(ask);
-  return (model) => {
-    if (models === undefined) ask();
+    }));
+  const first = begin.then(ask);
+  return async (model) => {
+    await first;
+    if (models === undefined) await ask();
     return visionOf(models, model);
   };
 }

@@ -123,8 +123,10 @@ export interface ToolContext {
    * Whether `model` sees images, from the server's `/v1/models`; undefined when the server does not
    * say. An MCP result's images go to the model as `input_image` parts only when it sees: else
    * the request would be refused (`image_unsupported`), so they become a placeholder saying why.
+   * A promise while the list is still being read (a client reads it beside its first answer, not
+   * before): the result waits for it, so what the model gets does not depend on which came first.
    */
-  vision?: (model: string) => VisionInfo | undefined;
+  vision?: (model: string) => VisionInfo | undefined | Promise<VisionInfo | undefined>;
   /** Records what each turn's writes and commands change, for `/undo` (checkpoints/checkpoints.ts). */
   checkpoints?: TurnRecorder;
 }
@@ -615,7 +617,7 @@ export class ToolRunner {
         .finally(() => this.context.checkpoints?.afterCommand());
       const images = result.images ?? [];
       const model = this.context.model?.() ?? "spark";
-      const vision = images.length > 0 ? this.context.vision?.(model) : undefined;
+      const vision = images.length > 0 ? await this.context.vision?.(model) : undefined;
       const sees = vision?.sees === true && images.length > 0;
       const notes = images.map((image) => imageNote(image, sees ? undefined : unseenReason(model, vision)));
       const shown = [result.text, ...notes].filter((line) => line !== "").join("\n");
