@@ -16,6 +16,7 @@
  * `previous_response_id`, and fall back to the full transcript when the server no longer has it.
  */
 import { httpBaseUrl, type ResponsesSocket, type ServerEvent } from "./responses-socket.js";
+import { serverRequest } from "./server-address.js";
 import {
   ToolRunner,
   type RewriteRequest,
@@ -380,7 +381,8 @@ export class Agent {
     if (this.#transcript.length === 0) return undefined;
     const headers: Record<string, string> = { "content-type": "application/json" };
     if (this.options.apiKey) headers.authorization = `Bearer ${this.options.apiKey}`;
-    const response = await fetch(`${httpBaseUrl(this.options.serverUrl)}/responses/compact`, {
+    const server = this.options.serverUrl;
+    const answer = await serverRequest(server, `${httpBaseUrl(server)}/responses/compact`, {
       method: "POST",
       headers,
       body: JSON.stringify({
@@ -389,7 +391,8 @@ export class Agent {
         instructions: this.options.instructions,
       }),
     });
-    const body = (await response.json().catch(() => ({}))) as {
+    const response = { ok: answer.status >= 200 && answer.status < 300, status: answer.status };
+    const body = (jsonOf(answer.text) ?? {}) as {
       output?: InputItem[];
       usage?: { input_tokens?: number; output_tokens?: number };
       context_tokens?: number;
@@ -1034,4 +1037,13 @@ function addUsage(total: TurnUsage, response: ResponseObject): void {
 function toAgentError(error: unknown): AgentError {
   if (error instanceof AgentError) return error;
   return new AgentError(error instanceof Error ? error.message : String(error));
+}
+
+/** A body's JSON, or undefined when it is none. */
+function jsonOf(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return undefined;
+  }
 }

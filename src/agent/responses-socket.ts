@@ -4,6 +4,7 @@
  * one listener; the agent routes them by `stream_id` and response id.
  */
 import WebSocket from "ws";
+import { websocketUrl } from "./server-address.js";
 
 /** A server event as it arrives (`type`, `sequence_number`, `response`, `delta`, `stream_id`…). */
 export type ServerEvent = { type: string; stream_id?: string } & Record<string, unknown>;
@@ -123,26 +124,5 @@ export class ResponsesSocket {
   }
 }
 
-/** `http://h:p[/v1]` → `ws://h:p/v1/responses`; `ws(s)://…` URLs get the same path treatment. */
-export function websocketUrl(serverUrl: string): string {
-  const url = new URL(serverUrl);
-  if (url.protocol === "http:") url.protocol = "ws:";
-  else if (url.protocol === "https:") url.protocol = "wss:";
-  const path = url.pathname.replace(/\/+$/, "");
-  url.pathname = path.endsWith("/v1/responses")
-    ? path
-    : path.endsWith("/v1")
-      ? `${path}/responses`
-      : `${path}/v1/responses`;
-  return url.toString();
-}
-
-/** `ws://h:p/v1/responses` or `http://h:p` → `http://h:p/v1` for the HTTP routes (models, compact). */
-export function httpBaseUrl(serverUrl: string): string {
-  const url = new URL(serverUrl);
-  if (url.protocol === "ws:") url.protocol = "http:";
-  else if (url.protocol === "wss:") url.protocol = "https:";
-  const path = url.pathname.replace(/\/+$/, "").replace(/\/responses$/, "");
-  url.pathname = path.endsWith("/v1") ? path : `${path}/v1`;
-  return url.toString().replace(/\/+$/, "");
-}
+// Server addresses (URLs, and `unix:PATH` sockets): server-address.ts.
+export { httpBaseUrl, websocketUrl } from "./server-address.js";

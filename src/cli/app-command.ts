@@ -60,7 +60,7 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
     import("../app/app-server.js"),
     clientSandbox(client),
     client.server === undefined
-      ? startInProcessServer(client.settings, log, { waitForEngines: false })
+      ? startInProcessServer(client.settings, log, { waitForEngines: false, socket: true })
       : undefined,
     loadSessionContext(client, workspace.root, client.contextWindow),
     mcpManagerFor(client, workspace.root, log),

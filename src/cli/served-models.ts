@@ -4,8 +4,7 @@
  * undici, which costs a client's start-up more than the request itself (figure 34), and a client
  * never waits for this list before its first request anyway.
  */
-import type { IncomingMessage } from "node:http";
-import { httpBaseUrl } from "../agent/responses-socket.js";
+import { httpBaseUrl, serverRequest } from "../agent/server-address.js";
 import type { VisionInfo } from "../agent/tools/index.js";
 
 /** A model the server lists at `/v1/models`: its name and, when it says, its context window. */
@@ -31,33 +30,15 @@ export async function fetchModels(
 ): Promise<ServedModel[] | undefined> {
   let body: unknown;
   try {
-    const url = new URL(`${httpBaseUrl(serverUrl)}/models`);
-    const { get } = url.protocol === "https:" ? await import("node:https") : await import("node:http");
-    const text = await new Promise<string | undefined>((resolve, reject) => {
-      const request = get(
-        url,
-        { headers: apiKey ? { authorization: `Bearer ${apiKey}` } : {}, timeout: 5000 },
-        (response: IncomingMessage) => {
-          if (response.statusCode !== 200) {
-            response.resume();
-            resolve(undefined);
-            return;
-          }
-          let text = "";
-          response.setEncoding("utf8");
-          response.on("data", (chunk: string) => {
-            text += chunk;
-            if (text.length > MAX_LIST_BYTES) request.destroy(new Error("model list too large"));
-          });
-          response.on("end", () => resolve(text));
-          response.on("error", reject);
-        },
-      );
+    // Through the server's Unix socket when it has one (`unix:PATH`, spark app's own server).
+    const answer = await serverRequest(serverUrl, `${httpBaseUrl(serverUrl)}/models`, {
+      headers: apiKey ? { authorization: `Bearer ${apiKey}` } : {},
+      timeoutMs: 5000,
+      maxBytes: MAX_LIST_BYTES,
       // Background information: it never keeps a client that is done from exiting.
-      if (!options.hold) request.on("socket", (socket) => socket.unref());
-      request.on("timeout", () => request.destroy(new Error("timed out")));
-      request.on("error", reject);
+      hold: options.hold === true,
     });
+    const text = answer.status === 200 ? answer.text : undefined;
     if (text === undefined) return undefined;
     body = JSON.parse(text);
   } catch {

@@ -89,6 +89,12 @@ export type SparkServerOptions = (
    * requests and upgrades whose path it claims go to it; it does its own checks.
    */
   mount?: HttpMount;
+  /**
+   * Listen on this Unix socket instead of `host`/`port` (Spark's own processes on one machine: no
+   * TCP port for other local processes or an editor's port forwarding to see). Requests name
+   * `localhost` as their host; the URL is `unix:PATH` (src/agent/server-address.ts).
+   */
+  socketPath?: string;
   /** Extra `Host` names and `Origin`s accepted (see `OriginPolicy`). */
   allowedHosts?: readonly string[];
   allowedOrigins?: readonly string[];
@@ -342,24 +348,35 @@ export class SparkServer {
     });
   }
 
-  /** Binds and resolves with the base URL, e.g. `http://127.0.0.1:8484`. */
+  /** Binds and resolves with the base URL, e.g. `http://127.0.0.1:8484` (or `unix:PATH`). */
   async listen(): Promise<string> {
     const host = this.options.host ?? "127.0.0.1";
+    const socketPath = this.options.socketPath;
     await new Promise<void>((resolve, reject) => {
       this.#server.once("error", reject);
-      this.#server.listen(this.options.port ?? 8484, host, () => {
+      const listening = (): void => {
         this.#server.off("error", reject);
         resolve();
-      });
+      };
+      if (socketPath !== undefined) this.#server.listen(socketPath, listening);
+      else this.#server.listen(this.options.port ?? 8484, host, listening);
     });
-    const address = this.#server.address() as AddressInfo;
-    this.#origins.listeningOn(host);
-    this.#origins.listeningOn(address.address);
-    const shownHost = address.family === "IPv6" ? `[${address.address}]` : address.address;
-    this.#url = `http://${shownHost}:${address.port}`;
+    let instance: string;
+    if (socketPath !== undefined) {
+      this.#origins.listeningOn("localhost");
+      this.#url = `unix:${socketPath}`;
+      instance = `${hostname()}:${socketPath}`;
+    } else {
+      const address = this.#server.address() as AddressInfo;
+      this.#origins.listeningOn(host);
+      this.#origins.listeningOn(address.address);
+      const shownHost = address.family === "IPv6" ? `[${address.address}]` : address.address;
+      this.#url = `http://${shownHost}:${address.port}`;
+      instance = `${hostname()}:${address.port}`;
+    }
     // Background responses this instance left unfinished (a crash, kill -9) are ended now.
     await this.#background
-      .open(this.options.instanceId ?? `${hostname()}:${address.port}`)
+      .open(this.options.instanceId ?? instance)
       .catch((error: unknown) =>
         this.options.log?.(
           `could not end unfinished background responses: ${SparkError.from(error).message}`,

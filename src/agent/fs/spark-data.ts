@@ -64,3 +64,16 @@ export async function withScratchDir<T>(parent: string, fn: (dir: string) => Pro
     await rm(dir, { recursive: true, force: true });
   }
 }
+
+/**
+ * A fresh private folder (0700) in the system's temporary folder for a Unix socket of Spark's own
+ * (the in-process model server's): its path stays short (a socket's path has ~100 bytes at most),
+ * and only this user can reach the socket. `remove()` takes the folder and what is in it away.
+ */
+export async function privateSocketDir(): Promise<{ path: string; remove(): Promise<void> }> {
+  const { mkdtemp } = await import("node:fs/promises");
+  const { tmpdir } = await import("node:os");
+  const dir = await mkdtemp(path.join(tmpdir(), "spark-"));
+  await chmod(dir, 0o700);
+  return { path: dir, remove: () => rm(dir, { recursive: true, force: true }) };
+}
