@@ -213,27 +213,28 @@ describe(
       });
     }
 
-    test("an MCP server's tool, offered in a namespace, is called and its result reaches the model", async () => {
-      const server = await startScriptServer(MCP_SCRIPT);
-      try {
-        const mcp = `\n[mcp_servers.fixture]\ncommand = ${JSON.stringify(process.execPath)}\nargs = [${JSON.stringify(MCP_FIXTURE)}, "tools"]\n`;
-        const run = await runCodex(server, false, "Add 2 and 3 with the fixture's tool.", [], mcp);
-        assert.equal(run.code, 0, `codex failed; stderr:\n${run.stderr}`);
-        assert.deepEqual(completed(run, "error"), [], "no error items");
-        const [call] = completed(run, "mcp_tool_call");
-        assert.equal(call?.server, "fixture", JSON.stringify(run.events));
-        assert.equal(call?.tool, "add");
-        assert.equal(call?.status, "completed");
-        assert.match(JSON.stringify(call?.result), /"text":"5"/);
-        assert.deepEqual(
-          completed(run, "agent_message").map((m) => m.text),
-          ["2 + 3 = 5."],
-        );
-        assert.equal(run.events.at(-1)?.type, "turn.completed");
-      } finally {
-        await server.close();
-      }
-    });
+    for (const websockets of [true, false])
+      test(`an MCP server's tool, offered in a namespace, is called by namespace and name, and the turn goes on over ${websockets ? "WebSocket" : "HTTP"}`, async () => {
+        const server = await startScriptServer(MCP_SCRIPT);
+        try {
+          const mcp = `\n[mcp_servers.fixture]\ncommand = ${JSON.stringify(process.execPath)}\nargs = [${JSON.stringify(MCP_FIXTURE)}, "tools"]\n`;
+          const run = await runCodex(server, websockets, "Add 2 and 3 with the fixture's tool.", [], mcp);
+          assert.equal(run.code, 0, `codex failed; stderr:\n${run.stderr}`);
+          assert.deepEqual(completed(run, "error"), [], "no error items");
+          const [call] = completed(run, "mcp_tool_call");
+          assert.equal(call?.server, "fixture", JSON.stringify(run.events));
+          assert.equal(call?.tool, "add");
+          assert.equal(call?.status, "completed");
+          assert.match(JSON.stringify(call?.result), /"text":"5"/);
+          assert.deepEqual(
+            completed(run, "agent_message").map((m) => m.text),
+            ["2 + 3 = 5."],
+          );
+          assert.equal(run.events.at(-1)?.type, "turn.completed");
+        } finally {
+          await server.close();
+        }
+      });
 
     test("codex exec --model gpt-5.3-codex-spark (OpenAI's name) is served by the spark tier", async () => {
       const server = await startScriptServer(SCRIPT);
