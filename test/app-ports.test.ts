@@ -2,7 +2,7 @@
  * `spark app` listens on as few TCP ports as it can (issue 34 item 17): its own model server (the
  * in-process `spark serve` its agents talk to) is on a Unix socket in a private folder, not on a
  * loopback port, so a remote editor's port forwarding (code-server, Codespaces) sees only the app
- * and its previews. The tasks still work over the socket (the WebSocket turn, the model list the
+ * and its previews; `spark exec` (and the TUI, on the same start path) listens on none. The tasks still work over the socket (the WebSocket turn, the model list the
  * page's tier picker shows), and the socket's folder is gone after the app stops.
  *
  * Real parts: `spark app` on the script engine, the kernel's socket tables (/proc/net).
@@ -13,7 +13,7 @@ import { dirname } from "node:path";
 import { after, describe, test } from "node:test";
 import type { ServerMessage } from "../src/app/protocol.js";
 import { AppClient } from "./helpers/app-client.js";
-import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./helpers/cli.js";
+import { file, firstLine, freshDir, spawnCli, stop, waitForStdout, type Cli } from "./helpers/cli.js";
 
 const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:(\d+)\/) \(workspace (.+)\)$/;
 const running: Cli[] = [];
@@ -128,5 +128,41 @@ describe("spark app's ports", { timeout: 300_000 }, () => {
     // Stopped, the app takes its socket's folder away.
     await stop(cli);
     assert.equal(existsSync(dirname(socket)), false, `${dirname(socket)} is left`);
+  });
+
+  test("spark exec's in-process server is on a Unix socket too: exec listens on no TCP port", async () => {
+    const long = Array.from({ length: 200 }, (_, i) => `word${i}`).join(" ");
+    const script = file(
+      "exec-ports.jsonl",
+      JSON.stringify({ output: [{ type: "message", text: long }] }) + "\n",
+    );
+    const exec = spawnCli(
+      [
+        "exec",
+        "--json",
+        "-C",
+        freshDir("ws-"),
+        "--engine",
+        "script",
+        "--script",
+        script,
+        "--rate",
+        "20",
+        "talk",
+      ],
+      { SPARK_DATA_DIR: freshDir("data-") },
+      400_000,
+    );
+    running.push(exec);
+    // While the answer streams (200 words at 20 a second), the server is up.
+    await waitForStdout(exec, /"item\.started".*"agent_message"/);
+    const pid = exec.child.pid!;
+    const sockets = listeningUnixSockets(pid).filter((path) => path.endsWith("/server.sock"));
+    const ports = listeningTcpPorts(pid);
+    assert.equal(sockets.length, 1, `listening Unix sockets: ${listeningUnixSockets(pid).join(", ")}`);
+    assert.deepEqual(ports, [], `TCP ports listened on: ${ports.join(", ")}`);
+    assert.equal(await exec.exited, 0, exec.stderr());
+    assert.match(exec.stdout(), /word199/);
+    assert.equal(existsSync(dirname(sockets[0]!)), false, `${dirname(sockets[0]!)} is left`);
   });
 });

@@ -356,7 +356,8 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
   let serverUrl = client.server;
   let closeServer: (() => Promise<void>) | undefined;
   if (serverUrl === undefined) {
-    const server = await startInProcessServer(client.settings, options.progress);
+    // On a Unix socket: no TCP port for a remote editor's terminal to forward.
+    const server = await startInProcessServer(client.settings, options.progress, { socket: true });
     serverUrl = server.url;
     closeServer = () => server.close();
   }
