@@ -16,22 +16,19 @@
  *     Spark server: `sentAt` is the keydown's timestamp in the page, `at` the app server's time when
  *     it sent the frame (both epoch ms, from each process's `performance.timeOrigin`).
  */
-import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { splitPieces } from "../src/engines/script/script-engine.js";
+import { envWithoutSpark, REPO_ROOT, startApp as startSparkApp } from "./kit/children.js";
+import { messageLine } from "./kit/in-process.js";
 import { fmt, ms, percentile, summarize, type FigureResult, type Log } from "./kit/report.js";
 
-const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
 const WEB_DIST = join(REPO_ROOT, "web", "dist");
 const WEB_SRC = join(REPO_ROOT, "web", "src");
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
-const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:\d+\/) \(workspace .+\)$/;
 const VIEWPORT = { width: 1280, height: 800 };
 
 export interface AppFigureOptions {
@@ -52,17 +49,10 @@ interface App {
 async function startApp(dir: string, name: string, script: string, rate: number): Promise<App> {
   const root = mkdtempSync(join(dir, `${name}-workspace-`));
   const dataDir = join(dir, `${name}-data`);
-  const env: NodeJS.ProcessEnv = {};
-  for (const [key, value] of Object.entries(process.env)) if (!key.startsWith("SPARK_")) env[key] = value;
   const scriptPath = join(dir, `${name}.jsonl`);
   writeFileSync(scriptPath, script);
-  const child = spawn(
-    process.execPath,
+  const app = await startSparkApp(
     [
-      "--import",
-      "tsx",
-      "src/cli/main.ts",
-      "app",
       root,
       "--engine",
       "script",
@@ -78,56 +68,12 @@ async function startApp(dir: string, name: string, script: string, rate: number)
       "--data-dir",
       dataDir,
     ],
-    { cwd: REPO_ROOT, env, stdio: ["ignore", "pipe", "pipe"] },
+    { env: envWithoutSpark(), timeoutMs: 60_000 },
   );
-  let stderr = "";
-  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-  const line = await firstLine(child, () => stderr);
-  const match = APP_LINE.exec(line);
-  if (!match) {
-    child.kill("SIGKILL");
-    throw new Error(`spark app printed ${JSON.stringify(line)} first; stderr: ${stderr.slice(-600)}`);
-  }
-  return { url: match[1]!, close: () => stop(child) };
+  return { url: app.url, close: app.stop };
 }
 
-/** The first line a `spark app` child prints (its URL), or why it never came. */
-export function firstLine(child: ChildProcess, stderr: () => string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const lines = createInterface({ input: child.stdout! });
-    const timer = setTimeout(() => {
-      child.kill("SIGKILL");
-      reject(new Error(`spark app printed no line in 60 s; stderr: ${stderr().slice(-600)}`));
-    }, 60_000);
-    lines.once("line", (line) => {
-      clearTimeout(timer);
-      lines.close();
-      child.stdout!.resume();
-      resolve(line);
-    });
-    child.once("exit", (code, signal) => {
-      clearTimeout(timer);
-      reject(
-        new Error(`spark app exited (${code ?? signal}) before its URL; stderr: ${stderr().slice(-600)}`),
-      );
-    });
-  });
-}
-
-/** SIGTERM, then SIGKILL after 5 s; resolves once the child has exited. */
-export function stop(child: ChildProcess): Promise<void> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) return resolve();
-    const timer = setTimeout(() => child.kill("SIGKILL"), 5_000);
-    child.once("exit", () => {
-      clearTimeout(timer);
-      resolve();
-    });
-    child.kill("SIGTERM");
-  });
-}
-
-const line = (text: string): string => `${JSON.stringify({ output: [{ type: "message", text }] })}\n`;
+const line = messageLine;
 
 /** What the page's `?bench` probe holds (web/src/store.ts). */
 interface Probe {

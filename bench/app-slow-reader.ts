@@ -12,17 +12,15 @@
  * Runnable alone: `node --import tsx bench/app-slow-reader.ts` prints the figure as JSON (with
  * `--control`, the reading browser's figure too).
  */
-import { spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { pathToFileURL } from "node:url";
 import WebSocket from "ws";
-import { firstLine, stop } from "./app-figures.js";
+import { envWithoutSpark, startApp, type SparkChild } from "./kit/children.js";
+import { messageLine } from "./kit/in-process.js";
 
-const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
-const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:\d+\/) \(workspace .+\)$/;
 const MiB = 1024 * 1024;
 /** The answer: 10 MiB of short words, about two million token-like pieces (deltas). */
 const ANSWER_BYTES = 10 * MiB;
@@ -66,41 +64,30 @@ export async function slowReaderFigure(options: { read?: boolean } = {}): Promis
   const scriptPath = join(dir, "answer.jsonl");
   const words = "lorem ipsum dolor sit amet consectetur ";
   const text = words.repeat(Math.ceil(ANSWER_BYTES / words.length)).slice(0, ANSWER_BYTES);
-  writeFileSync(scriptPath, `${JSON.stringify({ output: [{ type: "message", text }] })}\n`);
-  const env: NodeJS.ProcessEnv = {};
-  for (const [key, value] of Object.entries(process.env)) if (!key.startsWith("SPARK_")) env[key] = value;
+  writeFileSync(scriptPath, messageLine(text));
   mkdirSync(workspace);
-  const child = spawn(
-    process.execPath,
-    [
-      "--import",
-      "tsx",
-      "src/cli/main.ts",
-      "app",
-      workspace,
-      "--engine",
-      "script",
-      "--script",
-      scriptPath,
-      "--port",
-      "0",
-      "--quiet",
-      "--sandbox",
-      "off",
-      "--data-dir",
-      dataDir,
-    ],
-    { cwd: REPO_ROOT, env, stdio: ["ignore", "pipe", "pipe"] },
-  );
-  let stderr = "";
-  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+  let app: SparkChild | undefined;
   let socket: WebSocket | undefined;
   try {
-    const line = await firstLine(child, () => stderr);
-    const match = APP_LINE.exec(line);
-    if (!match)
-      throw new Error(`spark app printed ${JSON.stringify(line)} first; stderr: ${stderr.slice(-600)}`);
-    const url = new URL(match[1]!);
+    app = await startApp(
+      [
+        workspace,
+        "--engine",
+        "script",
+        "--script",
+        scriptPath,
+        "--port",
+        "0",
+        "--quiet",
+        "--sandbox",
+        "off",
+        "--data-dir",
+        dataDir,
+      ],
+      { env: envWithoutSpark(), timeoutMs: 60_000 },
+    );
+    const child = app.child;
+    const url = new URL(app.url);
     const ws = new WebSocket(`ws://${url.host}/app/ws`, { headers: { origin: url.origin } });
     socket = ws;
     await new Promise<void>((resolve, reject) => {
@@ -124,11 +111,11 @@ export async function slowReaderFigure(options: { read?: boolean } = {}): Promis
       await sleep(50);
     }
     if (child.exitCode !== null)
-      throw new Error(`spark app exited (${child.exitCode}); stderr: ${stderr.slice(-600)}`);
+      throw new Error(`spark app exited (${child.exitCode}); stderr: ${app.stderr().slice(-600)}`);
     return { rssGrowthMiB: Math.round(((peak - baseline) / MiB) * 10) / 10 };
   } finally {
     socket?.terminate();
-    await stop(child);
+    await app?.stop();
     rmSync(dir, { recursive: true, force: true });
   }
 }

@@ -14,20 +14,17 @@
  *   preview loaded in its frame at its final version (the frame's load event, the page's clock;
  *   both epoch ms on one machine). A preview already on screen before the last end counts as 0.
  */
-import { spawn } from "node:child_process";
 import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
 import { splitPieces } from "../src/engines/script/script-engine.js";
-import { firstLine, rendererTasks, stop } from "./app-figures.js";
+import { rendererTasks } from "./app-figures.js";
+import { envWithoutSpark, startApp, type SparkChild } from "./kit/children.js";
 import { fmt, ms, percentile, summarize, type FigureResult, type Log } from "./kit/report.js";
 
-const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
-const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:\d+\/) \(workspace .+\)$/;
 
 export interface VariantsFigureOptions {
   /** Variants (10). */
@@ -124,43 +121,32 @@ export async function variantsFigure(options: VariantsFigureOptions, log: Log): 
       .join("\n") + "\n";
   const scriptPath = join(dir, "variants.jsonl");
   writeFileSync(scriptPath, script);
-  const env: NodeJS.ProcessEnv = {};
-  for (const [key, value] of Object.entries(process.env)) if (!key.startsWith("SPARK_")) env[key] = value;
-  env.SPARK_HOME = join(dir, "home");
-  const child = spawn(
-    process.execPath,
-    [
-      "--import",
-      "tsx",
-      "src/cli/main.ts",
-      "app",
-      workspace,
-      "--engine",
-      "script",
-      "--script",
-      scriptPath,
-      "--rate",
-      String(options.rate),
-      "--port",
-      "0",
-      "--quiet",
-      "--sandbox",
-      "off",
-      "--approval",
-      "never",
-      "--data-dir",
-      join(dir, "data"),
-    ],
-    { cwd: REPO_ROOT, env, stdio: ["ignore", "pipe", "pipe"] },
-  );
-  let stderr = "";
-  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
   const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"] });
+  let app: SparkChild | undefined;
   try {
-    const line = await firstLine(child, () => stderr);
-    const url = APP_LINE.exec(line)?.[1];
-    if (!url)
-      throw new Error(`spark app printed ${JSON.stringify(line)} first; stderr: ${stderr.slice(-600)}`);
+    app = await startApp(
+      [
+        workspace,
+        "--engine",
+        "script",
+        "--script",
+        scriptPath,
+        "--rate",
+        String(options.rate),
+        "--port",
+        "0",
+        "--quiet",
+        "--sandbox",
+        "off",
+        "--approval",
+        "never",
+        "--data-dir",
+        join(dir, "data"),
+      ],
+      { env: envWithoutSpark({ SPARK_HOME: join(dir, "home") }), timeoutMs: 60_000 },
+    );
+    const { url } = app;
+    const stderr = app.stderr;
     const context = await browser.newContext({ viewport: { width: 1600, height: 1000 } });
     const page = await context.newPage();
     await page.goto(`${url}?bench`);
@@ -191,7 +177,7 @@ export async function variantsFigure(options: VariantsFigureOptions, log: Log): 
     const deadline = Date.now() + 120_000;
     while ((await done.count()) < options.count) {
       if (Date.now() > deadline)
-        throw new Error(`the variants did not all end in 120 s; stderr: ${stderr.slice(-600)}`);
+        throw new Error(`the variants did not all end in 120 s; stderr: ${stderr().slice(-600)}`);
       together = Math.max(together, await running.count());
       await page.waitForTimeout(50);
     }
@@ -280,7 +266,7 @@ export async function variantsFigure(options: VariantsFigureOptions, log: Log): 
     };
   } finally {
     await browser.close();
-    await stop(child);
+    await app?.stop();
     rmSync(dir, { recursive: true, force: true });
   }
 }

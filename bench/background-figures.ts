@@ -12,12 +12,12 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MemoryResponseStore, type ResponseStore } from "../src/core/response-store.js";
-import { parseScript, ScriptEngine } from "../src/engines/script/script-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
 import { PostgresResponseStore } from "../src/store/postgres-store.js";
 import { SqliteResponseStore } from "../src/store/sqlite-store.js";
 import { POSTGRES_MISSING, TestPostgres } from "../test/helpers/postgres.js";
 import { fmt, ms, summarize, type FigureResult, type Log } from "./kit/report.js";
+import { messageEngine } from "./kit/in-process.js";
 
 /** Issue 31: a background request is answered `in_progress` within 20 ms. */
 const GOAL_MS = 20;
@@ -25,9 +25,7 @@ const BODY = { model: "spark", input: "Summarize the changes in src/config.ts.",
 
 async function serve(store: ResponseStore): Promise<SparkServer> {
   const text = "The config loader now rejects an empty file with a clear error. ".repeat(4);
-  const engine = new ScriptEngine({
-    lines: parseScript(JSON.stringify({ output: [{ type: "message", text }] }), "bench"),
-  });
+  const engine = messageEngine(text);
   const server = new SparkServer({ engine, port: 0, store, capacity: 8 });
   await server.listen();
   return server;

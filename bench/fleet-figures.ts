@@ -21,10 +21,10 @@ import { Admission } from "../src/core/admission.js";
 import type { Principal } from "../src/core/keys.js";
 import { SharedAdmission } from "../src/core/limits/gate.js";
 import { ModelRegistry } from "../src/core/model-registry.js";
-import { parseScript, ScriptEngine } from "../src/engines/script/script-engine.js";
 import { RedisLimiter } from "../src/store/redis-limits.js";
 import { RedisLink } from "../src/store/redis-link.js";
 import { fmt, percentile, type FigureResult, type Log } from "./kit/report.js";
+import { messageEngine } from "./kit/in-process.js";
 
 const GOAL_ADDED_MS = 0.5;
 const GOAL_PER_SECOND = 20_000;
@@ -92,9 +92,7 @@ async function addedLatency(
   const link = new RedisLink(url);
   await link.connect();
   const limiter = new RedisLimiter(link);
-  const engine = new ScriptEngine({
-    lines: parseScript(JSON.stringify({ output: [{ type: "message", text: "ok" }] }), "bench"),
-  });
+  const engine = messageEngine("ok");
   const models = ModelRegistry.single(engine, 64);
   const entry = models.resolve("spark", () => ({ items: [], tools: [] })).entry;
   const local = new Admission({ maxQueue: 256 });

@@ -16,17 +16,15 @@
  *
  * Run alone: `node --import tsx bench/loop-stall.ts`.
  */
-import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import http from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { setTimeout as sleep } from "node:timers/promises";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { pathToFileURL } from "node:url";
 import { fimTestModelPath } from "../test/helpers/model.js";
+import { startServe, waitHealthy } from "./kit/children.js";
 
-const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const MB = 1000 * 1000;
 /** A case still running after this long is abandoned and reported as at least this stall. */
 const CASE_TIMEOUT_MS = 120_000;
@@ -172,44 +170,15 @@ function post(url: string, data: Buffer, signal: AbortSignal): Promise<number> {
 
 /** A fresh `spark serve` with the llama engine on `model`; resolves once the engine is ready. */
 async function startSpark(model: string): Promise<{ url: string; kill: () => void }> {
-  const spark = spawn(
-    process.execPath,
-    [
-      "--import",
-      "tsx",
-      "src/cli/main.ts",
-      "serve",
-      "--engine",
-      "llama",
-      "--model",
-      model,
-      "--no-download",
-      "--threads",
-      "1",
-      "--port",
-      "0",
-    ],
-    { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, SPARK_STORE: "memory" } },
+  const spark = await startServe(
+    ["--engine", "llama", "--model", model, "--no-download", "--threads", "1", "--port", "0"],
+    { env: { ...process.env, SPARK_STORE: "memory" } },
   );
-  let stderr = "";
-  spark.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-  const kill = (): void => void spark.kill("SIGKILL");
+  const kill = (): void => void spark.child.kill("SIGKILL");
   try {
-    const lines = createInterface({ input: spark.stdout });
-    const first = await new Promise<string>((resolve, reject) => {
-      lines.once("line", resolve);
-      spark.once("exit", (code) => reject(new Error(`spark serve exited (${code}):\n${stderr}`)));
-    });
-    lines.close();
-    const url = /listening on (\S+)/.exec(first)?.[1];
-    if (!url) throw new Error(`unexpected first line of spark serve: ${first}`);
     // The model loads after the port opens: wait until the engine is ready.
-    for (;;) {
-      const health = await fetch(`${url}/healthz`).catch(() => undefined);
-      if (health?.status === 200) break;
-      await sleep(100);
-    }
-    return { url, kill };
+    await waitHealthy(spark.url);
+    return { url: spark.url, kill };
   } catch (error) {
     kill();
     throw error;

@@ -10,42 +10,22 @@
  * streamed to `data: [DONE]`. Interleaved, alternating order. Debounce 0: the figure is what the
  * language server adds, not the wait an editor's user configures.
  */
-import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { pathToFileURL } from "node:url";
 import { request } from "undici";
 import {
   createProtocolConnection,
   StreamMessageReader,
   StreamMessageWriter,
 } from "vscode-languageserver-protocol/node";
+import { spawnSpark, startServe } from "./kit/children.js";
 import { ms, summarize, type FigureResult, type Log, type Summary } from "./kit/report.js";
 
-const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const COMPLETION = "return a + b;";
 const FIGURE = "13. Keystroke to ghost text, spark lsp";
 const GOAL = "< 5 ms added at p50";
-
-/** The first stdout line of `spark serve` names its URL. */
-async function startSpark(script: string): Promise<{ url: string; stop: () => void }> {
-  const child = spawn(
-    process.execPath,
-    ["--import", "tsx", "src/cli/main.ts", "serve", "--engine", "script", "--script", script, "--port", "0"],
-    { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, SPARK_STORE: "memory" } },
-  );
-  const lines = createInterface({ input: child.stdout });
-  const [line] = (await new Promise((resolve, reject) => {
-    lines.once("line", (l) => resolve([l]));
-    child.once("exit", (code) => reject(new Error(`spark serve exited (${code})`)));
-  })) as [string];
-  lines.close();
-  const url = /listening on (\S+)/.exec(line)?.[1];
-  if (!url) throw new Error(`unexpected first line of spark serve: ${line}`);
-  return { url, stop: () => child.kill() };
-}
 
 async function direct(url: string, body: Record<string, unknown>): Promise<{ ms: number; text: string }> {
   const started = performance.now();
@@ -73,12 +53,13 @@ export async function lspFigures(
   const dir = mkdtempSync(join(tmpdir(), "spark-bench-lsp-"));
   const script = join(dir, "script.jsonl");
   writeFileSync(script, JSON.stringify({ completion: COMPLETION }) + "\n");
-  const spark = await startSpark(script);
-  const lsp = spawn(
-    process.execPath,
-    ["--import", "tsx", "src/cli/main.ts", "lsp", "--stdio", "--server", spark.url, "--debounce", "0"],
-    { cwd: ROOT, stdio: ["pipe", "pipe", "inherit"] },
-  );
+  const spark = await startServe(["--engine", "script", "--script", script, "--port", "0"], {
+    env: { ...process.env, SPARK_STORE: "memory" },
+    stderr: "inherit",
+  });
+  const lsp = spawnSpark(["lsp", "--stdio", "--server", spark.url, "--debounce", "0"], {
+    stdio: ["pipe", "pipe", "inherit"],
+  });
   const connection = createProtocolConnection(
     new StreamMessageReader(lsp.stdout!),
     new StreamMessageWriter(lsp.stdin!),
@@ -159,7 +140,7 @@ export async function lspFigures(
   } finally {
     connection.dispose();
     lsp.kill();
-    spark.stop();
+    await spark.stop();
     rmSync(dir, { recursive: true, force: true });
   }
 }

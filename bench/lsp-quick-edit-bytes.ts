@@ -10,19 +10,18 @@
  *
  * Run alone: `node --import tsx bench/lsp-quick-edit-bytes.ts`.
  */
-import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { pathToFileURL } from "node:url";
 import {
   createProtocolConnection,
   StreamMessageReader,
   StreamMessageWriter,
 } from "vscode-languageserver-protocol/node";
+import { spawnSpark, startServe } from "./kit/children.js";
+import { messageLine } from "./kit/in-process.js";
 
-const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const REWRITE_BYTES = 100 * 1024;
 const PROGRESS = Buffer.from('"method":"spark/quickEditProgress"');
 
@@ -62,31 +61,19 @@ export async function quickEditBytesFigure(): Promise<{
   const dir = mkdtempSync(join(tmpdir(), "spark-bench-lsp-bytes-"));
   const rewrite = rewriteOf(REWRITE_BYTES);
   const script = join(dir, "script.jsonl");
-  writeFileSync(script, JSON.stringify({ output: [{ type: "message", text: rewrite }] }) + "\n");
-  const spark = spawn(
-    process.execPath,
-    ["--import", "tsx", "src/cli/main.ts", "serve", "--engine", "script", "--script", script, "--port", "0"],
-    { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, SPARK_STORE: "memory" } },
-  );
-  const lsp = spawn(
-    process.execPath,
-    ["--import", "tsx", "src/cli/main.ts", "lsp", "--stdio", "--debounce", "0"],
-    { cwd: ROOT, stdio: ["pipe", "pipe", "inherit"] },
-  );
+  writeFileSync(script, messageLine(rewrite));
+  const spark = await startServe(["--engine", "script", "--script", script, "--port", "0"], {
+    env: { ...process.env, SPARK_STORE: "memory" },
+    stderr: "inherit",
+  });
+  const lsp = spawnSpark(["lsp", "--stdio", "--debounce", "0"], { stdio: ["pipe", "pipe", "inherit"] });
   const connection = createProtocolConnection(
-    new StreamMessageReader(lsp.stdout),
-    new StreamMessageWriter(lsp.stdin),
+    new StreamMessageReader(lsp.stdout!),
+    new StreamMessageWriter(lsp.stdin!),
   );
   try {
-    const lines = createInterface({ input: spark.stdout });
-    const first = await new Promise<string>((resolve, reject) => {
-      lines.once("line", resolve);
-      spark.once("exit", (code) => reject(new Error(`spark serve exited (${code})`)));
-    });
-    lines.close();
-    const url = /listening on (\S+)/.exec(first)?.[1];
-    if (!url) throw new Error(`unexpected first line of spark serve: ${first}`);
-    const counter = frameCounter(lsp.stdout);
+    const url = spark.url;
+    const counter = frameCounter(lsp.stdout!);
     connection.listen();
     await connection.sendRequest("initialize", {
       processId: process.pid,
@@ -118,7 +105,7 @@ export async function quickEditBytesFigure(): Promise<{
   } finally {
     connection.dispose();
     lsp.kill();
-    spark.kill();
+    await spark.stop();
     rmSync(dir, { recursive: true, force: true });
   }
 }

@@ -25,14 +25,12 @@
  * Run: `npm run reliability` (about 75 s on 2 cores, plus sections 4 and 5). `--quick` runs smaller
  * floods; `--surfaces` runs section 4 alone, `--confined` section 5 alone.
  */
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { setImmediate as nextTurn, setTimeout as sleep } from "node:timers/promises";
-import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import WebSocket from "ws";
 import { httpCases, wsFrames } from "../test/fixtures/hostile-corpus.js";
@@ -40,6 +38,7 @@ import { slowReaderFigure } from "./app-slow-reader.js";
 import { confinedCasesFigure } from "./confined-cases.js";
 import { loopStallFigure } from "./loop-stall.js";
 import { quickEditBytesFigure } from "./lsp-quick-edit-bytes.js";
+import { startServe, type SparkChild } from "./kit/children.js";
 import { fmt, table } from "./kit/report.js";
 
 const { values: args } = parseArgs({
@@ -49,7 +48,6 @@ const { values: args } = parseArgs({
     confined: { type: "boolean", default: false },
   },
 });
-const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const MiB = 1024 * 1024;
 const REQUEST_TIMEOUT_MS = 20_000;
 const MAX_BODY_BYTES = 256 * 1024;
@@ -61,57 +59,18 @@ writeFileSync(
 );
 const log = (line: string): void => console.log(line);
 
-interface Server {
-  child: ChildProcess;
-  url: string;
-  stderr: () => string;
-  exited: Promise<number | string>;
-}
+type Server = SparkChild;
 
 let dataDirs = 0;
 
-async function serve(extra: readonly string[] = [], heapMiB = 128, dataDir?: string): Promise<Server> {
-  const child = spawn(
-    process.execPath,
-    [
-      "--import",
-      "tsx",
-      "src/cli/main.ts",
-      "serve",
-      "--engine",
-      "script",
-      "--script",
-      script,
-      "--port",
-      "0",
-      ...extra,
-    ],
-    {
-      cwd: ROOT,
-      env: {
-        ...process.env,
-        NODE_OPTIONS: `--max-old-space-size=${heapMiB}`,
-        SPARK_DATA_DIR: dataDir ?? join(work, `data-${++dataDirs}`),
-      },
-      stdio: ["ignore", "pipe", "pipe"],
+function serve(extra: readonly string[] = [], heapMiB = 128, dataDir?: string): Promise<Server> {
+  return startServe(["--engine", "script", "--script", script, "--port", "0", ...extra], {
+    env: {
+      ...process.env,
+      NODE_OPTIONS: `--max-old-space-size=${heapMiB}`,
+      SPARK_DATA_DIR: dataDir ?? join(work, `data-${++dataDirs}`),
     },
-  );
-  let stderr = "";
-  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-  const exited = new Promise<number | string>((resolve) =>
-    child.once("close", (code, signal) => resolve(code ?? signal ?? -1)),
-  );
-  const lines = createInterface({ input: child.stdout! });
-  const [line] = (await Promise.race([
-    new Promise((resolve) => lines.once("line", (l) => resolve([l]))),
-    exited.then((code) => {
-      throw new Error(`server exited (${code}): ${stderr}`);
-    }),
-  ])) as [string];
-  lines.close();
-  const url = /listening on (\S+)/.exec(line)?.[1];
-  if (!url) throw new Error(`unexpected first line ${line}`);
-  return { child, url, stderr: () => stderr, exited };
+  });
 }
 
 async function stopServer(server: Server): Promise<void> {

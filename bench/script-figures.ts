@@ -4,10 +4,10 @@
  */
 import type { EngineRequest } from "../src/engine/types.js";
 import { ScriptEngine, splitPieces } from "../src/engines/script/script-engine.js";
-import { SparkServer } from "../src/server/http-server.js";
 import { fmt, ms, summarize, type FigureResult, type Log, type Summary } from "./kit/report.js";
 import { SseClient, type StreamClient } from "./kit/sse-client.js";
 import { ThreadedSseClient } from "./kit/threaded-client.js";
+import { withSparkServer } from "./kit/in-process.js";
 
 const PROMPT = "Say hello.";
 
@@ -30,16 +30,15 @@ interface Clients {
 
 /** Serves `engine` on 127.0.0.1, port 0, for the duration of `body`. */
 async function withServer<T>(engine: ScriptEngine, body: (clients: Clients) => Promise<T>): Promise<T> {
-  const server = new SparkServer({ engine, host: "127.0.0.1", port: 0 });
-  const url = await server.listen();
-  const clients = { threaded: new ThreadedSseClient(url), sameThread: new SseClient(url) };
-  try {
-    return await body(clients);
-  } finally {
-    clients.sameThread.close();
-    await clients.threaded.close();
-    await server.close();
-  }
+  return withSparkServer({ engine }, async (url) => {
+    const clients = { threaded: new ThreadedSseClient(url), sameThread: new SseClient(url) };
+    try {
+      return await body(clients);
+    } finally {
+      clients.sameThread.close();
+      await clients.threaded.close();
+    }
+  });
 }
 
 /** Time from calling `engine.stream()` to its first `text-delta` part; the stream is read to its end. */

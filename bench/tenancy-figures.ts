@@ -17,11 +17,12 @@
 import { Admission } from "../src/core/admission.js";
 import { generateKey, KeyRing, type KeyRecord } from "../src/core/keys.js";
 import { ModelRegistry } from "../src/core/model-registry.js";
-import { ScriptEngine, parseScript } from "../src/engines/script/script-engine.js";
+import { ScriptEngine } from "../src/engines/script/script-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
 import { fmt, ms, summarize, type FigureResult, type Log } from "./kit/report.js";
 import { processCpuMicros } from "./kit/cpu-time.js";
 import { ThreadedSseClient } from "./kit/threaded-client.js";
+import { messageEngine } from "./kit/in-process.js";
 
 /** A typical interactive request: the router reads it and picks `spark`. */
 const PROMPT = "Add a null check to parseConfig in src/config.ts so an empty file gives a clear error.";
@@ -31,9 +32,7 @@ const GOAL_MS = 0.05;
 
 function engine(): ScriptEngine {
   const text = "Done: parseConfig now rejects an empty file.";
-  return new ScriptEngine({
-    lines: parseScript(JSON.stringify({ output: [{ type: "message", text }] }), "bench"),
-  });
+  return messageEngine(text);
 }
 
 function keyRing(): { keys: KeyRing; key: string } {

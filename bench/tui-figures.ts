@@ -18,9 +18,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { WebSocket, WebSocketServer } from "ws";
-import { parseScript, ScriptEngine } from "../src/engines/script/script-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
 import { fmt, ms, percentile, summarize, type FigureResult, type Log } from "./kit/report.js";
+import { messageEngine } from "./kit/in-process.js";
 
 const SPARK = fileURLToPath(new URL("../bin/spark.js", import.meta.url));
 
@@ -178,10 +178,7 @@ process.stdin.on("data",(d)=>{if(String(d).includes("\\r"))ws.send(JSON.stringif
 
 export async function steerKeystrokeFigure(options: { rounds: number }, log: Log): Promise<FigureResult> {
   const long = "This answer goes on for a long time so that there is always something streaming. ".repeat(40);
-  const engine = new ScriptEngine({
-    lines: parseScript(JSON.stringify({ output: [{ type: "message", text: long }] }), "bench"),
-    rate: 200,
-  });
+  const engine = messageEngine(long, 200);
   const server = new SparkServer({ engine, host: "127.0.0.1", port: 0 });
   const relay = await startRelay(await server.listen());
   const dir = mkdtempSync(join(tmpdir(), "spark-bench-steer-"));

@@ -10,7 +10,6 @@
 import type { Engine, EnginePart, EngineRequest } from "../src/engine/types.js";
 import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
 import { parseScript, ScriptEngine, type ScriptLine } from "../src/engines/script/script-engine.js";
-import { SparkServer } from "../src/server/http-server.js";
 import { processCpuMicros, threadCpuMicros } from "./kit/cpu-time.js";
 import { ThreadedLoopClient } from "./threaded-loop.js";
 import {
@@ -26,6 +25,7 @@ import {
   type LoopMode,
 } from "./tool-loop.js";
 import { fmt, ms, percentile, type FigureResult, type Log } from "./kit/report.js";
+import { withSparkServer } from "./kit/in-process.js";
 
 const TURNS = 20;
 /** The long run that checks a turn's cost does not grow with the conversation. */
@@ -39,12 +39,7 @@ export function scriptLines(lines: object[]): ScriptLine[] {
 /** Starts `engine` and serves it on 127.0.0.1, port 0, for the duration of `body`. */
 async function withServer<T>(engine: Engine, body: (url: string) => Promise<T>): Promise<T> {
   await engine.start();
-  const server = new SparkServer({ engine, host: "127.0.0.1", port: 0 });
-  try {
-    return await body(await server.listen());
-  } finally {
-    await server.close();
-  }
+  return withSparkServer({ engine }, body);
 }
 
 interface LoopSample {
