@@ -8,8 +8,6 @@
  *   and continues with the new input. While tools run, the text joins the next request instead.
  * - `queue(text)` holds a message until the turn ends; `interrupt()` cancels the response
  *   (`response.cancel`) and kills a running tool.
- * - `variants(n, text)` generates n answers on parallel `stream_id` lanes; `choose(k)` continues
- *   the conversation from one of them.
  *
  * The agent keeps the whole transcript itself (Responses input items), so a conversation survives
  * a new connection or a restart (`spark resume`): continued turns send only new items with
@@ -184,9 +182,9 @@ interface PendingResponse {
 interface RequestOptions {
   /** The `stream_id` lane; "" is the main conversation's (default) lane. */
   lane: string;
-  /** Whether the answer joins the transcript (variants join only once chosen). */
+  /** Whether the answer joins the transcript (a file rewrite's does not). */
   record: boolean;
-  /** Extra `response.create` fields (the variants' temperature). */
+  /** Extra `response.create` fields (a file rewrite's model, instructions and prediction). */
   extra?: Record<string, unknown>;
   /** A request of its own (the file rewrites): only its input, no tools, no compaction. */
   standalone?: boolean;
@@ -217,7 +215,6 @@ export class Agent {
   #danglingOutputs: InputItem[] = [];
   readonly #queued: string[] = [];
   #contextTokens = 0;
-  #variantResults: ({ input: InputItem[]; response: ResponseObject } | undefined)[] = [];
   #contextWindow: number | undefined;
 
   constructor(private readonly options: AgentOptions) {
@@ -414,43 +411,6 @@ export class Agent {
   }
 
   /**
-   * Generates `count` answers to `text` at once, on lanes `variant-1`…; `onDelta` receives each
-   * lane's text. Nothing is recorded until `choose()` picks one.
-   */
-  async variants(
-    count: number,
-    text: string,
-    onDelta: (index: number, delta: string) => void,
-  ): Promise<(ResponseObject | AgentError)[]> {
-    if (this.#busy) throw new AgentError("a turn is running; wait for it or press Esc first", "busy");
-    this.#busy = true;
-    this.#interruptRequested = false;
-    try {
-      const input = [userMessage(text)];
-      this.#variantResults = [];
-      const results = await Promise.all(
-        Array.from({ length: count }, (_, index) =>
-          this.#respond(input, {
-            lane: `variant-${index + 1}`,
-            record: false,
-            extra: { temperature: 1 },
-            onDelta: (delta) => onDelta(index, delta),
-          }).then(
-            (response) => {
-              this.#variantResults[index] = { input, response };
-              return response;
-            },
-            (error: unknown) => toAgentError(error),
-          ),
-        ),
-      );
-      return results;
-    } finally {
-      this.#busy = false;
-    }
-  }
-
-  /**
    * Continues the conversation from items another agent produced: a picked variant's turn (its
    * user message, tool calls and their outputs, its answer) joins the transcript as if this agent
    * had run it. This connection's chain on the server does not hold them, so the next request sends
@@ -458,22 +418,10 @@ export class Agent {
    */
   adopt(items: readonly InputItem[], contextTokens?: number): void {
     if (this.#busy) throw new AgentError("a turn is running; wait for it or press Esc first", "busy");
-    this.#variantResults = [];
     this.#transcript.push(...items);
     this.#head = undefined;
     if (contextTokens !== undefined) this.#contextTokens = contextTokens;
     this.#emit({ type: "transcript.changed", items: this.#transcript, reset: false, added: [...items] });
-  }
-
-  /** Continues the conversation from variant `index` (0-based): records it and runs its tool calls. */
-  choose(index: number): Promise<boolean> {
-    const chosen = this.#variantResults[index];
-    if (!chosen) return Promise.resolve(false);
-    this.#variantResults = [];
-    this.#recordResponse(chosen.input, chosen.response);
-    this.#head = chosen.response.id;
-    const text = messageText(chosen.input[0]);
-    return this.#startTurn(text, chosen.response);
   }
 
   #startTurn(text: string, first?: ResponseObject, images: readonly string[] = []): Promise<boolean> {
