@@ -9,46 +9,24 @@
  * OpenAI's names of the tiers (`gpt-5.3-codex-spark`, `gpt-5.3-codex`), which Spark serves too.
  */
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { codexCatalog } from "../src/cli/setup-command.js";
 import type { SparkServer } from "../src/server/http-server.js";
+import { CODEX_SKIP, codexExec, codexTaskScript, type CodexExec } from "./helpers/codex.js";
 import { startScriptServer } from "./helpers/servers.js";
 
-const CODEX_BIN =
-  process.env.SPARK_CODEX_BIN || fileURLToPath(new URL("../node_modules/.bin/codex", import.meta.url));
 const CATALOG = join(mkdtempSync(join(tmpdir(), "spark-codex-catalog-")), "spark-models.json");
 writeFileSync(CATALOG, JSON.stringify(codexCatalog()));
-/** Only to keep a broken run from hanging the suite; no assertion depends on it. */
-const SAFETY_TIMEOUT_MS = 120_000;
 
 /** The model's side of the task: run a command, add a file with apply_patch (a freeform tool), report. */
-const SCRIPT = [
-  {
-    output: [
-      { type: "message", text: "Running a command." },
-      {
-        type: "function_call",
-        name: "exec_command",
-        arguments: JSON.stringify({ cmd: "echo hello from spark > cmd-out.txt && echo hello", login: false }),
-      },
-    ],
-  },
-  {
-    output: [
-      {
-        type: "custom_tool_call",
-        name: "apply_patch",
-        input: "*** Begin Patch\n*** Add File: hello.txt\n+hi\n*** End Patch\n",
-      },
-    ],
-  },
-  { output: [{ type: "message", text: "Done: ran echo and created hello.txt." }] },
-];
+const SCRIPT = codexTaskScript(
+  "echo hello from spark > cmd-out.txt && echo hello",
+  "Done: ran echo and created hello.txt.",
+);
 
 /** An MCP server's tool: Codex offers `add` in the namespace `mcp__fixture`; the model calls it by its qualified name. */
 const MCP_SCRIPT = [
@@ -97,10 +75,7 @@ enabled = false
 ${extra}`;
 }
 
-interface CodexRun {
-  code: number | string;
-  events: { type: string; item?: Record<string, unknown> }[];
-  stderr: string;
+interface CodexRun extends CodexExec {
   workspace: string;
 }
 
@@ -120,46 +95,8 @@ async function runCodex(
   const workspace = mkdtempSync(join(tmpdir(), "spark-codex-ws-"));
   dirs.push(home, workspace);
   writeFileSync(join(home, "config.toml"), config(server.url, websockets, extraConfig));
-  // stdin must not stay open: `codex exec` would wait for more input.
-  const child = spawn(
-    CODEX_BIN,
-    [
-      "exec",
-      "--json",
-      "--skip-git-repo-check",
-      "--ephemeral",
-      "--dangerously-bypass-approvals-and-sandbox",
-      ...args,
-      prompt,
-    ],
-    {
-      cwd: workspace,
-      env: {
-        PATH: process.env.PATH ?? "",
-        HOME: home,
-        CODEX_HOME: home,
-        SPARK_API_KEY: "sk-spark-test",
-        RUST_LOG: "warn",
-      },
-      stdio: ["ignore", "pipe", "pipe"],
-    },
-  );
-  let stdout = "";
-  let stderr = "";
-  child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
-  child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-  const safety = setTimeout(() => child.kill("SIGKILL"), SAFETY_TIMEOUT_MS);
-  const code = await new Promise<number | string>((resolve) =>
-    child.once("close", (exit: number | null, signal: NodeJS.Signals | null) =>
-      resolve(exit ?? signal ?? -1),
-    ),
-  );
-  clearTimeout(safety);
-  const events = stdout
-    .split("\n")
-    .filter((line) => line.trim() !== "")
-    .map((line) => JSON.parse(line) as CodexRun["events"][number]);
-  return { code, events, stderr, workspace };
+  const run = await codexExec({ home, workspace, prompt, args, env: { SPARK_API_KEY: "sk-spark-test" } });
+  return { ...run, workspace };
 }
 
 function completed(run: CodexRun, type: string): Record<string, unknown>[] {
@@ -171,93 +108,89 @@ function counter(metrics: string, name: string, labels = ""): number {
   return Number(line?.split(" ")[1] ?? 0);
 }
 
-describe(
-  "Codex CLI end to end",
-  { skip: existsSync(CODEX_BIN) ? false : `Codex CLI not found at ${CODEX_BIN}; run npm install` },
-  () => {
-    for (const websockets of [true, false]) {
-      test(`codex exec --json runs a command and applies a patch over ${websockets ? "WebSocket" : "HTTP"}`, async () => {
-        const server = await startScriptServer(SCRIPT);
-        try {
-          const run = await runCodex(server, websockets, "Say hello, then create hello.txt.");
-          assert.equal(run.code, 0, `codex failed; stderr:\n${run.stderr}`);
-          assert.deepEqual(completed(run, "error"), [], "no error items (no fallback message)");
-          assert.doesNotMatch(run.stderr, /falling back/i);
-
-          const [command] = completed(run, "command_execution");
-          assert.match(String(command?.command), /echo hello from spark > cmd-out\.txt/);
-          assert.equal(command?.exit_code, 0);
-          assert.equal(command?.aggregated_output, "hello\n");
-          const [change] = completed(run, "file_change");
-          assert.equal((change?.changes as { kind: string }[] | undefined)?.[0]?.kind, "add");
-          const messages = completed(run, "agent_message").map((m) => m.text);
-          assert.deepEqual(messages, ["Running a command.", "Done: ran echo and created hello.txt."]);
-          assert.equal(run.events.at(-1)?.type, "turn.completed");
-
-          assert.equal(readFileSync(join(run.workspace, "cmd-out.txt"), "utf8"), "hello from spark\n");
-          assert.equal(readFileSync(join(run.workspace, "hello.txt"), "utf8"), "hi\n");
-
-          const metrics = await server.metrics.text();
-          const upgrades = counter(metrics, "spark_websocket_connections_total");
-          const posts = counter(metrics, "spark_http_requests_total", '{route="/v1/responses",status="200"}');
-          if (websockets) {
-            assert.ok(upgrades >= 1, "Codex connected over WebSocket");
-            assert.equal(posts, 0, "and never fell back to HTTP");
-          } else {
-            assert.equal(upgrades, 0);
-            assert.equal(posts, 3, "one POST per model turn");
-          }
-        } finally {
-          await server.close();
-        }
-      });
-    }
-
-    for (const websockets of [true, false])
-      test(`an MCP server's tool, offered in a namespace, is called by namespace and name, and the turn goes on over ${websockets ? "WebSocket" : "HTTP"}`, async () => {
-        const server = await startScriptServer(MCP_SCRIPT);
-        try {
-          const mcp = `\n[mcp_servers.fixture]\ncommand = ${JSON.stringify(process.execPath)}\nargs = [${JSON.stringify(MCP_FIXTURE)}, "tools"]\n`;
-          const run = await runCodex(server, websockets, "Add 2 and 3 with the fixture's tool.", [], mcp);
-          assert.equal(run.code, 0, `codex failed; stderr:\n${run.stderr}`);
-          assert.deepEqual(completed(run, "error"), [], "no error items");
-          const [call] = completed(run, "mcp_tool_call");
-          assert.equal(call?.server, "fixture", JSON.stringify(run.events));
-          assert.equal(call?.tool, "add");
-          assert.equal(call?.status, "completed");
-          assert.match(JSON.stringify(call?.result), /"text":"5"/);
-          assert.deepEqual(
-            completed(run, "agent_message").map((m) => m.text),
-            ["2 + 3 = 5."],
-          );
-          assert.equal(run.events.at(-1)?.type, "turn.completed");
-        } finally {
-          await server.close();
-        }
-      });
-
-    test("codex exec --model gpt-5.3-codex-spark (OpenAI's name) is served by the spark tier", async () => {
+describe("Codex CLI end to end", { skip: CODEX_SKIP }, () => {
+  for (const websockets of [true, false]) {
+    test(`codex exec --json runs a command and applies a patch over ${websockets ? "WebSocket" : "HTTP"}`, async () => {
       const server = await startScriptServer(SCRIPT);
       try {
-        const run = await runCodex(server, true, "Say hello, then create hello.txt.", [
-          "--model",
-          "gpt-5.3-codex-spark",
-        ]);
+        const run = await runCodex(server, websockets, "Say hello, then create hello.txt.");
         assert.equal(run.code, 0, `codex failed; stderr:\n${run.stderr}`);
-        assert.doesNotMatch(run.stderr, /model_not_found/);
-        assert.deepEqual(completed(run, "error"), [], "no error items (the catalog knows the name)");
-        assert.equal(completed(run, "command_execution")[0]?.exit_code, 0);
-        assert.equal(readFileSync(join(run.workspace, "hello.txt"), "utf8"), "hi\n");
-        assert.deepEqual(
-          completed(run, "agent_message").map((m) => m.text),
-          ["Running a command.", "Done: ran echo and created hello.txt."],
-        );
+        assert.deepEqual(completed(run, "error"), [], "no error items (no fallback message)");
+        assert.doesNotMatch(run.stderr, /falling back/i);
+
+        const [command] = completed(run, "command_execution");
+        assert.match(String(command?.command), /echo hello from spark > cmd-out\.txt/);
+        assert.equal(command?.exit_code, 0);
+        assert.equal(command?.aggregated_output, "hello\n");
+        const [change] = completed(run, "file_change");
+        assert.equal((change?.changes as { kind: string }[] | undefined)?.[0]?.kind, "add");
+        const messages = completed(run, "agent_message").map((m) => m.text);
+        assert.deepEqual(messages, ["Running a command.", "Done: ran echo and created hello.txt."]);
         assert.equal(run.events.at(-1)?.type, "turn.completed");
+
+        assert.equal(readFileSync(join(run.workspace, "cmd-out.txt"), "utf8"), "hello from spark\n");
+        assert.equal(readFileSync(join(run.workspace, "hello.txt"), "utf8"), "hi\n");
+
         const metrics = await server.metrics.text();
-        assert.ok(counter(metrics, "spark_websocket_connections_total") >= 1, "over WebSocket");
+        const upgrades = counter(metrics, "spark_websocket_connections_total");
+        const posts = counter(metrics, "spark_http_requests_total", '{route="/v1/responses",status="200"}');
+        if (websockets) {
+          assert.ok(upgrades >= 1, "Codex connected over WebSocket");
+          assert.equal(posts, 0, "and never fell back to HTTP");
+        } else {
+          assert.equal(upgrades, 0);
+          assert.equal(posts, 3, "one POST per model turn");
+        }
       } finally {
         await server.close();
       }
     });
-  },
-);
+  }
+
+  for (const websockets of [true, false])
+    test(`an MCP server's tool, offered in a namespace, is called by namespace and name, and the turn goes on over ${websockets ? "WebSocket" : "HTTP"}`, async () => {
+      const server = await startScriptServer(MCP_SCRIPT);
+      try {
+        const mcp = `\n[mcp_servers.fixture]\ncommand = ${JSON.stringify(process.execPath)}\nargs = [${JSON.stringify(MCP_FIXTURE)}, "tools"]\n`;
+        const run = await runCodex(server, websockets, "Add 2 and 3 with the fixture's tool.", [], mcp);
+        assert.equal(run.code, 0, `codex failed; stderr:\n${run.stderr}`);
+        assert.deepEqual(completed(run, "error"), [], "no error items");
+        const [call] = completed(run, "mcp_tool_call");
+        assert.equal(call?.server, "fixture", JSON.stringify(run.events));
+        assert.equal(call?.tool, "add");
+        assert.equal(call?.status, "completed");
+        assert.match(JSON.stringify(call?.result), /"text":"5"/);
+        assert.deepEqual(
+          completed(run, "agent_message").map((m) => m.text),
+          ["2 + 3 = 5."],
+        );
+        assert.equal(run.events.at(-1)?.type, "turn.completed");
+      } finally {
+        await server.close();
+      }
+    });
+
+  test("codex exec --model gpt-5.3-codex-spark (OpenAI's name) is served by the spark tier", async () => {
+    const server = await startScriptServer(SCRIPT);
+    try {
+      const run = await runCodex(server, true, "Say hello, then create hello.txt.", [
+        "--model",
+        "gpt-5.3-codex-spark",
+      ]);
+      assert.equal(run.code, 0, `codex failed; stderr:\n${run.stderr}`);
+      assert.doesNotMatch(run.stderr, /model_not_found/);
+      assert.deepEqual(completed(run, "error"), [], "no error items (the catalog knows the name)");
+      assert.equal(completed(run, "command_execution")[0]?.exit_code, 0);
+      assert.equal(readFileSync(join(run.workspace, "hello.txt"), "utf8"), "hi\n");
+      assert.deepEqual(
+        completed(run, "agent_message").map((m) => m.text),
+        ["Running a command.", "Done: ran echo and created hello.txt."],
+      );
+      assert.equal(run.events.at(-1)?.type, "turn.completed");
+      const metrics = await server.metrics.text();
+      assert.ok(counter(metrics, "spark_websocket_connections_total") >= 1, "over WebSocket");
+    } finally {
+      await server.close();
+    }
+  });
+});

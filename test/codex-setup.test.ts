@@ -6,135 +6,68 @@
  * something else is refused (exit 2, nothing written) unless --force, and a second run changes nothing.
  */
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { fileURLToPath } from "node:url";
 import { generateKey, KeyRing } from "../src/core/keys.js";
 import { freshDir, runToExit } from "./helpers/cli.js";
+import { CODEX_SKIP, codexExec, codexTaskScript } from "./helpers/codex.js";
 import { startScriptServer } from "./helpers/servers.js";
 
-const CODEX_BIN =
-  process.env.SPARK_CODEX_BIN || fileURLToPath(new URL("../node_modules/.bin/codex", import.meta.url));
-/** Only to keep a broken run from hanging the suite; no assertion depends on it. */
-const SAFETY_TIMEOUT_MS = 120_000;
+const SCRIPT = codexTaskScript("echo hello from spark > cmd-out.txt", "Done.");
 
-const SCRIPT = [
-  {
-    output: [
-      { type: "message", text: "Running a command." },
-      {
-        type: "function_call",
-        name: "exec_command",
-        arguments: JSON.stringify({ cmd: "echo hello from spark > cmd-out.txt", login: false }),
-      },
-    ],
-  },
-  {
-    output: [
-      {
-        type: "custom_tool_call",
-        name: "apply_patch",
-        input: "*** Begin Patch\n*** Add File: hello.txt\n+hi\n*** End Patch\n",
-      },
-    ],
-  },
-  { output: [{ type: "message", text: "Done." }] },
-];
+/** Only CODEX_HOME: no config but what `spark setup codex` wrote, no API key in the environment. */
+const codexRun = (home: string, workspace: string, prompt: string, env: Record<string, string> = {}) =>
+  codexExec({ home, workspace, prompt, env });
 
-async function codexExec(home: string, workspace: string, prompt: string, env: Record<string, string> = {}) {
-  // Only CODEX_HOME: no config but what `spark setup codex` wrote, no API key in the environment.
-  const child = spawn(
-    CODEX_BIN,
-    [
-      "exec",
-      "--json",
-      "--skip-git-repo-check",
-      "--ephemeral",
-      "--dangerously-bypass-approvals-and-sandbox",
-      prompt,
-    ],
-    {
-      cwd: workspace,
-      env: { PATH: process.env.PATH ?? "", HOME: home, CODEX_HOME: home, RUST_LOG: "warn", ...env },
-      stdio: ["ignore", "pipe", "pipe"],
-    },
-  );
-  let stdout = "";
-  let stderr = "";
-  child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
-  child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-  const safety = setTimeout(() => child.kill("SIGKILL"), SAFETY_TIMEOUT_MS);
-  const code = await new Promise<number | string>((resolve) =>
-    child.once("close", (exit: number | null, signal: NodeJS.Signals | null) =>
-      resolve(exit ?? signal ?? -1),
-    ),
-  );
-  clearTimeout(safety);
-  const events = stdout
-    .split("\n")
-    .filter((line) => line.trim() !== "")
-    .map((line) => JSON.parse(line) as { type: string; item?: Record<string, unknown> });
-  return { code, events, stderr };
-}
+describe("spark setup codex with the real Codex CLI", { skip: CODEX_SKIP }, () => {
+  test("codex exec works against the server with only what spark setup codex wrote", async () => {
+    const server = await startScriptServer(SCRIPT);
+    try {
+      const home = join(freshDir("codex-home-"), "codex");
+      const workspace = freshDir("codex-ws-");
+      const setup = await runToExit(["setup", "codex", "--server", server.url, "--codex-home", home]);
+      assert.equal(setup.code, 0, setup.stderr);
+      assert.ok(existsSync(join(home, "spark-models.json")), setup.stdout);
+      assert.doesNotMatch(readFileSync(join(home, "config.toml"), "utf8"), /env_key/, "no keys: no env_key");
 
-describe(
-  "spark setup codex with the real Codex CLI",
-  { skip: existsSync(CODEX_BIN) ? false : `Codex CLI not found at ${CODEX_BIN}; run npm install` },
-  () => {
-    test("codex exec works against the server with only what spark setup codex wrote", async () => {
-      const server = await startScriptServer(SCRIPT);
-      try {
-        const home = join(freshDir("codex-home-"), "codex");
-        const workspace = freshDir("codex-ws-");
-        const setup = await runToExit(["setup", "codex", "--server", server.url, "--codex-home", home]);
-        assert.equal(setup.code, 0, setup.stderr);
-        assert.ok(existsSync(join(home, "spark-models.json")), setup.stdout);
-        assert.doesNotMatch(
-          readFileSync(join(home, "config.toml"), "utf8"),
-          /env_key/,
-          "no keys: no env_key",
-        );
+      const run = await codexRun(home, workspace, "Create hello.txt.");
+      assert.equal(run.code, 0, `codex failed; stderr:\n${run.stderr}`);
+      const items = run.events.filter((e) => e.type === "item.completed").map((e) => e.item!);
+      assert.deepEqual(
+        items.filter((item) => item.type === "error"),
+        [],
+        "no error items: the catalog knows the model",
+      );
+      assert.equal(items.find((item) => item.type === "command_execution")?.exit_code, 0);
+      assert.equal(readFileSync(join(workspace, "cmd-out.txt"), "utf8"), "hello from spark\n");
+      assert.equal(readFileSync(join(workspace, "hello.txt"), "utf8"), "hi\n", "apply_patch was offered");
+      assert.equal(run.events.at(-1)?.type, "turn.completed");
+    } finally {
+      await server.close();
+    }
+  });
 
-        const run = await codexExec(home, workspace, "Create hello.txt.");
-        assert.equal(run.code, 0, `codex failed; stderr:\n${run.stderr}`);
-        const items = run.events.filter((e) => e.type === "item.completed").map((e) => e.item!);
-        assert.deepEqual(
-          items.filter((item) => item.type === "error"),
-          [],
-          "no error items: the catalog knows the model",
-        );
-        assert.equal(items.find((item) => item.type === "command_execution")?.exit_code, 0);
-        assert.equal(readFileSync(join(workspace, "cmd-out.txt"), "utf8"), "hello from spark\n");
-        assert.equal(readFileSync(join(workspace, "hello.txt"), "utf8"), "hi\n", "apply_patch was offered");
-        assert.equal(run.events.at(-1)?.type, "turn.completed");
-      } finally {
-        await server.close();
-      }
+  test("a server that needs a key gets env_key, and codex sends the key from it", async () => {
+    const { key, hash } = generateKey();
+    const server = await startScriptServer(SCRIPT, undefined, {
+      keys: new KeyRing([{ id: "tester", hash }]),
     });
-
-    test("a server that needs a key gets env_key, and codex sends the key from it", async () => {
-      const { key, hash } = generateKey();
-      const server = await startScriptServer(SCRIPT, undefined, {
-        keys: new KeyRing([{ id: "tester", hash }]),
-      });
-      try {
-        const home = join(freshDir("codex-home-"), "codex");
-        const workspace = freshDir("codex-ws-");
-        const setup = await runToExit(["setup", "codex", "--server", server.url, "--codex-home", home]);
-        assert.equal(setup.code, 0, setup.stderr);
-        assert.match(readFileSync(join(home, "config.toml"), "utf8"), /^env_key = "SPARK_API_KEY"$/m);
-        assert.match(setup.stdout, /SPARK_API_KEY/);
-        const run = await codexExec(home, workspace, "Create hello.txt.", { SPARK_API_KEY: key });
-        assert.equal(run.code, 0, `codex failed; stderr:\n${run.stderr}`);
-        assert.equal(readFileSync(join(workspace, "hello.txt"), "utf8"), "hi\n");
-      } finally {
-        await server.close();
-      }
-    });
-  },
-);
+    try {
+      const home = join(freshDir("codex-home-"), "codex");
+      const workspace = freshDir("codex-ws-");
+      const setup = await runToExit(["setup", "codex", "--server", server.url, "--codex-home", home]);
+      assert.equal(setup.code, 0, setup.stderr);
+      assert.match(readFileSync(join(home, "config.toml"), "utf8"), /^env_key = "SPARK_API_KEY"$/m);
+      assert.match(setup.stdout, /SPARK_API_KEY/);
+      const run = await codexRun(home, workspace, "Create hello.txt.", { SPARK_API_KEY: key });
+      assert.equal(run.code, 0, `codex failed; stderr:\n${run.stderr}`);
+      assert.equal(readFileSync(join(workspace, "hello.txt"), "utf8"), "hi\n");
+    } finally {
+      await server.close();
+    }
+  });
+});
 
 describe("spark setup codex merges into an existing config.toml", () => {
   const USER_CONFIG = `# my settings
