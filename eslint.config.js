@@ -47,7 +47,7 @@ const sparkOwnData = [
   "src/agent/worktree/task-workspace.ts", // Spark's worktree folder (the task's files: task-changes.ts)
   "src/agent/worktree/owners.ts", // owner marks beside Spark's worktrees, and /proc/PID/stat
   "src/app/task.ts", // a task's own files in the data directory (its log, its saved state)
-  "src/cli/worktree-session.ts", // a copy of the repository's own index for a --worktree session's commit
+  "src/client/worktree-session.ts", // a copy of the repository's own index for a --worktree session's commit
   "src/app/data-folders.ts", // the app's folders in the data directory, made ready at start
   "src/cli/setup-command.ts", // the user's own ~/.codex config, which no model or repository names
 ];
@@ -250,7 +250,7 @@ export default tseslint.config(
   },
   {
     // The CLI files that touch the user's files (a worktree session's Apply, setup).
-    files: ["src/cli/worktree-session.ts", "src/cli/setup-command.ts"],
+    files: ["src/client/worktree-session.ts", "src/cli/setup-command.ts"],
     ignores: [...sparkOwnData, ...notYetConfined],
     rules: {
       "no-restricted-syntax": dynamicFileSystem,

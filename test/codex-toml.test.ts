@@ -19,7 +19,7 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { getStaticTOMLValue, parseTOML } from "toml-eslint-parser";
 import { planCodexConfig, type TomlValue } from "../src/cli/codex-toml.js";
-import { ConfigError } from "../src/cli/setting-names.js";
+import { ConfigError } from "../src/settings/setting-names.js";
 import { freshDir, runToExit } from "./helpers/cli.js";
 
 const TOP: [string, TomlValue][] = [

@@ -19,7 +19,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { parse as parseYaml } from "yaml";
-import { ENV_NAMES, resolveSettings } from "../src/cli/config.js";
+import { ENV_NAMES, resolveSettings } from "../src/settings/config.js";
 import { file, REPO_ROOT } from "./helpers/cli.js";
 import { createKeys, health, killAll, serve, until, type Instance } from "./helpers/fleet.js";
 import { closedPort } from "./helpers/ports.js";

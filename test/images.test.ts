@@ -11,7 +11,7 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { ConfigError, resolveSettings } from "../src/cli/config.js";
+import { ConfigError, resolveSettings } from "../src/settings/config.js";
 import { createModels } from "../src/cli/create-engine.js";
 import type { EngineRequest } from "../src/engine/types.js";
 import { LlamaEngine } from "../src/engines/llama/llama-engine.js";

@@ -14,7 +14,7 @@ import { SseParser, SseTooLargeError } from "../src/engines/openai/sse-lines.js"
 import type { SseEvent } from "../src/engines/openai/sse-lines.js";
 import { SparkError } from "../src/protocol/errors.js";
 import { SparkServer } from "../src/server/http-server.js";
-import { ConfigError, resolveSettings } from "../src/cli/config.js";
+import { ConfigError, resolveSettings } from "../src/settings/config.js";
 import { createModels } from "../src/cli/create-engine.js";
 import { file, runToExit } from "./helpers/cli.js";
 import { closedPort } from "./helpers/ports.js";

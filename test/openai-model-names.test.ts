@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import OpenAI from "openai";
-import { resolveSettings } from "../src/cli/config.js";
+import { resolveSettings } from "../src/settings/config.js";
 import { createModels } from "../src/cli/create-engine.js";
 import { generateKey, KeyRing } from "../src/core/keys.js";
 import { SparkServer } from "../src/server/http-server.js";

@@ -8,8 +8,8 @@ import { createServer, request as httpRequest, type IncomingMessage, type Server
 import type { AddressInfo, Socket } from "node:net";
 import { after, before, describe, test } from "node:test";
 import { WebSocket, WebSocketServer } from "ws";
-import { loadSettings } from "../src/cli/client-settings.js";
-import { resolveSettings } from "../src/cli/config.js";
+import { loadSettings } from "../src/client/client-settings.js";
+import { resolveSettings } from "../src/settings/config.js";
 import { parseScript, ScriptEngine } from "../src/engines/script/script-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
 import { chmodSync } from "node:fs";

@@ -9,7 +9,7 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { after, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
-import { ConfigError, resolveSettings } from "../src/cli/config.js";
+import { ConfigError, resolveSettings } from "../src/settings/config.js";
 import { createModels } from "../src/cli/create-engine.js";
 import { Metrics } from "../src/core/metrics.js";
 import type { EngineRequest } from "../src/engine/types.js";

@@ -20,7 +20,7 @@ import {
   visionOf,
   type ClientFlags,
   type ServedModel,
-} from "./agent-runtime.js";
+} from "../client/agent-runtime.js";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import type { KeyRing } from "../core/keys.js";
@@ -28,9 +28,9 @@ import { defaultDataDir } from "../store/data-dir.js";
 import { sparkHome } from "../agent/context/spark-home.js";
 import { join } from "node:path";
 import { SessionContext } from "../agent/context/session-context.js";
-import type { ResolvedSettings } from "./config.js";
-import { ConfigError } from "./setting-names.js";
-import { mcpManagerFor } from "./agent-runtime.js";
+import type { ResolvedSettings } from "../settings/config.js";
+import { ConfigError } from "../settings/setting-names.js";
+import { mcpManagerFor } from "../client/agent-runtime.js";
 import type { VisionInfo } from "../agent/tools/index.js";
 
 export interface AppFlags {

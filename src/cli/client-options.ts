@@ -1,6 +1,6 @@
 /** Command-line options shared by `spark` (the TUI), `spark exec` and `spark resume`. */
 import { InvalidArgumentError, Option, type Command } from "commander";
-import type { ClientFlags } from "./agent-runtime.js";
+import type { ClientFlags } from "../client/agent-runtime.js";
 
 function number(value: string): number {
   const n = Number(value);

@@ -17,7 +17,7 @@
  * - The result is parsed again and checked to say what was asked before it is returned.
  */
 import { getStaticTOMLValue, parseTOML, type AST } from "toml-eslint-parser";
-import { ConfigError } from "./setting-names.js";
+import { ConfigError } from "../settings/setting-names.js";
 
 export type TomlValue = string | boolean;
 

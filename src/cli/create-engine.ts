@@ -5,7 +5,7 @@
 import { defaultTierOf, ModelRegistry, type ModelEntry, type Tier } from "../core/model-registry.js";
 import type { Registry as PromRegistry } from "prom-client";
 import type { Engine } from "../engine/types.js";
-import { ConfigError, type ModelEntrySettings, type ResolvedSettings } from "./config.js";
+import { ConfigError, type ModelEntrySettings, type ResolvedSettings } from "../settings/config.js";
 
 /** What building one engine needs: the flat serve settings or one `models` entry. */
 type EngineSettings = Omit<ModelEntrySettings, "tier" | "capacity" | "defaults" | "vision"> & {

@@ -18,7 +18,7 @@ import type { AgentEvent } from "../agent/agent.js";
 import type { ThreadItem } from "../agent/tools/index.js";
 import { describeSandbox } from "../agent/sandbox/sandbox.js";
 import { ImageFileError, imageDataUrl } from "../agent/images.js";
-import { startRuntime, type ClientFlags } from "./agent-runtime.js";
+import { startRuntime, type ClientFlags } from "../client/agent-runtime.js";
 import { describeInstructionFiles } from "../agent/context/session-context.js";
 import {
   cutOffTurn,
@@ -35,7 +35,7 @@ import {
   changeSummary,
   commitTaskWorkspace,
   describeTaskWorkspace,
-} from "./worktree-session.js";
+} from "../client/worktree-session.js";
 
 export interface ExecOptions {
   json: boolean;

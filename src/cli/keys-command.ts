@@ -7,15 +7,15 @@
 import { existsSync, renameSync, writeFileSync } from "node:fs";
 import { Command } from "commander";
 import { generateKey, hashKey } from "../core/keys.js";
-import type { loadKeyFile } from "./config.js";
-import { ConfigError } from "./setting-names.js";
+import type { loadKeyFile } from "../settings/config.js";
+import { ConfigError } from "../settings/setting-names.js";
 
 type KeyRecords = ReturnType<typeof loadKeyFile>;
 
 /** The schema (zod) loads only when a key file is read, not with every `spark` command. */
 async function readKeys(file: string): Promise<KeyRecords> {
   if (!existsSync(file)) return [];
-  const { loadKeyFile } = await import("./config.js");
+  const { loadKeyFile } = await import("../settings/config.js");
   return loadKeyFile(file);
 }
 

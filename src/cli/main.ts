@@ -1,7 +1,7 @@
 /** The `spark` command line. */
 import { readFileSync } from "node:fs";
 import { Command, InvalidArgumentError, Option } from "commander";
-import { ConfigError, DEFAULT_SETTINGS, ENV_NAMES } from "./setting-names.js";
+import { ConfigError, DEFAULT_SETTINGS, ENV_NAMES } from "../settings/setting-names.js";
 import { addClientOptions, clientFlags } from "./client-options.js";
 import { keysCommand } from "./keys-command.js";
 import { lspCommand } from "./lsp-command.js";
@@ -444,7 +444,7 @@ Examples:
     if (options.list === true) {
       const [{ SessionFile }, { resolveClient }] = await Promise.all([
         import("../agent/session-file.js"),
-        import("./agent-runtime.js"),
+        import("../client/agent-runtime.js"),
       ]);
       const { dataDir } = await resolveClient(flags, true);
       const sessions = SessionFile.list(dataDir);

@@ -31,8 +31,8 @@ Exit status: 0 when every enabled server started, 1 when one failed, 2 for bad s
     .exitOverride((error) => process.exit(error.exitCode === 0 ? 0 : 2))
     .action(async (options: { config?: string; cd?: string; json?: boolean }) => {
       const [{ resolveSettings }, { withUserConfig, describeMcpStatus }, { McpManager }] = await Promise.all([
-        import("./config.js"),
-        import("./agent-runtime.js"),
+        import("../settings/config.js"),
+        import("../client/agent-runtime.js"),
         import("../agent/mcp/manager.js"),
       ]);
       const settings = resolveSettings(withUserConfig(options.config ? { config: options.config } : {}));

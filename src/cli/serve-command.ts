@@ -9,7 +9,7 @@ import { MemoryResponseStore, type ResponseStore } from "../core/response-store.
 import { SparkServer } from "../server/http-server.js";
 import { StoreOpenError } from "../store/open-error.js";
 import { defaultDataDir, SqliteResponseStore } from "../store/sqlite-store.js";
-import { ConfigError, loadKeyFile, resolveSettings, type ResolvedSettings } from "./config.js";
+import { ConfigError, loadKeyFile, resolveSettings, type ResolvedSettings } from "../settings/config.js";
 import { createModels } from "./create-engine.js";
 import { mountApp, type MountedApp } from "./app-command.js";
 import { describePortHolder } from "./port-holder.js";

@@ -32,7 +32,7 @@ import { homedir } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { Command } from "commander";
 import { planCodexConfig, type TomlValue } from "./codex-toml.js";
-import { ConfigError } from "./setting-names.js";
+import { ConfigError } from "../settings/setting-names.js";
 
 const PROVIDER = "spark";
 const CATALOG_FILE = "spark-models.json";

@@ -27,7 +27,7 @@
  */
 import type { Agent } from "../agent/agent.js";
 import type { ApprovalAnswer, ApprovalRequest } from "../agent/tools/index.js";
-import type { ClientFlags, Runtime } from "../cli/agent-runtime.js";
+import type { ClientFlags, Runtime } from "../client/agent-runtime.js";
 import { pastedImagePath } from "../agent/images.js";
 import { decodeKeys, type Key } from "./keys.js";
 import { loadMarkdown } from "./markdown.js";
@@ -45,7 +45,7 @@ import type { Phase } from "./status-line.js";
 import { drawFooter } from "./footer.js";
 import { failureHelp } from "./failure-help.js";
 import type { ChangeRecord } from "../app/change-record.js";
-import { describeTaskWorkspace as describeWorkspace } from "../cli/worktree-session.js";
+import { describeTaskWorkspace as describeWorkspace } from "../client/worktree-session.js";
 import { discardQuestion } from "./variants-view.js";
 
 export interface TuiOptions {
@@ -157,7 +157,7 @@ class TuiApp implements Tui {
       // What follows the runtime's start loads with it, so that nothing stands between the
       // connection and the first message (`spark "…"`).
       const [{ startRuntime }, { ChangeRecord }, { describeSandbox }] = await Promise.all([
-        import("../cli/agent-runtime.js"),
+        import("../client/agent-runtime.js"),
         import("../app/change-record.js"),
         import("../agent/sandbox/sandbox.js"),
       ]);
@@ -423,7 +423,7 @@ class TuiApp implements Tui {
     await this.variants.drop();
     const ws = this.#runtime?.taskWorkspace;
     if (ws) {
-      const { leaveTaskWorkspace } = await import("../cli/worktree-session.js");
+      const { leaveTaskWorkspace } = await import("../client/worktree-session.js");
       const lines = await leaveTaskWorkspace(ws, `spark session ${session ?? ws.id}`).catch(
         (error: unknown) => [`worktree ${ws.path}: ${(error as Error).message}`],
       );

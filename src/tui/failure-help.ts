@@ -4,14 +4,14 @@
  * the in-process llama engine or another engine; and how many messages wait for the connection.
  * The UI stays up after a failed start; these lines follow the error itself.
  */
-import type { ClientFlags } from "../cli/agent-runtime.js";
+import type { ClientFlags } from "../client/agent-runtime.js";
 
 /** `waiting`: how many messages wait for the connection (read once the settings are). */
 export async function failureHelp(flags: ClientFlags, waiting: () => number): Promise<string[]> {
   let server: string | undefined;
   let llama: boolean;
   try {
-    const { resolveClient } = await import("../cli/agent-runtime.js");
+    const { resolveClient } = await import("../client/agent-runtime.js");
     const client = await resolveClient(flags, true);
     server = client.server;
     llama = client.settings.engine === "llama";

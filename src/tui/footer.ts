@@ -7,7 +7,7 @@
  */
 import type { Agent } from "../agent/agent.js";
 import { liveContext } from "../agent/live-context.js";
-import type { Runtime } from "../cli/agent-runtime.js";
+import type { Runtime } from "../client/agent-runtime.js";
 import type { Approvals } from "./approvals.js";
 import { PROMPT, STEER_PROMPT, type Composer } from "./composer.js";
 import type { Pager } from "./pager.js";

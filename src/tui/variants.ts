@@ -9,7 +9,7 @@
 import type { Agent } from "../agent/agent.js";
 import type { ApprovalAnswer, ApprovalRequest } from "../agent/tools/index.js";
 import type { VariantRun } from "../agent/variants/runner.js";
-import type { Runtime } from "../cli/agent-runtime.js";
+import type { Runtime } from "../client/agent-runtime.js";
 import { namesFiles, type Attachments } from "./attachments.js";
 import type { WorkspaceFiles } from "./completion.js";
 import type { Pager } from "./pager.js";

@@ -7,7 +7,7 @@
  */
 import type { Agent } from "../../agent/agent.js";
 import type { ChangeRecord } from "../../app/change-record.js";
-import type { ClientFlags, Runtime } from "../../cli/agent-runtime.js";
+import type { ClientFlags, Runtime } from "../../client/agent-runtime.js";
 import type { Attachments } from "../attachments.js";
 import type { WorkspaceFiles } from "../completion.js";
 import type { Pager } from "../pager.js";

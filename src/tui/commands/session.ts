@@ -4,7 +4,7 @@
  * failed start) and /quit.
  */
 import { describeInstructionFiles } from "../../agent/context/session-context.js";
-import { describeTaskWorkspace as describeWorkspace } from "../../cli/worktree-session.js";
+import { describeTaskWorkspace as describeWorkspace } from "../../client/worktree-session.js";
 import { bold, dim } from "../style.js";
 import type { Command, CommandResult } from "./command.js";
 

@@ -23,7 +23,7 @@ async function applySession(tui: Tui): Promise<void> {
     for (const conflict of result.conflicts) tui.screen.line(red(`  ${conflict.path}: ${conflict.reason}`));
     return;
   }
-  const { changeSummary } = await import("../../cli/worktree-session.js");
+  const { changeSummary } = await import("../../client/worktree-session.js");
   tui.screen.line(green(`✓ applied to ${ws.root}: ${changeSummary(changes)}`));
   for (const change of changes) tui.screen.line(dim(`  ${change.path} +${change.added} −${change.removed}`));
 }

@@ -15,8 +15,8 @@ import { join } from "node:path";
 import type { ApprovalMode } from "../agent/tools/approval.js";
 import { sparkHome } from "../agent/context/spark-home.js";
 import { defaultDataDir } from "../store/data-dir.js";
-import type { ResolvedSettings } from "./config.js";
-import { ConfigError, DEFAULT_SETTINGS, ENV_NAMES } from "./setting-names.js";
+import type { ResolvedSettings } from "../settings/config.js";
+import { ConfigError, DEFAULT_SETTINGS, ENV_NAMES } from "../settings/setting-names.js";
 
 /** The client's own flags, and the serve settings given on its command line (see `clientFlags`). */
 export interface ClientFlags {
@@ -82,7 +82,7 @@ export async function loadSettings(
     env.SPARK_CONFIG !== undefined ||
     Object.values(ENV_NAMES).some((name) => env[name] !== undefined);
   if (!given) return { ...DEFAULT_SETTINGS } as ResolvedSettings;
-  const { resolveSettings } = await import("./config.js");
+  const { resolveSettings } = await import("../settings/config.js");
   return resolveSettings(serve, env);
 }
 

@@ -27,8 +27,8 @@ import { SessionContext } from "../agent/context/session-context.js";
 import type { HookRunner } from "../agent/hooks/runner.js";
 import type { McpManager, McpServerStatus } from "../agent/mcp/manager.js";
 import type { HooksConfig } from "../agent/hooks/config.js";
-import type { ResolvedSettings, VariantsSettings } from "./config.js";
-import { ConfigError } from "./setting-names.js";
+import type { ResolvedSettings, VariantsSettings } from "../settings/config.js";
+import { ConfigError } from "../settings/setting-names.js";
 import type { TaskWorkspace } from "../agent/worktree/task-workspace.js";
 import { peekServer, resolveClient, type ClientFlags, type ResolvedClient } from "./client-settings.js";
 import { contextWindowOf, fetchModels, visionOf, type ServedModel } from "./served-models.js";
@@ -162,7 +162,7 @@ export async function startInProcessServer(
   options: { waitForEngines?: boolean; socket?: boolean } = {},
 ): Promise<InProcessServer> {
   const [{ createModels }, { SparkServer }, { MemoryResponseStore }, { KeyRing }] = await Promise.all([
-    import("./create-engine.js"),
+    import("../cli/create-engine.js"),
     import("../server/http-server.js"),
     import("../core/response-store.js"),
     import("../core/keys.js"),
