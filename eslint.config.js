@@ -140,6 +140,8 @@ export default tseslint.config(
   },
   {
     // The clients (agent, TUI, language server) talk to a server only over the wire, like any other client.
+    // The TUI and the language server sit beside each other, below the CLI that starts them: what the
+    // TUI shares with `spark exec` (the client runtime, the settings) is in src/client and src/settings.
     files: ["src/agent/**", "src/tui/**", "src/lsp/**"],
     rules: {
       "no-restricted-imports": [
@@ -149,6 +151,41 @@ export default tseslint.config(
             {
               group: serverLayers,
               message: "The client reaches the server only through the Responses API (responses-socket.ts).",
+            },
+            {
+              group: ["**/cli/**", "**/lsp/**", "**/tui/**"],
+              message:
+                "A client UI does not import the CLI above it or another UI: share through src/client.",
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    // The client runtime (src/client: the settings a client resolves, its server, workspace, sandbox,
+    // agent and session) and the settings (src/settings) sit below the CLI and the UIs that use them.
+    // They never import those, nor the server's layers: the CLI hands the runtime its in-process server.
+    files: ["src/client/**", "src/settings/**"],
+    rules: {
+      "no-restricted-imports": [
+        "error",
+        {
+          patterns: [
+            {
+              group: [
+                "**/cli/**",
+                "**/tui/**",
+                "**/lsp/**",
+                "**/app/**",
+                ...serverLayers.filter((g) => g !== "**/store/**"),
+              ],
+              message:
+                "The client runtime sits below the CLI and the UIs, and reaches the server only over the wire.",
+            },
+            {
+              regex: "/store/(?!data-dir\\.js$)",
+              message: "Of the store, the client runtime uses only data-dir.ts (where Spark's data lives).",
             },
           ],
         },
@@ -169,6 +206,10 @@ export default tseslint.config(
             {
               group: serverLayers,
               message: "The client reaches the server only through the Responses API (responses-socket.ts).",
+            },
+            {
+              group: ["**/cli/**", "**/client/**", "**/settings/**", "**/tui/**", "**/lsp/**", "**/app/**"],
+              message: "The agent sits below the client runtime, the CLI and the UIs that use it.",
             },
           ],
         },

@@ -16,7 +16,6 @@ import {
   loadSessionContext,
   openWorkspace,
   resolveClient,
-  startInProcessServer,
   visionOf,
   type ClientFlags,
   type ServedModel,
@@ -31,6 +30,7 @@ import { SessionContext } from "../agent/context/session-context.js";
 import type { ResolvedSettings } from "../settings/config.js";
 import { ConfigError } from "../settings/setting-names.js";
 import { mcpManagerFor } from "../client/agent-runtime.js";
+import { startInProcessServer } from "./in-process-server.js";
 import type { VisionInfo } from "../agent/tools/index.js";
 
 export interface AppFlags {

@@ -19,6 +19,7 @@ import type { ThreadItem } from "../agent/tools/index.js";
 import { describeSandbox } from "../agent/sandbox/sandbox.js";
 import { ImageFileError, imageDataUrl } from "../agent/images.js";
 import { startRuntime, type ClientFlags } from "../client/agent-runtime.js";
+import { startInProcessServer } from "./in-process-server.js";
 import { describeInstructionFiles } from "../agent/context/session-context.js";
 import {
   cutOffTurn,
@@ -66,6 +67,7 @@ export async function runExec(task: string, flags: ClientFlags, options: ExecOpt
     flags,
     interactive: false,
     progress: note,
+    startServer: startInProcessServer,
     ...(options.resume === undefined ? {} : { resume: options.resume }),
   });
   const { agent } = runtime;

@@ -324,8 +324,14 @@ Examples:
         );
         process.exit(2);
       }
-      const { runTui } = await import("../tui/app.js");
-      process.exitCode = await runTui(clientFlags(options, command), prompt === undefined ? {} : { prompt });
+      const [{ runTui }, { startInProcessServer }] = await Promise.all([
+        import("../tui/app.js"),
+        import("./in-process-server.js"),
+      ]);
+      process.exitCode = await runTui(clientFlags(options, command), {
+        startServer: startInProcessServer,
+        ...(prompt === undefined ? {} : { prompt }),
+      });
     });
 
   addClientOptions(
@@ -454,8 +460,11 @@ Examples:
       }
       return;
     }
-    const { runTui } = await import("../tui/app.js");
-    process.exitCode = await runTui(flags, { resume: session ?? null });
+    const [{ runTui }, { startInProcessServer }] = await Promise.all([
+      import("../tui/app.js"),
+      import("./in-process-server.js"),
+    ]);
+    process.exitCode = await runTui(flags, { resume: session ?? null, startServer: startInProcessServer });
   });
   shortUsageErrors(program);
   return program;

@@ -49,6 +49,8 @@ export interface RuntimeOptions {
   progress: (line: string) => void;
   /** Continue this saved session (`spark resume`); `null` means the newest. */
   resume?: string | null;
+  /** Starts the server in this process when the settings name none (`--server` not given). */
+  startServer: StartServer;
 }
 
 export interface Runtime {
@@ -151,58 +153,14 @@ export interface InProcessServer {
 }
 
 /**
- * Starts `spark serve` inside this process on a free loopback port: resolves once it listens (and
- * with `waitForEngines`, the default, once its engines are ready too); the engines load meanwhile.
- * `socket`: on a Unix socket in a private folder instead (`unix:PATH`; TCP on Windows), so that it
- * adds no TCP port beside its client's (`spark app`: an editor forwards every port it sees).
+ * Starts `spark serve` inside this process (src/cli/in-process-server.ts): the CLI, which sits above
+ * the server, hands it to the runtime, which never imports the server's layers itself.
  */
-export async function startInProcessServer(
+export type StartServer = (
   settings: ResolvedSettings,
   progress: (line: string) => void,
-  options: { waitForEngines?: boolean; socket?: boolean } = {},
-): Promise<InProcessServer> {
-  const [{ createModels }, { SparkServer }, { MemoryResponseStore }, { KeyRing }] = await Promise.all([
-    import("../cli/create-engine.js"),
-    import("../server/http-server.js"),
-    import("../core/response-store.js"),
-    import("../core/keys.js"),
-  ]);
-  const socketDir =
-    options.socket && process.platform !== "win32"
-      ? await import("../agent/fs/spark-data.js").then(({ privateSocketDir }) => privateSocketDir())
-      : undefined;
-  const models = await createModels({ ...settings, host: "127.0.0.1", port: 0 }, progress);
-  const server = new SparkServer({
-    models,
-    keys: new KeyRing([], {}),
-    store: new MemoryResponseStore(),
-    admission: { maxQueue: settings.queueLength },
-    host: "127.0.0.1",
-    port: 0,
-    ...(socketDir ? { socketPath: join(socketDir.path, "server.sock") } : {}),
-    maxBodyBytes: settings.maxBodyBytes,
-    websocket: { maxConnectionMs: 24 * 60 * 60_000 },
-  });
-  const close = async (): Promise<void> => {
-    await server.close();
-    await socketDir?.remove();
-  };
-  const url = await server.listen();
-  const started = performance.now();
-  const ready = Promise.all(models.engines().map((engine) => engine.start())).then(
-    () => {
-      const ms = Math.round(performance.now() - started);
-      if (ms > 200) progress(`engine ready in ${ms} ms`);
-    },
-    async (error: unknown) => {
-      await close().catch(() => {});
-      throw error;
-    },
-  );
-  ready.catch(() => {});
-  if (options.waitForEngines !== false) await ready;
-  return { url, ready, close };
-}
+  options?: { waitForEngines?: boolean; socket?: boolean },
+) => Promise<InProcessServer>;
 
 /**
  * The session's AGENTS.md files, skills and custom prompts for the working directory `cwd`, with
@@ -357,7 +315,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
   let closeServer: (() => Promise<void>) | undefined;
   if (serverUrl === undefined) {
     // On a Unix socket: no TCP port for a remote editor's terminal to forward.
-    const server = await startInProcessServer(client.settings, options.progress, { socket: true });
+    const server = await options.startServer(client.settings, options.progress, { socket: true });
     serverUrl = server.url;
     closeServer = () => server.close();
   }

@@ -27,7 +27,7 @@
  */
 import type { Agent } from "../agent/agent.js";
 import type { ApprovalAnswer, ApprovalRequest } from "../agent/tools/index.js";
-import type { ClientFlags, Runtime } from "../client/agent-runtime.js";
+import type { ClientFlags, Runtime, StartServer } from "../client/agent-runtime.js";
 import { pastedImagePath } from "../agent/images.js";
 import { decodeKeys, type Key } from "./keys.js";
 import { loadMarkdown } from "./markdown.js";
@@ -52,6 +52,8 @@ export interface TuiOptions {
   prompt?: string;
   /** Continue a saved session: its id, or `null` for the newest. */
   resume?: string | null;
+  /** Starts the server in this process when the settings name none (the CLI's, handed down). */
+  startServer: StartServer;
 }
 
 /** The tiers every Spark server serves; others (config aliases) are known once connected. */
@@ -165,6 +167,7 @@ class TuiApp implements Tui {
         flags: this.flags,
         interactive: true,
         ask: (request) => this.ask(request),
+        startServer: this.options.startServer,
         progress: (line) => {
           this.screen.line(dim(line));
           this.render();
