@@ -75,7 +75,15 @@ export function cyclesOf(graph: Map<string, string[]>): string[][] {
  * the server's and the clients'. A folder imports folders lower in its own stack; folders of one
  * rank do not import each other. The wire shapes (protocol) are the bottom of both.
  */
-const SERVER_STACK = [["protocol"], ["engine"], ["router"], ["core"], ["engines", "store"], ["server"], ["cli"]];
+const SERVER_STACK = [
+  ["protocol"],
+  ["engine"],
+  ["router"],
+  ["core"],
+  ["engines", "store"],
+  ["server"],
+  ["cli"],
+];
 const CLIENT_STACK = [["protocol"], ["agent"], ["settings"], ["client"], ["lsp", "app", "tui"], ["cli"]];
 /** Imports across the stacks or a rank, each with its reason. */
 const ALLOWED = new Map([
