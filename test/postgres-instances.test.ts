@@ -17,7 +17,7 @@ import {
   readSse,
   runToExit,
   SAFETY_TIMEOUT_MS,
-  startServer,
+  startScriptServe,
   stop,
   type Cli,
 } from "./helpers/cli.js";
@@ -51,20 +51,15 @@ after(() => postgres?.destroy());
 
 type Instance = Cli & { url: string };
 
-function serve(store: string): Promise<Instance> {
-  return startServer([
-    "serve",
-    "--engine",
-    "script",
-    "--script",
-    SCRIPT,
-    "--port",
-    "0",
-    "--store",
-    store,
-    "--key-file",
-    keyFile,
-  ]);
+/** A Spark instance on `store` with the test's key file. */
+function serve(store: string, extra: readonly string[] = []): Promise<Instance> {
+  return startScriptServe(SCRIPT, ["--store", store, "--key-file", keyFile, ...extra]);
+}
+
+/** A database of the test's own (every test starts on an empty one): its name and URL. */
+async function freshDatabase(): Promise<{ database: string; url: string }> {
+  const database = `instances_${++databases}`;
+  return { database, url: await postgres.createDatabase(database) };
 }
 
 interface Body {
@@ -123,8 +118,7 @@ test(
   "two instances on one Postgres: a chain continues on either, over HTTP and WebSocket, and a key sees only its own",
   { skip },
   async () => {
-    const database = `instances_${++databases}`;
-    const url = await postgres.createDatabase(database);
+    const { database, url } = await freshDatabase();
     // Both start together on an empty database: one migrates, the other waits for it.
     const [a, b] = await Promise.all([serve(url), serve(url)]);
     assert.deepEqual(await schemaVersions(database), ALL_VERSIONS);
@@ -217,8 +211,7 @@ test(
   "either instance restarts (SIGTERM, then SIGKILL) and the chain goes on; a second start migrates nothing",
   { skip },
   async () => {
-    const database = `instances_${++databases}`;
-    const url = await postgres.createDatabase(database);
+    const { database, url } = await freshDatabase();
     const alice = keys.alice!;
     let a = await serve(url);
     let b = await serve(url);
@@ -251,8 +244,7 @@ test(
   "Postgres restarts under running instances: clean errors while it is down, then the next requests work",
   { skip },
   async () => {
-    const database = `instances_${++databases}`;
-    const url = await postgres.createDatabase(database);
+    const { url } = await freshDatabase();
     const alice = keys.alice!;
     const a = await serve(url);
     const b = await serve(url);
@@ -322,13 +314,9 @@ test(
   "a table locked by another client: GET, POST, continuations and SSE answer (503, response.failed), the pool does not fill, /healthz says degraded",
   { skip },
   async () => {
-    const database = `instances_${++databases}`;
-    const url = await postgres.createDatabase(database);
+    const { url } = await freshDatabase();
     const alice = keys.alice!;
-    const instance = await startServer([
-      ...["serve", "--engine", "script", "--script", SCRIPT, "--port", "0"],
-      ...["--store", url, "--key-file", keyFile, "--store-timeout", "1"],
-    ]);
+    const instance = await serve(url, ["--store-timeout", "1"]);
     const headers = { authorization: `Bearer ${alice}`, "content-type": "application/json" };
     const send = (method: string, path: string, body?: object) =>
       fetch(`${instance.url}${path}`, {

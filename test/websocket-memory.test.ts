@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { setImmediate as nextTurn } from "node:timers/promises";
 import { test } from "node:test";
-import { assertHealthy, file, startServer, stop } from "./helpers/cli.js";
+import { assertHealthy, file, startScriptServe, stop } from "./helpers/cli.js";
 import { TERMINAL_TYPES, WsClient } from "./helpers/ws-client.js";
 
 const SCRIPT = file("ws-memory.jsonl", JSON.stringify({ output: [{ type: "message", text: "ok" }] }) + "\n");
@@ -23,22 +23,9 @@ async function metric(url: string, name: string): Promise<number> {
 }
 
 test("lane history is bounded over many connections and lanes: a 128 MiB heap holds 128 lanes of 1 MiB", async () => {
-  const server = await startServer(
-    [
-      "serve",
-      "--engine",
-      "script",
-      "--script",
-      SCRIPT,
-      "--port",
-      "0",
-      "--store",
-      "memory",
-      "--websocket-history-mib",
-      "32",
-    ],
-    { NODE_OPTIONS: "--max-old-space-size=128" },
-  );
+  const server = await startScriptServe(SCRIPT, ["--store", "memory", "--websocket-history-mib", "32"], {
+    NODE_OPTIONS: "--max-old-space-size=128",
+  });
   const clients = await Promise.all([1, 2, 3, 4].map(() => WsClient.connect(server.url)));
   const latest: string[][] = [];
   for (const [c, client] of clients.entries()) {
@@ -82,9 +69,7 @@ test("lane history is bounded over many connections and lanes: a 128 MiB heap ho
 });
 
 test("a client that floods frames without reading is paused, not buffered; /healthz answers meanwhile", async () => {
-  const server = await startServer(["serve", "--engine", "script", "--script", SCRIPT, "--port", "0"], {
-    NODE_OPTIONS: "--max-old-space-size=96",
-  });
+  const server = await startScriptServe(SCRIPT, [], { NODE_OPTIONS: "--max-old-space-size=96" });
   const rssBefore = await metric(server.url, "spark_process_resident_memory_bytes");
   const flooder = await WsClient.connect(server.url);
   flooder.socket.pause(); // never read a reply

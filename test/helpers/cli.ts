@@ -161,6 +161,15 @@ export async function startServer(
   return { ...cli, url: match[1]! };
 }
 
+/** `spark serve --engine script --script SCRIPT --port 0 EXTRA…`, started as `startServer` does. */
+export function startScriptServe(
+  script: string,
+  extra: readonly string[] = [],
+  env: Record<string, string> = {},
+): Promise<Cli & { url: string }> {
+  return startServer(["serve", "--engine", "script", "--script", script, "--port", "0", ...extra], env);
+}
+
 export async function assertHealthy(url: string): Promise<void> {
   const response = await fetch(`${url}/healthz`, { signal: AbortSignal.timeout(SAFETY_TIMEOUT_MS) });
   assert.equal(response.status, 200);
