@@ -39,7 +39,9 @@ export async function commitTaskWorkspace(ws: TaskWorkspace, message: string): P
     // The worktree's index has the stat data of the base's files: only changed files are hashed.
     await copyFile(join(gitDir, "index"), index).catch(() => undefined);
     const env = { GIT_INDEX_FILE: index };
-    await neutralGit(top, ["add", "-A", "--ignore-errors", "--", "."], GIT_BUFFER, { env });
+    // Loaded here, not at start: the TUI imports this file for its headers.
+    const { addWorkTree } = await import("../agent/worktree/task-workspace.js");
+    await addWorkTree(top, env);
     const tree = text(await neutralGit(top, ["write-tree"], GIT_BUFFER, { env }));
     if (text(await neutralGit(top, ["rev-parse", `${parent}^{tree}`])) === tree) return undefined;
     const commit = text(

@@ -19,6 +19,7 @@ import {
   listFiles,
   rootPrefix,
   splitZ,
+  uncommittedRepositories,
   taskWorkspacesFolder,
   toPosix,
   worktreeTop,
@@ -107,8 +108,12 @@ async function rawChanges(ws: TaskWorkspace): Promise<RawChange[]> {
     const untracked = splitZ(
       await neutralGit(top, ["ls-files", "-z", "--others", "--exclude-standard"], GIT_BUFFER),
     );
-    for (const path of [...tracked, ...untracked]) {
-      if (path.startsWith(prefix)) candidates.add(path.slice(prefix.length));
+    // A repository the task made without committing (`git init sub`) is listed as `sub/`: its
+    // files are plain files of the task's, as its result's commit takes them (addWorkTree).
+    const nested = await uncommittedRepositories(top, untracked);
+    const inNested = await Promise.all(nested.map((rel) => listFiles(top, true, rel)));
+    for (const path of [...tracked, ...untracked, ...inNested.flat()]) {
+      if (path.startsWith(prefix) && !path.endsWith("/")) candidates.add(path.slice(prefix.length));
     }
     before = (path) => baseEntry(top, ws.base, prefix + path);
   } else {

@@ -180,7 +180,7 @@ async function snapshotCommit(git: GitInfo, scratch: string, id: string): Promis
     // Starting from a copy of the user's index keeps its stat data: only changed files are hashed.
     await copyFile(join(git.gitDir, "index"), index).catch(() => undefined);
     const env = { GIT_INDEX_FILE: index };
-    await neutralGit(git.top, ["add", "-A", "--ignore-errors", "--", "."], GIT_BUFFER, { env });
+    await addWorkTree(git.top, env);
     const tree = (await neutralGit(git.top, ["write-tree"], GIT_BUFFER, { env })).toString("utf8").trim();
     if (git.head !== undefined && git.headTree === tree) return git.head;
     const parents = git.head === undefined ? [] : ["-p", git.head];
@@ -194,6 +194,69 @@ async function snapshotCommit(git: GitInfo, scratch: string, id: string): Promis
   } finally {
     await rm(index, { force: true });
   }
+}
+
+/**
+ * `git add -A` of every file of `top`'s work tree into the index `env.GIT_INDEX_FILE` names (untracked
+ * files that are not ignored included). An untracked folder holding a repository of its own without
+ * a commit (`git init newlib` not committed yet; an agent's `git init sub`) makes git refuse the
+ * whole add (`'newlib/' does not have a commit checked out`): then such folders are taken as plain
+ * files (their `.git` left out, the `.gitignore` files above and in them honoured), the rest as git
+ * adds it. A nested repository with a commit stays what git makes of it (a gitlink).
+ */
+export async function addWorkTree(top: string, env: Record<string, string>): Promise<void> {
+  const add = (exclude: readonly string[]): Promise<Buffer> =>
+    neutralGit(
+      top,
+      ["add", "-A", "--ignore-errors", "--", ".", ...exclude.map((rel) => `:(exclude,literal)${rel}`)],
+      GIT_BUFFER,
+      { env },
+    );
+  try {
+    await add([]);
+    return;
+  } catch (error) {
+    // Only this refusal has a way round; anything else is the caller's to report.
+    if (!/does not have a commit checked out/.test(String((error as { stderr?: unknown }).stderr ?? "")))
+      throw error;
+  }
+  const untracked = splitZ(
+    await neutralGit(top, ["ls-files", "-z", "--others", "--exclude-standard"], GIT_BUFFER, {
+      env,
+    }),
+  );
+  const nested = await uncommittedRepositories(top, untracked);
+  await add(nested);
+  const root = await Workspace.open(top);
+  const files: string[] = [];
+  for (const rel of nested) files.push(...(await listFiles(root, true, rel)));
+  if (files.length === 0) return;
+  await neutralGit(top, ["update-index", "--add", "-z", "--stdin"], GIT_BUFFER, {
+    env,
+    input: files.map((file) => `${file}\0`).join(""),
+  });
+}
+
+/**
+ * Which of `untracked` (paths relative to `top` from `ls-files --others`; a folder git stops at ends
+ * in "/") hold a repository of their own without a commit: returned without their "/". A folder
+ * whose `.git` git cannot read as a repository counts as one (its files are plain files).
+ */
+export async function uncommittedRepositories(top: string, untracked: readonly string[]): Promise<string[]> {
+  const found: string[] = [];
+  if (!untracked.some((entry) => entry.endsWith("/"))) return found;
+  const root = await Workspace.open(top);
+  for (const entry of untracked) {
+    if (!entry.endsWith("/")) continue;
+    const rel = entry.slice(0, -1);
+    if ((await root.stat(`${rel}/.git`, { final: "entry" }).catch(() => undefined)) === undefined) continue;
+    const committed = await neutralGit(join(top, rel), ["rev-parse", "--verify", "-q", "HEAD^{commit}"]).then(
+      () => true,
+      () => false,
+    );
+    if (!committed) found.push(rel);
+  }
+  return found;
 }
 
 /**
@@ -300,18 +363,27 @@ interface IgnoreLevel {
  * Every file under `top` (relative posix paths) that `.gitignore` files do not exclude, `.git`
  * never; directories are not listed, symlinks are (not followed), FIFOs and other special files are
  * not. Through the confined layer: a directory swapped for a link is not descended into, a
- * `.gitignore` FIFO is not waited on.
+ * `.gitignore` FIFO is not waited on. With `under` (a folder relative to `top`), only the files
+ * below it, the `.gitignore` files of the folders above it honoured too.
  */
-export async function listFiles(top: string | Workspace, honourIgnore: boolean): Promise<string[]> {
+export async function listFiles(
+  top: string | Workspace,
+  honourIgnore: boolean,
+  under = "",
+): Promise<string[]> {
   const root = typeof top === "string" ? await Workspace.open(top) : top;
   const found: string[] = [];
+  const readRules = async (dir: string): Promise<IgnoreLevel | undefined> => {
+    const text = await root
+      .readFile(dir === "" ? ".gitignore" : `${dir}/.gitignore`, { final: "entry", maxBytes: 1024 * 1024 })
+      .catch(() => undefined);
+    return text === undefined ? undefined : { dir, rules: ignore().add(text.toString("utf8")) };
+  };
   const walk = async (rel: string, levels: IgnoreLevel[]): Promise<void> => {
     let here = levels;
     if (honourIgnore) {
-      const text = await root
-        .readFile(rel === "" ? ".gitignore" : `${rel}/.gitignore`, { final: "entry", maxBytes: 1024 * 1024 })
-        .catch(() => undefined);
-      if (text !== undefined) here = [...levels, { dir: rel, rules: ignore().add(text.toString("utf8")) }];
+      const level = await readRules(rel);
+      if (level !== undefined) here = [...levels, level];
     }
     const entries = await root.readdir(rel === "" ? "." : rel).catch(() => []);
     for (const entry of entries) {
@@ -322,7 +394,15 @@ export async function listFiles(top: string | Workspace, honourIgnore: boolean):
       else if (entry.kind === "file" || entry.kind === "symlink") found.push(entry.rel);
     }
   };
-  await walk("", []);
+  const above: IgnoreLevel[] = [];
+  if (honourIgnore && under !== "") {
+    const parts = under.split("/");
+    for (let i = 0; i < parts.length; i++) {
+      const level = await readRules(parts.slice(0, i).join("/"));
+      if (level !== undefined) above.push(level);
+    }
+  }
+  await walk(under, above);
   return found;
 }
 
