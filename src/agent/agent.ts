@@ -15,102 +15,30 @@
  */
 import { httpBaseUrl, type ResponsesSocket, type ServerEvent } from "./responses-socket.js";
 import { serverRequest } from "./server-address.js";
+import { ToolRunner, toolDefinitions, type ToolContext } from "./tools/index.js";
+import { AgentError, toAgentError, type AgentEvent, type TurnEnd } from "./agent-events.js";
+import { rewriteFile } from "./file-rewrite.js";
 import {
-  ToolRunner,
-  type RewriteRequest,
-  type RewriteResult,
-  type ThreadItem,
-  type ToolCall,
-  type ToolContext,
-} from "./tools/index.js";
-import { toolDefinitions } from "./tools/index.js";
-import type { FileDiff } from "./thread-item.js";
+  addUsage,
+  messageText,
+  stripOutputFields,
+  toolCallsOf,
+  toolOutput,
+  userMessage,
+  zeroUsage,
+  type InputItem,
+  type RequestOptions,
+  type ResponseObject,
+} from "./turn-items.js";
 
-/** A Responses input item (messages, tool calls and their outputs, compaction items). */
-export type InputItem = Record<string, unknown> & { type: string };
-
-export interface ResponseObject {
-  id: string;
-  status: string;
-  model?: string;
-  output: InputItem[];
-  usage?: {
-    input_tokens: number;
-    output_tokens: number;
-    input_tokens_details?: { cached_tokens?: number };
-    output_tokens_details?: { accepted_prediction_tokens?: number; rejected_prediction_tokens?: number };
-  };
-  incomplete_details?: { reason?: string } | null;
-  error?: { code?: string; message?: string } | null;
-  metadata?: Record<string, string> | null;
-}
-
-export interface TurnUsage {
-  input_tokens: number;
-  cached_input_tokens: number;
-  output_tokens: number;
-}
-
-export type AgentEvent =
-  | {
-      type: "turn.started";
-      input: string;
-      /** Images attached to the input (data URLs). */ images?: readonly string[];
-    }
-  | {
-      type: "response.started";
-      responseId: string;
-      model: string;
-      lane: string;
-      /** The tier the server's router chose, for `model: "auto"`. */
-      route?: string;
-      /** The router's reason for that tier (the rule that decided). */
-      routeRule?: string;
-    }
-  | { type: "response.queued"; lane: string }
-  | { type: "first_token"; ms: number; lane: string }
-  | { type: "text.delta"; itemId: string; delta: string; lane: string }
-  | {
-      type: "response.done";
-      lane: string;
-      status: string;
-      reason?: string;
-      ttftMs?: number;
-      tokensPerSecond?: number;
-      outputTokens: number;
-      contextTokens: number;
-      /**
-       * Completed with no tool call to run: the turn's answer is whole (its end follows its
-       * bookkeeping). Sent after the response joined the transcript (`transcript.changed`).
-       */
-      final: boolean;
-    }
-  | { type: "item.started"; item: ThreadItem }
-  /** `diffs`: what a file change did, per file (beside the item: `spark exec --json` prints the item as Codex does). */
-  | { type: "item.completed"; item: ThreadItem; diffs?: FileDiff[] }
-  | {
-      type: "steer";
-      status: "sent" | "accepted" | "pending" | "deferred" | "failed";
-      text: string;
-      message?: string;
-    }
-  | { type: "compacted"; trigger: "auto" | "manual"; items: number }
-  /** The turn changed files: its checkpoint (`ToolContext.checkpoints`) can undo them. Before the turn's end. */
-  | { type: "checkpoint"; turn: number; files: readonly string[] }
-  | { type: "turn.completed"; usage: TurnUsage }
-  | { type: "turn.interrupted"; usage: TurnUsage }
-  | { type: "turn.failed"; error: { message: string; code?: string } }
-  | { type: "transcript.changed"; items: readonly InputItem[]; reset: boolean; added: readonly InputItem[] };
-
-export class AgentError extends Error {
-  override readonly name = "AgentError";
-  constructor(
-    message: string,
-    readonly code?: string,
-  ) {
-    super(message);
-  }
-}
+export { AgentError, type AgentEvent } from "./agent-events.js";
+export {
+  messageText,
+  userMessage,
+  type InputItem,
+  type ResponseObject,
+  type TurnUsage,
+} from "./turn-items.js";
 
 export interface AgentOptions {
   socket: ResponsesSocket;
@@ -156,11 +84,6 @@ export interface AgentOptions {
   temperature?: number;
 }
 
-const APPLY_INSTRUCTIONS =
-  "You apply an edit to a file. Output the complete new file and nothing else: no code fences, no " +
-  "commentary. Keep every line the edit does not change exactly as it is; where the edit elides code " +
-  "with a comment such as `// ... existing code ...`, keep the original code there.";
-
 interface PendingResponse {
   lane: string;
   responseId: string | undefined;
@@ -177,24 +100,6 @@ interface PendingResponse {
   resolve(response: ResponseObject): void;
   reject(error: AgentError): void;
 }
-
-/** Where one request goes and what becomes of its answer. */
-interface RequestOptions {
-  /** The `stream_id` lane; "" is the main conversation's (default) lane. */
-  lane: string;
-  /** Whether the answer joins the transcript (a file rewrite's does not). */
-  record: boolean;
-  /** Extra `response.create` fields (a file rewrite's model, instructions and prediction). */
-  extra?: Record<string, unknown>;
-  /** A request of its own (the file rewrites): only its input, no tools, no compaction. */
-  standalone?: boolean;
-  /** Receives the text deltas instead of `text.delta` events. */
-  onDelta?: (delta: string) => void;
-}
-
-type TurnEnd = Extract<AgentEvent, { type: "turn.completed" | "turn.interrupted" | "turn.failed" }>;
-
-const zeroUsage = (): TurnUsage => ({ input_tokens: 0, cached_input_tokens: 0, output_tokens: 0 });
 
 export class Agent {
   #transcript: InputItem[];
@@ -226,7 +131,23 @@ export class Agent {
     this.#toolContext =
       options.applyModel === false || options.tools.rewrite
         ? tools
-        : { ...tools, rewrite: (request, signal) => this.#rewrite(request, signal) };
+        : {
+            ...tools,
+            rewrite: (request, signal) =>
+              rewriteFile(
+                {
+                  applyModel: this.options.applyModel || "spark",
+                  open: () => this.#openSocket(),
+                  send: (input, options) => this.#send(input, undefined, options),
+                  cancel: (lane) => {
+                    const pending = this.#lanes.get(lane);
+                    if (pending) this.#cancel(pending);
+                  },
+                },
+                request,
+                signal,
+              ),
+          };
     this.#tools = new ToolRunner(
       this.#toolContext,
       () => this.#nextItemId(),
@@ -807,68 +728,6 @@ export class Agent {
     pending.resolve(response);
   }
 
-  /**
-   * `edit_file`: the fast tier rewrites the file on a lane of its own, with the original as the
-   * prediction (Predicted Outputs), so a model that verifies drafts copies the unchanged stretches
-   * at several tokens per step. Interrupting the turn cancels it.
-   */
-  async #rewrite(request: RewriteRequest, signal: AbortSignal): Promise<RewriteResult> {
-    const lane = "apply";
-    const prompt =
-      `The file ${request.path}:\n\n${request.original}\n\n` +
-      `The edit to apply:\n\n${request.instructions}\n\nOutput the complete new file.`;
-    const onAbort = (): void => {
-      const pending = this.#lanes.get(lane);
-      if (pending) this.#cancel(pending);
-    };
-    signal.addEventListener("abort", onAbort, { once: true });
-    try {
-      await this.#openSocket();
-      const rewrite = (predicted: boolean): Promise<ResponseObject> =>
-        this.#send([userMessage(prompt)], undefined, {
-          lane,
-          record: false,
-          standalone: true,
-          onDelta: () => {},
-          extra: {
-            model: this.options.applyModel || "spark",
-            instructions: APPLY_INSTRUCTIONS,
-            temperature: 0,
-            ...(predicted ? { prediction: { type: "content", content: request.original } } : {}),
-          },
-        });
-      // A model that takes no prediction (llama-server) rewrites without one.
-      const response = await rewrite(true).catch((error: unknown) => {
-        if (error instanceof AgentError && error.code === "prediction_unsupported") return rewrite(false);
-        throw error;
-      });
-      if (response.status === "failed") {
-        throw new AgentError(
-          `the rewrite failed: ${response.error?.message ?? "no reason given"}`,
-          response.error?.code,
-        );
-      }
-      const text = response.output.map((item) => messageText(item)).join("");
-      const details = response.usage?.output_tokens_details;
-      return {
-        text,
-        ...(response.status === "completed"
-          ? {}
-          : { incomplete: response.incomplete_details?.reason ?? response.status }),
-        ...(details?.accepted_prediction_tokens !== undefined
-          ? {
-              prediction: {
-                accepted: details.accepted_prediction_tokens,
-                rejected: details.rejected_prediction_tokens ?? 0,
-              },
-            }
-          : {}),
-      };
-    } finally {
-      signal.removeEventListener("abort", onAbort);
-    }
-  }
-
   #recordResponse(input: readonly InputItem[], response: ResponseObject): void {
     const output = response.output.map(stripOutputFields);
     const compactionAt = output.findLastIndex((item) => item.type === "compaction");
@@ -916,75 +775,6 @@ export class Agent {
     this.interrupt();
     this.#socket.close();
   }
-}
-
-/** A user message; `images` (data or http(s) URLs) follow the text as `input_image` parts. */
-export function userMessage(text: string, images: readonly string[] = []): InputItem {
-  return {
-    type: "message",
-    role: "user",
-    content: [
-      ...(text !== "" || images.length === 0 ? [{ type: "input_text" as const, text }] : []),
-      ...images.map((image) => ({ type: "input_image" as const, image_url: image })),
-    ],
-  };
-}
-
-function toolOutput(call: ToolCall, text: string): InputItem {
-  return {
-    type: call.kind === "custom" ? "custom_tool_call_output" : "function_call_output",
-    call_id: call.callId,
-    output: text,
-  };
-}
-
-function toolCallsOf(output: readonly InputItem[]): ToolCall[] {
-  const calls: ToolCall[] = [];
-  for (const item of output) {
-    if (item.type === "function_call") {
-      calls.push({
-        kind: "function",
-        callId: String(item.call_id),
-        name: String(item.name),
-        input: typeof item.arguments === "string" ? item.arguments : "",
-      });
-    } else if (item.type === "custom_tool_call") {
-      calls.push({
-        kind: "custom",
-        callId: String(item.call_id),
-        name: String(item.name),
-        input: typeof item.input === "string" ? item.input : "",
-      });
-    }
-  }
-  return calls;
-}
-
-/** Output items go back as input without the server-assigned `id` and `status`. */
-function stripOutputFields(item: InputItem): InputItem {
-  const { id: _id, status: _status, ...rest } = item;
-  return item.type === "compaction" ? item : (rest as InputItem);
-}
-
-export function messageText(item: InputItem | undefined): string {
-  if (!item) return "";
-  const content = item.content;
-  if (typeof content === "string") return content;
-  if (!Array.isArray(content)) return "";
-  return content.map((part: { text?: unknown }) => (typeof part.text === "string" ? part.text : "")).join("");
-}
-
-function addUsage(total: TurnUsage, response: ResponseObject): void {
-  const usage = response.usage;
-  if (!usage) return;
-  total.input_tokens += usage.input_tokens;
-  total.cached_input_tokens += usage.input_tokens_details?.cached_tokens ?? 0;
-  total.output_tokens += usage.output_tokens;
-}
-
-function toAgentError(error: unknown): AgentError {
-  if (error instanceof AgentError) return error;
-  return new AgentError(error instanceof Error ? error.message : String(error));
 }
 
 /** A body's JSON, or undefined when it is none. */
