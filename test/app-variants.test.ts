@@ -124,6 +124,11 @@ async function startApp(
 
 /** Spark's worktrees of variants under SPARK_HOME (one folder per workspace). */
 function variantWorktrees(home: string): string[] {
+  return variantEntries(home).filter((path) => !path.endsWith(".owner"));
+}
+
+/** Everything of the variants' in SPARK_HOME/worktrees: their worktrees and their owner marks (`<id>.owner`). */
+function variantEntries(home: string): string[] {
   const top = join(home, "worktrees");
   if (!existsSync(top)) return [];
   return readdirSync(top).flatMap((folder) =>
@@ -240,7 +245,8 @@ describe("variants in the app", { timeout: 360_000 }, () => {
     await cards.nth(2).locator(".variant-pick").click();
     await page.locator(".notice", { hasText: "picked variant 3" }).waitFor();
     await page.locator('.variant-card[data-state="picked"]').waitFor();
-    assert.deepEqual(variantWorktrees(home), []);
+    // The others' worktrees are gone, and their owner marks with them.
+    assert.deepEqual(variantEntries(home), []);
     assert.equal(git(workspace, "branch", "--list", "spark/variant-*").trim(), "");
     // The picked page goes on showing (now from the task's workspace); the others' are gone.
     while ((await page.locator("iframe.variant-preview").count()) !== 1) await page.waitForTimeout(100);
