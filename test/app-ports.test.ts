@@ -2,14 +2,26 @@
  * `spark app` listens on as few TCP ports as it can (issue 34 item 17): its own model server (the
  * in-process `spark serve` its agents talk to) is on a Unix socket in a private folder, not on a
  * loopback port, so a remote editor's port forwarding (code-server, Codespaces) sees only the app
- * and its previews; `spark exec` (and the TUI, on the same start path) listens on none. The tasks still work over the socket (the WebSocket turn, the model list the
+ * and its previews; `spark exec` (and the TUI, on the same start path) listens on none. A socket
+ * folder left by a process killed outright is swept away by the next start; a live one stays. The tasks still work over the socket (the WebSocket turn, the model list the
  * page's tier picker shows), and the socket's folder is gone after the app stops.
  *
  * Real parts: `spark app` on the script engine, the kernel's socket tables (/proc/net).
  */
 import assert from "node:assert/strict";
-import { existsSync, readFileSync, readdirSync, readlinkSync, statSync } from "node:fs";
-import { dirname } from "node:path";
+import { spawn } from "node:child_process";
+import { once } from "node:events";
+import {
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  readlinkSync,
+  statSync,
+  utimesSync,
+} from "node:fs";
+import { createServer } from "node:net";
+import { dirname, join } from "node:path";
 import { after, describe, test } from "node:test";
 import type { ServerMessage } from "../src/app/protocol.js";
 import { AppClient } from "./helpers/app-client.js";
@@ -164,5 +176,67 @@ describe("spark app's ports", { timeout: 300_000 }, () => {
     assert.equal(await exec.exited, 0, exec.stderr());
     assert.match(exec.stdout(), /word199/);
     assert.equal(existsSync(dirname(sockets[0]!)), false, `${dirname(sockets[0]!)} is left`);
+  });
+
+  test("a socket folder left by a killed process is swept away at the next start; a live one stays", async () => {
+    const tmp = freshDir("tmp-");
+    const old = new Date(Date.now() - 10 * 60_000);
+    // A socket nobody listens on any more: its process was killed (SIGKILL: no clean-up).
+    const stale = join(tmp, "spark-server-STALE1");
+    mkdirSync(stale, { mode: 0o700 });
+    const holder = spawn(
+      process.execPath,
+      [
+        "-e",
+        `require("node:net").createServer().listen(${JSON.stringify(join(stale, "server.sock"))}, () => console.log("up"))`,
+      ],
+      { stdio: ["ignore", "pipe", "inherit"] },
+    );
+    await once(holder.stdout!, "data");
+    holder.kill("SIGKILL");
+    await once(holder, "exit");
+    assert.ok(existsSync(join(stale, "server.sock")));
+    utimesSync(stale, old, old);
+    // A live one, as old.
+    const live = join(tmp, "spark-server-LIVE01");
+    mkdirSync(live, { mode: 0o700 });
+    const server = createServer().listen(join(live, "server.sock"));
+    await once(server, "listening");
+    utimesSync(live, old, old);
+    try {
+      const cli = spawnCli(
+        [
+          "app",
+          freshDir("ws-"),
+          "--port",
+          "0",
+          "--quiet",
+          "--sandbox",
+          "off",
+          "--engine",
+          "script",
+          "--script",
+          file("sweep.jsonl", JSON.stringify({ output: [{ type: "message", text: "hi" }] }) + "\n"),
+        ],
+        { SPARK_DATA_DIR: freshDir("data-"), TMPDIR: tmp },
+        400_000,
+      );
+      running.push(cli);
+      assert.match(await firstLine(cli), APP_LINE, cli.stderr());
+      for (const deadline = Date.now() + 120_000; existsSync(stale);) {
+        assert.ok(Date.now() < deadline, `${stale} is still there`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      assert.ok(existsSync(join(live, "server.sock")), "the live socket's folder stays");
+      const own = readdirSync(tmp).filter((name) => /^spark-server-/.test(name) && !name.endsWith("LIVE01"));
+      assert.equal(own.length, 1, own.join(", "));
+      await stop(cli);
+      assert.deepEqual(
+        readdirSync(tmp).filter((name) => /^spark-server-/.test(name)),
+        ["spark-server-LIVE01"],
+      );
+    } finally {
+      server.close();
+    }
   });
 });

@@ -4,7 +4,6 @@
  * and no keys. The client runtime (src/client) is handed this function and never imports the
  * server's layers; its modules load only when a server is started here.
  */
-import { join } from "node:path";
 import type { InProcessServer } from "../client/agent-runtime.js";
 import type { ResolvedSettings } from "../settings/config.js";
 
@@ -37,7 +36,7 @@ export async function startInProcessServer(
     admission: { maxQueue: settings.queueLength },
     host: "127.0.0.1",
     port: 0,
-    ...(socketDir ? { socketPath: join(socketDir.path, "server.sock") } : {}),
+    ...(socketDir ? { socketPath: socketDir.socket } : {}),
     maxBodyBytes: settings.maxBodyBytes,
     websocket: { maxConnectionMs: 24 * 60 * 60_000 },
   });

@@ -65,15 +65,66 @@ export async function withScratchDir<T>(parent: string, fn: (dir: string) => Pro
   }
 }
 
+/** `$TMPDIR/spark-server-XXXXXX`: the folders of Spark's own Unix sockets (one each). */
+const SOCKET_DIR = /^spark-server-[A-Za-z0-9]{6}$/;
+const SOCKET_NAME = "server.sock";
+
 /**
  * A fresh private folder (0700) in the system's temporary folder for a Unix socket of Spark's own
- * (the in-process model server's): its path stays short (a socket's path has ~100 bytes at most),
- * and only this user can reach the socket. `remove()` takes the folder and what is in it away.
+ * (the in-process model server's, `server.sock`): its path stays short (a socket's path has ~100
+ * bytes at most), and only this user can reach the socket. `remove()` takes the folder and what is
+ * in it away; so does the process's exit when nothing did (an exit code's `process.exit`). A
+ * process killed outright leaves its folder: each start sweeps those of this user away in the
+ * background (nothing answers on their socket).
  */
-export async function privateSocketDir(): Promise<{ path: string; remove(): Promise<void> }> {
-  const { mkdtemp } = await import("node:fs/promises");
-  const { tmpdir } = await import("node:os");
-  const dir = await mkdtemp(path.join(tmpdir(), "spark-"));
+export async function privateSocketDir(): Promise<{ path: string; socket: string; remove(): Promise<void> }> {
+  const [{ mkdtemp }, { rmSync }, { tmpdir }] = await Promise.all([
+    import("node:fs/promises"),
+    import("node:fs"),
+    import("node:os"),
+  ]);
+  const parent = tmpdir();
+  const dir = await mkdtemp(path.join(parent, "spark-server-"));
   await chmod(dir, 0o700);
-  return { path: dir, remove: () => rm(dir, { recursive: true, force: true }) };
+  const onExit = (): void => rmSync(dir, { recursive: true, force: true });
+  process.once("exit", onExit);
+  void sweepDeadSocketDirs(parent, dir).catch(() => {});
+  return {
+    path: dir,
+    socket: path.join(dir, SOCKET_NAME),
+    remove: async () => {
+      process.off("exit", onExit);
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * Removes this user's socket folders in `parent` whose process is gone: the socket refuses a
+ * connection, and the folder is older than a minute (a process that is only starting is left be).
+ */
+async function sweepDeadSocketDirs(parent: string, own: string): Promise<void> {
+  const [{ lstat, readdir }, { connect }] = await Promise.all([
+    import("node:fs/promises"),
+    import("node:net"),
+  ]);
+  const uid = process.getuid?.();
+  for (const name of await readdir(parent)) {
+    const dir = path.join(parent, name);
+    if (!SOCKET_DIR.test(name) || dir === own) continue;
+    const info = await lstat(dir).catch(() => undefined);
+    if (!info?.isDirectory() || (uid !== undefined && info.uid !== uid)) continue;
+    if (Date.now() - info.mtimeMs < 60_000) continue;
+    const entries = await readdir(dir).catch(() => undefined);
+    if (entries?.length !== 1 || entries[0] !== SOCKET_NAME) continue;
+    const dead = await new Promise<boolean>((resolve) => {
+      const probe = connect(path.join(dir, SOCKET_NAME));
+      probe.once("connect", () => {
+        probe.destroy();
+        resolve(false);
+      });
+      probe.once("error", (error: NodeJS.ErrnoException) => resolve(error.code === "ECONNREFUSED"));
+    });
+    if (dead) await rm(dir, { recursive: true, force: true });
+  }
 }
