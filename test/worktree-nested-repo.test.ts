@@ -19,7 +19,7 @@ import {
   taskWorkspacesFolder,
 } from "../src/agent/worktree/task-workspace.js";
 import { taskChanges } from "../src/agent/worktree/task-changes.js";
-import { commitTaskWorkspace } from "../src/cli/worktree-session.js";
+import { commitTaskWorkspace } from "../src/client/worktree-session.js";
 import { file, freshDir, jsonLines, runToExit } from "./helpers/cli.js";
 
 const dirs: string[] = [];
