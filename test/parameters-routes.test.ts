@@ -27,7 +27,11 @@ const ROUTES: [string, string, string, Record<string, Kind>][] = [
       input: "served",
       instructions: "served",
       previous_response_id: "served",
+      image: "refused",
       prompt_cache_key: "no-op",
+      prompt_cache_options: "no-op",
+      prompt_cache_retention: "no-op",
+      service_tier: "no-op",
     },
   ],
   [
@@ -40,6 +44,8 @@ const ROUTES: [string, string, string, Record<string, Kind>][] = [
       instructions: "served",
       model: "served",
       parallel_tool_calls: "served",
+      // A style preset of OpenAI's models: an unknown parameter here.
+      personality: "refused",
       previous_response_id: "served",
       reasoning: "no-op",
       text: "served",
@@ -126,13 +132,31 @@ describe("the other routes' no-ops are accepted and their refusals name the para
   const param = (error: unknown): string | null | undefined =>
     error instanceof OpenAI.APIError ? (error.error as { param?: string | null }).param : undefined;
 
-  test("compact: prompt_cache_key changes nothing", async () => {
+  test("compact: the hosted-service parameters change nothing, image is a 400 naming it", async () => {
     const input = [{ role: "user" as const, content: "Remember the number 7." }];
     const plain = await openai.responses.compact({ model: "spark", input });
-    const keyed = await openai.responses.compact({ model: "spark", input, prompt_cache_key: "my-cache" });
+    const keyed = await openai.responses.compact({
+      model: "spark",
+      input,
+      prompt_cache_key: "my-cache",
+      prompt_cache_retention: "24h",
+      service_tier: "flex",
+      prompt_cache_options: { mode: "implicit", ttl: "30m" },
+    } as Parameters<typeof openai.responses.compact>[0]);
     assert.deepEqual(
       keyed.output.map((item) => item.type),
       plain.output.map((item) => item.type),
+    );
+    await assert.rejects(
+      openai.responses.compact({
+        model: "spark",
+        input,
+        image: { context_compression: "enabled" },
+      } as Parameters<typeof openai.responses.compact>[0]),
+      (error) => {
+        assert.equal(param(error), "image");
+        return true;
+      },
     );
   });
 
@@ -147,6 +171,13 @@ describe("the other routes' no-ops are accepted and their refusals name the para
       assert.equal(param(error), "truncation");
       return true;
     });
+    await assert.rejects(
+      openai.responses.inputTokens.count({ ...base, personality: "friendly" } as typeof base),
+      (error) => {
+        assert.equal(param(error), "personality");
+        return true;
+      },
+    );
     await assert.rejects(
       openai.responses.inputTokens.count({ ...base, temperature: 0.5 } as typeof base),
       (error) => {

@@ -19,6 +19,7 @@ type Body = Record<string, unknown>;
  */
 export const HOSTED_NO_OPS = [
   "prompt_cache_key",
+  "prompt_cache_options",
   "prompt_cache_retention",
   "service_tier",
   "safety_identifier",
@@ -57,9 +58,36 @@ function refuseSamplingExtras(body: Body): void {
     );
 }
 
+/** Parameters of newer SDKs (openai 7) that ask for hosted services Spark does not have. */
+function refuseHostedServices(body: Body): void {
+  if (present(body.moderation))
+    refuse("moderation", "is not supported: Spark runs no moderation on input or output (leave it out).");
+  if (present(body.access_programs))
+    refuse(
+      "access_programs",
+      "is not supported: Spark has no domain-specific access programs (leave it out).",
+    );
+  const image = body.image;
+  if (present(image) && !(isObject(image) && sameKeys(image, { context_compression: "disabled" })))
+    refuse(
+      "image",
+      "is not supported: Spark keeps images as sent, without context compression (leave it out, or send {context_compression: 'disabled'}).",
+    );
+}
+
+function isObject(value: unknown): value is Body {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** Whether `value` holds only keys of `allowed`, each at that value. */
+function sameKeys(value: Body, allowed: Body): boolean {
+  return Object.entries(value).every(([key, entry]) => key in allowed && allowed[key] === entry);
+}
+
 /** `POST /v1/chat/completions`. */
 export function checkChatParameters(body: Body): void {
   refuseSamplingExtras(body);
+  refuseHostedServices(body);
   if (present(body.functions) || present(body.function_call))
     refuse(
       present(body.functions) ? "functions" : "function_call",
@@ -97,8 +125,26 @@ export function checkCompletionParameters(body: Body): void {
   refuseSamplingExtras(body);
 }
 
+/** `POST /v1/responses/compact`. */
+export function checkCompactParameters(body: Body): void {
+  refuseHostedServices(body);
+}
+
 /** `POST /v1/responses` (and what `input_tokens` shares with it). */
 export function checkResponsesParameters(body: Body): void {
+  refuseHostedServices(body);
+  const maxToolCalls = body.max_tool_calls;
+  // Spark runs no built-in tool, so the cap on built-in tool calls always holds: a valid one is a no-op.
+  if (present(maxToolCalls) && !(Number.isInteger(maxToolCalls) && (maxToolCalls as number) >= 0))
+    refuse("max_tool_calls", "must be an integer, 0 or more.", "invalid_value");
+  const options = body.background_options;
+  if (present(options)) {
+    if (!isObject(options) || !sameKeys(options, { completion_window: "soonest" }))
+      refuse(
+        "background_options",
+        "is not supported beyond {completion_window: 'soonest'}: a background response runs at once, with no batch window or continuation.",
+      );
+  }
   if (present(body.prompt))
     refuse("prompt", "is not supported: Spark keeps no prompt templates (send instructions and input).");
   const truncation = body.truncation;

@@ -27,6 +27,7 @@ import type { LimitGate } from "./limits/gate.js";
 import { conversationBytes } from "./byte-budget.js";
 import { abortReasonOf, observeGeneration } from "./generation.js";
 import { newId } from "./ids.js";
+import { checkCompactParameters } from "./parameters.js";
 import { anonymousPrincipal, type Principal } from "./keys.js";
 import type { Metrics } from "./metrics.js";
 import { applySampling, type ModelRegistry, type ResolvedModel } from "./model-registry.js";
@@ -518,6 +519,7 @@ export class ResponsesService {
    */
   async prepareCompaction(raw: unknown, principal?: Principal): Promise<PreparedResponse> {
     const body = validateBody(compactRequestSchema, raw);
+    checkCompactParameters(body);
     return this.prepare(
       {
         model: body.model ?? undefined,
