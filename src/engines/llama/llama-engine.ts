@@ -46,6 +46,14 @@ import type {
   EngineRequest,
   EngineStatus,
 } from "../../engine/types.js";
+import {
+  failedStatus,
+  fastestThreads,
+  modelAliases,
+  resolveServedName,
+  servedModels,
+  threadCandidates,
+} from "./model-setup.js";
 import { carriesImage } from "../../engine/types.js";
 import { SparkError } from "../../protocol/errors.js";
 import { toChatFunctions, toChatHistory } from "./chat-history.js";
@@ -270,12 +278,7 @@ export class LlamaEngine implements Engine {
         this.#draftModel = await DraftModel.load(draft, this.#model, contextSize, this.#threads);
         log(`llama: draft model ${basename(this.options.draftModelPath)} (one generation at a time)`);
       }
-      const aliases = this.options.aliases ?? ["spark", basename(path).replace(/\.gguf$/i, "")];
-      this.#models = aliases.map((id) => ({
-        id,
-        ownedBy: "spark-llama",
-        contextSize: this.#context!.contextSize,
-      }));
+      this.#models = servedModels(modelAliases(this.options.aliases, path), this.#context.contextSize);
       if (this.options.embeddingModelPath) {
         const embeddingPath = this.options.embeddingModelPath;
         this.#status = { ready: false, detail: `loading embedding model ${embeddingPath}` };
@@ -305,10 +308,7 @@ export class LlamaEngine implements Engine {
       }
       this.#status = { ready: true, detail: "ready" };
     } catch (error) {
-      this.#status = {
-        ready: false,
-        detail: `failed: ${error instanceof Error ? error.message : String(error)}`,
-      };
+      this.#status = failedStatus(error);
       throw error;
     }
   }
@@ -321,12 +321,8 @@ export class LlamaEngine implements Engine {
     const llama = this.#llama!;
     const cores = Math.max(1, llama.cpuMathCores);
     if (llama.gpu !== false) return cores;
-    const candidates = [...new Set([1, Math.max(1, Math.floor(cores / 2)), cores])].sort((a, b) => a - b);
-    if (candidates.length === 1) return candidates[0]!;
     const prompt = this.#model!.tokenize("function add(a, b) {\n  return");
-    const results: string[] = [];
-    let best = { threads: 1, rate: 0 };
-    for (const threads of candidates) {
+    const measure = async (threads: number): Promise<number> => {
       const context = await this.#model!.createContext({
         contextSize: 256,
         batchSize: Math.min(batchSize, 256),
@@ -340,15 +336,12 @@ export class LlamaEngine implements Engine {
           if (count === 0) started = performance.now();
           if (++count > 24) break;
         }
-        const rate = (count - 1) / ((performance.now() - started) / 1000);
-        results.push(`${threads}→${Math.round(rate)} tok/s`);
-        if (rate > best.rate) best = { threads, rate };
+        return (count - 1) / ((performance.now() - started) / 1000);
       } finally {
         await context.dispose();
       }
-    }
-    log(`llama: measured decode speed by thread count: ${results.join(", ")}; using ${best.threads}`);
-    return best.threads;
+    };
+    return fastestThreads(threadCandidates(cores), measure, log, "decode speed");
   }
 
   status(): EngineStatus {
@@ -360,9 +353,7 @@ export class LlamaEngine implements Engine {
   }
 
   resolveModel(name: string): string | undefined {
-    if (!this.#status.ready)
-      return name === "spark" || this.options.aliases?.includes(name) ? name : undefined;
-    return this.#models.some((model) => model.id === name) ? name : undefined;
+    return resolveServedName(name, this.#status.ready, this.#models, this.options.aliases);
   }
 
   /** Counted a chunk at a time, with the event loop free between chunks (see `countTokensInChunks`). */

@@ -43,6 +43,14 @@ import {
 import { SparkError } from "../../protocol/errors.js";
 import { OpenAIEngine } from "../openai/openai-engine.js";
 import { LlamaServerChild, type LlamaServerChildOptions } from "./llama-server-child.js";
+import {
+  failedStatus,
+  fastestThreads,
+  modelAliases,
+  resolveServedName,
+  servedModels,
+  threadCandidates,
+} from "./model-setup.js";
 
 export interface LlamaServerEngineOptions {
   /** The `llama-server` executable. */
@@ -152,8 +160,7 @@ export class LlamaServerEngine implements Engine {
         );
       });
       await this.#serve(url);
-      const aliases = this.options.aliases ?? ["spark", basename(path).replace(/\.gguf$/i, "")];
-      this.#models = aliases.map((id) => ({ id, ownedBy: "spark-llama", contextSize: context }));
+      this.#models = servedModels(modelAliases(this.options.aliases, path), context);
       log(
         `llama: ${basename(path)} in llama-server (${this.options.binary}, pid ${child.pid}), ` +
           `${threads} thread(s), context ${context} × ${sequences} sequences` +
@@ -164,10 +171,7 @@ export class LlamaServerEngine implements Engine {
             : ""),
       );
     } catch (error) {
-      this.#status = {
-        ready: false,
-        detail: `failed: ${error instanceof Error ? error.message : String(error)}`,
-      };
+      this.#status = failedStatus(error);
       if (this.#child) await this.#closeChild(this.#child);
       throw error;
     }
@@ -226,29 +230,20 @@ export class LlamaServerEngine implements Engine {
    */
   async #calibrateThreads(path: string, log: (line: string) => void): Promise<number> {
     const cores = Math.max(1, availableParallelism());
-    const candidates = [...new Set([1, Math.max(1, Math.floor(cores / 2)), cores])].sort((a, b) => a - b);
-    if (candidates.length === 1) return candidates[0]!;
-    const results: string[] = [];
-    let best = { threads: 1, rate: 0 };
-    for (const threads of candidates) {
+    const measure = async (threads: number): Promise<number | { use: number }> => {
       const child = this.#newChild([...this.#modelArgs(path, threads), "-c", "512", "-np", "1"]);
       try {
         const url = await child.start();
         if (child.offloaded) {
           log(`llama: llama-server runs the model on a GPU; using ${cores} CPU thread(s)`);
-          return cores;
+          return { use: cores };
         }
-        const rate = await decodeRate(url, child.key);
-        results.push(`${threads}→${Math.round(rate)} tok/s`);
-        if (rate > best.rate) best = { threads, rate };
+        return await decodeRate(url, child.key);
       } finally {
         await this.#closeChild(child);
       }
-    }
-    log(
-      `llama: measured llama-server's decode speed by thread count: ${results.join(", ")}; using ${best.threads}`,
-    );
-    return best.threads;
+    };
+    return fastestThreads(threadCandidates(cores), measure, log, "llama-server's decode speed");
   }
 
   status(): EngineStatus {
@@ -260,9 +255,8 @@ export class LlamaServerEngine implements Engine {
   }
 
   resolveModel(name: string): string | undefined {
-    if (!this.#status.ready && this.#models.length === 0)
-      return name === "spark" || this.options.aliases?.includes(name) ? name : undefined;
-    return this.#models.some((model) => model.id === name) ? name : undefined;
+    const listed = this.#status.ready || this.#models.length > 0;
+    return resolveServedName(name, listed, this.#models, this.options.aliases);
   }
 
   /** The model's own count, from llama-server's `/tokenize`. */
