@@ -10,26 +10,16 @@
  * test/helpers/pane-harness.ts as VS Code's host frame frames it.
  */
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import type { Frame } from "playwright-core";
 import { launchBrowser } from "./helpers/browser.js";
-import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./helpers/cli.js";
+import { gitWorkspace, message, scriptFile, startAppCli, stopApps } from "./helpers/app.js";
+import { freshDir } from "./helpers/cli.js";
 import { paneFrame, startPaneHarness } from "./helpers/pane-harness.js";
 
-const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:(\d+)\/) \(workspace (.+)\)$/;
-const running: Cli[] = [];
-after(async () => {
-  await Promise.all(running.map((cli) => stop(cli).catch(() => {})));
-});
-
-const git = (cwd: string, ...args: string[]): string =>
-  execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.com", ...args], {
-    cwd,
-    encoding: "utf8",
-  });
+after(stopApps);
 
 /** The page each variant writes: its script posts what a hostile page would to the pane. */
 const HOSTILE_PAGE = `<!doctype html><html><body><h1>Variant page</h1><script>
@@ -40,7 +30,6 @@ parent.postMessage({ type: "load", appUrl: "http://127.0.0.1:9/" }, "*");
 document.body.dataset.done = "1";
 </script></body></html>`;
 
-const message = (text: string): object => ({ output: [{ type: "message", text }] });
 const patch = (input: string): object => ({
   output: [{ type: "custom_tool_call", name: "apply_patch", input }],
 });
@@ -59,30 +48,20 @@ async function previewFrame(pane: Frame, index: number): Promise<Frame> {
 
 describe("the VS Code pane and framed pages", { timeout: 300_000 }, () => {
   test("a variant's preview posting ask, failed, load, apply and discard changes nothing; the extension's messages still act", async () => {
-    const workspace = freshDir("ws-");
-    writeFileSync(join(workspace, "notes.txt"), "hello\nworld\n");
-    git(workspace, "init", "-q");
-    git(workspace, "add", "-A");
-    git(workspace, "commit", "-q", "-m", "init");
-    const script = file(
-      "pane-frames.jsonl",
-      [
-        patch("*** Begin Patch\n*** Update File: notes.txt\n@@\n hello\n-world\n+spark\n*** End Patch"),
-        message("Edited the notes."),
-        patch(
-          `*** Begin Patch\n*** Add File: index.html\n${HOSTILE_PAGE.split("\n")
-            .map((l) => `+${l}`)
-            .join("\n")}\n*** End Patch`,
-        ),
-        message("Page written."),
-      ]
-        .map((line) => JSON.stringify(line))
-        .join("\n") + "\n",
-    );
+    const workspace = gitWorkspace({ "notes.txt": "hello\nworld\n" });
+    const script = scriptFile("pane-frames.jsonl", [
+      patch("*** Begin Patch\n*** Update File: notes.txt\n@@\n hello\n-world\n+spark\n*** End Patch"),
+      message("Edited the notes."),
+      patch(
+        `*** Begin Patch\n*** Add File: index.html\n${HOSTILE_PAGE.split("\n")
+          .map((l) => `+${l}`)
+          .join("\n")}\n*** End Patch`,
+      ),
+      message("Page written."),
+    ]);
     const harness = await startPaneHarness();
-    const cli = spawnCli(
+    const app = await startAppCli(
       [
-        "app",
         workspace,
         "--port",
         "0",
@@ -99,13 +78,8 @@ describe("the VS Code pane and framed pages", { timeout: 300_000 }, () => {
         script,
       ],
       { SPARK_DATA_DIR: freshDir("data-"), SPARK_HOME: freshDir("home-") },
-      400_000,
     );
-    running.push(cli);
-    const line = await firstLine(cli);
-    const match = APP_LINE.exec(line);
-    assert.ok(match, `unexpected first line: ${line}\n${cli.stderr()}`);
-    harness.setApp(match[1]!);
+    harness.setApp(app.url);
 
     const browser = await launchBrowser();
     const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });

@@ -14,22 +14,12 @@ import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import type { Frame, Page } from "playwright-core";
 import { PreviewServer, previewPage } from "../src/app/preview-server.js";
-import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./helpers/cli.js";
+import { gitWorkspace, git, message, scriptFile, startAppCli, stopApps, type AppCli } from "./helpers/app.js";
+import { file, freshDir } from "./helpers/cli.js";
 import { launchBrowser } from "./helpers/browser.js";
 
-const CHILD_SAFETY_MS = 400_000;
-const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:(\d+)\/) \(workspace (.+)\)$/;
 const KEY = "sk-variants-test-key";
-const running: Cli[] = [];
-after(async () => {
-  await Promise.all(running.map((cli) => stop(cli).catch(() => {})));
-});
-
-const git = (cwd: string, ...args: string[]): string =>
-  execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.com", ...args], {
-    cwd,
-    encoding: "utf8",
-  });
+after(stopApps);
 
 /**
  * The page each variant writes: its script tries to reach the app (its cookie, `document.cookie`,
@@ -80,18 +70,15 @@ const patchLines = (files: Record<string, string>): string =>
     "*** End Patch",
   ].join("\n");
 
-const message = (text: string): object => ({ output: [{ type: "message", text }] });
-
-async function startApp(
+function startApp(
   script: string,
   workspace: string,
   home: string,
   approval: "never" | "on-request" = "never",
   config?: object,
-): Promise<Cli & { url: string }> {
-  const cli = spawnCli(
+): Promise<AppCli> {
+  return startAppCli(
     [
-      "app",
       workspace,
       "--port",
       "0",
@@ -113,13 +100,7 @@ async function startApp(
       SPARK_API_KEY: KEY,
       ...(config ? { SPARK_CONFIG: file(`config-${Date.now()}.json`, JSON.stringify(config)) } : {}),
     },
-    CHILD_SAFETY_MS,
   );
-  running.push(cli);
-  const line = await firstLine(cli);
-  const match = APP_LINE.exec(line);
-  assert.ok(match, `unexpected first line: ${line}\n${cli.stderr()}`);
-  return { ...cli, url: match[1]! };
 }
 
 /** Spark's worktrees of variants under SPARK_HOME (one folder per workspace). */
@@ -153,30 +134,21 @@ async function previewFrame(page: Page, index: number): Promise<Frame> {
 
 describe("variants in the app", { timeout: 360_000 }, () => {
   test("8 variants each write a page: every preview renders in its own origin, its script reaches nothing of the app; picking one lands it and removes the other worktrees", async () => {
-    const workspace = freshDir("ws-");
-    writeFileSync(join(workspace, "README.md"), "# project\n");
-    git(workspace, "init", "-q");
-    git(workspace, "add", "-A");
-    git(workspace, "commit", "-q", "-m", "init");
+    const workspace = gitWorkspace({ "README.md": "# project\n" });
     const home = freshDir("home-");
-    const script = file(
-      "variants-page.jsonl",
-      [
-        {
-          output: [
-            {
-              type: "custom_tool_call",
-              name: "apply_patch",
-              input: patchLines({ "site/index.html": PAGE, "site/style.css": STYLE, "site/app.js": SCRIPT }),
-            },
-          ],
-        },
-        message("Page written in site/."),
-        message("AFTER the pick."),
-      ]
-        .map((line) => JSON.stringify(line))
-        .join("\n") + "\n",
-    );
+    const script = scriptFile("variants-page.jsonl", [
+      {
+        output: [
+          {
+            type: "custom_tool_call",
+            name: "apply_patch",
+            input: patchLines({ "site/index.html": PAGE, "site/style.css": STYLE, "site/app.js": SCRIPT }),
+          },
+        ],
+      },
+      message("Page written in site/."),
+      message("AFTER the pick."),
+    ]);
     const app = await startApp(script, workspace, home);
 
     const browser = await launchBrowser();
@@ -274,38 +246,29 @@ describe("variants in the app", { timeout: 360_000 }, () => {
 
 describe("a variant's page that changes", { timeout: 240_000 }, () => {
   test("re-renders in its card: a command the user approves rewrites it, and the frame shows the new page; the check runs in each worktree", async () => {
-    const workspace = freshDir("ws-");
-    writeFileSync(join(workspace, "README.md"), "# project\n");
-    git(workspace, "init", "-q");
-    git(workspace, "add", "-A");
-    git(workspace, "commit", "-q", "-m", "init");
+    const workspace = gitWorkspace({ "README.md": "# project\n" });
     const home = freshDir("home-");
-    const script = file(
-      "variants-change.jsonl",
-      [
-        {
-          output: [
-            {
-              type: "custom_tool_call",
-              name: "apply_patch",
-              input: patchLines({ "index.html": "<h1>version one</h1>" }),
-            },
-          ],
-        },
-        {
-          output: [
-            {
-              type: "function_call",
-              name: "shell",
-              arguments: JSON.stringify({ command: "sed -i s/one/two/ index.html" }),
-            },
-          ],
-        },
-        message("Changed **it**: see `index.html`."),
-      ]
-        .map((line) => JSON.stringify(line))
-        .join("\n") + "\n",
-    );
+    const script = scriptFile("variants-change.jsonl", [
+      {
+        output: [
+          {
+            type: "custom_tool_call",
+            name: "apply_patch",
+            input: patchLines({ "index.html": "<h1>version one</h1>" }),
+          },
+        ],
+      },
+      {
+        output: [
+          {
+            type: "function_call",
+            name: "shell",
+            arguments: JSON.stringify({ command: "sed -i s/one/two/ index.html" }),
+          },
+        ],
+      },
+      message("Changed **it**: see `index.html`."),
+    ]);
     // No sandbox and on-request: the command waits for the user, so the first page is seen first.
     // The check (`variants.check`) runs in each variant's worktree when it ends.
     const app = await startApp(script, workspace, home, "on-request", {
@@ -363,29 +326,20 @@ describe("a variant's page that changes", { timeout: 240_000 }, () => {
 
 describe("variants past the concurrency limit", { timeout: 240_000 }, () => {
   test("wait their turn, shown as queued on their cards, and run once a slot is free", async () => {
-    const workspace = freshDir("ws-");
-    writeFileSync(join(workspace, "README.md"), "# project\n");
-    git(workspace, "init", "-q");
-    git(workspace, "add", "-A");
-    git(workspace, "commit", "-q", "-m", "init");
+    const workspace = gitWorkspace({ "README.md": "# project\n" });
     // Each variant's command waits for the user: the first one holds the only slot until approved.
-    const script = file(
-      "variants-queue.jsonl",
-      [
-        {
-          output: [
-            {
-              type: "function_call",
-              name: "shell",
-              arguments: JSON.stringify({ command: "touch done.txt" }),
-            },
-          ],
-        },
-        message("Touched it."),
-      ]
-        .map((line) => JSON.stringify(line))
-        .join("\n") + "\n",
-    );
+    const script = scriptFile("variants-queue.jsonl", [
+      {
+        output: [
+          {
+            type: "function_call",
+            name: "shell",
+            arguments: JSON.stringify({ command: "touch done.txt" }),
+          },
+        ],
+      },
+      message("Touched it."),
+    ]);
     const app = await startApp(script, workspace, freshDir("home-"), "on-request", {
       variants: { concurrency: 1 },
     });

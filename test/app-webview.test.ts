@@ -12,23 +12,19 @@ import { after, describe, test } from "node:test";
 import WebSocket from "ws";
 import type { ServerMessage } from "../src/app/protocol.js";
 import { launchBrowser } from "./helpers/browser.js";
-import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./helpers/cli.js";
+import { startAppCli, stopApps } from "./helpers/app.js";
+import { file, freshDir } from "./helpers/cli.js";
 
-const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:(\d+)\/) \(workspace (.+)\)$/;
 const WEBVIEW = "vscode-webview://1a2b3c4d-pane";
-const running: Cli[] = [];
-after(async () => {
-  await Promise.all(running.map((cli) => stop(cli).catch(() => {})));
-});
+after(stopApps);
 
 async function startApp(
   workspace: string,
   script: string,
   env: Record<string, string> = {},
 ): Promise<string> {
-  const cli = spawnCli(
+  const app = await startAppCli(
     [
-      "app",
       workspace,
       "--port",
       "0",
@@ -45,11 +41,7 @@ async function startApp(
     { SPARK_DATA_DIR: freshDir("data-"), ...env },
     300_000,
   );
-  running.push(cli);
-  const line = await firstLine(cli);
-  const match = APP_LINE.exec(line);
-  assert.ok(match, `unexpected first line: ${line}\n${cli.stderr()}`);
-  return match[1]!;
+  return app.url;
 }
 
 /** Opens the app's socket as a page on `origin` would; resolves with the socket or the refusal's status. */
