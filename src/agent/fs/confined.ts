@@ -48,8 +48,6 @@
  */
 import {
   closeSync,
-  constants as C,
-  existsSync,
   fstatSync,
   lstatSync,
   mkdirSync,
@@ -57,14 +55,12 @@ import {
   readSync,
   readlinkSync,
   type BigIntStats,
-  type Dirent,
   type Stats,
 } from "node:fs";
 import {
   lstat,
   mkdir,
   open,
-  readdir,
   readlink,
   realpath,
   rename,
@@ -78,122 +74,42 @@ import { randomBytes } from "node:crypto";
 import os from "node:os";
 import path from "node:path";
 import { isProtectedName } from "./protected-names.js";
-import { HOME_SECRETS } from "../sandbox/secrets.js";
+import {
+  asToolError,
+  checkRegular,
+  CREATE_FLAGS,
+  DEFAULT_READ_CAP,
+  describeKind,
+  DIR_FLAGS,
+  entryStat,
+  errnoCode,
+  isInside,
+  kindOf,
+  listPinned,
+  lstatOrUndefined,
+  MAX_LINK_HOPS,
+  openError,
+  Pinned,
+  PINNED_WALK,
+  READ_FLAGS,
+  readCapped,
+  toPosix,
+  tooLarge,
+  type ConfinedEntry,
+  type EntryKind,
+  type Spot,
+  type WalkOptions,
+} from "./pinned.js";
+import { isEnvSecretName, protectedPrefix, secretsInside } from "./secret-paths.js";
 import { ToolError } from "./tool-error.js";
 
 export { ToolError } from "./tool-error.js";
-
-/** Symlinks followed in one path before giving up, as the kernel does. */
-export const MAX_LINK_HOPS = 40;
-/** What `readFile` reads at most unless told otherwise. */
-export const DEFAULT_READ_CAP = 64 * 1024 * 1024;
-
-/** Whether the walk can pin directories by descriptor (`/proc/self/fd`). */
-export const PINNED_WALK = process.platform === "linux" && existsSync("/proc/self/fd");
-
-const DIR_FLAGS = C.O_RDONLY | C.O_DIRECTORY | C.O_NOFOLLOW;
-const READ_FLAGS = C.O_RDONLY | C.O_NOFOLLOW | C.O_NONBLOCK | C.O_NOCTTY;
-const CREATE_FLAGS = C.O_WRONLY | C.O_CREAT | C.O_EXCL | C.O_NOFOLLOW;
-
-function errnoCode(error: unknown): string | undefined {
-  return typeof error === "object" && error !== null && "code" in error
-    ? String((error as { code: unknown }).code)
-    : undefined;
-}
-
-function isInside(root: string, candidate: string): boolean {
-  if (candidate === root) return true;
-  const rel = path.relative(root, candidate);
-  return rel !== "" && rel !== ".." && !rel.startsWith(`..${path.sep}`) && !path.isAbsolute(rel);
-}
-
-const toPosix = (p: string): string => (path.sep === "/" ? p : p.split(path.sep).join("/"));
+export { asToolError, DEFAULT_READ_CAP, MAX_LINK_HOPS, PINNED_WALK } from "./pinned.js";
+export type { ConfinedEntry, EntryKind } from "./pinned.js";
+export { isEnvSecretName, protectedPrefix } from "./secret-paths.js";
+export { entryKind, readPrefix, readUserDir, readUserFile, withUserFile } from "./user-files.js";
 
 export { isProtectedName } from "./protected-names.js";
-
-/** `.env` and `.env.*` files hold a project's credentials; their templates do not. */
-export function isEnvSecretName(name: string): boolean {
-  const lower = name.toLowerCase();
-  if (lower !== ".env" && !lower.startsWith(".env.")) return false;
-  return !/\.(example|sample|template)$/.test(lower);
-}
-
-/** The protected part ("." joined, e.g. ".git") of a root-relative posix path, or undefined. */
-export function protectedPrefix(rel: string): string | undefined {
-  const parts = rel.split("/");
-  const index = parts.findIndex(isProtectedName);
-  return index < 0 ? undefined : parts.slice(0, index + 1).join("/");
-}
-
-/** What an entry is, as `lstat` saw it. */
-export type EntryKind = "file" | "directory" | "symlink" | "other" | "absent";
-
-function kindOf(info: Stats | undefined): EntryKind {
-  if (info === undefined) return "absent";
-  if (info.isFile()) return "file";
-  if (info.isDirectory()) return "directory";
-  if (info.isSymbolicLink()) return "symlink";
-  return "other";
-}
-
-function describeKind(info: Stats): string {
-  if (info.isFIFO()) return "a FIFO";
-  if (info.isSocket()) return "a socket";
-  if (info.isCharacterDevice() || info.isBlockDevice()) return "a device";
-  if (info.isDirectory()) return "a directory";
-  if (info.isSymbolicLink()) return "a symlink";
-  return "not a regular file";
-}
-
-/** A directory the walk holds open; `at(name)` names an entry beneath it without re-resolving it. */
-class Pinned {
-  constructor(
-    /** Root-relative posix path of the directory ("" for the root). */
-    readonly rel: string,
-    /** `/proc/self/fd/N` (or the directory's path where the walk cannot pin). */
-    readonly base: string,
-    private readonly fd: number | undefined,
-  ) {}
-
-  at(name: string): string {
-    return name === "" ? this.base : `${this.base}/${name}`;
-  }
-
-  child(name: string): string {
-    return this.rel === "" ? name : `${this.rel}/${name}`;
-  }
-
-  close(): void {
-    if (this.fd === undefined) return;
-    try {
-      closeSync(this.fd);
-    } catch {
-      // Already closed.
-    }
-  }
-}
-
-/** Where a walk ended: the pinned directory holding the entry, and its name ("" for the root). */
-interface Spot {
-  dir: Pinned;
-  name: string;
-  /** Root-relative posix path of the entry ("" for the root). */
-  rel: string;
-  /** The directories to close once the operation is done. */
-  held: Pinned[];
-}
-
-interface WalkOptions {
-  /** "follow": a link at the last component is resolved beneath the root too; "entry": it is the entry. */
-  final: "follow" | "entry";
-  /** Create missing directories on the way (writes). */
-  create?: boolean;
-  /** A missing directory on the way ends the walk lexically (for checks of paths that need not exist). */
-  lexicalTail?: boolean;
-  /** Refuse protected names on the way and at the end (writes). */
-  write?: boolean;
-  allowProtected?: boolean;
-}
 
 export interface ConfinedOptions {
   /** The home directory whose secrets are refused where they lie beneath the root; default `$HOME`. */
@@ -202,43 +118,6 @@ export interface ConfinedOptions {
   secrets?: readonly string[];
   /** How errors name the root to the model: "the workspace" (default), "the skill's folder"… */
   label?: string;
-}
-
-/** Where the home directory's secrets land (real paths, existing or not), those strictly inside `root`. */
-async function secretsInside(root: string, home: string): Promise<string[]> {
-  if (home === "") return [];
-  const found: string[] = [];
-  for (const rel of HOME_SECRETS) {
-    const landing = await landingPath(path.resolve(home, rel)).catch(() => undefined);
-    if (landing !== undefined && landing !== root && isInside(root, landing)) found.push(landing);
-  }
-  return found;
-}
-
-/** The real path a path lands on (the deepest existing ancestor's real path joined with the rest). */
-async function landingPath(abs: string, hops = 0): Promise<string> {
-  try {
-    return await realpath(abs);
-  } catch (error) {
-    const code = errnoCode(error);
-    if (code !== "ENOENT" && code !== "ENOTDIR") throw error;
-  }
-  const info = await lstat(abs).catch(() => undefined);
-  if (info?.isSymbolicLink()) {
-    if (hops >= MAX_LINK_HOPS) throw new Error("too many links");
-    return landingPath(path.resolve(path.dirname(abs), await readlink(abs)), hops + 1);
-  }
-  const parent = path.dirname(abs);
-  if (parent === abs) return abs;
-  return path.join(await landingPath(parent, hops), path.basename(abs));
-}
-
-/** An entry of a listed directory. */
-export interface ConfinedEntry {
-  name: string;
-  /** Root-relative posix path. */
-  rel: string;
-  kind: Exclude<EntryKind, "absent">;
 }
 
 /** What `locate` found at a path. */
@@ -1069,190 +948,4 @@ export class ConfinedRoot {
       },
     );
   }
-}
-
-async function listPinned(dir: Pinned): Promise<ConfinedEntry[]> {
-  const entries: Dirent[] = await readdir(dir.base, { withFileTypes: true });
-  return entries
-    .map((entry) => ({
-      name: entry.name,
-      rel: dir.child(entry.name),
-      kind: entry.isFile()
-        ? ("file" as const)
-        : entry.isDirectory()
-          ? ("directory" as const)
-          : entry.isSymbolicLink()
-            ? ("symlink" as const)
-            : ("other" as const),
-    }))
-    .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-}
-
-/**
- * Any failure as a ToolError (rule 6): a system error gets a code and a sentence (a directory removed
- * by a command while Spark wrote into it, a full disk, a permission), never a bare errno.
- */
-export function asToolError(p: string, error: unknown): ToolError {
-  if (error instanceof ToolError) return error;
-  const code = errnoCode(error);
-  const detail = error instanceof Error ? error.message : String(error);
-  switch (code) {
-    case "ENOENT":
-      return new ToolError("not_found", `${p} does not exist (or was removed meanwhile).`);
-    case "ENOTDIR":
-      return new ToolError("not_a_directory", `${p}: a part of it is not a directory.`);
-    case "EISDIR":
-    case "ENOTEMPTY":
-      return new ToolError("not_a_file", `${p} is a directory, not a file.`);
-    case "ELOOP":
-      return new ToolError("symlink_refused", `${p} is a symlink; it is not followed.`);
-    case "EEXIST":
-      return new ToolError("file_exists", `${p} already exists.`);
-    case "EACCES":
-    case "EPERM":
-    case "EROFS":
-      return new ToolError("permission_denied", `${p} cannot be changed or read here (${code}).`);
-    case "ENOSPC":
-    case "EDQUOT":
-      return new ToolError("no_space", `No space left to write ${p}.`);
-    case "ENAMETOOLONG":
-      return new ToolError("invalid_argument", `${p}: a name is too long.`);
-    default:
-      return new ToolError("io_error", `${p}: ${detail}`);
-  }
-}
-
-/** The ToolError for a failed open of a file to read. */
-function openError(p: string, error: unknown): unknown {
-  const code = errnoCode(error);
-  if (code === "ENOENT" || code === "ENOTDIR") return new ToolError("not_found", `${p} does not exist.`);
-  if (code === "ELOOP")
-    return new ToolError("symlink_refused", `${p} is a symlink; it is not followed here.`);
-  if (code === "EISDIR") return new ToolError("not_a_file", `${p} is a directory, not a file.`);
-  return error;
-}
-
-/** Refuses anything but a regular file (rule 4). */
-function checkRegular(p: string, info: Stats): void {
-  if (info.isDirectory()) throw new ToolError("not_a_file", `${p} is a directory, not a file.`);
-  if (!info.isFile()) {
-    throw new ToolError(
-      "not_a_file",
-      `${p} is ${describeKind(info)}, not a regular file: only regular files are read.`,
-    );
-  }
-}
-
-/** `lstat` of a walked entry; the directory itself (a `/proc/self/fd` link) by `stat`; undefined when absent. */
-async function entryStat(spot: Spot): Promise<Stats | undefined> {
-  if (spot.dir.base === "") return undefined; // a missing directory on the way
-  if (spot.name === "") return stat(spot.dir.base).catch(() => undefined);
-  return lstat(spot.dir.at(spot.name)).catch(() => undefined);
-}
-
-function lstatOrUndefined(p: string): Stats | undefined {
-  try {
-    return lstatSync(p);
-  } catch {
-    return undefined;
-  }
-}
-
-function tooLarge(p: string, size: number, cap: number): ToolError {
-  return new ToolError("too_large", `${p} has ${size} bytes, more than the ${cap} read at most.`);
-}
-
-/** Reads from the handle's start until EOF or `limit` bytes. */
-async function readCapped(handle: FileHandle, limit: number): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let total = 0;
-  while (total < limit) {
-    const buffer = Buffer.allocUnsafe(Math.min(64 * 1024, limit - total));
-    const { bytesRead } = await handle.read(buffer, 0, buffer.length, total);
-    if (bytesRead === 0) break;
-    chunks.push(buffer.subarray(0, bytesRead));
-    total += bytesRead;
-  }
-  return Buffer.concat(chunks, total);
-}
-
-/**
- * A file the user named (an attached image, their own skills in `~/.agents/skills`, Spark's home):
- * links are followed where the user put them, but only a regular file is opened (non-blocking,
- * `fstat`), and never one of the home directory's secrets or a `.env` file, judged by the real path
- * of the descriptor actually opened. `use` reads it; the descriptor is closed after. Throws ToolError.
- */
-export async function withUserFile<T>(
-  file: string,
-  options: { home?: string },
-  use: (opened: { handle: FileHandle; info: Stats }) => Promise<T>,
-): Promise<T> {
-  let handle: FileHandle;
-  try {
-    handle = await open(file, C.O_RDONLY | C.O_NONBLOCK | C.O_NOCTTY);
-  } catch (error) {
-    throw asToolError(file, error);
-  }
-  try {
-    const info = await handle.stat();
-    if (!info.isFile()) {
-      throw new ToolError("not_a_file", `${file} is ${describeKind(info)}, not a regular file.`);
-    }
-    const real = PINNED_WALK
-      ? await readlink(`/proc/self/fd/${handle.fd}`).catch(() => file)
-      : await realpath(file).catch(() => file);
-    if (await isHomeSecret(real, options.home)) {
-      throw new ToolError(
-        "secret_path",
-        `${file} leads to ${real}, one of the home directory's secrets: it is not read on the model's behalf.`,
-      );
-    }
-    if (isEnvSecretName(path.basename(real))) {
-      throw new ToolError("secret_path", `${file} leads to a .env file (credentials): it is not read.`);
-    }
-    return await use({ handle, info });
-  } catch (error) {
-    throw asToolError(file, error);
-  } finally {
-    await handle.close().catch(() => undefined);
-  }
-}
-
-/** `withUserFile`, reading the whole file (at most `maxBytes`, else ToolError "too_large"). */
-export async function readUserFile(
-  file: string,
-  options: { maxBytes?: number; home?: string } = {},
-): Promise<Buffer> {
-  const cap = options.maxBytes ?? DEFAULT_READ_CAP;
-  return withUserFile(file, options, async ({ handle, info }) => {
-    if (info.size > cap) throw tooLarge(file, info.size, cap);
-    const bytes = await readCapped(handle, cap + 1);
-    if (bytes.length > cap) throw tooLarge(file, bytes.length, cap);
-    return bytes;
-  });
-}
-
-/** The names in a directory the user named (their skills, Spark's home), sorted; [] when unreadable. */
-export async function readUserDir(dir: string): Promise<string[]> {
-  return (await readdir(dir).catch((): string[] => [])).sort();
-}
-
-/** What is at a path (metadata only: nothing is opened, a link is not followed); "absent" when nothing. */
-export async function entryKind(abs: string): Promise<EntryKind> {
-  return kindOf(await lstat(abs).catch(() => undefined));
-}
-
-/** Reads at most `limit` bytes from the start of an open file (see `withFile`, `withUserFile`). */
-export function readPrefix(handle: FileHandle, limit: number): Promise<Buffer> {
-  return readCapped(handle, limit);
-}
-
-/** Whether a real path is or lies in one of the home directory's secrets (their real paths). */
-async function isHomeSecret(real: string, home = process.env.HOME || os.homedir()): Promise<boolean> {
-  if (home === "") return false;
-  for (const rel of HOME_SECRETS) {
-    const secret = await landingPath(path.resolve(home, rel)).catch(() => path.resolve(home, rel));
-    if (isInside(secret, real)) return true;
-  }
-  return false;
 }
