@@ -237,7 +237,7 @@ export default tseslint.config(
     },
   },
   {
-    // The agent's rooms for MCP and hooks are reached through its tool and session seams (tools/index.ts's
+    // The agent's rooms for MCP and hooks are reached through its tool and session seams (tools/context.ts's
     // ToolContext, the runtime that starts a session); they never reach back into the turn loop, the
     // tools or the approvals. They are clients too: the server's layers stay out.
     files: ["src/agent/mcp/**", "src/agent/hooks/**"],

@@ -64,7 +64,7 @@ export interface RestoreResult {
   files: FileRestore[];
 }
 
-/** The calls the agent and its tools make (tools.ts `ToolContext.checkpoints`). */
+/** The calls the agent and its tools make (tools/context.ts `ToolContext.checkpoints`). */
 export interface TurnRecorder {
   beginTurn(): void;
   /** Before a file tool writes these workspace paths. */

@@ -440,7 +440,7 @@ export interface McpManagerOptions {
   startupWaitMs?: number;
 }
 
-/** The MCP tools seam of the agent (see tools.ts `ToolContext.mcp`). */
+/** The MCP tools seam of the agent (see tools/context.ts `ToolContext.mcp`). */
 export class McpManager {
   readonly #servers: McpServer[];
   #starting: Promise<void> | undefined;
