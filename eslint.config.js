@@ -46,7 +46,7 @@ const sparkOwnData = [
   "src/app/task-manager.ts", // the data directory's task files
   "src/agent/worktree/task-workspace.ts", // Spark's worktree folder (the task's files: task-changes.ts)
   "src/agent/worktree/owners.ts", // owner marks beside Spark's worktrees, and /proc/PID/stat
-  "src/app/task.ts", // a task's own files in the data directory (its log, its saved state)
+  "src/app/task-files.ts", // a task's own files in the data directory (its log, its saved state)
   "src/client/worktree-session.ts", // a copy of the repository's own index for a --worktree session's commit
   "src/app/data-folders.ts", // the app's folders in the data directory, made ready at start
   "src/cli/setup-command.ts", // the user's own ~/.codex config, which no model or repository names

@@ -8,13 +8,11 @@
  * line with the same id replaces the earlier one). The agent's own transcript is a saved session
  * (`DATA_DIR/sessions/`), so a task continues after a restart where it stopped.
  */
-import { appendFileSync, existsSync, rmSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
 import { Agent, type AgentEvent, type InputItem } from "../agent/agent.js";
 import type { ApprovalMode } from "../agent/tools/approval.js";
 import { ResponsesSocket } from "../agent/responses-socket.js";
 import type { Sandbox } from "../agent/sandbox/sandbox.js";
-import { readRegularFile, SessionFile } from "../agent/session-file.js";
+import { SessionFile } from "../agent/session-file.js";
 import type { ApprovalReply, ApprovalRequest, ThreadItem, VisionInfo } from "../agent/tools/index.js";
 import { Workspace } from "../agent/files/workspace.js";
 import { adoptInto, type CreateVariantAgent } from "../agent/variants/runner.js";
@@ -34,7 +32,6 @@ import {
   openTaskWorkspace,
   pruneTaskWorkspaces,
   taskWorkspaceBytes,
-  taskWorkspacesFolder,
   type TaskWorkspace,
 } from "../agent/worktree/task-workspace.js";
 import {
@@ -44,9 +41,16 @@ import {
   taskFileDiff,
   workspaceEntryText,
 } from "../agent/worktree/task-changes.js";
-import { z } from "zod";
 import type { PreviewServer } from "./preview-server.js";
-import { logEntry, savedTask, type SavedTask } from "./saved-task.js";
+import type { SavedTask } from "./saved-task.js";
+import {
+  appendEntry,
+  readTask,
+  removeLeftover,
+  removeTaskFiles,
+  taskDirectory,
+  writeTask,
+} from "./task-files.js";
 import { AppVariants } from "./variants.js";
 import { liveContext } from "../agent/live-context.js";
 import { removeTaskWorkspace, unneededWorkspace } from "./task-worktree.js";
@@ -179,7 +183,7 @@ export class Task {
   }
 
   static directory(dataDir: string): string {
-    return join(dataDir, "app", "tasks");
+    return taskDirectory(dataDir);
   }
 
   static create(
@@ -219,82 +223,17 @@ export class Task {
 
   /**
    * Loads a saved task: undefined when it belongs to another workspace; throws (with the reason)
-   * when its file is not a saved task. What is read back is validated, not trusted: fields that
-   * only describe the task are repaired, transcript lines that are not entries are skipped, and a
-   * session that cannot be read is started afresh; each such repair is passed to `report`.
+   * when its file is not a saved task. Validated, not trusted (see `readTask`): each repair is
+   * passed to `report`.
    */
   static load(
     context: TaskContext,
     id: string,
     report: (problem: string) => void = () => {},
   ): Task | undefined {
-    const dir = Task.directory(context.dataDir);
-    const path = join(dir, `${id}.json`);
-    let json: unknown;
-    try {
-      json = JSON.parse(readRegularFile(path));
-    } catch (error) {
-      throw new Error(
-        error instanceof SyntaxError ? `not valid JSON (${error.message})` : (error as Error).message,
-        {
-          cause: error,
-        },
-      );
-    }
-    const parsed = savedTask.safeParse(json);
-    if (!parsed.success)
-      throw new Error(`not a saved task: ${z.prettifyError(parsed.error).replace(/\n/g, "; ")}`);
-    const saved = parsed.data;
-    if (saved.workspace !== context.workspace.root) return undefined;
-    if (saved.summary.id !== id)
-      throw new Error(`its id is ${JSON.stringify(saved.summary.id)}, not its name's`);
-    let opened: { file: SessionFile; transcript: InputItem[] };
-    try {
-      const session = SessionFile.open(context.dataDir, saved.sessionId);
-      if (session.skipped > 0)
-        report(`${session.file.path}: ${session.skipped} unreadable line(s) skipped (task ${id})`);
-      opened = session;
-    } catch (error) {
-      // The transcript the browser shows is kept; the model's side of the conversation starts afresh.
-      report(
-        `the session of task ${id} (${saved.sessionId}) cannot be read (${(error as Error).message}): ` +
-          "the task is shown, and its next message starts a new conversation",
-      );
-      opened = {
-        file: SessionFile.create(context.dataDir, {
-          cwd: context.workspace.root,
-          model: saved.summary.model,
-        }),
-        transcript: [],
-      };
-    }
-    // A task that was running (or waiting to run) when the app stopped is no longer running.
-    const state: TaskState =
-      saved.summary.state === "running" ||
-      saved.summary.state === "approval" ||
-      saved.summary.state === "queued"
-        ? "interrupted"
-        : saved.summary.state;
-    const createdAt = saved.summary.createdAt ?? new Date(0).toISOString();
-    const summary: TaskSummary = {
-      id,
-      title: saved.summary.title,
-      model: saved.summary.model,
-      state,
-      background: saved.summary.background,
-      changedFiles: saved.summary.changedFiles,
-      createdAt,
-      updatedAt: saved.summary.updatedAt ?? createdAt,
-      ...(saved.summary.parent === undefined ? {} : { parent: saved.summary.parent }),
-      ...(saved.summary.cutOff === undefined ? {} : { cutOff: saved.summary.cutOff }),
-      // As last measured; re-opening the workspace says nothing new until the next turn ends.
-      ...(saved.summary.workspace === undefined || saved.taskWorkspace === undefined
-        ? {}
-        : { workspace: saved.summary.workspace as NonNullable<TaskSummary["workspace"]> }),
-      // What Undo turn would undo (the checkpoints are read back when the agent connects); a redo
-      // does not outlive the app.
-      ...(saved.summary.undoTurn === undefined ? {} : { undoTurn: saved.summary.undoTurn }),
-    };
+    const read = readTask(context.dataDir, context.workspace.root, id, report);
+    if (read === undefined) return undefined;
+    const { saved, summary, session: opened } = read;
     const task = new Task(summary, opened.file, context, saved.record, opened.transcript, saved.owner);
     if (opened.file.meta.id !== saved.sessionId) task.#save();
     if (saved.taskWorkspace !== undefined) {
@@ -307,54 +246,12 @@ export class Task {
       task.#ws = { id, kind: "in-place", root, path: root, base: "" };
       task.#wsReady = Promise.resolve(task.#ws);
     }
-    const byId = new Map<string, LogEntry>();
-    const order: string[] = [];
-    const logPath = join(dir, `${id}.log.jsonl`);
-    let text = "";
-    try {
-      text = readRegularFile(logPath);
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== "ENOENT")
-        report(
-          `${logPath} cannot be read (${(error as Error).message}): task ${id} is shown without its transcript`,
-        );
-    }
-    let skipped = 0;
-    let counter = 0;
-    for (const line of text.split("\n")) {
-      if (line.trim() === "") continue;
-      let entry: LogEntry;
-      try {
-        const valid = logEntry.safeParse(JSON.parse(line));
-        if (!valid.success) throw new Error("not an entry");
-        entry = valid.data as LogEntry;
-      } catch {
-        skipped++;
-        continue;
-      }
-      if (!byId.has(entry.id)) order.push(entry.id);
-      byId.set(entry.id, entry);
-      const number = /^e(\d+)$/.exec(entry.id);
-      if (number) counter = Math.max(counter, Number(number[1]) + 1);
-    }
-    if (skipped > 0) report(`${logPath}: ${skipped} unreadable line(s) skipped`);
-    for (const entryId of order) {
-      const entry = byId.get(entryId)!;
-      if (entry.kind === "assistant") entry.streaming = false;
-      if (entry.kind === "approval" && entry.answer === undefined) entry.answer = "no";
-      // Variants of an earlier run cannot be picked any more (their worktrees are pruned at start).
-      if (entry.kind === "variants" && entry.cards) {
-        entry.done = true;
-        for (const card of entry.cards) {
-          if (entry.chosen === undefined) card.state = "discarded";
-          delete card.preview; // served by the process that ran them
-        }
-      }
+    for (const entry of read.entries) {
       // Held for a server that did not answer before the app stopped: still to be sent.
       if (entry.kind === "user" && entry.pending) task.#held.push(entry.id);
       task.entries.push(entry);
     }
-    task.#entryCounter = Math.max(counter, order.length);
+    task.#entryCounter = read.counter;
     task.status.contextTokens = 0;
     return task;
   }
@@ -1078,10 +975,7 @@ export class Task {
     const variants = this.#variants;
     this.#variants = undefined;
     void variants?.run.discard().catch(() => {});
-    const dir = Task.directory(this.context.dataDir);
-    rmSync(join(dir, `${this.id}.json`), { force: true });
-    rmSync(join(dir, `${this.id}.log.jsonl`), { force: true });
-    rmSync(this.#session.path, { force: true });
+    removeTaskFiles(this.context.dataDir, this.id, this.#session.path);
     // Its checkpoints (refs/spark/checkpoints/ID, or its folder) too.
     void this.#checkpoints?.clear().catch(() => {});
     // Its worktree (or copy) and branch go with it; one still being made removes itself.
@@ -1388,11 +1282,7 @@ export class Task {
   /** A full disk or a removed data directory costs the saved copy, not the running task. */
   #saveEntry(entry: LogEntry): void {
     try {
-      appendFileSync(
-        join(Task.directory(this.context.dataDir), `${this.id}.log.jsonl`),
-        `${JSON.stringify(entry)}\n`,
-        { mode: 0o600 },
-      );
+      appendEntry(this.context.dataDir, this.id, entry);
     } catch (error) {
       if (this.#saveFailed) return;
       this.#saveFailed = true;
@@ -1437,9 +1327,7 @@ export class Task {
       ...(this.owner === undefined ? {} : { owner: this.owner }),
     };
     try {
-      writeFileSync(join(Task.directory(this.context.dataDir), `${this.id}.json`), JSON.stringify(saved), {
-        mode: 0o600,
-      });
+      writeTask(this.context.dataDir, saved);
     } catch (error) {
       this.context.broadcast({
         type: "error",
@@ -1475,13 +1363,4 @@ export function cutOffReason(
   if (reason !== "max_output_tokens") return reason.replace(/_/g, " "); // server_shutdown, …
   if (contextWindow > 0 && contextTokens >= contextWindow * 0.95) return "context full";
   return "output token limit";
-}
-
-/** A worktree or copy of task `id` that no saved task names (a crash between making and saving it). */
-async function removeLeftover(root: string, id: string): Promise<void> {
-  const path = join(taskWorkspacesFolder(root), id);
-  if (!existsSync(path) && !existsSync(`${path}.base`)) return;
-  await removeTaskWorkspace({ id, kind: "worktree", root, path, branch: `spark/${id}`, base: "" }).catch(
-    () => {},
-  );
 }
