@@ -11,7 +11,7 @@ import type { Locator, Page } from "playwright-core";
 import { file, firstLine, freshDir, spawnCli, startServer, stop, type Cli } from "./helpers/cli.js";
 import { launchBrowser } from "./helpers/browser.js";
 import { closedPort } from "./helpers/ports.js";
-import { cutOffReason } from "../src/app/task.js";
+import { cutOffReason } from "../src/app/task-events.js";
 
 /** Past every test's timeout: a slow test fails on its own timeout, never on a child killed under it. */
 const CHILD_SAFETY_MS = 300_000;

@@ -13,14 +13,14 @@ import type { ApprovalMode } from "../agent/tools/approval.js";
 import { ResponsesSocket } from "../agent/responses-socket.js";
 import type { Sandbox } from "../agent/sandbox/sandbox.js";
 import { SessionFile } from "../agent/session-file.js";
-import type { ApprovalReply, ApprovalRequest, ThreadItem, VisionInfo } from "../agent/tools/index.js";
+import type { ApprovalReply, ApprovalRequest, VisionInfo } from "../agent/tools/index.js";
 import { Workspace } from "../agent/files/workspace.js";
 import { adoptInto, type CreateVariantAgent } from "../agent/variants/runner.js";
 import type { Hooks } from "../agent/hooks/runner.js";
 import type { McpManager } from "../agent/mcp/manager.js";
 import type { SessionContext } from "../agent/context/session-context.js";
-import { TextBuffer } from "../protocol/text-buffer.js";
 import { ChangeRecord, reviewDiffs, type FileChange } from "./change-record.js";
+import { TaskEvents } from "./task-events.js";
 import {
   CheckpointError,
   Checkpoints,
@@ -43,14 +43,7 @@ import {
 } from "../agent/worktree/task-changes.js";
 import type { PreviewServer } from "./preview-server.js";
 import type { SavedTask } from "./saved-task.js";
-import {
-  appendEntry,
-  readTask,
-  removeLeftover,
-  removeTaskFiles,
-  taskDirectory,
-  writeTask,
-} from "./task-files.js";
+import { readTask, removeLeftover, removeTaskFiles, taskDirectory, writeTask } from "./task-files.js";
 import { AppVariants } from "./variants.js";
 import { liveContext } from "../agent/live-context.js";
 import { removeTaskWorkspace, unneededWorkspace } from "./task-worktree.js";
@@ -109,8 +102,9 @@ export interface TaskContext {
 }
 
 export class Task {
-  readonly #entries: LogEntry[] = [];
   readonly status: TaskStatus;
+  /** The transcript and the agent's events that feed it (task-events.ts). */
+  readonly #events: TaskEvents;
   /** The files the agent's patches changed, in the task's own workspace (see `#workspace`). */
   record: ChangeRecord;
   /** Where the task works, once made or re-opened (see `#workspaceReady`). */
@@ -130,11 +124,6 @@ export class Task {
   #session: SessionFile;
   /** Each turn's checkpoint in the task's workspace (opened with the agent). */
   #checkpoints: Checkpoints | undefined;
-  #entryCounter = 0;
-  /** The assistant message streaming now on the main lane. */
-  #streaming: Extract<LogEntry, { kind: "assistant" }> | undefined;
-  /** Its text: deltas join here, not on the entry (see `TextBuffer`); `entries` copies it back. */
-  #streamingText = new TextBuffer();
   readonly #approvals = new Map<string, (reply: ApprovalReply) => void>();
   /**
    * Messages sent while the Spark server was unreachable, shown as `pending` user entries (ids):
@@ -142,26 +131,15 @@ export class Task {
    */
   readonly #held: string[] = [];
   #sendingHeld = false;
-  /** Why the main lane's last response ended incomplete (see `cutOffReason`), until the turn ends. */
-  #cutOff: string | undefined;
-  /** Live tokens per second while an answer streams: deltas since the first token, and when. */
-  #live = { firstAt: 0, deltas: 0, sentAt: 0 };
   /** The latest variants run, until one is picked or they are discarded. */
   #variants: AppVariants | undefined;
-  /** `choose()` starts a turn whose user message is already shown. */
-  #quietTurn = false;
   #closed = false;
   /** The MCP servers' failures were reported in this task. */
   #mcpReported = false;
   /** Deleted: nothing about this task is written, or sent, again (late agent events included). */
   #deleted = false;
-  #saveFailed = false;
   /** The session file lost lines (a write failed): the next write rewrites it whole. */
   #sessionBroken = false;
-  /** Why the running turn was stopped by the app itself (its end is shown as failed). */
-  #failure: string | undefined;
-  /** Distinguishes this process's agent items from those saved by an earlier one. */
-  readonly #generation = `a${Date.now().toString(36)}`;
 
   private constructor(
     readonly summary: TaskSummary,
@@ -180,6 +158,24 @@ export class Task {
     this.#workspace = context.workspace;
     this.record = new ChangeRecord(context.workspace, record);
     this.status = { contextTokens: 0, contextWindow: 8192, queued: [] };
+    this.#events = new TaskEvents({
+      id: summary.id,
+      summary,
+      status: this.status,
+      dataDir: context.dataDir,
+      deleted: () => this.#deleted,
+      busy: () => this.busy,
+      agent: () => this.#agent,
+      record: () => this.record,
+      workspace: () => this.#ws,
+      broadcast: (message) => context.broadcast(message),
+      saveTranscript: (event) => this.#saveTranscript(event),
+      setState: (state) => this.#setState(state),
+      sendStatus: () => this.#sendStatus(),
+      touch: () => this.#touch(),
+      checkpointSummary: () => this.#checkpointSummary(),
+      turnEnded: () => void this.#measure(true),
+    });
   }
 
   static directory(dataDir: string): string {
@@ -251,7 +247,7 @@ export class Task {
       if (entry.kind === "user" && entry.pending) task.#held.push(entry.id);
       task.entries.push(entry);
     }
-    task.#entryCounter = read.counter;
+    task.#events.counter = read.counter;
     task.status.contextTokens = 0;
     return task;
   }
@@ -262,12 +258,9 @@ export class Task {
 
   /** The transcript as the browser renders it, the answer streaming now included so far. */
   get entries(): LogEntry[] {
-    const streaming = this.#streaming;
-    if (streaming && streaming.text.length !== this.#streamingText.length)
-      streaming.text = this.#streamingText.toString();
     // Variants streaming: their texts so far (the page that opens the task now starts from them).
     if (this.#variants && !this.#variants.entry.done) void this.#variants.current;
-    return this.#entries;
+    return this.#events.current();
   }
 
   get busy(): boolean {
@@ -477,7 +470,7 @@ export class Task {
     });
     this.status.contextWindow = contextWindow;
     liveContext(agent); // the meter follows the agent's events before the task does
-    agent.on((event) => this.#onAgentEvent(event));
+    agent.on((event) => this.#events.onAgentEvent(event));
     // A server that failed costs only its tools; the task says which, and why, once.
     const mcp = this.context.mcp;
     if (mcp?.active && !this.#mcpReported) {
@@ -567,7 +560,7 @@ export class Task {
         this.#add(entry);
       }
       if (texts.length === 0) return;
-      this.#quietTurn = true;
+      this.#events.quietTurn = true;
       void agent.submit(texts.join("\n\n"), images);
     } catch {
       // Still unreachable: the next change of the server's health tries again.
@@ -1015,127 +1008,6 @@ export class Task {
     this.#add(entry);
   }
 
-  #onAgentEvent(event: AgentEvent): void {
-    if (this.#deleted) return;
-    switch (event.type) {
-      case "transcript.changed":
-        this.#saveTranscript(event);
-        return;
-      case "turn.started":
-        if (!this.#quietTurn && (event.input !== "" || event.images))
-          this.#add({
-            kind: "user",
-            id: this.#nextId(),
-            text: event.input,
-            ...(event.images ? { images: [...event.images] } : {}),
-          });
-        this.#quietTurn = false;
-        this.#cutOff = undefined;
-        delete this.summary.cutOff;
-        this.status.queued = [...(this.#agent?.queuedMessages ?? [])];
-        this.#setState("running");
-        this.#sendStatus();
-        return;
-      case "response.started":
-        if (event.lane !== "") return;
-        this.status.lastModel = event.model;
-        if (event.route) this.status.route = event.route;
-        else delete this.status.route;
-        if (event.routeRule) this.status.routeRule = event.routeRule;
-        else delete this.status.routeRule;
-        this.#sendStatus();
-        return;
-      case "first_token":
-        if (event.lane !== "") return;
-        this.status.ttftMs = event.ms;
-        this.#live = { firstAt: performance.now(), deltas: 0, sentAt: performance.now() };
-        this.#sendStatus();
-        return;
-      case "text.delta": {
-        if (event.lane !== "" || !this.#streaming) return;
-        this.#streamingText.append(event.delta);
-        this.#liveRate();
-        this.context.broadcast({
-          type: "delta",
-          task: this.id,
-          entry: this.#streaming.id,
-          delta: event.delta,
-        });
-        return;
-      }
-      case "item.started":
-        this.#itemStarted(event.item);
-        return;
-      case "item.completed":
-        this.#itemCompleted(event.item, event.diffs);
-        return;
-      case "response.done":
-        if (event.lane !== "") return;
-        if (event.ttftMs !== undefined) this.status.ttftMs = event.ttftMs;
-        if (event.tokensPerSecond !== undefined) this.status.tokensPerSecond = event.tokensPerSecond;
-        this.#cutOff =
-          event.status === "incomplete"
-            ? cutOffReason(event.reason, event.contextTokens, this.status.contextWindow)
-            : undefined;
-        this.#sendStatus();
-        // The answer is whole: done now, not once the agent's bookkeeping (hooks, the checkpoint) ends.
-        if (event.final && this.#failure === undefined) this.#setState("done");
-        return;
-      case "steer":
-        if (event.status === "failed")
-          this.#notice("info", `steer arrived after the answer ended: sent as the next message`);
-        return;
-      case "checkpoint":
-        this.#checkpointSummary();
-        return;
-      case "compacted":
-        this.#notice("info", `context compacted (${event.trigger}): ${event.items} items remain`);
-        this.#sendStatus();
-        return;
-      case "turn.completed":
-      case "turn.interrupted":
-      case "turn.failed": {
-        this.#finishStreaming();
-        const failure = this.#failure;
-        this.#failure = undefined;
-        if (event.type === "turn.failed") this.#notice("error", event.error.message);
-        if (event.type === "turn.interrupted" && failure === undefined) this.#notice("info", "stopped");
-        const cutOff = event.type === "turn.completed" ? this.#cutOff : undefined;
-        this.#cutOff = undefined;
-        if (cutOff !== undefined && failure === undefined) this.#markCutOff(cutOff);
-        const state: TaskState =
-          event.type === "turn.completed" && failure === undefined
-            ? cutOff === undefined
-              ? "done"
-              : "incomplete"
-            : event.type === "turn.failed" || failure !== undefined
-              ? "failed"
-              : "interrupted";
-        this.status.queued = [...(this.#agent?.queuedMessages ?? [])];
-        this.#sendStatus();
-        this.#setState(state);
-        void this.#measure(true);
-        if (this.summary.background && !this.busy) {
-          const last = [...this.entries].reverse().find((e) => e.kind === "assistant");
-          this.context.broadcast({
-            type: "notify",
-            task: this.id,
-            title: this.summary.title,
-            state,
-            text:
-              (last?.kind === "assistant" ? last.text.slice(0, 400) : "") +
-              (this.summary.changedFiles.length > 0
-                ? `\nChanged${this.#ws && this.#ws.kind !== "in-place" ? ` in its ${this.#ws.kind === "copy" ? "copy" : "worktree"} (Review to apply)` : ""}: ${this.summary.changedFiles.join(", ")}`
-                : ""),
-          });
-        }
-        return;
-      }
-      default:
-        return;
-    }
-  }
-
   /**
    * Saves the agent's transcript to the session file. A write that fails (a full disk, a removed
    * sessions directory) must not escape into the agent, where it would end the app or leave the
@@ -1165,134 +1037,19 @@ export class Task {
       this.context.broadcast({ type: "error", task: this.id, code: "save_failed", message });
       this.#notice("error", message);
       if (this.#agent?.busy) {
-        this.#failure = message;
+        this.#events.failure = message;
         this.#agent.interrupt();
       } else this.#setState("failed");
     }
   }
 
-  #itemStarted(item: ThreadItem): void {
-    if (item.type === "agent_message") {
-      this.#finishStreaming();
-      const entry: Extract<LogEntry, { kind: "assistant" }> = {
-        kind: "assistant",
-        id: this.#itemKey(item.id),
-        text: "",
-        streaming: true,
-        ...(this.status.lastModel ? { model: this.status.lastModel } : {}),
-      };
-      this.#streaming = entry;
-      this.#streamingText = new TextBuffer();
-      this.#add(entry, false);
-      return;
-    }
-    // The patch is applied as soon as this listener returns: the snapshot is taken synchronously.
-    if (item.type === "file_change") this.record.before(item.changes.map((c) => c.path));
-    this.#add({ kind: "item", id: this.#itemKey(item.id), item }, false);
-  }
-
-  /** `diffs`: what this file change did (the agent's own, per patch), else the task's record of its files. */
-  #itemCompleted(item: ThreadItem, diffs?: Extract<AgentEvent, { type: "item.completed" }>["diffs"]): void {
-    if (item.type === "agent_message") {
-      const entry = this.#streaming?.id === this.#itemKey(item.id) ? this.#streaming : undefined;
-      if (entry) {
-        entry.text = item.text;
-        entry.streaming = false;
-        this.#streaming = undefined;
-        this.#streamingText = new TextBuffer();
-        this.#add(entry);
-      }
-      return;
-    }
-    if (item.type === "file_change") {
-      const paths = item.changes.map((c) => c.path);
-      this.record.after(paths);
-      this.summary.changedFiles = this.record.paths;
-      this.#add({
-        kind: "item",
-        id: this.#itemKey(item.id),
-        item,
-        diffs: diffs ?? this.record.diffsOf(paths),
-      });
-      this.#touch();
-      return;
-    }
-    this.#add({ kind: "item", id: this.#itemKey(item.id), item });
-  }
-
-  /** Entry id of an agent item: the agent numbers its items from 0 again after a restart. */
-  #itemKey(itemId: string): string {
-    return `${this.#generation}-${itemId}`;
-  }
-
-  #finishStreaming(): void {
-    if (!this.#streaming) return;
-    this.#streaming.text = this.#streamingText.toString();
-    this.#streaming.streaming = false;
-    this.#add(this.#streaming);
-    this.#streaming = undefined;
-    this.#streamingText = new TextBuffer();
-  }
-
-  /**
-   * Deltas are about tokens: the rate so far is sent at most twice a second while the answer
-   * streams (the status bar shows it live, not only once the answer is done).
-   */
-  #liveRate(): void {
-    const live = this.#live;
-    live.deltas++;
-    const now = performance.now();
-    if (live.firstAt === 0 || now - live.sentAt < 500 || now - live.firstAt < 250) return;
-    live.sentAt = now;
-    this.status.tokensPerSecond = live.deltas / ((now - live.firstAt) / 1000);
-    this.#sendStatus();
-  }
-
-  /** The turn's answer was cut off: its entry, the task and a notice with the next step say so. */
-  #markCutOff(why: string): void {
-    const last = [...this.entries].reverse().find((e) => e.kind === "assistant");
-    if (last?.kind === "assistant") this.#add({ ...last, cutOff: why });
-    this.summary.cutOff = why;
-    this.#notice(
-      "error",
-      why === "context full"
-        ? `Cut off: context full (${this.status.contextTokens} of ${this.status.contextWindow} tokens). ` +
-            "Next: Compact (/compact) to summarize the conversation so far, or start a New context (/new), then ask it to continue."
-        : why === "output token limit"
-          ? "Cut off: the answer reached the output token limit. Next: send “continue” to have it go on " +
-            "(or raise the model's maxOutputTokens in the server's config)."
-          : `Cut off: ${why}. Next: send “continue” to have it go on.`,
-    );
-  }
-
   #notice(level: "info" | "error", text: string): void {
-    this.#add({ kind: "notice", id: this.#nextId(), level, text });
+    this.#events.notice(level, text);
   }
 
   /** Adds or replaces an entry, tells the browsers, and saves it unless it is still changing. */
   #add(entry: LogEntry, save = true): void {
-    if (this.#deleted) return;
-    const at = this.entries.findIndex((e) => e.id === entry.id);
-    if (at >= 0) this.entries[at] = entry;
-    else this.entries.push(entry);
-    this.context.broadcast({ type: "entry", task: this.id, entry });
-    if (save) this.#saveEntry(entry);
-  }
-
-  /** A full disk or a removed data directory costs the saved copy, not the running task. */
-  #saveEntry(entry: LogEntry): void {
-    try {
-      appendEntry(this.context.dataDir, this.id, entry);
-    } catch (error) {
-      if (this.#saveFailed) return;
-      this.#saveFailed = true;
-      this.context.broadcast({
-        type: "error",
-        task: this.id,
-        code: "save_failed",
-        message: `the task's transcript could not be saved (${(error as Error).message}); it goes on, but a restart will not show what follows`,
-      });
-    }
+    this.#events.add(entry, save);
   }
 
   #sendStatus(): void {
@@ -1339,28 +1096,11 @@ export class Task {
   }
 
   #nextId(): string {
-    return `e${this.#entryCounter++}`;
+    return this.#events.nextId();
   }
 }
 
 function titleOf(text: string): string {
   const line = text.trim().split("\n")[0] ?? "";
   return line.length > 60 ? `${line.slice(0, 57)}…` : line || "New task";
-}
-
-/**
- * Why a response ended incomplete, in the user's words; undefined when it was not cut off (stopped
- * or steered). The server says `max_output_tokens` both when the output limit was reached and when
- * the context filled up; a context (nearly) full tells them apart.
- */
-export function cutOffReason(
-  reason: string | undefined,
-  contextTokens: number,
-  contextWindow: number,
-): string | undefined {
-  if (reason === undefined || reason === "cancelled" || reason === "steered") return undefined;
-  if (/context/i.test(reason)) return "context full";
-  if (reason !== "max_output_tokens") return reason.replace(/_/g, " "); // server_shutdown, …
-  if (contextWindow > 0 && contextTokens >= contextWindow * 0.95) return "context full";
-  return "output token limit";
 }
