@@ -8,8 +8,9 @@
  * check command (`variants.check`) passes only where who.txt ends in "-2".
  */
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { hostname } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -75,8 +76,16 @@ async function withHome<T>(home: string, body: () => Promise<T>): Promise<T> {
   }
 }
 
-/** Spark's worktree folders under SPARK_HOME for any workspace: their entries. */
+/**
+ * Spark's worktree folders under SPARK_HOME for any workspace: their entries, without the owner marks
+ * beside them (`<id>.owner`: which running Spark made it).
+ */
 function sparkWorktrees(home: string): string[] {
+  return sparkEntries(home).filter((entry) => !entry.endsWith(".owner"));
+}
+
+/** Every entry of Spark's worktree folders under SPARK_HOME, owner marks included. */
+function sparkEntries(home: string): string[] {
   const top = join(home, "worktrees");
   if (!existsSync(top)) return [];
   return readdirSync(top).flatMap((folder) => readdirSync(join(top, folder)));
@@ -160,7 +169,7 @@ describe("variants and --worktree in the terminal", { skip: tmuxMissing ?? false
     assert.equal(readFileSync(join(cwd, "hello.txt"), "utf8"), "hello\nworld\n");
     assert.equal(readFileSync(join(cwd, "base.txt"), "utf8"), "base\nuncommitted\n");
     // The others are gone: no worktree, no branch, no folder.
-    assert.deepEqual(sparkWorktrees(home), []);
+    assert.deepEqual(sparkEntries(home), []);
     assert.equal(git(cwd, "worktree", "list").trim().split("\n").length, 1);
     assert.equal(git(cwd, "branch", "--list", "spark/*").trim(), "");
     assert.deepEqual(readdirSync(join(home, "worktrees")), [], "their folder too");
@@ -235,7 +244,7 @@ describe("variants and --worktree in the terminal", { skip: tmuxMissing ?? false
     term.type("/quit");
     term.press("Enter");
     await term.waitFor("worktree removed (the session changed no files)", "the exit", WAIT);
-    assert.deepEqual(sparkWorktrees(home), []);
+    assert.deepEqual(sparkEntries(home), []);
     assert.equal(git(cwd, "branch", "--list", "spark/*").trim(), "");
   });
 
@@ -256,7 +265,7 @@ describe("variants and --worktree in the terminal", { skip: tmuxMissing ?? false
     await term.waitFor("no variant finished; their worktrees are removed", "the stop", WAIT);
     await term.idle();
     assert.match(term.screen(), /^\s*1\s+cancelled\b/m);
-    assert.deepEqual(sparkWorktrees(home), []);
+    assert.deepEqual(sparkEntries(home), []);
     assert.equal(git(cwd, "branch", "--list", "spark/*").trim(), "");
     assert.equal(existsSync(join(cwd, "hello.txt")), false);
   });
@@ -344,6 +353,10 @@ describe("variants and --worktree in the terminal", { skip: tmuxMissing ?? false
     // `spark app` on the same directory prunes its own stale workspaces at start, not these. A plain
     // folder there goes last (after every worktree git lists): once it is gone the prune is done.
     const stale = await withHome(home, () => createTaskWorkspace(cwd, "20990101T000000-stale"));
+    // Its owner was this test process, which still runs: make it a Spark that has since ended (a
+    // process that exited), so that the workspace is stale, not another running instance's.
+    const ended = spawnSync("true");
+    writeFileSync(`${stale.path}.owner`, JSON.stringify({ pid: ended.pid, started: null, host: hostname() }));
     const lastEntry = join(stale.path, "..", "zz-stale-folder");
     mkdirSync(lastEntry);
     const app = spawnCli(
