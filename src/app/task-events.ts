@@ -43,6 +43,10 @@ export interface TaskEventsHost {
   turnEnded(): void;
 }
 
+let generations = 0;
+/** A prefix no other agent of this process (or an earlier one) gave its items' entries. */
+const nextGeneration = (): string => `a${Date.now().toString(36)}${(generations++).toString(36)}`;
+
 export class TaskEvents {
   readonly entries: LogEntry[] = [];
   /** The next entry number (`eN`). */
@@ -60,10 +64,18 @@ export class TaskEvents {
   /** Live tokens per second while an answer streams: deltas since the first token, and when. */
   #live = { firstAt: 0, deltas: 0, sentAt: 0 };
   #saveFailed = false;
-  /** Distinguishes this process's agent items from those saved by an earlier one. */
-  readonly #generation = `a${Date.now().toString(36)}`;
+  /**
+   * Distinguishes the items of the task's agent from those of its earlier agents (saved by an
+   * earlier process, or retired: a new model, a removed worktree), which number theirs from 0 too.
+   */
+  #generation = nextGeneration();
 
   constructor(private readonly host: TaskEventsHost) {}
+
+  /** A new agent is connected: its items (numbered from 0 again) are new entries, never an earlier agent's. */
+  newAgent(): void {
+    this.#generation = nextGeneration();
+  }
 
   /** The entries, the answer streaming now included so far. */
   current(): LogEntry[] {

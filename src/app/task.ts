@@ -470,6 +470,8 @@ export class Task {
     });
     this.status.contextWindow = contextWindow;
     liveContext(agent); // the meter follows the agent's events before the task does
+    // Its items are new entries: an answer must not take the place of an earlier agent's item_0.
+    this.#events.newAgent();
     agent.on((event) => this.#events.onAgentEvent(event));
     // A server that failed costs only its tools; the task says which, and why, once.
     const mcp = this.context.mcp;
