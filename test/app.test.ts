@@ -72,11 +72,19 @@ function script(name: string, lines: readonly object[]): string {
   return file(name, lines.map((line) => JSON.stringify(line)).join("\n") + "\n");
 }
 
-/** A long first answer (several seconds at the test's rate) that starts with HTML a model might write. */
+/**
+ * An answer that starts with HTML a model might write and streams for longer than any test here
+ * lasts (~56,000 pieces: some 23 minutes at the tests' rate of 40 a second), so what a test does
+ * "while it streams" (steer, stop, a background task finishing) always happens while it streams,
+ * however slowly a loaded machine runs the browser (it was ~860 pieces: 21 s, a bet on the
+ * browser's speed).
+ */
 const LONG =
   `ALPHA <img src=x onerror="window.__pwned=1"> <script>window.__pwned=2</script> ` +
-  Array.from({ length: 60 }, (_, i) => `Sentence ${i} of a long answer that keeps streaming.`).join(" ") +
+  Array.from({ length: 4000 }, (_, i) => `Sentence ${i} of a long answer that keeps streaming.`).join(" ") +
   " OMEGA";
+/** Each browser test's own budget (not one shared by the suite): a loaded machine runs them slowly. */
+const BROWSER_TEST_MS = 180_000;
 
 async function openApp(url: string): Promise<Page> {
   const browser = await launchBrowser();
@@ -114,301 +122,324 @@ async function waitForState(page: Page, label: string): Promise<void> {
   await page.locator(".task-item.current .state", { hasText: new RegExp(`^${label}$`) }).waitFor();
 }
 
-describe("spark app in a browser", { timeout: 180_000 }, () => {
-  test("streams, steers, stops, toggles the tier, renders untrusted HTML inert, and survives a reload and a restart", async () => {
-    const story = script("story.jsonl", [
-      message(LONG),
-      message("BRAVO: the steered answer, about **spark**."),
-      message("CHARLIE: the third answer."),
-    ]);
-    const app = await startApp({ args: ["--engine", "script", "--script", story, "--rate", "40"] });
-    const page = await openApp(app.url);
-    await newTask(page);
-    await sendText(page, "Tell me a story");
+describe("spark app in a browser", () => {
+  test(
+    "streams, steers, stops, toggles the tier, renders untrusted HTML inert, and survives a reload and a restart",
+    { timeout: BROWSER_TEST_MS },
+    async () => {
+      const story = script("story.jsonl", [
+        message(LONG),
+        message("BRAVO: the steered answer, about **spark**."),
+        message("CHARLIE: the third answer."),
+      ]);
+      const app = await startApp({ args: ["--engine", "script", "--script", story, "--rate", "40"] });
+      const page = await openApp(app.url);
+      await newTask(page);
+      await sendText(page, "Tell me a story");
 
-    // Text is on screen while the response is still streaming.
-    const streaming = page.locator('.msg.assistant[data-streaming="true"] .markdown');
-    await streaming.filter({ hasText: "Sentence 1 " }).waitFor();
-    assert.equal(await page.locator('.msg.assistant[data-streaming="true"]').count(), 1);
+      // Text is on screen while the response is still streaming.
+      const streaming = page.locator('.msg.assistant[data-streaming="true"] .markdown');
+      await streaming.filter({ hasText: "Sentence 1 " }).waitFor();
+      assert.equal(await page.locator('.msg.assistant[data-streaming="true"]').count(), 1);
 
-    // Untrusted HTML ran nothing: no handler, no script element, and the page's own flag is unset.
-    assert.equal(await page.locator(".transcript script").count(), 0);
-    assert.equal(await page.locator(".transcript [onerror]").count(), 0);
-    assert.equal(await page.locator(".transcript .markdown img").count(), 0);
-    assert.equal(await page.evaluate("typeof window.__pwned"), "undefined");
+      // Untrusted HTML ran nothing: no handler, no script element, and the page's own flag is unset.
+      assert.equal(await page.locator(".transcript script").count(), 0);
+      assert.equal(await page.locator(".transcript [onerror]").count(), 0);
+      assert.equal(await page.locator(".transcript .markdown img").count(), 0);
+      assert.equal(await page.evaluate("typeof window.__pwned"), "undefined");
 
-    await screenshot(page, "streaming");
-    // Enter while it writes steers it: the answer changes to the script's next line.
-    await sendText(page, "Make it about <b>spark</b>");
-    await page.locator(".msg.assistant .markdown", { hasText: "BRAVO" }).waitFor();
-    await waitForState(page, "done");
-    assert.equal(await page.locator(".msg.user.steer").count(), 1);
-    // The user's HTML is shown as text.
-    assert.equal(await page.locator(".msg.user.steer .text").innerText(), "Make it about <b>spark</b>");
-    const first = await page.locator(".msg.assistant").first().innerText();
-    assert.ok(first.includes("ALPHA") && !first.includes("OMEGA"), "the first answer was cut by the steer");
+      await screenshot(page, "streaming");
+      // Enter while it writes steers it: the answer changes to the script's next line.
+      await sendText(page, "Make it about <b>spark</b>");
+      await page.locator(".msg.assistant .markdown", { hasText: "BRAVO" }).waitFor();
+      await waitForState(page, "done");
+      assert.equal(await page.locator(".msg.user.steer").count(), 1);
+      // The user's HTML is shown as text.
+      assert.equal(await page.locator(".msg.user.steer .text").innerText(), "Make it about <b>spark</b>");
+      const first = await page.locator(".msg.assistant").first().innerText();
+      assert.ok(first.includes("ALPHA") && !first.includes("OMEGA"), "the first answer was cut by the steer");
 
-    // Stop ends an answer mid-stream.
-    await newTask(page);
-    await sendText(page, "Another story");
-    await page
-      .locator('.msg.assistant[data-streaming="true"] .markdown', { hasText: "Sentence 1 " })
-      .waitFor();
-    await page.locator(".stop-button").click();
-    await waitForState(page, "stopped");
-    const stopped = await page.locator(".msg.assistant").last().innerText();
-    assert.ok(stopped.includes("ALPHA") && !stopped.includes("OMEGA"), "Stop ended the answer early");
-    assert.equal(await page.locator('.msg.assistant[data-streaming="true"]').count(), 0);
+      // Stop ends an answer mid-stream.
+      await newTask(page);
+      await sendText(page, "Another story");
+      await page
+        .locator('.msg.assistant[data-streaming="true"] .markdown', { hasText: "Sentence 1 " })
+        .waitFor();
+      await page.locator(".stop-button").click();
+      await waitForState(page, "stopped");
+      const stopped = await page.locator(".msg.assistant").last().innerText();
+      assert.ok(stopped.includes("ALPHA") && !stopped.includes("OMEGA"), "Stop ended the answer early");
+      assert.equal(await page.locator('.msg.assistant[data-streaming="true"]').count(), 0);
 
-    // Ctrl+Shift+L toggles spark → deep; the next request carries the new model.
-    assert.equal(await page.locator(".task-item.current .tier").innerText(), "spark");
-    await page.keyboard.press("Control+Shift+L");
-    await page.locator(".task-item.current .tier", { hasText: "deep" }).waitFor();
-    assert.equal(await page.locator(".lightning.on").count(), 0);
-    await sendText(page, "Continue");
-    await page.locator(".msg.assistant .markdown", { hasText: "BRAVO" }).last().waitFor();
-    await waitForState(page, "done");
-    assert.equal(await page.locator(".msg.assistant .model").last().innerText(), "deep");
-    assert.match(await page.locator(".status-bar .ttft").innerText(), /TTFT \d+ ms/);
-    assert.match(await page.locator(".status-bar .context").innerText(), /context \d+%/);
+      // Ctrl+Shift+L toggles spark → deep; the next request carries the new model.
+      assert.equal(await page.locator(".task-item.current .tier").innerText(), "spark");
+      await page.keyboard.press("Control+Shift+L");
+      await page.locator(".task-item.current .tier", { hasText: "deep" }).waitFor();
+      assert.equal(await page.locator(".lightning.on").count(), 0);
+      await sendText(page, "Continue");
+      await page.locator(".msg.assistant .markdown", { hasText: "BRAVO" }).last().waitFor();
+      await waitForState(page, "done");
+      // The answer is a message of its own: the stopped one stays above it (a new agent for the new
+      // tier numbers its items from 0 again, and its first answer once took the stopped one's place).
+      const answers = await page.locator(".msg.assistant .markdown").allInnerTexts();
+      assert.equal(answers.length, 2, JSON.stringify(answers.map((text) => text.slice(0, 40))));
+      assert.ok(answers[0]!.startsWith("ALPHA") && answers[1]!.includes("BRAVO"));
+      assert.equal(await page.locator(".msg.assistant .model").last().innerText(), "deep");
+      assert.match(await page.locator(".status-bar .ttft").innerText(), /TTFT \d+ ms/);
+      assert.match(await page.locator(".status-bar .context").innerText(), /context \d+%/);
 
-    // A reload restores the task list and the open task's transcript.
-    await page.reload();
-    await page.locator(".task-item").nth(1).waitFor();
-    assert.equal(await page.locator(".task-item").count(), 2);
-    await page.locator(".msg.assistant .markdown", { hasText: "BRAVO" }).waitFor();
-    assert.equal(await currentState(page), "done");
+      // A reload restores the task list and the open task's transcript.
+      await page.reload();
+      await page.locator(".task-item").nth(1).waitFor();
+      assert.equal(await page.locator(".task-item").count(), 2);
+      await page.locator(".msg.assistant .markdown", { hasText: "BRAVO" }).waitFor();
+      assert.equal(await currentState(page), "done");
 
-    // So does a restart of the app on the same data directory.
-    await stop(app);
-    const again = await startApp({
-      args: ["--engine", "script", "--script", story, "--rate", "40"],
-      workspace: app.workspace,
-      dataDir: app.dataDir,
-    });
-    const second = await openApp(again.url);
-    await second.locator(".task-item").nth(1).waitFor();
-    const titles = await second.locator(".task-item .task-title").allInnerTexts();
-    assert.deepEqual(titles.sort(), ["Another story", "Tell me a story"]);
-    await second.locator(".task-item", { hasText: "Tell me a story" }).click();
-    await second.locator(".msg.assistant .markdown", { hasText: "BRAVO" }).waitFor();
-    // The agent's conversation continues where it was: the next answer is the script's third line.
-    await sendText(second, "And then?");
-    await second.locator(".msg.assistant .markdown", { hasText: "CHARLIE" }).waitFor();
-    await second.close();
-    await page.close();
-  });
-
-  test("approvals in place, a patch as a diff that matches the disk, a denied command, and a revert", async () => {
-    const edits = script("edits.jsonl", [
-      {
-        output: [
-          {
-            type: "custom_tool_call",
-            name: "apply_patch",
-            input: "*** Begin Patch\n*** Update File: notes.txt\n@@\n hello\n-world\n+spark\n*** End Patch",
-          },
-        ],
-      },
-      {
-        output: [
-          {
-            type: "function_call",
-            name: "shell",
-            arguments: JSON.stringify({ command: "touch denied.txt" }),
-          },
-        ],
-      },
-      message("All done."),
-    ]);
-    // A git repository: the review shows the change as git sees it against HEAD.
-    const workspace = freshDir("ws-");
-    writeFileSync(join(workspace, "notes.txt"), "hello\nworld\n");
-    const git = (...args: string[]): void => {
-      execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.com", ...args], {
-        cwd: workspace,
+      // So does a restart of the app on the same data directory.
+      await stop(app);
+      const again = await startApp({
+        args: ["--engine", "script", "--script", story, "--rate", "40"],
+        workspace: app.workspace,
+        dataDir: app.dataDir,
       });
-    };
-    git("init", "-q");
-    git("add", "notes.txt");
-    git("commit", "-qm", "notes");
-    const app = await startApp({
-      // In place (as before worktrees): the patch lands in the workspace as soon as it is approved.
-      args: [
-        "--engine",
-        "script",
-        "--script",
-        edits,
-        "--rate",
-        "200",
-        "--approval",
-        "untrusted",
-        "--in-place",
-      ],
-      workspace,
-    });
-    const page = await openApp(app.url);
-    await newTask(page);
-    await sendText(page, "Edit the notes");
+      const second = await openApp(again.url);
+      await second.locator(".task-item").nth(1).waitFor();
+      const titles = await second.locator(".task-item .task-title").allInnerTexts();
+      assert.deepEqual(titles.sort(), ["Another story", "Tell me a story"]);
+      await second.locator(".task-item", { hasText: "Tell me a story" }).click();
+      await second.locator(".msg.assistant .markdown", { hasText: "BRAVO" }).waitFor();
+      // The agent's conversation continues where it was: the next answer is the script's third line.
+      await sendText(second, "And then?");
+      await second.locator(".msg.assistant .markdown", { hasText: "CHARLIE" }).waitFor();
+      await second.close();
+      await page.close();
+    },
+  );
 
-    const patchApproval = page.locator(".approval:not(.answered)", { hasText: "Apply this patch?" });
-    await patchApproval.waitFor();
-    assert.equal(await currentState(page), "waiting for approval");
-    assert.equal(
-      readFileSync(join(workspace, "notes.txt"), "utf8"),
-      "hello\nworld\n",
-      "nothing written before approval",
-    );
-    await screenshot(page, "approval");
-    await patchApproval.locator("button", { hasText: "Approve once" }).click();
-
-    const patch = page.locator(".tool.patch.completed");
-    await patch.waitFor();
-    // The applied patch's diff is collapsed (the approval card showed it): a click opens it.
-    await patch.locator("details.patch-diffs > summary").click();
-    assert.equal(await patch.locator(".line.add").innerText(), "+spark");
-    assert.equal(await patch.locator(".line.del").innerText(), "-world");
-    assert.equal(readFileSync(join(workspace, "notes.txt"), "utf8"), "hello\nspark\n");
-
-    const commandApproval = page.locator(".approval:not(.answered)", { hasText: "Run this command?" });
-    await commandApproval.waitFor();
-    assert.match(await commandApproval.locator(".summary").innerText(), /touch denied\.txt/);
-    await commandApproval.locator(".deny-reason").fill("not in this workspace");
-    await commandApproval.locator("button", { hasText: "Deny" }).click();
-    await page.locator(".approval.answered", { hasText: "Denied: not in this workspace" }).waitFor();
-    await page.locator(".tool.command.declined").waitFor();
-    await page.locator(".msg.assistant .markdown", { hasText: "All done." }).waitFor();
-    assert.equal(existsSync(join(workspace, "denied.txt")), false);
-    assert.equal(await page.locator(".task-item.current .files").innerText(), "1 file");
-
-    // Review shows the task's change; reverting the file restores the disk.
-    await page.locator(".review-button").click();
-    const reviewed = page.locator(".review .diff[data-path='notes.txt']");
-    await reviewed.waitFor();
-    assert.match(await page.locator(".review-head").innerText(), /as git sees them against HEAD/);
-    await screenshot(page, "review");
-    assert.equal(await reviewed.locator(".line.add").innerText(), "+spark");
-    await reviewed.locator("button", { hasText: "Revert file" }).click();
-    await page.locator(".review .empty", { hasText: "No changes recorded." }).waitFor();
-    assert.equal(readFileSync(join(workspace, "notes.txt"), "utf8"), "hello\nworld\n");
-    await page.close();
-  });
-
-  test("background deep tasks finish while a foreground spark task streams (the delegate tool and the button)", async () => {
-    const foreground = script("foreground.jsonl", [
-      {
-        output: [
-          {
-            type: "function_call",
-            name: "delegate",
-            arguments: JSON.stringify({ task: "Refactor the parser" }),
-          },
-        ],
-      },
-      message(`FOREGROUND ${LONG}`),
-    ]);
-    const background = script("background.jsonl", [message("BACKGROUND DONE: refactored.")]);
-    const config = file(
-      "app-config.json",
-      JSON.stringify({
-        models: {
-          spark: { engine: "script", script: foreground, rate: 40 },
-          deep: { engine: "script", script: background, rate: 200 },
+  test(
+    "approvals in place, a patch as a diff that matches the disk, a denied command, and a revert",
+    { timeout: BROWSER_TEST_MS },
+    async () => {
+      const edits = script("edits.jsonl", [
+        {
+          output: [
+            {
+              type: "custom_tool_call",
+              name: "apply_patch",
+              input: "*** Begin Patch\n*** Update File: notes.txt\n@@\n hello\n-world\n+spark\n*** End Patch",
+            },
+          ],
         },
-      }),
-    );
-    const app = await startApp({ args: ["--config", config] });
-    const page = await openApp(app.url);
-    await newTask(page);
-    await sendText(page, "Start the refactor in the background and keep talking");
-
-    // The agent delegated: a background deep task appears and finishes while the foreground streams.
-    const toast = page.locator(".toast", { hasText: "Refactor the parser" });
-    await toast.waitFor();
-    assert.match(await toast.innerText(), /BACKGROUND DONE/);
-    assert.equal(
-      await page.locator('.msg.assistant[data-streaming="true"]').count(),
-      1,
-      "the foreground still streams",
-    );
-    assert.equal(await currentState(page), "running");
-    const backgroundItem = page.locator(".task-item", { hasText: "Refactor the parser" });
-    assert.equal(await backgroundItem.locator(".tier").innerText(), "deep");
-    assert.equal(await backgroundItem.locator(".bg").count(), 1);
-
-    // The button hands the composer's text to another background task while the foreground goes on.
-    await page.locator("textarea.input").fill("Run the whole test suite");
-    await page.locator(".background-button").click();
-    await page.locator(".toast", { hasText: "Run the whole test suite" }).waitFor();
-    assert.equal(await page.locator('.msg.assistant[data-streaming="true"]').count(), 1);
-    assert.equal(await page.locator(".task-item .bg").count(), 2);
-    await screenshot(page, "background");
-    await page.close();
-  });
-
-  test("refuses foreign origins and hosts, checks its frames, and asks for a key when one is set", async () => {
-    const quick = script("quick.jsonl", [message("ok")]);
-    const app = await startApp({ args: ["--engine", "script", "--script", quick] });
-    const { host } = new URL(app.url);
-    const wsUrl = `ws://${host}/app/ws`;
-    const upgrade = (headers: Record<string, string>): Promise<number> =>
-      new Promise((resolve, reject) => {
-        const socket = new WebSocket(wsUrl, { headers });
-        socket.on("open", () => {
-          socket.close();
-          resolve(101);
+        {
+          output: [
+            {
+              type: "function_call",
+              name: "shell",
+              arguments: JSON.stringify({ command: "touch denied.txt" }),
+            },
+          ],
+        },
+        message("All done."),
+      ]);
+      // A git repository: the review shows the change as git sees it against HEAD.
+      const workspace = freshDir("ws-");
+      writeFileSync(join(workspace, "notes.txt"), "hello\nworld\n");
+      const git = (...args: string[]): void => {
+        execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.com", ...args], {
+          cwd: workspace,
         });
-        socket.on("unexpected-response", (_request, response) => resolve(response.statusCode ?? 0));
-        socket.on("error", reject);
+      };
+      git("init", "-q");
+      git("add", "notes.txt");
+      git("commit", "-qm", "notes");
+      const app = await startApp({
+        // In place (as before worktrees): the patch lands in the workspace as soon as it is approved.
+        args: [
+          "--engine",
+          "script",
+          "--script",
+          edits,
+          "--rate",
+          "200",
+          "--approval",
+          "untrusted",
+          "--in-place",
+        ],
+        workspace,
       });
-    assert.equal(await upgrade({ origin: "http://evil.example" }), 403);
-    assert.equal(await upgrade({ origin: `http://${host}`, host: "evil.example" }), 403);
-    assert.equal(await upgrade({}), 403, "a socket without Origin is not one of the app's pages");
-    assert.equal(await upgrade({ origin: `http://${host}` }), 101);
-    const foreign = await fetch(app.url, { headers: { origin: "http://evil.example" } });
-    assert.equal(foreign.status, 403);
-    assert.equal(((await foreign.json()) as { error: { code: string } }).error.code, "origin_not_allowed");
+      const page = await openApp(app.url);
+      await newTask(page);
+      await sendText(page, "Edit the notes");
 
-    // Malformed frames get an error with a code; the socket stays usable.
-    const socket = new WebSocket(wsUrl, { headers: { origin: `http://${host}` } });
-    const replies: { type: string; code?: string }[] = [];
-    socket.on("message", (data) => replies.push(JSON.parse(String(data)) as { type: string; code?: string }));
-    await new Promise((resolve) => socket.once("open", resolve));
-    socket.send("{not json");
-    socket.send(JSON.stringify({ type: "send", task: "x" }));
-    socket.send(JSON.stringify({ type: "send", task: "no-such-task", text: "hi" }));
-    await waitUntil(() => replies.filter((r) => r.type === "error").length === 3);
-    assert.deepEqual(
-      replies.filter((r) => r.type === "error").map((r) => r.code),
-      ["invalid_json", "invalid_message", "task_not_found"],
-    );
-    socket.close();
+      const patchApproval = page.locator(".approval:not(.answered)", { hasText: "Apply this patch?" });
+      await patchApproval.waitFor();
+      assert.equal(await currentState(page), "waiting for approval");
+      assert.equal(
+        readFileSync(join(workspace, "notes.txt"), "utf8"),
+        "hello\nworld\n",
+        "nothing written before approval",
+      );
+      await screenshot(page, "approval");
+      await patchApproval.locator("button", { hasText: "Approve once" }).click();
 
-    // With a key, the page asks for it; the key travels in a POST body, never in a URL.
-    const keyed = await startApp({
-      args: ["--engine", "script", "--script", quick],
-      env: { SPARK_API_KEY: "sk-app-test-key" },
-    });
-    const keyedHost = new URL(keyed.url).host;
-    const refused = await new Promise<number>((resolve) => {
-      const ws = new WebSocket(`ws://${keyedHost}/app/ws`, { headers: { origin: `http://${keyedHost}` } });
-      ws.on("unexpected-response", (_request, response) => resolve(response.statusCode ?? 0));
-      ws.on("open", () => resolve(101));
-    });
-    assert.equal(refused, 401);
-    const page = await openApp(keyed.url);
-    await page.locator(".login input").fill("wrong");
-    await page.locator(".login button").click();
-    await page.locator(".login .error", { hasText: "not one" }).waitFor();
-    await page.locator(".login input").fill("sk-app-test-key");
-    await page.locator(".login button").click();
-    await page.locator(".welcome textarea.input").waitFor();
-    assert.ok(!page.url().includes("sk-app-test-key"));
-    await newTask(page);
-    await sendText(page, "hello");
-    await page.locator(".msg.assistant .markdown", { hasText: "ok" }).waitFor();
-    await page.close();
-  });
+      const patch = page.locator(".tool.patch.completed");
+      await patch.waitFor();
+      // The applied patch's diff is collapsed (the approval card showed it): a click opens it.
+      await patch.locator("details.patch-diffs > summary").click();
+      assert.equal(await patch.locator(".line.add").innerText(), "+spark");
+      assert.equal(await patch.locator(".line.del").innerText(), "-world");
+      assert.equal(readFileSync(join(workspace, "notes.txt"), "utf8"), "hello\nspark\n");
+
+      const commandApproval = page.locator(".approval:not(.answered)", { hasText: "Run this command?" });
+      await commandApproval.waitFor();
+      assert.match(await commandApproval.locator(".summary").innerText(), /touch denied\.txt/);
+      await commandApproval.locator(".deny-reason").fill("not in this workspace");
+      await commandApproval.locator("button", { hasText: "Deny" }).click();
+      await page.locator(".approval.answered", { hasText: "Denied: not in this workspace" }).waitFor();
+      await page.locator(".tool.command.declined").waitFor();
+      await page.locator(".msg.assistant .markdown", { hasText: "All done." }).waitFor();
+      assert.equal(existsSync(join(workspace, "denied.txt")), false);
+      assert.equal(await page.locator(".task-item.current .files").innerText(), "1 file");
+
+      // Review shows the task's change; reverting the file restores the disk.
+      await page.locator(".review-button").click();
+      const reviewed = page.locator(".review .diff[data-path='notes.txt']");
+      await reviewed.waitFor();
+      assert.match(await page.locator(".review-head").innerText(), /as git sees them against HEAD/);
+      await screenshot(page, "review");
+      assert.equal(await reviewed.locator(".line.add").innerText(), "+spark");
+      await reviewed.locator("button", { hasText: "Revert file" }).click();
+      await page.locator(".review .empty", { hasText: "No changes recorded." }).waitFor();
+      assert.equal(readFileSync(join(workspace, "notes.txt"), "utf8"), "hello\nworld\n");
+      await page.close();
+    },
+  );
+
+  test(
+    "background deep tasks finish while a foreground spark task streams (the delegate tool and the button)",
+    { timeout: BROWSER_TEST_MS },
+    async () => {
+      const foreground = script("foreground.jsonl", [
+        {
+          output: [
+            {
+              type: "function_call",
+              name: "delegate",
+              arguments: JSON.stringify({ task: "Refactor the parser" }),
+            },
+          ],
+        },
+        message(`FOREGROUND ${LONG}`),
+      ]);
+      const background = script("background.jsonl", [message("BACKGROUND DONE: refactored.")]);
+      const config = file(
+        "app-config.json",
+        JSON.stringify({
+          models: {
+            spark: { engine: "script", script: foreground, rate: 40 },
+            deep: { engine: "script", script: background, rate: 200 },
+          },
+        }),
+      );
+      const app = await startApp({ args: ["--config", config] });
+      const page = await openApp(app.url);
+      await newTask(page);
+      await sendText(page, "Start the refactor in the background and keep talking");
+
+      // The agent delegated: a background deep task appears and finishes while the foreground streams.
+      const toast = page.locator(".toast", { hasText: "Refactor the parser" });
+      await toast.waitFor();
+      assert.match(await toast.innerText(), /BACKGROUND DONE/);
+      assert.equal(
+        await page.locator('.msg.assistant[data-streaming="true"]').count(),
+        1,
+        "the foreground still streams",
+      );
+      assert.equal(await currentState(page), "running");
+      const backgroundItem = page.locator(".task-item", { hasText: "Refactor the parser" });
+      assert.equal(await backgroundItem.locator(".tier").innerText(), "deep");
+      assert.equal(await backgroundItem.locator(".bg").count(), 1);
+
+      // The button hands the composer's text to another background task while the foreground goes on.
+      await page.locator("textarea.input").fill("Run the whole test suite");
+      await page.locator(".background-button").click();
+      await page.locator(".toast", { hasText: "Run the whole test suite" }).waitFor();
+      assert.equal(await page.locator('.msg.assistant[data-streaming="true"]').count(), 1);
+      assert.equal(await page.locator(".task-item .bg").count(), 2);
+      await screenshot(page, "background");
+      await page.close();
+    },
+  );
+
+  test(
+    "refuses foreign origins and hosts, checks its frames, and asks for a key when one is set",
+    { timeout: BROWSER_TEST_MS },
+    async () => {
+      const quick = script("quick.jsonl", [message("ok")]);
+      const app = await startApp({ args: ["--engine", "script", "--script", quick] });
+      const { host } = new URL(app.url);
+      const wsUrl = `ws://${host}/app/ws`;
+      const upgrade = (headers: Record<string, string>): Promise<number> =>
+        new Promise((resolve, reject) => {
+          const socket = new WebSocket(wsUrl, { headers });
+          socket.on("open", () => {
+            socket.close();
+            resolve(101);
+          });
+          socket.on("unexpected-response", (_request, response) => resolve(response.statusCode ?? 0));
+          socket.on("error", reject);
+        });
+      assert.equal(await upgrade({ origin: "http://evil.example" }), 403);
+      assert.equal(await upgrade({ origin: `http://${host}`, host: "evil.example" }), 403);
+      assert.equal(await upgrade({}), 403, "a socket without Origin is not one of the app's pages");
+      assert.equal(await upgrade({ origin: `http://${host}` }), 101);
+      const foreign = await fetch(app.url, { headers: { origin: "http://evil.example" } });
+      assert.equal(foreign.status, 403);
+      assert.equal(((await foreign.json()) as { error: { code: string } }).error.code, "origin_not_allowed");
+
+      // Malformed frames get an error with a code; the socket stays usable.
+      const socket = new WebSocket(wsUrl, { headers: { origin: `http://${host}` } });
+      const replies: { type: string; code?: string }[] = [];
+      socket.on("message", (data) =>
+        replies.push(JSON.parse(String(data)) as { type: string; code?: string }),
+      );
+      await new Promise((resolve) => socket.once("open", resolve));
+      socket.send("{not json");
+      socket.send(JSON.stringify({ type: "send", task: "x" }));
+      socket.send(JSON.stringify({ type: "send", task: "no-such-task", text: "hi" }));
+      await waitUntil(() => replies.filter((r) => r.type === "error").length === 3);
+      assert.deepEqual(
+        replies.filter((r) => r.type === "error").map((r) => r.code),
+        ["invalid_json", "invalid_message", "task_not_found"],
+      );
+      socket.close();
+
+      // With a key, the page asks for it; the key travels in a POST body, never in a URL.
+      const keyed = await startApp({
+        args: ["--engine", "script", "--script", quick],
+        env: { SPARK_API_KEY: "sk-app-test-key" },
+      });
+      const keyedHost = new URL(keyed.url).host;
+      const refused = await new Promise<number>((resolve) => {
+        const ws = new WebSocket(`ws://${keyedHost}/app/ws`, { headers: { origin: `http://${keyedHost}` } });
+        ws.on("unexpected-response", (_request, response) => resolve(response.statusCode ?? 0));
+        ws.on("open", () => resolve(101));
+      });
+      assert.equal(refused, 401);
+      const page = await openApp(keyed.url);
+      await page.locator(".login input").fill("wrong");
+      await page.locator(".login button").click();
+      await page.locator(".login .error", { hasText: "not one" }).waitFor();
+      await page.locator(".login input").fill("sk-app-test-key");
+      await page.locator(".login button").click();
+      await page.locator(".welcome textarea.input").waitFor();
+      assert.ok(!page.url().includes("sk-app-test-key"));
+      await newTask(page);
+      await sendText(page, "hello");
+      await page.locator(".msg.assistant .markdown", { hasText: "ok" }).waitFor();
+      await page.close();
+    },
+  );
 });
 
 // Its waits are all conditions (a card's pick button, the chosen card, the state label, a reply):
