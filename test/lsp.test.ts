@@ -115,6 +115,25 @@ function command<T = Record<string, unknown>>(
   return lsp.connection.sendRequest<T>("workspace/executeCommand", { command: name, arguments: args });
 }
 
+/** `spark.quickEdit` on `range` of the workspace file `name` (no instruction when it is left out). */
+function quickEdit<T = Record<string, unknown>>(
+  lsp: LspProcess,
+  name: string,
+  range: object,
+  instruction?: string,
+): Promise<T> {
+  const target = { textDocument: { uri: uriOf(name) }, range };
+  return command<T>(lsp, "spark.quickEdit", [
+    instruction === undefined ? target : { ...target, instruction },
+  ]);
+}
+
+/** Whole lines `from` up to (not including) line `to`. */
+const wholeLines = (from: number, to: number): object => ({
+  start: { line: from, character: 0 },
+  end: { line: to, character: 0 },
+});
+
 async function rejection(promise: Promise<unknown>): Promise<ResponseError<Record<string, unknown>>> {
   try {
     await promise;
@@ -294,25 +313,10 @@ describe("spark lsp against a Spark server", () => {
     const notOpen = await rejection(complete(lsp, "never-opened.ts", 0, 0));
     assert.equal(notOpen.code, INVALID_PARAMS);
     assert.match(notOpen.message, /not open/);
-    const noInstruction = await rejection(
-      command(lsp, "spark.quickEdit", [
-        {
-          textDocument: { uri: uriOf("add.ts") },
-          range: { start: { line: 0, character: 0 }, end: { line: 1, character: 0 } },
-        },
-      ]),
-    );
+    const noInstruction = await rejection(quickEdit(lsp, "add.ts", wholeLines(0, 1)));
     assert.equal(noInstruction.code, INVALID_PARAMS);
     assert.match(noInstruction.message, /instruction/);
-    const backwards = await rejection(
-      command(lsp, "spark.quickEdit", [
-        {
-          textDocument: { uri: uriOf("add.ts") },
-          range: { start: { line: 2, character: 0 }, end: { line: 1, character: 0 } },
-          instruction: "x",
-        },
-      ]),
-    );
+    const backwards = await rejection(quickEdit(lsp, "add.ts", wholeLines(2, 1), "x"));
     assert.equal(backwards.code, INVALID_PARAMS);
     const tier = await rejection(command(lsp, "spark.setTier", ["fast"]));
     assert.equal(tier.code, INVALID_PARAMS);
@@ -696,27 +700,13 @@ describe("spark lsp against hostile or odd input", () => {
       await initialize(lsp);
       // A quick edit that fits first, as in an editor: the large one then goes over a warm connection.
       await open(lsp, "small.ts", "function add(a, b) {}\n");
-      const small = await command(lsp, "spark.quickEdit", [
-        {
-          textDocument: { uri: uriOf("small.ts") },
-          range: { start: { line: 0, character: 0 }, end: { line: 1, character: 0 } },
-          instruction: "types",
-        },
-      ]);
+      const small = await quickEdit(lsp, "small.ts", wholeLines(0, 1), "types");
       assert.equal(small.newText, REWRITE);
       const text = "const x = 1;\n".repeat(700_000);
       await open(lsp, "large.ts", text);
       // Whether the upload or the answer comes first is a race: a few tries, each must say 413.
       for (let i = 0; i < 5; i++) {
-        const error = await rejection(
-          command(lsp, "spark.quickEdit", [
-            {
-              textDocument: { uri: uriOf("large.ts") },
-              range: { start: { line: 0, character: 0 }, end: { line: 700_000, character: 0 } },
-              instruction: "rename x",
-            },
-          ]),
-        );
+        const error = await rejection(quickEdit(lsp, "large.ts", wholeLines(0, 700_000), "rename x"));
         assert.equal(error.code, REQUEST_FAILED);
         assert.equal(error.data!.code, "request_too_large", error.message);
         assert.equal(error.data!.status, 413);
