@@ -45,18 +45,13 @@
  * commands. Limits: a hard link to a secret made outside Spark is a regular file like any other (the
  * sandbox keeps the agent from making one); a `.git` file's gitdir elsewhere in the workspace is
  * protected by the sandbox's mounts, not by name here.
+ *
+ * Its parts: resolution (resolver.ts: the walk, rules 1, 2 and 5, which `ConfinedRoot` extends with
+ * the operations here: reads, listing, writes, links, removal), the walk's pieces and the errors
+ * (pinned.ts), which paths are secrets (secret-paths.ts), files the user named outside any root
+ * (user-files.ts).
  */
-import {
-  closeSync,
-  fstatSync,
-  lstatSync,
-  mkdirSync,
-  openSync,
-  readSync,
-  readlinkSync,
-  type BigIntStats,
-  type Stats,
-} from "node:fs";
+import { closeSync, fstatSync, openSync, readSync, type BigIntStats, type Stats } from "node:fs";
 import {
   lstat,
   mkdir,
@@ -79,31 +74,24 @@ import {
   checkRegular,
   CREATE_FLAGS,
   DEFAULT_READ_CAP,
-  describeKind,
-  DIR_FLAGS,
   entryStat,
   errnoCode,
   isInside,
-  kindOf,
   listPinned,
-  lstatOrUndefined,
-  MAX_LINK_HOPS,
   openError,
   Pinned,
-  PINNED_WALK,
   READ_FLAGS,
   readCapped,
-  toPosix,
   tooLarge,
   type ConfinedEntry,
-  type EntryKind,
   type Spot,
-  type WalkOptions,
 } from "./pinned.js";
-import { isEnvSecretName, protectedPrefix, secretsInside } from "./secret-paths.js";
+import { isEnvSecretName, secretsInside } from "./secret-paths.js";
+import { ConfinedResolver, type Location } from "./resolver.js";
 import { ToolError } from "./tool-error.js";
 
 export { ToolError } from "./tool-error.js";
+export type { Location } from "./resolver.js";
 export { asToolError, DEFAULT_READ_CAP, MAX_LINK_HOPS, PINNED_WALK } from "./pinned.js";
 export type { ConfinedEntry, EntryKind } from "./pinned.js";
 export { isEnvSecretName, protectedPrefix } from "./secret-paths.js";
@@ -118,17 +106,6 @@ export interface ConfinedOptions {
   secrets?: readonly string[];
   /** How errors name the root to the model: "the workspace" (default), "the skill's folder"… */
   label?: string;
-}
-
-/** What `locate` found at a path. */
-export interface Location {
-  /** Root-relative posix path where it lands ("" for the root). */
-  rel: string;
-  /** The same, absolute (for display and for git, which takes paths). */
-  abs: string;
-  kind: EntryKind;
-  /** The protected part of `rel` (e.g. ".git"), or undefined. */
-  protectedPart: string | undefined;
 }
 
 export interface ReadOptions {
@@ -150,24 +127,7 @@ export interface WriteOptions {
 }
 
 /** The confined view of one directory tree; see the module comment for its rules. */
-export class ConfinedRoot {
-  readonly #label: string;
-  #rootId: { dev: number; ino: number };
-
-  private constructor(
-    /** The real path of the root. */
-    readonly root: string,
-    /** The root as it was given (absolute), so absolute paths spelled through it are accepted too. */
-    private readonly givenRoot: string,
-    /** The home directory's secrets beneath the root (real paths, existing or not): refused. */
-    readonly secrets: readonly string[],
-    rootId: { dev: number; ino: number },
-    label: string,
-  ) {
-    this.#rootId = rootId;
-    this.#label = label;
-  }
-
+export class ConfinedRoot extends ConfinedResolver {
   /** Opens the tree at `root`, which must be an existing directory. */
   static async open(root: string, options: ConfinedOptions = {}): Promise<ConfinedRoot> {
     const given = path.resolve(root);
@@ -186,277 +146,9 @@ export class ConfinedRoot {
     return new ConfinedRoot(real, given, [...secrets], { dev: info.dev, ino: info.ino }, label);
   }
 
-  /** Whether `abs` (a real path) is or lies in one of the home directory's secrets. */
-  isSecret(abs: string): boolean {
-    return this.secrets.some((secret) => isInside(secret, abs));
-  }
-
-  /** `abs` relative to the root, posix-style, for display; "." for the root itself. */
-  relative(abs: string): string {
-    const rel = path.relative(this.root, abs);
-    return rel === "" ? "." : toPosix(rel);
-  }
-
-  /** The absolute path of a root-relative posix path. */
-  absolute(rel: string): string {
-    return rel === "" || rel === "." ? this.root : path.join(this.root, ...rel.split("/"));
-  }
-
-  /** The root-relative posix path of `p` as spelled (no link resolved); throws outside the root. */
-  spelled(p: string): string {
-    if (typeof p !== "string" || p.trim() === "" || p.includes("\0")) {
-      throw new ToolError(
-        "invalid_argument",
-        `Invalid path ${JSON.stringify(p)}: expected a non-empty path.`,
-      );
-    }
-    const abs = path.isAbsolute(p) ? path.normalize(p) : path.resolve(this.root, p);
-    for (const base of [this.root, this.givenRoot]) {
-      if (isInside(base, abs)) return toPosix(path.relative(base, abs));
-    }
-    throw this.#outside(p);
-  }
-
-  #outside(p: string, via?: string): ToolError {
-    const through = via === undefined ? "" : ` (it resolves through a symlink to ${via})`;
-    return new ToolError(
-      "outside_workspace",
-      `${p} is outside ${this.#label}${through}: file tools only work inside ${this.#label} ${this.root}.`,
-    );
-  }
-
-  #secret(p: string, rel: string): ToolError | undefined {
-    const abs = this.absolute(rel);
-    const secret = this.secrets.find((s) => isInside(s, abs));
-    if (secret === undefined) return undefined;
-    return new ToolError(
-      "secret_path",
-      `${p} is in ${this.relative(secret)}, one of the home directory's secrets (keys, credentials, ` +
-        "histories): the agent's tools neither read nor write them.",
-    );
-  }
-
-  #protected(p: string, rel: string): ToolError | undefined {
-    const part = protectedPrefix(rel);
-    if (part === undefined) return undefined;
-    return new ToolError(
-      "protected_path",
-      `${p} is in ${part}, a protected path (its contents run outside the sandbox later), and the user ` +
-        "has not approved changing it.",
-    );
-  }
-
-  /** Opens the root, checking it is still the directory that was opened. */
-  #openRoot(): Pinned {
-    if (!PINNED_WALK) return new Pinned("", this.root, undefined);
-    let fd: number;
-    try {
-      fd = openSync(this.root, DIR_FLAGS);
-    } catch (error) {
-      throw new ToolError(
-        "not_found",
-        `${this.root} cannot be opened any more (${errnoCode(error) ?? String(error)}).`,
-      );
-    }
-    const info = fstatSync(fd);
-    if (info.dev !== this.#rootId.dev || info.ino !== this.#rootId.ino) {
-      closeSync(fd);
-      throw new ToolError("not_found", `${this.root} was replaced since it was opened.`);
-    }
-    return new Pinned("", `/proc/self/fd/${fd}`, fd);
-  }
-
-  /** Opens a directory beneath `dir` without following a link (ENOTDIR for a link or a file). */
-  #openChild(dir: Pinned, name: string): Pinned {
-    const rel = dir.child(name);
-    if (!PINNED_WALK) {
-      const info = lstatSync(dir.at(name));
-      if (!info.isDirectory()) throw Object.assign(new Error("not a directory"), { code: "ENOTDIR" });
-      return new Pinned(rel, dir.at(name), undefined);
-    }
-    const fd = openSync(dir.at(name), DIR_FLAGS);
-    return new Pinned(rel, `/proc/self/fd/${fd}`, fd);
-  }
-
-  /**
-   * Walks `p` beneath the root (rule 1). The caller must close `held`. Throws ToolError
-   * "outside_workspace", "not_found" (a missing directory on the way, unless `create` or
-   * `lexicalTail`), "not_a_directory", "invalid_argument" (too many links), "protected_path" and
-   * "secret_path" (writes).
-   */
-  #walk(p: string, options: WalkOptions): Spot {
-    let pending = this.spelled(p)
-      .split("/")
-      .filter((c) => c !== "" && c !== ".");
-    const stack: Pinned[] = [this.#openRoot()];
-    const release = (): void => {
-      for (const dir of stack) dir.close();
-    };
-    let hops = 0;
-    try {
-      while (pending.length > 0) {
-        const name = pending[0]!;
-        pending = pending.slice(1);
-        if (name === ".") continue;
-        if (name === "..") {
-          if (stack.length === 1) throw this.#outside(p);
-          stack.pop()!.close();
-          continue;
-        }
-        const top = stack.at(-1)!;
-        const rel = top.child(name);
-        const last = pending.length === 0;
-        if (options.write) {
-          if (!options.allowProtected) {
-            const refused = this.#protected(p, rel);
-            if (refused) throw refused;
-          }
-          const secret = this.#secret(p, rel);
-          if (secret) throw secret;
-        }
-        if (last && options.final === "entry") return { dir: top, name, rel, held: stack };
-        if (!last) {
-          try {
-            stack.push(this.#openChild(top, name));
-            continue;
-          } catch (error) {
-            const code = errnoCode(error);
-            if (code === "ENOENT") {
-              if (options.lexicalTail) {
-                // Nothing there yet: the rest is spelled as it would be created.
-                const rest = [name, ...pending];
-                const parts = top.rel === "" ? [] : top.rel.split("/");
-                for (const part of rest) {
-                  if (part === "..") {
-                    if (parts.length === 0) throw this.#outside(p);
-                    parts.pop();
-                  } else if (part !== "." && part !== "") parts.push(part);
-                }
-                const tailName = parts.pop() ?? "";
-                return {
-                  dir: new Pinned(parts.join("/"), "", undefined),
-                  name: tailName,
-                  rel: [...parts, tailName].join("/"),
-                  held: stack,
-                };
-              }
-              if (!options.create) {
-                throw new ToolError(
-                  "not_found",
-                  `${p} does not exist (${rel} is missing, in ${this.#label}).`,
-                );
-              }
-              try {
-                mkdirSync(top.at(name));
-              } catch (e) {
-                if (errnoCode(e) !== "EEXIST") throw e;
-              }
-              pending = [name, ...pending];
-              continue;
-            }
-            if (code !== "ENOTDIR" && code !== "ELOOP") throw error;
-          }
-        }
-        const info = lstatOrUndefined(top.at(name));
-        if (info?.isSymbolicLink()) {
-          if (++hops > MAX_LINK_HOPS) {
-            throw new ToolError("invalid_argument", `${p}: too many levels of symlinks.`);
-          }
-          const target = readlinkSync(top.at(name));
-          if (path.isAbsolute(target)) {
-            let inside: string | undefined;
-            for (const base of [this.root, this.givenRoot]) {
-              if (isInside(base, path.normalize(target))) inside = toPosix(path.relative(base, target));
-            }
-            if (inside === undefined) throw this.#outside(p, target);
-            while (stack.length > 1) stack.pop()!.close();
-            pending = [...inside.split("/").filter((c) => c !== ""), ...pending];
-          } else {
-            pending = [...target.split("/").filter((c) => c !== ""), ...pending];
-          }
-          continue;
-        }
-        if (!last) {
-          if (info === undefined) {
-            // Vanished between the open and the lstat: walk this component again.
-            pending = [name, ...pending];
-            continue;
-          }
-          const what = info.isFile() ? "a file" : describeKind(info);
-          throw new ToolError("not_a_directory", `${p}: ${rel} is ${what}, not a directory.`);
-        }
-        return { dir: top, name, rel, held: stack };
-      }
-      // The root itself (or a path that resolved to it).
-      const top = stack.at(-1)!;
-      if (top.rel === "") return { dir: top, name: "", rel: "", held: stack };
-      // A directory reached as the last step of a link chain: name it from its parent.
-      const parent = stack.at(-2)!;
-      stack.pop()!.close();
-      const name = top.rel.slice(top.rel.lastIndexOf("/") + 1);
-      return { dir: parent, name, rel: top.rel, held: stack };
-    } catch (error) {
-      release();
-      throw error;
-    }
-  }
-
-  #release(spot: Spot): void {
-    for (const dir of spot.held) dir.close();
-  }
-
-  /** Runs `fn` on the walked spot and closes what the walk holds; every failure a ToolError (rule 6). */
-  async #with<T>(p: string, options: WalkOptions, fn: (spot: Spot) => Promise<T>): Promise<T> {
-    let spot: Spot;
-    try {
-      spot = this.#walk(p, options);
-    } catch (error) {
-      throw asToolError(p, error);
-    }
-    try {
-      return await fn(spot);
-    } catch (error) {
-      throw asToolError(p, error);
-    } finally {
-      this.#release(spot);
-    }
-  }
-
-  /**
-   * Where `p` lands beneath the root (links resolved by the walk, the last one too unless `final`
-   * is "entry"), what is there, and whether it is protected. Missing directories on the way are
-   * spelled as they would be created. Throws as the walk does; secrets are "secret_path".
-   */
-  async locate(p: string, options: { final?: "follow" | "entry" } = {}): Promise<Location> {
-    return this.#with(p, { final: options.final ?? "follow", lexicalTail: true }, async (spot) => {
-      const secret = this.#secret(p, spot.rel);
-      if (secret) throw secret;
-      const info = await entryStat(spot);
-      return {
-        rel: spot.rel,
-        abs: this.absolute(spot.rel),
-        kind: kindOf(info),
-        protectedPart: protectedPrefix(spot.rel),
-      };
-    });
-  }
-
-  /**
-   * The absolute path `p` lands on (compatibility with path-taking callers: display, git). For
-   * "read" it must exist (ToolError "not_found"). Never use the result to open a file: use the
-   * layer's own operations.
-   */
-  async resolve(p: string, purpose: "read" | "write"): Promise<string> {
-    const where = await this.locate(p);
-    if (purpose === "read" && where.kind === "absent") {
-      throw new ToolError("not_found", `${p} does not exist (in ${this.#label} ${this.root}).`);
-    }
-    return where.abs;
-  }
-
   /** `lstat` of the entry (`final: "entry"`) or of what it resolves to (default); undefined when absent. */
   async stat(p: string, options: { final?: "follow" | "entry" } = {}): Promise<Stats | undefined> {
-    return this.#with(p, { final: options.final ?? "follow", lexicalTail: true }, async (spot) => {
+    return this.withSpot(p, { final: options.final ?? "follow", lexicalTail: true }, async (spot) => {
       return entryStat(spot);
     });
   }
@@ -466,11 +158,11 @@ export class ConfinedRoot {
    * once: what a scan of many files needs. A name that is missing (or not a plain name) is left out.
    */
   async statEntries(dir: string, names: readonly string[]): Promise<Map<string, BigIntStats>> {
-    return this.#with(dir === "" ? "." : dir, { final: "follow" }, async (spot) => {
+    return this.withSpot(dir === "" ? "." : dir, { final: "follow" }, async (spot) => {
       const out = new Map<string, BigIntStats>();
       let pinned: Pinned;
       try {
-        pinned = spot.name === "" ? spot.dir : this.#openChild(spot.dir, spot.name);
+        pinned = spot.name === "" ? spot.dir : this.openChild(spot.dir, spot.name);
       } catch {
         return out; // not a directory (any more)
       }
@@ -491,7 +183,7 @@ export class ConfinedRoot {
 
   /** The target of the symlink at `p` (never followed). */
   async readlink(p: string): Promise<string> {
-    return this.#with(p, { final: "entry" }, async (spot) => {
+    return this.withSpot(p, { final: "entry" }, async (spot) => {
       try {
         return await readlink(spot.dir.at(spot.name));
       } catch (error) {
@@ -514,7 +206,7 @@ export class ConfinedRoot {
     for (let attempt = 0; ; attempt++) {
       let spot: Spot;
       try {
-        spot = this.#walk(p, { final: options.final ?? "follow" });
+        spot = this.walk(p, { final: options.final ?? "follow" });
       } catch (error) {
         throw asToolError(p, error);
       }
@@ -534,7 +226,7 @@ export class ConfinedRoot {
         throw asToolError(p, error);
       } finally {
         await handle?.close().catch(() => undefined);
-        this.#release(spot);
+        this.release(spot);
       }
     }
   }
@@ -542,7 +234,7 @@ export class ConfinedRoot {
   /** Refuses reading a secret (rule 5) at the walked spot. */
   #refuseRead(p: string, spot: Spot, options: ReadOptions): void {
     if (spot.name === "") throw new ToolError("not_a_file", `${p} is a directory, not a file.`);
-    const secret = this.#secret(p, spot.rel);
+    const secret = this.secretError(p, spot.rel);
     if (secret) throw secret;
     if (!options.allowEnvFiles && isEnvSecretName(spot.name)) {
       throw new ToolError(
@@ -560,7 +252,7 @@ export class ConfinedRoot {
     const cap = options.maxBytes ?? DEFAULT_READ_CAP;
     let spot: Spot;
     try {
-      spot = this.#walk(p, { final: options.final ?? "follow" });
+      spot = this.walk(p, { final: options.final ?? "follow" });
     } catch (error) {
       throw asToolError(p, error);
     }
@@ -590,7 +282,7 @@ export class ConfinedRoot {
       throw asToolError(p, error);
     } finally {
       if (fd !== undefined) closeSync(fd);
-      this.#release(spot);
+      this.release(spot);
     }
   }
 
@@ -607,12 +299,12 @@ export class ConfinedRoot {
 
   /** The entries of a directory (links not followed), sorted by name. */
   async readdir(p: string): Promise<ConfinedEntry[]> {
-    return this.#with(p, { final: "follow" }, async (spot) => {
-      const secret = this.#secret(p, spot.rel);
+    return this.withSpot(p, { final: "follow" }, async (spot) => {
+      const secret = this.secretError(p, spot.rel);
       if (secret) throw secret;
       let dir: Pinned;
       try {
-        dir = spot.name === "" ? spot.dir : this.#openChild(spot.dir, spot.name);
+        dir = spot.name === "" ? spot.dir : this.openChild(spot.dir, spot.name);
       } catch (error) {
         const code = errnoCode(error);
         if (code === "ENOENT") throw new ToolError("not_found", `${p} does not exist.`);
@@ -644,10 +336,10 @@ export class ConfinedRoot {
     enter: (entry: ConfinedEntry) => boolean = () => true,
     options: { allowEnvFiles?: boolean } = {},
   ): Promise<void> {
-    await this.#with(p, { final: "follow" }, async (spot) => {
+    await this.withSpot(p, { final: "follow" }, async (spot) => {
       let top: Pinned | undefined;
       try {
-        top = spot.name === "" ? spot.dir : this.#openChild(spot.dir, spot.name);
+        top = spot.name === "" ? spot.dir : this.openChild(spot.dir, spot.name);
       } catch {
         top = undefined;
       }
@@ -671,7 +363,7 @@ export class ConfinedRoot {
           if (entry.kind === "directory" && enter(entry)) {
             let child: Pinned;
             try {
-              child = this.#openChild(dir, entry.name);
+              child = this.openChild(dir, entry.name);
             } catch {
               continue; // swapped for a link or removed meanwhile: not descended into
             }
@@ -702,14 +394,13 @@ export class ConfinedRoot {
     options: WriteOptions = {},
   ): Promise<{ rel: string; created: boolean }> {
     const final = options.final ?? "entry";
-    return this.#with(
+    return this.withSpot(
       p,
       { final, create: true, write: true, allowProtected: options.allowProtected === true },
       async (spot) => {
-        if (spot.name === "")
-          throw new ToolError("not_a_file", `${p} is ${this.#label}'s root, a directory.`);
+        if (spot.name === "") throw new ToolError("not_a_file", `${p} is ${this.label}'s root, a directory.`);
         if (final === "follow") {
-          const refused = options.allowProtected ? undefined : this.#protected(p, spot.rel);
+          const refused = options.allowProtected ? undefined : this.protectedError(p, spot.rel);
           if (refused) throw refused;
         }
         const existing = await lstat(spot.dir.at(spot.name)).catch(() => undefined);
@@ -744,7 +435,7 @@ export class ConfinedRoot {
    * protected name or a secret: a link is as dangerous as where it points.
    */
   async symlink(p: string, target: string, options: { allowProtected?: boolean } = {}): Promise<void> {
-    await this.#with(
+    await this.withSpot(
       p,
       { final: "entry", create: true, write: true, allowProtected: options.allowProtected === true },
       async (spot) => {
@@ -773,7 +464,7 @@ export class ConfinedRoot {
     if (target === "" || target.includes("\0")) return "an empty target";
     if (path.isAbsolute(target)) {
       const inside = [this.root, this.givenRoot].some((base) => isInside(base, path.normalize(target)));
-      if (!inside) return `it points outside ${this.#label}`;
+      if (!inside) return `it points outside ${this.label}`;
     }
     const dir = rel.includes("/") ? rel.slice(0, rel.lastIndexOf("/")) : "";
     const spelled = path.isAbsolute(target) ? target : dir === "" ? target : `${dir}/${target}`;
@@ -782,7 +473,7 @@ export class ConfinedRoot {
       where = await this.locate(path.isAbsolute(target) ? spelled : path.posix.normalize(spelled));
     } catch (error) {
       if (error instanceof ToolError) {
-        if (error.code === "outside_workspace") return `it points outside ${this.#label}`;
+        if (error.code === "outside_workspace") return `it points outside ${this.label}`;
         if (error.code === "secret_path") return "it points at one of the home directory's secrets";
         return error.message;
       }
@@ -800,11 +491,11 @@ export class ConfinedRoot {
    * with `recursive` (its tree walked by descriptors) or when empty. Returns whether something was there.
    */
   async remove(p: string, options: { recursive?: boolean; allowProtected?: boolean } = {}): Promise<boolean> {
-    return this.#with(
+    return this.withSpot(
       p,
       { final: "entry", write: true, allowProtected: options.allowProtected === true },
       async (spot) => {
-        if (spot.name === "") throw new ToolError("invalid_argument", `${p} is ${this.#label}'s root.`);
+        if (spot.name === "") throw new ToolError("invalid_argument", `${p} is ${this.label}'s root.`);
         const info = await lstat(spot.dir.at(spot.name)).catch(() => undefined);
         if (info === undefined) return false;
         if (info.isDirectory()) {
@@ -835,8 +526,8 @@ export class ConfinedRoot {
    */
   async #removeTree(dir: Pinned, name: string, p: string, allowProtected: boolean): Promise<void> {
     const guard = (rel: string, entryName: string): ToolError | undefined => {
-      if (!allowProtected && isProtectedName(entryName)) return this.#protected(p, rel);
-      return this.#secret(p, rel);
+      if (!allowProtected && isProtectedName(entryName)) return this.protectedError(p, rel);
+      return this.secretError(p, rel);
     };
     await this.#visitTree(dir, name, async (parent, entry) => {
       const refused = guard(entry.rel, entry.name);
@@ -866,7 +557,7 @@ export class ConfinedRoot {
   ): Promise<void> {
     let child: Pinned;
     try {
-      child = this.#openChild(dir, name);
+      child = this.openChild(dir, name);
     } catch (error) {
       const code = errnoCode(error);
       if (code === "ENOENT") return;
@@ -890,7 +581,7 @@ export class ConfinedRoot {
 
   /** Creates directory `p` and its missing parents (links on the way resolved beneath the root). */
   async mkdir(p: string, options: { allowProtected?: boolean } = {}): Promise<void> {
-    await this.#with(
+    await this.withSpot(
       p,
       { final: "entry", create: true, write: true, allowProtected: options.allowProtected === true },
       async (spot) => {
@@ -925,11 +616,11 @@ export class ConfinedRoot {
     options: { allowProtected?: boolean },
     fn: (handle: FileHandle) => Promise<void>,
   ): Promise<void> {
-    await this.#with(
+    await this.withSpot(
       p,
       { final: "entry", write: true, allowProtected: options.allowProtected === true },
       async (spot) => {
-        if (spot.name === "") throw new ToolError("invalid_argument", `${p} is ${this.#label}'s root.`);
+        if (spot.name === "") throw new ToolError("invalid_argument", `${p} is ${this.label}'s root.`);
         let handle: FileHandle;
         try {
           handle = await open(spot.dir.at(spot.name), READ_FLAGS);
