@@ -6,21 +6,17 @@
  * they would do; bad input gets an error with a code; after a restart the task still undoes its turns.
  */
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import type { LogEntry, ServerMessage, TaskSummary } from "../src/app/protocol.js";
 import { AppClient } from "./helpers/app-client.js";
-import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./helpers/cli.js";
+import { git, startAppCli, stopApps, type AppCli } from "./helpers/app.js";
+import { file, freshDir, stop } from "./helpers/cli.js";
 
-const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:(\d+)\/) \(workspace (.+)\)$/;
 const BINARY = Buffer.from([0, 159, 146, 150, 0, 255, 10, 13, 0]);
 const ORIGINAL_A = "alpha\r\nbeta\n";
-const running: Cli[] = [];
-after(async () => {
-  await Promise.all(running.map((cli) => stop(cli).catch(() => {})));
-});
+after(stopApps);
 
 const patch = (input: string) => ({ type: "custom_tool_call", name: "apply_patch", input });
 const SCRIPT = file(
@@ -63,13 +59,6 @@ class UndoClient extends AppClient {
   }
 }
 
-function git(cwd: string, ...args: string[]): string {
-  return execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.com", ...args], {
-    cwd,
-    encoding: "utf8",
-  });
-}
-
 describe("Undo turn and Redo in the app", () => {
   async function scenario(withGit: boolean): Promise<void> {
     const workspace = freshDir("ws-");
@@ -90,10 +79,9 @@ describe("Undo turn and Redo in the app", () => {
         : [readFileSync(join(workspace, "a.txt"), "utf8"), String(existsSync(join(workspace, "data.bin")))];
     const before = userState();
     const env = { SPARK_DATA_DIR: freshDir("data-"), SPARK_HOME: freshDir("home-") };
-    const start = async (): Promise<{ cli: Cli; app: UndoClient }> => {
-      const cli = spawnCli(
+    const start = async (): Promise<{ cli: AppCli; app: UndoClient }> => {
+      const cli = await startAppCli(
         [
-          "app",
           workspace,
           "--port",
           "0",
@@ -112,11 +100,7 @@ describe("Undo turn and Redo in the app", () => {
         env,
         600_000,
       );
-      running.push(cli);
-      const line = await firstLine(cli);
-      const match = APP_LINE.exec(line);
-      assert.ok(match, `unexpected first line: ${line}\n${cli.stderr()}`);
-      return { cli, app: await UndoClient.connect(match[1]!) };
+      return { cli, app: await UndoClient.connect(cli.url) };
     };
     const { cli, app } = await start();
 
