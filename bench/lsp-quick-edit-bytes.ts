@@ -83,8 +83,12 @@ export async function quickEditBytesFigure(): Promise<{
     });
     await connection.sendNotification("initialized", {});
     const uri = pathToFileURL(join(dir, "big.ts")).href;
+    // The selection is 64 KB of the function's body: a quick edit's output is capped at twice the
+    // selection's tokens (quickEditMaxTokens), so a one-line selection would cut the rewrite short.
+    const body = rewriteOf(64 * 1024);
+    const bodyLines = body.split("\n").length - 1;
     await connection.sendNotification("textDocument/didOpen", {
-      textDocument: { uri, languageId: "typescript", version: 1, text: "function big() {\n  todo();\n}\n" },
+      textDocument: { uri, languageId: "typescript", version: 1, text: `function big() {\n${body}}\n` },
     });
     const before = counter.progressBytes();
     const result = await connection.sendRequest<{ newText: string }>("workspace/executeCommand", {
@@ -92,7 +96,7 @@ export async function quickEditBytesFigure(): Promise<{
       arguments: [
         {
           textDocument: { uri },
-          range: { start: { line: 1, character: 0 }, end: { line: 2, character: 0 } },
+          range: { start: { line: 1, character: 0 }, end: { line: 1 + bodyLines, character: 0 } },
           instruction: "write it out",
         },
       ],
