@@ -34,14 +34,23 @@ const patch = (input: string): object => ({
   output: [{ type: "custom_tool_call", name: "apply_patch", input }],
 });
 
+/** How long a condition of this test may take on a loaded machine before it fails, saying which. */
+const BUDGET_MS = 120_000;
+
+/**
+ * The frame of card `index`'s preview. The iframe is asked for again on every try: a card that
+ * re-renders (its preview reloads after each patch) replaces the element, and a detached element's
+ * frame stays null for ever.
+ */
 async function previewFrame(pane: Frame, index: number): Promise<Frame> {
-  const element = await pane
-    .locator(`.variant-card[data-index="${index}"] iframe.variant-preview`)
-    .elementHandle();
-  assert.ok(element);
+  const deadline = Date.now() + BUDGET_MS;
   for (;;) {
-    const frame = await element.contentFrame();
+    const element = await pane
+      .locator(`.variant-card[data-index="${index}"] iframe.variant-preview`)
+      .elementHandle();
+    const frame = await element?.contentFrame();
     if (frame) return frame;
+    assert.ok(Date.now() < deadline, `card ${index}'s preview has no frame after ${BUDGET_MS} ms`);
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
 }
@@ -129,6 +138,7 @@ describe("the VS Code pane and framed pages", { timeout: 300_000 }, () => {
       }, task);
       const seen = (): Promise<string[]> =>
         pane.evaluate(() => (window as unknown as { seen: string[] }).seen);
+      const seenBy = Date.now() + BUDGET_MS;
       for (;;) {
         const types = await seen();
         if (
@@ -137,6 +147,7 @@ describe("the VS Code pane and framed pages", { timeout: 300_000 }, () => {
           types.includes("apply")
         )
           break;
+        assert.ok(Date.now() < seenBy, `the pane saw only ${types.join(", ")} of the pages' messages`);
         await page.waitForTimeout(50);
       }
       // The extension's ping, posted after them, is answered once the pane handled everything before.
@@ -163,8 +174,11 @@ describe("the VS Code pane and framed pages", { timeout: 300_000 }, () => {
           path: "notes.txt",
         });
       }, task);
-      while (readFileSync(join(workspace, "notes.txt"), "utf8") !== "hello\nspark\n")
+      const appliedBy = Date.now() + BUDGET_MS;
+      while (readFileSync(join(workspace, "notes.txt"), "utf8") !== "hello\nspark\n") {
+        assert.ok(Date.now() < appliedBy, "the extension's Apply did not land notes.txt");
         await page.waitForTimeout(100);
+      }
       // Its Ask Spark reaches the composer too, as a chip (the page's never did).
       await page.evaluate(() =>
         (window as unknown as { toPane(m: object): void }).toPane({
