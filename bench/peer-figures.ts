@@ -579,7 +579,7 @@ async function latencies(servers: readonly Running[], rounds: number): Promise<L
   out.push(["TTFT, ~1,500-token prompt", "ms", long, load()]);
   const keystroke = await sideBySide(servers, rounds, async (server) => {
     const file = filler(unique++, 600);
-    // 16 tokens, not 4: on the random model some prompts start with four byte pieces of one
+    // 16 tokens, not 4: on the random model a prompt's first four tokens can be byte pieces of one
     // character, which no server can send as text yet (the round then had "no text").
     const body = (prompt: string) => ({
       model: "spark",
