@@ -403,12 +403,25 @@ async function main(): Promise<void> {
   }
 }
 
-/** Runs a command from the palette by its title. */
+/**
+ * Runs a command from the palette by its title. The palette can close again right after it opened
+ * (F1 pressed while focus moves between the pane's webview and the workbench: the input was visible,
+ * then the fill found it hidden), so an attempt whose input goes away is retried, three at most.
+ */
 async function command(page: Page, title: string): Promise<void> {
-  await page.keyboard.press("F1");
   const input = page.locator(".quick-input-widget input");
-  await input.waitFor({ state: "visible" });
-  await input.fill(`>${title}`);
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await page.keyboard.press("F1");
+      await input.waitFor({ state: "visible", timeout: 15_000 });
+      await input.fill(`>${title}`, { timeout: 15_000 });
+      break;
+    } catch (error) {
+      if (attempt === 3) throw error;
+      log(`the command palette closed before "${title}" was typed (attempt ${attempt}); again`);
+      await page.keyboard.press("Escape");
+    }
+  }
   await page.locator(".quick-input-list .monaco-list-row", { hasText: title }).first().waitFor();
   await page.keyboard.press("Enter");
 }
