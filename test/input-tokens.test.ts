@@ -10,6 +10,7 @@ import type { FunctionTool } from "openai/resources/responses/responses";
 import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
 import { MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
+import { apiError } from "./helpers/openai-api.js";
 import { startScriptServer } from "./helpers/servers.js";
 
 const modelPath = testModelPath();
@@ -23,16 +24,6 @@ const tools: FunctionTool[] = [
     strict: false,
   },
 ];
-
-async function apiError(promise: Promise<unknown>): Promise<InstanceType<typeof OpenAI.APIError>> {
-  try {
-    await promise;
-  } catch (error) {
-    if (error instanceof OpenAI.APIError) return error;
-    throw error;
-  }
-  throw new Error("expected an API error");
-}
 
 function client(server: SparkServer): OpenAI {
   return new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });

@@ -6,9 +6,9 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import OpenAI from "openai";
-import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
 import { MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
+import { apiError, startLlamaApi } from "./helpers/openai-api.js";
 import { startScriptServer } from "./helpers/servers.js";
 
 const modelPath = testModelPath();
@@ -18,16 +18,6 @@ interface Logprob {
   logprob: number;
   bytes: number[] | null;
   top_logprobs: { token: string; logprob: number; bytes: number[] | null }[];
-}
-
-async function apiError(promise: Promise<unknown>): Promise<InstanceType<typeof OpenAI.APIError>> {
-  try {
-    await promise;
-  } catch (error) {
-    if (error instanceof OpenAI.APIError) return error;
-    throw error;
-  }
-  throw new Error("expected an API error");
 }
 
 /** What every token's entry must satisfy: a log probability, its bytes, `top` alternatives best first. */
@@ -48,11 +38,7 @@ describe("logprobs on the llama engine", { skip: modelPath ? false : MODEL_SKIP_
   let openai: OpenAI;
 
   before(async () => {
-    const engine = new LlamaEngine({ modelPath: async () => modelPath!, gpu: false, threads: 1 });
-    await engine.start();
-    server = new SparkServer({ engine, port: 0 });
-    await server.listen();
-    openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
+    ({ server, openai } = await startLlamaApi(modelPath!));
   });
   after(() => server?.close());
 

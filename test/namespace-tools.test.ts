@@ -14,10 +14,10 @@ import { after, before, describe, test } from "node:test";
 import OpenAI from "openai";
 import type { ResponseStreamEvent } from "openai/resources/responses/responses";
 import { z } from "zod";
-import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
 import { OpenAIEngine } from "../src/engines/openai/openai-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
 import { MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
+import { apiError, startLlamaApi } from "./helpers/openai-api.js";
 
 type Json = Record<string, unknown>;
 
@@ -45,25 +45,11 @@ const TOOLS = [
   },
 ] as unknown as OpenAI.Responses.Tool[];
 
-async function apiError(promise: Promise<unknown>): Promise<InstanceType<typeof OpenAI.APIError>> {
-  try {
-    await promise;
-  } catch (error) {
-    if (error instanceof OpenAI.APIError) return error;
-    throw error;
-  }
-  throw new Error("expected an API error");
-}
-
 describe("namespace tools on the llama engine", { skip: modelPath ? false : MODEL_SKIP_MESSAGE }, () => {
   let server: SparkServer;
   let openai: OpenAI;
   before(async () => {
-    const engine = new LlamaEngine({ modelPath: async () => modelPath!, gpu: false, threads: 1 });
-    await engine.start();
-    server = new SparkServer({ engine, port: 0 });
-    await server.listen();
-    openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
+    ({ server, openai } = await startLlamaApi(modelPath!));
   });
   after(() => server?.close());
 

@@ -9,9 +9,9 @@ import { after, before, describe, test } from "node:test";
 import OpenAI from "openai";
 import { zodFunction, zodResponseFormat, zodTextFormat } from "openai/helpers/zod";
 import { z } from "zod";
-import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
 import { MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
+import { apiError, startLlamaApi } from "./helpers/openai-api.js";
 import { startScriptServer } from "./helpers/servers.js";
 
 const modelPath = testModelPath();
@@ -31,26 +31,12 @@ const Person = z.object({
   role: z.union([z.object({ admin: z.literal(true) }), z.object({ team: z.string().max(8) })]),
 });
 
-async function apiError(promise: Promise<unknown>): Promise<InstanceType<typeof OpenAI.APIError>> {
-  try {
-    await promise;
-  } catch (error) {
-    if (error instanceof OpenAI.APIError) return error;
-    throw error;
-  }
-  throw new Error("expected an API error");
-}
-
 describe("structured output on the llama engine", { skip: modelPath ? false : MODEL_SKIP_MESSAGE }, () => {
   let server: SparkServer;
   let openai: OpenAI;
 
   before(async () => {
-    const engine = new LlamaEngine({ modelPath: async () => modelPath!, gpu: false, threads: 1 });
-    await engine.start();
-    server = new SparkServer({ engine, port: 0 });
-    await server.listen();
-    openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
+    ({ server, openai } = await startLlamaApi(modelPath!));
   });
   after(() => server?.close());
 

@@ -9,9 +9,9 @@ import OpenAI from "openai";
 import { zodFunction } from "openai/helpers/zod";
 import type { ResponseStreamEvent } from "openai/resources/responses/responses";
 import { z } from "zod";
-import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
 import { MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
+import { apiError, startLlamaApi } from "./helpers/openai-api.js";
 
 const modelPath = testModelPath();
 
@@ -37,26 +37,12 @@ const responsesTools = [
   { type: "custom" as const, name: "apply_patch", description: "Apply a patch." },
 ];
 
-async function apiError(promise: Promise<unknown>): Promise<InstanceType<typeof OpenAI.APIError>> {
-  try {
-    await promise;
-  } catch (error) {
-    if (error instanceof OpenAI.APIError) return error;
-    throw error;
-  }
-  throw new Error("expected an API error");
-}
-
 describe("tool_choice on the llama engine", { skip: modelPath ? false : MODEL_SKIP_MESSAGE }, () => {
   let server: SparkServer;
   let openai: OpenAI;
 
   before(async () => {
-    const engine = new LlamaEngine({ modelPath: async () => modelPath!, gpu: false, threads: 1 });
-    await engine.start();
-    server = new SparkServer({ engine, port: 0 });
-    await server.listen();
-    openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
+    ({ server, openai } = await startLlamaApi(modelPath!));
   });
   after(() => server?.close());
 
