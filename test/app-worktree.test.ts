@@ -10,7 +10,7 @@
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { after, describe, test } from "node:test";
@@ -386,6 +386,62 @@ describe("app tasks in worktrees", { timeout: 300_000 }, () => {
     const added = await client.until(id, (s) => ended(s) && s.changedFiles.includes("after.txt"));
     assert.equal(added.state, "done");
     assert.equal(readFileSync(join(added.workspace!.path, "after.txt"), "utf8"), "after the discard\n");
+    client.socket.close();
+    await stop(app);
+  });
+
+  test("Discard sent while a Stop hook still holds the turn's end (the task shows done) waits for the end, then removes the worktree", async () => {
+    const workspace = repository();
+    const dirs = { workspace, home: freshDir("home-"), data: freshDir("data-") };
+    const gate = freshDir("gate-");
+    const entered = join(gate, "entered");
+    const release = join(gate, "release");
+    const hook = join(gate, "hold.sh");
+    // Waits for the test, not for a time: the turn's end is held until the test lets it go.
+    writeFileSync(hook, `#!/bin/sh\ntouch '${entered}'\nwhile [ ! -e '${release}' ]; do sleep 0.05; done\n`);
+    chmodSync(hook, 0o755);
+    const config = file(
+      "discard-hold-config.json",
+      JSON.stringify({ hooks: { Stop: [{ command: hook, timeoutMs: 600_000 }] } }),
+    );
+    const steps = script("discard-hold.jsonl", [
+      patch("*** Begin Patch\n*** Update File: notes.txt\n@@\n hello\n-world\n+spark\n*** End Patch"),
+      message("Edited."),
+    ]);
+    const app = await startApp(
+      ["--config", config, "--engine", "script", "--script", steps, "--rate", "400"],
+      dirs,
+    );
+    const client = await WorktreeClient.connect(app.url);
+    const from = client.send({ type: "task.create", model: "spark", text: "Edit the notes" });
+    const id = (
+      (await client.next((m) => m.type === "task.log", from)) as Extract<ServerMessage, { type: "task.log" }>
+    ).task;
+    const done = await client.until(id, (s) => s.state === "done" && s.changedFiles.length === 1);
+    assert.ok(done.workspace);
+    await until(() => existsSync(entered), "the Stop hook to hold the turn's end");
+    const discardSent = client.send({ type: "discard", task: id });
+    // A plain review sent after it answers first: the discard reached the app and is waiting.
+    const before = await client.review({ type: "review", task: id });
+    assert.deepEqual(
+      before.files.map((f) => f.path),
+      ["notes.txt"],
+    );
+    // Not refused as "a turn is running" (it was, before the end was waited for).
+    const refusal = client.messages
+      .slice(discardSent)
+      .find((m) => JSON.stringify(m).includes("a turn or variants are running"));
+    assert.equal(refusal, undefined, JSON.stringify(refusal));
+    writeFileSync(release, "");
+    const discarded = await client.next(
+      (m) => m.type === "review" && m.task === id && m.files.length === 0,
+      discardSent,
+    );
+    assert.ok(discarded);
+    // The task goes on in a fresh worktree made from the workspace as it is: the edit is gone.
+    const fresh = (discarded as Extract<ServerMessage, { type: "review" }>).workspace;
+    assert.ok(fresh, JSON.stringify(discarded));
+    assert.equal(readFileSync(join(fresh.path, "notes.txt"), "utf8"), "hello\nworld\n");
     client.socket.close();
     await stop(app);
   });

@@ -267,6 +267,32 @@ export class Task {
     return this.#agent?.busy ?? false;
   }
 
+  /**
+   * Once the answer is whole (the task shows done) the agent still ends its turn: stop hooks and
+   * the turn's checkpoint. A Discard or Undo sent in that window waits for the end instead of being
+   * refused as "a turn is running".
+   */
+  async #turnEnding(): Promise<void> {
+    const agent = this.#agent;
+    if (!agent?.busy || this.summary.state !== "done") return;
+    await new Promise<void>((resolve) => {
+      const off = agent.on((event) => {
+        if (
+          event.type === "turn.completed" ||
+          event.type === "turn.interrupted" ||
+          event.type === "turn.failed"
+        ) {
+          off();
+          resolve();
+        }
+      });
+      if (!agent.busy) {
+        off();
+        resolve();
+      }
+    });
+  }
+
   /** The agent, connecting on first use. */
   agent(): Promise<Agent> {
     if (this.#agent) return Promise.resolve(this.#agent);
@@ -877,6 +903,7 @@ export class Task {
       await this.#measure();
       return;
     }
+    await this.#turnEnding();
     if (this.busy || (this.#variants && !this.#variants.entry.done)) {
       this.#notice("error", "a turn or variants are running: stop them first");
       return;
@@ -904,6 +931,7 @@ export class Task {
    * `CheckpointError` ("busy", "nothing_to_undo", "nothing_to_redo").
    */
   async undoRedo(action: "undo" | "redo", turn?: number): Promise<void> {
+    await this.#turnEnding();
     if (this.busy)
       throw new CheckpointError(
         "busy",
