@@ -269,8 +269,8 @@ export class Task {
 
   /**
    * Once the answer is whole (the task shows done) the agent still ends its turn: stop hooks and
-   * the turn's checkpoint. A Discard or Undo sent in that window waits for the end instead of being
-   * refused as "a turn is running".
+   * the turn's checkpoint. A Discard, Undo, new context or variant pick sent in that window waits
+   * for the end instead of being refused as "a turn is running".
    */
   async #turnEnding(): Promise<void> {
     const agent = this.#agent;
@@ -648,6 +648,7 @@ export class Task {
 
   async newContext(): Promise<void> {
     const agent = await this.agent();
+    await this.#turnEnding();
     if (agent.busy) {
       this.#notice("error", "a turn is running: stop it first");
       return;
@@ -763,6 +764,7 @@ export class Task {
       return;
     }
     const agent = await this.agent();
+    await this.#turnEnding();
     if (agent.busy) {
       this.#notice("error", "a turn is running: wait for it or stop it first");
       return;
