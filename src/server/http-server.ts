@@ -5,18 +5,12 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import { hostname } from "node:os";
-import {
-  Admission,
-  DEFAULT_ADMISSION,
-  rateLimitHeaders,
-  type AdmissionOptions,
-  type RateLimitSnapshot,
-} from "../core/admission.js";
+import { Admission, DEFAULT_ADMISSION, rateLimitHeaders, type RateLimitSnapshot } from "../core/admission.js";
 import { ChatCompletionsService } from "../core/chat-completions.js";
 import { CompletionsService } from "../core/completions.js";
 import { AbortReason } from "../core/generation.js";
-import { SharedAdmission, type FailureMode, type LimitGate } from "../core/limits/gate.js";
-import type { FleetStatus, SharedLimiter, TierCounts } from "../core/limits/shared.js";
+import { SharedAdmission, type LimitGate } from "../core/limits/gate.js";
+import type { TierCounts } from "../core/limits/shared.js";
 import { anonymousPrincipal, KeyRing, type Principal } from "../core/keys.js";
 import { Metrics } from "../core/metrics.js";
 import { ModelRegistry, type ResolvedModel } from "../core/model-registry.js";
@@ -27,7 +21,6 @@ import { ResponsesService } from "../core/responses.js";
 import { BackgroundResponses } from "../core/background.js";
 import { ConversationsService } from "../core/conversations.js";
 import { EventLog } from "../core/event-log.js";
-import type { Engine } from "../engine/types.js";
 import { shown, SparkError } from "../protocol/errors.js";
 import { readJsonBody } from "./body.js";
 import { healthOf } from "./health.js";
@@ -39,93 +32,20 @@ import { DEFAULT_COALESCE, type CoalesceOptions } from "./coalesce.js";
 import { sendError, sendEventStream, sendJson, type RequestContext, type Route } from "./http-routing.js";
 import { SseWriter } from "./sse.js";
 import { refuseStoredChat, StatefulRoutes } from "./stateful-routes.js";
-import { ResponsesWebSocket, type WebSocketOptions } from "./websocket.js";
+import {
+  DEFAULT_HEADERS_TIMEOUT_MS,
+  DEFAULT_MAX_BODY_BYTES,
+  DEFAULT_MAX_CONNECTIONS,
+  DEFAULT_REQUEST_TIMEOUT_MS,
+  type ShutdownParticipant,
+  type SparkServerOptions,
+} from "./server-options.js";
+import { ResponsesWebSocket } from "./websocket.js";
 
-/** See `SparkServer.addShutdownParticipant`. */
-export interface ShutdownParticipant {
-  drain(): Promise<void>;
-  close(reason: string): Promise<void>;
-}
+export type { HttpMount, ShutdownParticipant, SparkServerOptions } from "./server-options.js";
 
-/** A surface served beside the API (see `SparkServerOptions.mount`). */
-export interface HttpMount {
-  /** Whether a path belongs to it (the API's own routes are never offered). */
-  claims(path: string): boolean;
-  request(request: IncomingMessage, response: ServerResponse): void;
-  upgrade(request: IncomingMessage, socket: Socket, head: Buffer): void;
-}
-
-export type SparkServerOptions = (
-  | {
-      /** One engine behind both tiers, `spark` and `deep`. */
-      engine: Engine;
-      /** Responses the engine runs at once before new ones queue (default 64). */
-      capacity?: number;
-    }
-  | { models: ModelRegistry }
-) & {
-  host?: string;
-  port?: number;
-  /** Largest accepted request body in bytes. */
-  maxBodyBytes?: number;
-  /** The model used when a request names none. */
-  defaultModel?: string;
-  /** Where `store: true` responses go (in memory by default). The server closes it on `close()`. */
-  store?: ResponseStore;
-  metrics?: Metrics;
-  /** API keys and per-key limits; without keys every request is `anonymous`. */
-  keys?: KeyRing;
-  /** The engine queue's bound. */
-  admission?: AdmissionOptions;
-  /**
-   * Limits shared by a fleet of instances (`--redis`): the store that decides them, what to do
-   * while it cannot be reached, and its state for `/healthz`.
-   */
-  shared?: { limiter: SharedLimiter; failure: FailureMode; status: FleetStatus };
-  /** WebSocket mode on `/v1/responses` (on by default); `false` answers upgrades with 426. */
-  websocket?: boolean | Omit<WebSocketOptions, "maxFrameBytes">;
-  /**
-   * Another surface served beside the API on the same port (the web app, `spark serve --app`):
-   * requests and upgrades whose path it claims go to it; it does its own checks.
-   */
-  mount?: HttpMount;
-  /**
-   * Listen on this Unix socket instead of `host`/`port` (Spark's own processes on one machine: no
-   * TCP port for other local processes or an editor's port forwarding to see). Requests name
-   * `localhost` as their host; the URL is `unix:PATH` (src/agent/server-address.ts).
-   */
-  socketPath?: string;
-  /** Extra `Host` names and `Origin`s accepted (see `OriginPolicy`). */
-  allowedHosts?: readonly string[];
-  allowedOrigins?: readonly string[];
-  /** Open connections (HTTP and WebSocket) at most; more are answered 503 and closed. */
-  maxConnections?: number;
-  /** Time a client has to send its request headers, then its whole request (body included). */
-  headersTimeoutMs?: number;
-  requestTimeoutMs?: number;
-  /** The server log, one line each (`spark serve` writes it to stderr). */
-  log?: (line: string) => void;
-  /**
-   * When streamed events are written, over SSE and WebSocket (see `WriteCoalescer`): by default
-   * token deltas that arrive under 1 ms apart are held and written together (with the first delta
-   * arriving 0.5 ms after the oldest held, at most 8, at most 1 ms); `{ windowMs: 0, … }` writes
-   * every event at the end of its tick.
-   */
-  coalesce?: CoalesceOptions;
-  /**
-   * This instance's name in the store's background-response rows (default `HOSTNAME:PORT`): a
-   * restarted instance ends the unfinished background responses of its own name, so it must be
-   * stable across restarts and unique among instances sharing a store.
-   */
-  instanceId?: string;
-};
-
-export const DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024;
-export const DEFAULT_MAX_CONNECTIONS = 4096;
-export const DEFAULT_HEADERS_TIMEOUT_MS = 15_000;
 /** Longest a connection refused past --max-connections is kept if its 503 cannot be written. */
 const REFUSED_LINGER_MS = 1000;
-export const DEFAULT_REQUEST_TIMEOUT_MS = 120_000;
 const DEFAULT_CAPACITY = 64;
 const SHUTDOWN_GRACE_MS = 2000;
 
