@@ -1,6 +1,10 @@
 /**
  * The HTTP transport: a thin adapter from node:http to the transport-free core. Routing, body
- * limits, SSE and the mapping of every error to an OpenAI-shaped body happen here and only here.
+ * limits, SSE and the mapping of every error to an OpenAI-shaped body happen in src/server and only
+ * there. This file is the server's life (connections, listen, drain, close), the route table and
+ * dispatch, the generation routes and the WebSocket upgrade; its options are `server-options.ts`,
+ * the routes' shape and answers `http-routing.ts`, the transport's own errors `http-errors.ts`, the
+ * models/health/metrics routes `info-routes.ts`, the stored and background ones `stateful-routes.ts`.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
@@ -24,9 +28,9 @@ import { EventLog } from "../core/event-log.js";
 import { shown, SparkError } from "../protocol/errors.js";
 import { readJsonBody } from "./body.js";
 import { clientErrorOf, decodePathSegment, shuttingDown, tooManyConnections } from "./http-errors.js";
-import { healthOf } from "./health.js";
 import { OriginPolicy } from "./origin-policy.js";
 import { rawResponse } from "./raw-response.js";
+import { infoRoutes } from "./info-routes.js";
 import { sendRelayedStream } from "./relay-stream.js";
 import { expectationFailed, originForm } from "./request-target.js";
 import { DEFAULT_COALESCE, type CoalesceOptions } from "./coalesce.js";
@@ -62,8 +66,6 @@ export class SparkServer {
   readonly #responses: ResponsesService;
   readonly #background: BackgroundResponses;
   readonly #stateful: StatefulRoutes;
-  /** When the server started (unix seconds): the `created` of the models it lists. */
-  readonly #startedAt = Math.floor(Date.now() / 1000);
   readonly #chat: ChatCompletionsService;
   readonly #completions: CompletionsService;
   readonly #embeddings: EmbeddingsService;
@@ -186,22 +188,17 @@ export class SparkServer {
           sendJson(response, 200, await this.#embeddings.create(body, signal, principal));
         },
       },
-      { method: "GET", pattern: /^\/v1\/models$/, name: "/v1/models", handler: (c) => this.#listModels(c) },
-      {
-        method: "GET",
-        // Model ids may hold a slash (`org/model`), sent as it is or escaped.
-        pattern: /^\/v1\/models\/(.+)$/,
-        name: "/v1/models/{id}",
-        handler: (c) => this.#getModel(c),
-      },
-      {
-        method: "GET",
-        pattern: /^\/healthz$/,
-        name: "/healthz",
-        handler: (c) => this.#health(c),
-        public: true,
-      },
-      { method: "GET", pattern: /^\/metrics$/, name: "/metrics", handler: (c) => this.#metricsText(c) },
+      ...infoRoutes({
+        models: this.models,
+        metrics: this.metrics,
+        health: async () => ({
+          engines: this.models.engines().map((engine) => ({ engine, status: engine.status() })),
+          store: await this.#store.health?.(),
+          shared: this.options.shared,
+          draining: this.#draining,
+          queued: this.admission.queued,
+        }),
+      }),
     ];
     this.#origins = new OriginPolicy({
       keysRequired: this.#keys.required,
@@ -564,41 +561,6 @@ export class SparkServer {
     await sendChunkStream(response, this.#completions.chunks(prepared, signal), this.#coalesce);
   }
 
-  async #listModels({ response }: RequestContext): Promise<void> {
-    const data = this.models.list().map((model) => modelObject(model, this.#startedAt));
-    sendJson(response, 200, { object: "list", data });
-  }
-
-  async #getModel({ response, params }: RequestContext): Promise<void> {
-    const model = this.models.list().find((m) => m.id === params[0]);
-    if (!model)
-      throw SparkError.notFound(
-        `The model '${shown(params[0], 200)}' does not exist. GET /v1/models lists the models this server has.`,
-        "model_not_found",
-        "model",
-      );
-    sendJson(response, 200, modelObject(model, this.#startedAt));
-  }
-
-  async #health({ response }: RequestContext): Promise<void> {
-    // A store that cannot serve (Postgres locked or unreachable, Redis away) is "degraded", still
-    // 200: the server answers, and every instance shares the same stores.
-    const { status, body } = healthOf({
-      engines: this.models.engines().map((engine) => ({ engine, status: engine.status() })),
-      store: await this.#store.health?.(),
-      shared: this.options.shared,
-      draining: this.#draining,
-      queued: this.admission.queued,
-    });
-    sendJson(response, status, body);
-  }
-
-  async #metricsText({ response }: RequestContext): Promise<void> {
-    const text = await this.metrics.text();
-    response.writeHead(200, { "content-type": this.metrics.contentType });
-    response.end(text);
-  }
-
   /**
    * WebSocket mode lives on `/v1/responses`. With it disabled the answer is 426, which tells clients
    * to fall back to HTTP at once (a 404 or 405 would look like a broken server).
@@ -657,26 +619,6 @@ function setRouteHeaders(response: ServerResponse, model: ResolvedModel): void {
  */
 function setRateLimitHeaders(response: ServerResponse, snapshot: RateLimitSnapshot): void {
   for (const [name, value] of Object.entries(rateLimitHeaders(snapshot))) response.setHeader(name, value);
-}
-
-/**
- * Spark extensions: `context_window` tells clients such as the `spark` TUI how full the context
- * is; `vision`, whether the model sees images (`auto`: some model does and gets them), so the agent
- * sends an MCP tool's images only to a model that sees them.
- */
-function modelObject(
-  model: { id: string; ownedBy: string; contextWindow?: number; vision?: boolean },
-  created: number,
-): Record<string, unknown> {
-  const object: Record<string, unknown> = {
-    id: model.id,
-    object: "model",
-    created,
-    owned_by: model.ownedBy,
-  };
-  if (model.contextWindow !== undefined) object.context_window = model.contextWindow;
-  if (model.vision !== undefined) object.vision = model.vision;
-  return object;
 }
 
 /** Whether a create body asks to run in the background (checked in full by `prepare`). */
