@@ -4,6 +4,8 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 const outerLayers = ["**/engines/**", "**/server/**", "**/cli/**", "**/store/**"];
+// The clients' stack (test/import-graph.test.ts's CLIENT_STACK), which no folder of the server's imports.
+const clientLayers = ["**/agent/**", "**/settings/**", "**/client/**", "**/lsp/**", "**/app/**", "**/tui/**"];
 // What a client of the wire protocol (agent, TUI, language server, app) never imports: the server's layers.
 const serverLayers = [
   "**/server/**",
@@ -114,6 +116,10 @@ export default tseslint.config(
               message: "The core and the seams must not import engines, transports or the CLI.",
             },
             {
+              group: clientLayers,
+              message: "The server's layers never import the clients; they meet only in src/cli.",
+            },
+            {
               group: ["node-llama-cpp", "undici", "node:http", "ws", "better-sqlite3", "pg"],
               message: "Keep concrete runtimes out of the core.",
             },
@@ -130,8 +136,45 @@ export default tseslint.config(
         {
           patterns: [
             {
-              group: ["**/server/**", "**/cli/**", "**/core/**"],
+              group: ["**/server/**", "**/cli/**", "**/core/**", ...clientLayers],
               message: "Engines depend only on the seam and protocol.",
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    // The stores sit beside the engines, below the transports: they implement the core's seams
+    // (responses, runs, conversations, shared limits) and import neither the server nor the clients.
+    files: ["src/store/**"],
+    rules: {
+      "no-restricted-imports": [
+        "error",
+        {
+          patterns: [
+            {
+              group: ["**/server/**", "**/cli/**", "**/engines/**", ...clientLayers],
+              message:
+                "A store implements the core's seams; it does not import transports, engines or clients.",
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    // The transports (HTTP+SSE, WebSocket) sit on the core and the stores, below the CLI that starts
+    // them; like every layer of the server's stack they never import the clients.
+    files: ["src/server/**"],
+    rules: {
+      "no-restricted-imports": [
+        "error",
+        {
+          patterns: [
+            {
+              group: ["**/cli/**", ...clientLayers],
+              message: "The server never imports the CLI above it or a client; they meet only in src/cli.",
             },
           ],
         },
