@@ -8,39 +8,30 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import type { Locator, Page } from "playwright-core";
-import { file, firstLine, freshDir, spawnCli, startServer, stop, type Cli } from "./helpers/cli.js";
+import { file, freshDir, startServer, stop } from "./helpers/cli.js";
+import {
+  message,
+  scriptFile as script,
+  startAppCli,
+  stopApps,
+  stopWithApps,
+  type AppCli,
+} from "./helpers/app.js";
 import { launchBrowser } from "./helpers/browser.js";
 import { closedPort } from "./helpers/ports.js";
 import { cutOffReason } from "../src/app/task-events.js";
 
 /** Past every test's timeout: a slow test fails on its own timeout, never on a child killed under it. */
 const CHILD_SAFETY_MS = 300_000;
-const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:(\d+)\/) \(workspace (.+)\)$/;
-const running: Cli[] = [];
-after(async () => {
-  await Promise.all(running.map((cli) => stop(cli).catch(() => {})));
-});
+after(stopApps);
 
-interface App extends Cli {
-  url: string;
-}
-
-async function startApp(args: readonly string[], workspace = freshDir("ws-")): Promise<App> {
-  const cli = spawnCli(
-    ["app", workspace, "--port", "0", "--sandbox", "off", ...args],
+function startApp(args: readonly string[], workspace = freshDir("ws-")): Promise<AppCli> {
+  return startAppCli(
+    [workspace, "--port", "0", "--sandbox", "off", ...args],
     { SPARK_DATA_DIR: freshDir("data-") },
     CHILD_SAFETY_MS,
   );
-  running.push(cli);
-  const line = await firstLine(cli);
-  const match = APP_LINE.exec(line);
-  assert.ok(match, `unexpected first line: ${line}\n${cli.stderr()}`);
-  return { ...cli, url: match[1]! };
 }
-
-const message = (text: string): object => ({ output: [{ type: "message", text }] });
-const script = (name: string, lines: readonly object[]): string =>
-  file(name, lines.map((line) => JSON.stringify(line)).join("\n") + "\n");
 
 const LONG =
   "ALPHA " +
@@ -159,7 +150,7 @@ describe("spark app, the first day", { timeout: 900_000 }, () => {
       { SPARK_DATA_DIR: freshDir("data-") },
       CHILD_SAFETY_MS,
     );
-    running.push(server);
+    stopWithApps(server);
     await page.locator(".msg.assistant .markdown", { hasText: "LATE ANSWER" }).waitFor();
     await page.locator(".msg.user.pending").waitFor({ state: "detached" });
     await banner.waitFor({ state: "detached" });
@@ -175,7 +166,7 @@ describe("spark app, the first day", { timeout: 900_000 }, () => {
       { SPARK_DATA_DIR: freshDir("data-") },
       CHILD_SAFETY_MS,
     );
-    running.push(server);
+    stopWithApps(server);
     const app = await startApp(["--server", server.url]);
     const page = await openApp(app.url);
     await sendText(page, "Hello there");

@@ -15,29 +15,18 @@ import { after, describe, test } from "node:test";
 import type { ServerMessage } from "../src/app/protocol.js";
 import { AppClient } from "./helpers/app-client.js";
 import { launchBrowser } from "./helpers/browser.js";
-import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./helpers/cli.js";
+import { file, freshDir } from "./helpers/cli.js";
+import { message, scriptFile as script, startAppCli, stopApps } from "./helpers/app.js";
 
-const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:(\d+)\/) \(workspace (.+)\)$/;
-const running: Cli[] = [];
-after(async () => {
-  await Promise.all(running.map((cli) => stop(cli).catch(() => {})));
-});
-
-const message = (text: string): object => ({ output: [{ type: "message", text }] });
-const script = (name: string, lines: readonly object[]): string =>
-  file(name, lines.map((line) => JSON.stringify(line)).join("\n") + "\n");
+after(stopApps);
 
 async function startApp(args: readonly string[], env: Record<string, string> = {}): Promise<string> {
-  const cli = spawnCli(
-    ["app", freshDir("ws-"), "--port", "0", "--quiet", "--sandbox", "off", "--approval", "never", ...args],
+  const app = await startAppCli(
+    [freshDir("ws-"), "--port", "0", "--quiet", "--sandbox", "off", "--approval", "never", ...args],
     { SPARK_DATA_DIR: freshDir("data-"), ...env },
     400_000,
   );
-  running.push(cli);
-  const line = await firstLine(cli);
-  const match = APP_LINE.exec(line);
-  assert.ok(match, `unexpected first line: ${line}\n${cli.stderr()}`);
-  return match[1]!;
+  return app.url;
 }
 
 describe("the app while the model writes", { timeout: 300_000 }, () => {

@@ -21,14 +21,11 @@ import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import type { Frame, Page } from "playwright-core";
 import { launchBrowser } from "./helpers/browser.js";
-import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./helpers/cli.js";
+import { file, freshDir } from "./helpers/cli.js";
+import { startAppCli, stopApps } from "./helpers/app.js";
 import { paneFrame, startPaneHarness } from "./helpers/pane-harness.js";
 
-const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:(\d+)\/) \(workspace (.+)\)$/;
-const running: Cli[] = [];
-after(async () => {
-  await Promise.all(running.map((cli) => stop(cli).catch(() => {})));
-});
+after(stopApps);
 
 const lines = (label: string): string =>
   Array.from({ length: 60 }, (_, i) => `${label} line ${i}.`).join("\n\n");
@@ -124,9 +121,8 @@ describe("the VS Code pane's side of the editor", { timeout: 300_000 }, () => {
         .join("\n") + "\n",
     );
     const harness = await startPaneHarness();
-    const cli = spawnCli(
+    const app = await startAppCli(
       [
-        "app",
         workspace,
         "--port",
         "0",
@@ -147,10 +143,7 @@ describe("the VS Code pane's side of the editor", { timeout: 300_000 }, () => {
       { SPARK_DATA_DIR: freshDir("data-"), SPARK_HOME: freshDir("home-") },
       400_000,
     );
-    running.push(cli);
-    const match = APP_LINE.exec(await firstLine(cli));
-    assert.ok(match, cli.stderr());
-    harness.setApp(match[1]!);
+    harness.setApp(app.url);
     const browser = await launchBrowser();
     const context = await browser.newContext({ viewport: { width: 500, height: 700 } });
     const page = await context.newPage();

@@ -25,13 +25,10 @@ import { dirname, join } from "node:path";
 import { after, describe, test } from "node:test";
 import type { ServerMessage } from "../src/app/protocol.js";
 import { AppClient } from "./helpers/app-client.js";
-import { file, firstLine, freshDir, spawnCli, stop, waitForStdout, type Cli } from "./helpers/cli.js";
+import { file, freshDir, spawnCli, stop, waitForStdout } from "./helpers/cli.js";
+import { startAppCli, stopApps, stopWithApps } from "./helpers/app.js";
 
-const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:(\d+)\/) \(workspace (.+)\)$/;
-const running: Cli[] = [];
-after(async () => {
-  await Promise.all(running.map((cli) => stop(cli).catch(() => {})));
-});
+after(stopApps);
 
 /** The inodes of the sockets process `pid` holds open. */
 function socketInodes(pid: number): Set<string> {
@@ -81,9 +78,8 @@ describe("spark app's ports", { timeout: 300_000 }, () => {
       "ports.jsonl",
       JSON.stringify({ output: [{ type: "message", text: "ANSWERED OVER THE SOCKET" }] }) + "\n",
     );
-    const cli = spawnCli(
+    const cli = await startAppCli(
       [
-        "app",
         freshDir("ws-"),
         "--port",
         "0",
@@ -100,11 +96,7 @@ describe("spark app's ports", { timeout: 300_000 }, () => {
       { SPARK_DATA_DIR: freshDir("data-") },
       400_000,
     );
-    running.push(cli);
-    const line = await firstLine(cli);
-    const match = APP_LINE.exec(line);
-    assert.ok(match, `unexpected first line: ${line}\n${cli.stderr()}`);
-    const appPort = Number(match[2]);
+    const appPort = cli.port;
     const pid = cli.child.pid!;
 
     // The model server: one listening Unix socket, in a folder only this user can enter.
@@ -114,7 +106,7 @@ describe("spark app's ports", { timeout: 300_000 }, () => {
     assert.equal(statSync(dirname(socket)).mode & 0o777, 0o700);
 
     // A turn goes over it, and so does the model list the page's tier picker shows.
-    const client = await AppClient.connect(match[1]!);
+    const client = await AppClient.connect(cli.url);
     try {
       const hello = client.messages.find((m) => m.type === "hello") as Extract<
         ServerMessage,
@@ -165,7 +157,7 @@ describe("spark app's ports", { timeout: 300_000 }, () => {
       { SPARK_DATA_DIR: freshDir("data-") },
       400_000,
     );
-    running.push(exec);
+    stopWithApps(exec);
     // While the answer streams (200 words at 20 a second), the server is up.
     await waitForStdout(exec, /"item\.started".*"agent_message"/);
     const pid = exec.child.pid!;
@@ -204,9 +196,8 @@ describe("spark app's ports", { timeout: 300_000 }, () => {
     await once(server, "listening");
     utimesSync(live, old, old);
     try {
-      const cli = spawnCli(
+      const cli = await startAppCli(
         [
-          "app",
           freshDir("ws-"),
           "--port",
           "0",
@@ -221,8 +212,6 @@ describe("spark app's ports", { timeout: 300_000 }, () => {
         { SPARK_DATA_DIR: freshDir("data-"), TMPDIR: tmp },
         400_000,
       );
-      running.push(cli);
-      assert.match(await firstLine(cli), APP_LINE, cli.stderr());
       for (const deadline = Date.now() + 120_000; existsSync(stale);) {
         assert.ok(Date.now() < deadline, `${stale} is still there`);
         await new Promise((resolve) => setTimeout(resolve, 50));

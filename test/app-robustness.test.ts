@@ -28,18 +28,14 @@ import { Workspace } from "../src/agent/files/workspace.js";
 import { AppServer } from "../src/app/app-server.js";
 import type { LogEntry, ServerMessage, TaskSummary } from "../src/app/protocol.js";
 import { AppClient } from "./helpers/app-client.js";
-import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./helpers/cli.js";
+import { file, freshDir, stop } from "./helpers/cli.js";
+import { message, scriptFile as script, startAppCli, stopApps, type AppCli } from "./helpers/app.js";
 import { startScriptServer } from "./helpers/servers.js";
 
-const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:(\d+)\/) \(workspace (.+)\)$/;
 const MiB = 1024 * 1024;
-const running: Cli[] = [];
-after(async () => {
-  await Promise.all(running.map((cli) => stop(cli).catch(() => {})));
-});
+after(stopApps);
 
-interface App extends Cli {
-  url: string;
+interface App extends AppCli {
   dataDir: string;
   workspace: string;
 }
@@ -50,21 +46,13 @@ async function startApp(
 ): Promise<App> {
   const workspace = dirs.workspace ?? freshDir("ws-");
   const dataDir = dirs.dataDir ?? freshDir("data-");
-  const cli = spawnCli(
-    ["app", workspace, "--port", "0", "--quiet", "--sandbox", "off", ...args],
+  const app = await startAppCli(
+    [workspace, "--port", "0", "--quiet", "--sandbox", "off", ...args],
     { SPARK_DATA_DIR: dataDir },
     600_000,
   );
-  running.push(cli);
-  const line = await firstLine(cli);
-  const match = APP_LINE.exec(line);
-  assert.ok(match, `unexpected first line: ${line}\n${cli.stderr()}`);
-  return { ...cli, url: match[1]!, dataDir, workspace };
+  return { ...app, dataDir, workspace };
 }
-
-const message = (text: string): object => ({ output: [{ type: "message", text }] });
-const script = (name: string, lines: readonly object[]): string =>
-  file(name, lines.map((line) => JSON.stringify(line)).join("\n") + "\n");
 
 /** Polls `condition` (a fact on disk or in memory that has no event to wait on). */
 async function until(condition: () => boolean, what: string, timeoutMs = 240_000): Promise<void> {

@@ -17,33 +17,21 @@ import { after, describe, test } from "node:test";
 import type { ClientMessage, ServerMessage, TaskSummary } from "../src/app/protocol.js";
 import { AppClient } from "./helpers/app-client.js";
 import { launchBrowser } from "./helpers/browser.js";
-import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./helpers/cli.js";
+import { file, freshDir, stop } from "./helpers/cli.js";
+import { killApps, startAppCli, type AppCli } from "./helpers/app.js";
 
-const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:(\d+)\/) \(workspace (.+)\)$/;
-const running: Cli[] = [];
-after(async () => {
-  await Promise.all(running.map((cli) => stop(cli, "SIGKILL").catch(() => {})));
-});
-
-interface App extends Cli {
-  url: string;
-}
+after(killApps);
 
 /** `spark app` on `workspace` with Spark's home (where worktrees live) and data dir of the test. */
-async function startApp(
+function startApp(
   args: readonly string[],
   dirs: { workspace: string; home: string; data: string },
-): Promise<App> {
-  const cli = spawnCli(
-    ["app", dirs.workspace, "--port", "0", "--quiet", "--sandbox", "off", "--approval", "never", ...args],
+): Promise<AppCli> {
+  return startAppCli(
+    [dirs.workspace, "--port", "0", "--quiet", "--sandbox", "off", "--approval", "never", ...args],
     { SPARK_DATA_DIR: dirs.data, SPARK_HOME: dirs.home },
     600_000,
   );
-  running.push(cli);
-  const line = await firstLine(cli);
-  const match = APP_LINE.exec(line);
-  assert.ok(match, `unexpected first line: ${line}\n${cli.stderr()}`);
-  return { ...cli, url: match[1]! };
 }
 
 function git(cwd: string, ...args: string[]): string {

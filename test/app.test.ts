@@ -15,16 +15,8 @@ import { createServer, type AddressInfo } from "node:net";
 import { request as httpRequest } from "node:http";
 import { hashKey } from "../src/core/keys.js";
 import type { TaskSummary } from "../src/app/protocol.js";
-import {
-  file,
-  firstLine,
-  freshDir,
-  runToExit,
-  spawnCli,
-  startServer,
-  stop,
-  type Cli,
-} from "./helpers/cli.js";
+import { file, freshDir, runToExit, startServer, stop } from "./helpers/cli.js";
+import { startAppCli, stopApps, stopWithApps, type AppCli } from "./helpers/app.js";
 import { launchBrowser } from "./helpers/browser.js";
 
 /**
@@ -32,14 +24,9 @@ import { launchBrowser } from "./helpers/browser.js";
  * test fails on its own timeout (its waits are conditions), never on a child killed under it.
  */
 const CHILD_SAFETY_MS = 300_000;
-const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:(\d+)\/) \(workspace (.+)\)$/;
-const running: Cli[] = [];
-after(async () => {
-  await Promise.all(running.map((cli) => stop(cli).catch(() => {})));
-});
+after(stopApps);
 
-interface App extends Cli {
-  url: string;
+interface App extends AppCli {
   dataDir: string;
   workspace: string;
 }
@@ -52,16 +39,12 @@ async function startApp(options: {
 }): Promise<App> {
   const workspace = options.workspace ?? freshDir("ws-");
   const dataDir = options.dataDir ?? freshDir("data-");
-  const cli = spawnCli(
-    ["app", workspace, "--port", "0", "--quiet", "--sandbox", "off", ...options.args],
+  const app = await startAppCli(
+    [workspace, "--port", "0", "--quiet", "--sandbox", "off", ...options.args],
     { SPARK_DATA_DIR: dataDir, ...options.env },
     CHILD_SAFETY_MS,
   );
-  running.push(cli);
-  const line = await firstLine(cli);
-  const match = APP_LINE.exec(line);
-  assert.ok(match, `unexpected first line: ${line}\n${cli.stderr()}`);
-  return { ...cli, url: match[1]!, dataDir, workspace };
+  return { ...app, dataDir, workspace };
 }
 
 function message(text: string): object {
@@ -527,7 +510,7 @@ describe("spark serve --app", { timeout: 120_000 }, () => {
       { SPARK_DATA_DIR: freshDir("data-") },
       CHILD_SAFETY_MS,
     );
-    running.push(server);
+    stopWithApps(server);
     // The listening line means the app is mounted: its page, not the API's 404, from the first request.
     const first = await fetch(`${server.url}/`);
     assert.equal(first.status, 200);
@@ -575,7 +558,7 @@ describe("spark serve --app with keys", { timeout: 180_000 }, () => {
       { SPARK_DATA_DIR: dataDir },
       CHILD_SAFETY_MS,
     );
-    running.push(server);
+    stopWithApps(server);
     const session = (await (await fetch(`${server.url}/app/session`)).json()) as { required: boolean };
     assert.equal(session.required, true, "mounted with keys, a sign-in is required");
 
@@ -684,7 +667,7 @@ describe("allowed hosts and origins reach the app", { timeout: 120_000 }, () => 
       { SPARK_DATA_DIR: freshDir("data-") },
       CHILD_SAFETY_MS,
     );
-    running.push(server);
+    stopWithApps(server);
     const app = await startApp({
       args: [
         "--engine",

@@ -10,13 +10,10 @@ import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import type { LogEntry, ServerMessage, TaskSummary } from "../src/app/protocol.js";
 import { AppClient } from "./helpers/app-client.js";
-import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./helpers/cli.js";
+import { file, freshDir } from "./helpers/cli.js";
+import { git, startAppCli, stopApps } from "./helpers/app.js";
 
-const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:(\d+)\/) \(workspace (.+)\)$/;
-const running: Cli[] = [];
-after(async () => {
-  await Promise.all(running.map((cli) => stop(cli).catch(() => {})));
-});
+after(stopApps);
 
 const bwrapMissing = (() => {
   try {
@@ -35,13 +32,6 @@ const shell = (command: string) => ({
 const message = (text: string) => ({ type: "message", text });
 const script = (name: string, turns: unknown[][]): string =>
   file(name, turns.map((output) => JSON.stringify({ output })).join("\n") + "\n");
-
-function git(cwd: string, ...args: string[]): string {
-  return execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.com", ...args], {
-    cwd,
-    encoding: "utf8",
-  });
-}
 
 class DefectClient extends AppClient {
   async summary(task: string, accept: (summary: TaskSummary) => boolean, from = 0): Promise<TaskSummary> {
@@ -67,9 +57,8 @@ class DefectClient extends AppClient {
 
 /** `spark app` on `workspace` with the script engine and the sandbox on. */
 async function startApp(workspace: string, scriptPath: string, extra: string[] = []): Promise<DefectClient> {
-  const cli = spawnCli(
+  const app = await startAppCli(
     [
-      "app",
       workspace,
       "--port",
       "0",
@@ -87,11 +76,7 @@ async function startApp(workspace: string, scriptPath: string, extra: string[] =
     { SPARK_DATA_DIR: freshDir("data-"), SPARK_HOME: freshDir("home-") },
     600_000,
   );
-  running.push(cli);
-  const line = await firstLine(cli);
-  const match = APP_LINE.exec(line);
-  assert.ok(match, `unexpected first line: ${line}\n${cli.stderr()}`);
-  return DefectClient.connect(match[1]!);
+  return DefectClient.connect(app.url);
 }
 
 describe("issue 30, end to end", { skip: bwrapMissing ?? false }, () => {

@@ -12,7 +12,8 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { Page } from "playwright-core";
 import { launchBrowser } from "./helpers/browser.js";
-import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./helpers/cli.js";
+import { file, freshDir } from "./helpers/cli.js";
+import { startAppCli, stopApps } from "./helpers/app.js";
 import { workspaceFixture } from "./helpers/workspace.js";
 import { previewPatch } from "../src/agent/files/apply-patch.js";
 import { contentDiff } from "../src/agent/files/file-diff.js";
@@ -234,13 +235,8 @@ describe("diff-first approvals in the terminal", { skip: tmuxMissing ?? false, t
   });
 });
 
-const APP_LINE = /^spark app on (http:\/\/127\.0\.0\.1:\d+\/) \(workspace .+\)$/;
-
 describe("diff-first approvals in the app", { timeout: 180_000 }, () => {
-  const running: Cli[] = [];
-  after(async () => {
-    await Promise.all(running.map((cli) => stop(cli).catch(() => {})));
-  });
+  after(stopApps);
 
   /**
    * `spark app` on a fresh workspace holding notes.txt, and a browser page on it with a new task.
@@ -249,8 +245,8 @@ describe("diff-first approvals in the app", { timeout: 180_000 }, () => {
   async function openApp(scriptPath: string, approval: string): Promise<{ page: Page }> {
     const workspace = freshDir("ws-");
     writeFileSync(join(workspace, "notes.txt"), "hello\nworld\n");
-    const cli = spawnCli(
-      ["app", workspace, "--port", "0", "--quiet", "--sandbox", "off", "--approval", approval].concat([
+    const app = await startAppCli(
+      [workspace, "--port", "0", "--quiet", "--sandbox", "off", "--approval", approval].concat([
         "--engine",
         "script",
         "--script",
@@ -261,14 +257,10 @@ describe("diff-first approvals in the app", { timeout: 180_000 }, () => {
       { SPARK_DATA_DIR: freshDir("data-") },
       300_000,
     );
-    running.push(cli);
-    const line = await firstLine(cli);
-    const url = APP_LINE.exec(line)?.[1];
-    assert.ok(url, `unexpected first line: ${line}\n${cli.stderr()}`);
     const browser = await launchBrowser();
     const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
     page.setDefaultTimeout(0); // every wait is a condition, bounded by the test's timeout
-    await page.goto(url);
+    await page.goto(app.url);
     await page.locator(".new-task").click();
     await page.locator("textarea.input").fill("edit the notes");
     await page.locator("textarea.input").press("Enter");

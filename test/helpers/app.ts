@@ -1,7 +1,8 @@
 /**
  * `spark app` as its tests run it: a real child process (test/helpers/cli.ts's `spawnCli`, so a
- * clean environment and a safety kill), resolved once it prints its URL; every app a test file
- * starts is stopped by `stopApps` in that file's `after`. Also what those tests build their
+ * clean environment and a safety kill), resolved once it prints its URL (and port); every app a
+ * test file starts, and every child it hands to `stopWithApps`, is stopped by `stopApps` (or
+ * `killApps`) in that file's `after`. Also what those tests build their
  * workspaces and scripts from: a git repository with a first commit, script lines of one message.
  */
 import assert from "node:assert/strict";
@@ -19,6 +20,8 @@ export const APP_SAFETY_MS = 400_000;
 export interface AppCli extends Cli {
   /** The app's URL, with its trailing slash. */
   url: string;
+  /** The port it listens on (port 0 replaced by the real one). */
+  port: number;
 }
 
 const started: Cli[] = [];
@@ -34,12 +37,22 @@ export async function startAppCli(
   const line = await firstLine(cli);
   const match = APP_LINE.exec(line);
   assert.ok(match, `unexpected first line: ${line}\n${cli.stderr()}`);
-  return { ...cli, url: match[1]! };
+  return { ...cli, url: match[1]!, port: Number(match[2]) };
+}
+
+/** Has `stopApps` stop `cli` too (a server or an exec child beside the file's apps). */
+export function stopWithApps(cli: Cli): void {
+  started.push(cli);
 }
 
 /** Stops every app this file started (for the file's `after`). */
 export async function stopApps(): Promise<void> {
   await Promise.all(started.map((cli) => stop(cli).catch(() => {})));
+}
+
+/** Kills (SIGKILL) every app this file started, for an `after` that must not wait on a graceful end. */
+export async function killApps(): Promise<void> {
+  await Promise.all(started.map((cli) => stop(cli, "SIGKILL").catch(() => {})));
 }
 
 /** `git ARGS…` in `cwd` with a committer of its own; its stdout. */
