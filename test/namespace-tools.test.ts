@@ -7,15 +7,14 @@
  * was offered and answers with a call (only the upstream, not ours, is simulated).
  */
 import assert from "node:assert/strict";
-import { once } from "node:events";
 import http from "node:http";
-import type { AddressInfo } from "node:net";
 import { after, before, describe, test } from "node:test";
 import OpenAI from "openai";
 import type { ResponseStreamEvent } from "openai/resources/responses/responses";
 import { z } from "zod";
 import { OpenAIEngine } from "../src/engines/openai/openai-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
+import { listenRecording, responseCompleted, type RecordingUpstream } from "./helpers/fake-upstream.js";
 import { MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
 import { apiError, startLlamaApi } from "./helpers/openai-api.js";
 
@@ -181,11 +180,7 @@ describe("namespace tools on the llama engine", { skip: modelPath ? false : MODE
   });
 });
 
-interface Upstream {
-  baseUrl: string;
-  received: Json[];
-  close(): Promise<void>;
-}
+type Upstream = RecordingUpstream<Json>;
 
 /** An upstream that answers every turn with a call to `mcp__fixture__add` (the model's name for it). */
 async function startUpstream(): Promise<Upstream> {
@@ -243,29 +238,11 @@ async function startUpstream(): Promise<Upstream> {
       });
       const done = { ...item, arguments: args, status: "completed" };
       send({ type: "response.output_item.done", output_index: 0, item: done });
-      send({
-        type: "response.completed",
-        response: {
-          id: "r",
-          status: "completed",
-          output: [done],
-          usage: { input_tokens: 5, output_tokens: 2, total_tokens: 7 },
-        },
-      });
+      send(responseCompleted([done]));
       res.end();
     });
   });
-  server.listen(0, "127.0.0.1");
-  await once(server, "listening");
-  const { port } = server.address() as AddressInfo;
-  return {
-    baseUrl: `http://127.0.0.1:${port}/v1`,
-    received,
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
+  return listenRecording(server, received);
 }
 
 /** The names of the tools an upstream request offered, in its wire's shape. */

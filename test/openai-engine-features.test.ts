@@ -5,24 +5,19 @@
  * are the official `openai` SDK; only the upstream (not ours) is simulated, at the network boundary.
  */
 import assert from "node:assert/strict";
-import { once } from "node:events";
 import http from "node:http";
-import type { AddressInfo } from "node:net";
 import { after, before, describe, test } from "node:test";
 import OpenAI from "openai";
 import { zodResponseFormat, zodTextFormat } from "openai/helpers/zod";
 import { z } from "zod";
 import { OpenAIEngine } from "../src/engines/openai/openai-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
+import { listenRecording, responseCompleted, type RecordingUpstream } from "./helpers/fake-upstream.js";
 
 type Json = Record<string, unknown>;
 
-interface FakeUpstream {
-  baseUrl: string;
-  /** Bodies received, by path. */
-  received: { path: string; body: Json }[];
-  close(): Promise<void>;
-}
+/** Bodies received, by path. */
+type FakeUpstream = RecordingUpstream<{ path: string; body: Json }>;
 
 const ANSWER = '{"name":"Ada","age":36}';
 
@@ -115,29 +110,11 @@ async function startUpstream(): Promise<FakeUpstream> {
         content: [{ type: "output_text", text: ANSWER, annotations: [] }],
       };
       send({ type: "response.output_item.done", output_index: 0, item: done });
-      send({
-        type: "response.completed",
-        response: {
-          id: "r",
-          status: "completed",
-          output: [done],
-          usage: { input_tokens: 5, output_tokens: 2, total_tokens: 7 },
-        },
-      });
+      send(responseCompleted([done]));
       res.end();
     });
   });
-  server.listen(0, "127.0.0.1");
-  await once(server, "listening");
-  const { port } = server.address() as AddressInfo;
-  return {
-    baseUrl: `http://127.0.0.1:${port}/v1`,
-    received,
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
+  return listenRecording(server, received);
 }
 
 const Person = z.object({ name: z.string(), age: z.number().int() });

@@ -2,6 +2,8 @@
  * A fake OpenAI-compatible upstream for tests that must see what the model is sent: `GET /v1/models`,
  * and streamed Chat Completions answered from `turns` in order (text, or a tool call), every request
  * recorded. It stands at the network boundary (a model Spark does not own), playing the model.
+ * Also the parts a test's own recording upstream (an `http.Server` answering as that test needs) is
+ * started and ended with (`listenRecording`), and the Responses wire's closing event it sends.
  */
 import { once } from "node:events";
 import http from "node:http";
@@ -95,4 +97,42 @@ export function toolOutputs(request: ChatRequest): string {
     .filter((m) => m.role === "tool")
     .map((m) => text(m.content))
     .join("\n");
+}
+
+/** A recording upstream as its test holds it: its `/v1` base URL, what it received, and `close`. */
+export interface RecordingUpstream<T> {
+  baseUrl: string;
+  received: T[];
+  close(): Promise<void>;
+}
+
+/**
+ * Listens `server` (a test's own upstream, pushing what it receives to `received`) on a free
+ * loopback port. `close` drops the connections still open (a stream the test abandoned) and waits.
+ */
+export async function listenRecording<T>(server: http.Server, received: T[]): Promise<RecordingUpstream<T>> {
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  const { port } = server.address() as AddressInfo;
+  return {
+    baseUrl: `http://127.0.0.1:${port}/v1`,
+    received,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+/** The Responses wire's last event: response `r` completed with `output`, 5 tokens in and 2 out. */
+export function responseCompleted(output: readonly object[]): Record<string, unknown> {
+  return {
+    type: "response.completed",
+    response: {
+      id: "r",
+      status: "completed",
+      output,
+      usage: { input_tokens: 5, output_tokens: 2, total_tokens: 7 },
+    },
+  };
 }
