@@ -22,7 +22,7 @@ import { join } from "node:path";
 import { gzipSync } from "node:zlib";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { splitPieces } from "../src/engines/script/script-engine.js";
-import { envWithoutSpark, REPO_ROOT, startApp as startSparkApp } from "./kit/children.js";
+import { REPO_ROOT, startScriptApp } from "./kit/children.js";
 import { messageLine } from "./kit/in-process.js";
 import { fmt, ms, percentile, summarize, type FigureResult, type Log } from "./kit/report.js";
 
@@ -51,25 +51,7 @@ async function startApp(dir: string, name: string, script: string, rate: number)
   const dataDir = join(dir, `${name}-data`);
   const scriptPath = join(dir, `${name}.jsonl`);
   writeFileSync(scriptPath, script);
-  const app = await startSparkApp(
-    [
-      root,
-      "--engine",
-      "script",
-      "--script",
-      scriptPath,
-      "--rate",
-      String(rate),
-      "--port",
-      "0",
-      "--quiet",
-      "--sandbox",
-      "off",
-      "--data-dir",
-      dataDir,
-    ],
-    { env: envWithoutSpark(), timeoutMs: 60_000 },
-  );
+  const app = await startScriptApp({ workspace: root, script: scriptPath, dataDir, rate });
   return { url: app.url, close: app.stop };
 }
 

@@ -18,7 +18,7 @@ import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { pathToFileURL } from "node:url";
 import WebSocket from "ws";
-import { envWithoutSpark, startApp, type SparkChild } from "./kit/children.js";
+import { startScriptApp, type SparkChild } from "./kit/children.js";
 import { messageLine } from "./kit/in-process.js";
 
 const MiB = 1024 * 1024;
@@ -69,23 +69,7 @@ export async function slowReaderFigure(options: { read?: boolean } = {}): Promis
   let app: SparkChild | undefined;
   let socket: WebSocket | undefined;
   try {
-    app = await startApp(
-      [
-        workspace,
-        "--engine",
-        "script",
-        "--script",
-        scriptPath,
-        "--port",
-        "0",
-        "--quiet",
-        "--sandbox",
-        "off",
-        "--data-dir",
-        dataDir,
-      ],
-      { env: envWithoutSpark(), timeoutMs: 60_000 },
-    );
+    app = await startScriptApp({ workspace, script: scriptPath, dataDir });
     const child = app.child;
     const url = new URL(app.url);
     const ws = new WebSocket(`ws://${url.host}/app/ws`, { headers: { origin: url.origin } });

@@ -21,7 +21,7 @@ import { join } from "node:path";
 import { chromium } from "playwright-core";
 import { splitPieces } from "../src/engines/script/script-engine.js";
 import { rendererTasks } from "./app-figures.js";
-import { envWithoutSpark, startApp, type SparkChild } from "./kit/children.js";
+import { startScriptApp, type SparkChild } from "./kit/children.js";
 import { fmt, ms, percentile, summarize, type FigureResult, type Log } from "./kit/report.js";
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
@@ -124,27 +124,14 @@ export async function variantsFigure(options: VariantsFigureOptions, log: Log): 
   const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"] });
   let app: SparkChild | undefined;
   try {
-    app = await startApp(
-      [
-        workspace,
-        "--engine",
-        "script",
-        "--script",
-        scriptPath,
-        "--rate",
-        String(options.rate),
-        "--port",
-        "0",
-        "--quiet",
-        "--sandbox",
-        "off",
-        "--approval",
-        "never",
-        "--data-dir",
-        join(dir, "data"),
-      ],
-      { env: envWithoutSpark({ SPARK_HOME: join(dir, "home") }), timeoutMs: 60_000 },
-    );
+    app = await startScriptApp({
+      workspace,
+      script: scriptPath,
+      dataDir: join(dir, "data"),
+      rate: options.rate,
+      extra: ["--approval", "never"],
+      env: { SPARK_HOME: join(dir, "home") },
+    });
     const { url } = app;
     const stderr = app.stderr;
     const context = await browser.newContext({ viewport: { width: 1600, height: 1000 } });

@@ -5,6 +5,7 @@
  * the URL of its first line (`spark app on URL (workspace …)`). Either rejects with the child's
  * stderr when the child exits first, prints something else or (with `timeoutMs`) prints nothing in
  * time, and then leaves no child behind. `stop()` is SIGTERM, then SIGKILL after 5 s.
+ * `startScriptApp` is `startApp` as the app figures run it (the script engine, a data folder of its own).
  *
  * What a figure measures stays in the figure: the kit only starts, names and stops the child.
  * (The start-up figures time `bin/spark.js`, the built CLI, from spawn on: they spawn it themselves.)
@@ -76,6 +77,39 @@ export function startServe(args: readonly string[], options: ChildOptions = {}):
 /** `spark app ARGS…`; resolves with the app's URL. */
 export function startApp(args: readonly string[], options: ChildOptions = {}): Promise<SparkChild> {
   return start(["app", ...args], APP_LINE, "spark app", options);
+}
+
+export interface ScriptAppOptions {
+  /** The workspace the app opens. */
+  workspace: string;
+  /** The script engine's JSONL file. */
+  script: string;
+  /** Its data folder (`--data-dir`). */
+  dataDir: string;
+  /** `--rate`: the script engine's tokens a second (default: its own). */
+  rate?: number;
+  /** More words after those. */
+  extra?: readonly string[];
+  /** Variables added to the environment without SPARK_* (`envWithoutSpark`). */
+  env?: NodeJS.ProcessEnv;
+}
+
+/**
+ * `spark app` as the app figures run it: the script engine playing `script` on `workspace`, any
+ * free port, no banner, no sandbox, its own data folder, no SPARK_* variable from this environment;
+ * it must print its URL within a minute.
+ */
+export function startScriptApp(options: ScriptAppOptions): Promise<SparkChild> {
+  const rate = options.rate === undefined ? [] : ["--rate", String(options.rate)];
+  return startApp(
+    [
+      options.workspace,
+      ...["--engine", "script", "--script", options.script, ...rate],
+      ...["--port", "0", "--quiet", "--sandbox", "off", "--data-dir", options.dataDir],
+      ...(options.extra ?? []),
+    ],
+    { env: envWithoutSpark(options.env), timeoutMs: 60_000 },
+  );
 }
 
 /** Until `GET URL/healthz` answers 200 (a `spark serve` loads its model after the port opens). */
