@@ -1,6 +1,7 @@
 /**
  * The errors the HTTP transport itself answers with, before or around a route: a request node:http
- * could not parse or that ran out of time, a malformed path escape, a server that is shutting down
+ * could not parse or that ran out of time, a path no route has or a method it does not take, a
+ * malformed path escape, a proxy request, an upgrade it cannot serve, a server that is shutting down
  * or has all the connections it takes. Each is a `SparkError` (an OpenAI-shaped body, a status and
  * its headers), sent by `sendError` or, on a raw socket, `rawResponse`.
  */
@@ -68,4 +69,36 @@ export function tooManyConnections(limit: number): SparkError {
     null,
     { "retry-after": "1" },
   );
+}
+
+/** A path some route has, with a method none of them takes (`allow`: the methods that are). */
+export function methodNotAllowed(allow: string, path: string): SparkError {
+  return new SparkError(
+    405,
+    "invalid_request_error",
+    "method_not_allowed",
+    `Use ${allow} for ${shown(path, 200)}.`,
+  );
+}
+
+export function noRoute(method: string, path: string): SparkError {
+  return SparkError.notFound(`No route for ${shown(method)} ${shown(path, 200)}.`, "unknown_route");
+}
+
+/** A `CONNECT` request (node:http hands it over apart from the others). */
+export function notAProxy(method: string | undefined): SparkError {
+  return new SparkError(
+    405,
+    "invalid_request_error",
+    "method_not_allowed",
+    `Spark is not a proxy: ${shown(method)} is not supported.`,
+  );
+}
+
+/**
+ * An upgrade to WebSocket mode that cannot be served (`why`): 426 tells clients to fall back to
+ * HTTP at once (a 404 or 405 would look like a broken server).
+ */
+export function noWebSocket(why: string): SparkError {
+  return new SparkError(426, "invalid_request_error", "websocket_not_supported", why);
 }

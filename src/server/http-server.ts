@@ -25,9 +25,18 @@ import { ResponsesService } from "../core/responses.js";
 import { BackgroundResponses } from "../core/background.js";
 import { ConversationsService } from "../core/conversations.js";
 import { EventLog } from "../core/event-log.js";
-import { shown, SparkError } from "../protocol/errors.js";
+import { SparkError } from "../protocol/errors.js";
 import { readJsonBody } from "./body.js";
-import { clientErrorOf, decodePathSegment, shuttingDown, tooManyConnections } from "./http-errors.js";
+import {
+  clientErrorOf,
+  decodePathSegment,
+  methodNotAllowed,
+  noRoute,
+  notAProxy,
+  noWebSocket,
+  shuttingDown,
+  tooManyConnections,
+} from "./http-errors.js";
 import { OriginPolicy } from "./origin-policy.js";
 import { rawResponse } from "./raw-response.js";
 import { infoRoutes } from "./info-routes.js";
@@ -224,14 +233,8 @@ export class SparkServer {
       this.#upgrade(request, socket, head),
     );
     this.#server.on("connect", (request: IncomingMessage, socket: Socket) => {
-      const refusal = new SparkError(
-        405,
-        "invalid_request_error",
-        "method_not_allowed",
-        `Spark is not a proxy: ${shown(request.method)} is not supported.`,
-      );
       socket.on("error", () => socket.destroy());
-      socket.end(rawResponse(refusal));
+      socket.end(rawResponse(notAProxy(request.method)));
     });
     // An `Expect` other than 100-continue: node:http would answer a bare 417; this one says why.
     this.#server.on("checkExpectation", (request: IncomingMessage, response: ServerResponse) =>
@@ -465,21 +468,9 @@ export class SparkServer {
     if (!route) {
       if (matching.length > 0) {
         const allow = matching.map((r) => r.method).join(", ");
-        sendError(
-          response,
-          new SparkError(
-            405,
-            "invalid_request_error",
-            "method_not_allowed",
-            `Use ${allow} for ${shown(path, 200)}.`,
-          ),
-          { allow },
-        );
+        sendError(response, methodNotAllowed(allow, path), { allow });
       } else {
-        sendError(
-          response,
-          SparkError.notFound(`No route for ${shown(method)} ${shown(path, 200)}.`, "unknown_route"),
-        );
+        sendError(response, noRoute(method, path));
       }
       return;
     }
@@ -588,10 +579,7 @@ export class SparkServer {
       }
       if (this.#draining) throw shuttingDown();
       if (!this.#websocket || this.#shutdown.signal.aborted) {
-        throw new SparkError(
-          426,
-          "invalid_request_error",
-          "websocket_not_supported",
+        throw noWebSocket(
           this.#websocket
             ? "The server is shutting down."
             : "WebSocket mode is not enabled on this server; use HTTP.",
