@@ -15,7 +15,6 @@ import type { Sandbox } from "../agent/sandbox/sandbox.js";
 import { SessionFile } from "../agent/session-file.js";
 import type { ApprovalReply, ApprovalRequest, VisionInfo } from "../agent/tools/index.js";
 import { Workspace } from "../agent/files/workspace.js";
-import { adoptInto, type CreateVariantAgent } from "../agent/variants/runner.js";
 import type { Hooks } from "../agent/hooks/runner.js";
 import type { McpManager } from "../agent/mcp/manager.js";
 import type { SessionContext } from "../agent/context/session-context.js";
@@ -44,7 +43,7 @@ import {
 import type { PreviewServer } from "./preview-server.js";
 import type { SavedTask } from "./saved-task.js";
 import { readTask, removeLeftover, removeTaskFiles, taskDirectory, writeTask } from "./task-files.js";
-import { AppVariants } from "./variants.js";
+import { TaskVariants } from "./task-variants.js";
 import { liveContext } from "../agent/live-context.js";
 import { removeTaskWorkspace, unneededWorkspace } from "./task-worktree.js";
 import type { FileDiff, LogEntry, ServerMessage, TaskState, TaskStatus, TaskSummary } from "./protocol.js";
@@ -131,8 +130,8 @@ export class Task {
    */
   readonly #held: string[] = [];
   #sendingHeld = false;
-  /** The latest variants run, until one is picked or they are discarded. */
-  #variants: AppVariants | undefined;
+  /** The task's best-of-N variants (task-variants.ts). */
+  readonly #variants: TaskVariants;
   #closed = false;
   /** The MCP servers' failures were reported in this task. */
   #mcpReported = false;
@@ -175,6 +174,26 @@ export class Task {
       touch: () => this.#touch(),
       checkpointSummary: () => this.#checkpointSummary(),
       turnEnded: () => void this.#measure(true),
+    });
+    this.#variants = new TaskVariants({
+      id: summary.id,
+      summary,
+      status: this.status,
+      owner,
+      context,
+      agent: () => this.agent(),
+      root: () => this.#workspace.root,
+      record: () => this.record,
+      deleted: () => this.#deleted,
+      closed: () => this.#closed,
+      ask: (request) => this.#ask(request),
+      add: (entry, save) => this.#add(entry, save),
+      nextId: () => this.#nextId(),
+      notice: (level, text) => this.#notice(level, text),
+      setState: (state) => this.#setState(state),
+      touch: () => this.#touch(),
+      titleFrom: (text) => this.#titleFrom(text),
+      turnEnding: () => this.#turnEnding(),
     });
   }
 
@@ -259,7 +278,7 @@ export class Task {
   /** The transcript as the browser renders it, the answer streaming now included so far. */
   get entries(): LogEntry[] {
     // Variants streaming: their texts so far (the page that opens the task now starts from them).
-    if (this.#variants && !this.#variants.entry.done) void this.#variants.current;
+    this.#variants.refresh();
     return this.#events.current();
   }
 
@@ -408,7 +427,7 @@ export class Task {
       kind: ws.kind,
       changes,
       busy: this.busy || waiting,
-      variants: this.#variants !== undefined,
+      variants: this.#variants.pending,
       undoable: this.summary.undoTurn !== undefined || this.summary.redoTurns !== undefined,
     });
   }
@@ -611,7 +630,7 @@ export class Task {
     }
     this.#approvals.clear();
     this.#agent?.interrupt();
-    this.#variants?.stop();
+    this.#variants.stop();
   }
 
   async setModel(model: string): Promise<void> {
@@ -668,151 +687,24 @@ export class Task {
     if (this.#approvals.size === 0 && this.summary.state === "approval") this.#setState("running");
   }
 
-  /**
-   * Best-of-N: `count` (2..10) variants of `text`, each a full agent run (tools, commands, patches)
-   * in a worktree of its own from this task's workspace, continuing this conversation, at a spread
-   * of temperatures; shown as cards (see `AppVariants`). Earlier variants not picked are dropped.
-   */
+  /** Best-of-N: `count` variants of `text` (see `TaskVariants.start`). */
   async variants(count: number, text: string): Promise<void> {
-    const agent = await this.agent();
-    if (agent.busy || (this.#variants && !this.#variants.entry.done)) {
-      this.#notice("error", "a turn or variants are running: wait for them or stop them first");
-      return;
-    }
-    if (this.#variants) void this.#variants.discard().catch(() => {});
-    this.#titleFrom(text);
-    this.#add({ kind: "user", id: this.#nextId(), text });
-    const transcript = [...agent.transcript];
-    const settings = this.context.variants;
-    const run = new AppVariants({
-      task: this.id,
-      entryId: this.#nextId(),
-      prompt: text,
-      count,
-      // From the task's own workspace (its worktree): a pick lands there, not in the user's files.
-      root: this.#workspace.root,
-      createAgent: (input) => this.#variantAgent(input, transcript),
-      ...(settings?.check
-        ? {
-            check: {
-              command: settings.check,
-              ...(settings.checkTimeoutMs === undefined ? {} : { timeoutMs: settings.checkTimeoutMs }),
-              sandbox: this.context.sandbox,
-              allowEnv: this.context.allowEnv,
-            },
-          }
-        : {}),
-      // All at once by default: past the engine's capacity the server queues them (cards say so).
-      concurrency: settings?.concurrency ?? count,
-      ...(this.context.preview ? { preview: this.context.preview } : {}),
-      broadcast: (message) => {
-        if (!this.#deleted) this.context.broadcast(message);
-      },
-      save: (entry) => this.#add(entry),
-    });
-    this.#variants = run;
-    this.#add(run.entry, false);
-    this.#setState("running");
-    await run.run.done;
-    if (this.#variants === run) this.#setState("done");
+    await this.#variants.start(count, text);
   }
 
-  /** One variant's agent: its own connection, its worktree as workspace, this conversation so far. */
-  async #variantAgent(input: CreateVariantAgent, transcript: InputItem[]): Promise<Agent> {
-    const { serverUrl } = this.context;
-    const apiKey = this.context.apiKey(this.owner);
-    const connect = (): Promise<ResponsesSocket> =>
-      ResponsesSocket.connect(serverUrl, apiKey === undefined ? {} : { apiKey });
-    const [socket, workspace] = await Promise.all([connect(), Workspace.open(input.workspace.path)]);
-    const label = `variant ${input.index + 1}`;
-    const agent = new Agent({
-      socket,
-      reconnect: connect,
-      serverUrl,
-      ...(apiKey === undefined ? {} : { apiKey }),
-      tools: {
-        workspace,
-        sandbox: this.context.sandbox,
-        approval: this.context.approval,
-        allowEnv: this.context.allowEnv,
-        ask: (request) => this.#ask({ ...request, summary: `${label}: ${request.summary}` }),
-        ...(this.context.project ? { skills: this.context.project.skills } : {}),
-        // Not MCP: its servers run in the user's workspace, outside the variant's worktree.
-        ...(this.context.hooks ? { hooks: this.context.hooks } : {}),
-        ...(this.context.vision ? { vision: (model: string) => this.context.vision!(model) } : {}),
-      },
-      model: this.summary.model,
-      instructions: this.context.instructions,
-      contextWindow: this.status.contextWindow,
-      autoCompact: this.context.autoCompact,
-      transcript,
-      temperature: input.temperature,
-    });
-    if (this.#closed) agent.close();
-    return agent;
-  }
-
-  /**
-   * Picks variant `index`: its changes land in this task's workspace (a 3-way merge, all or
-   * nothing), the conversation continues from its turn (its text is not repeated: its card shows
-   * it), and the other variants' worktrees are removed.
-   */
+  /** Picks variant `index` of `entryId` (see `TaskVariants.choose`). */
   async choose(entryId: string, index: number): Promise<void> {
-    const run = this.#variants;
-    if (!run || run.entry.id !== entryId || !run.entry.done || run.entry.chosen !== undefined) {
-      this.#notice("error", "those variants can no longer be chosen");
-      return;
-    }
-    const agent = await this.agent();
-    await this.#turnEnding();
-    if (agent.busy) {
-      this.#notice("error", "a turn is running: wait for it or stop it first");
-      return;
-    }
-    const paths = run.run.variants[index]?.files.map((f) => f.path) ?? [];
-    this.record.before(paths);
-    let picked;
-    try {
-      picked = await run.pick(index);
-    } catch (error) {
-      this.#notice("error", `variant ${index + 1} cannot be picked: ${(error as Error).message}`);
-      return;
-    }
-    this.record.after(paths);
-    if (picked.conflicts.length > 0) {
-      this.#notice(
-        "error",
-        `variant ${index + 1} was not applied (nothing was written): ` +
-          picked.conflicts.map((c) => `${c.path}: ${c.reason}`).join("; "),
-      );
-      return;
-    }
-    // Kept: its card's preview now shows the page in the task's workspace, until the next run.
-    adoptInto(agent, picked);
-    this.summary.changedFiles = this.record.paths;
-    this.#touch();
-    this.#notice(
-      "info",
-      `picked variant ${index + 1}` +
-        (picked.applied.length > 0 ? `: ${picked.applied.join(", ")}` : " (it changed no file)") +
-        "; the others were discarded",
-    );
+    await this.#variants.choose(entryId, index);
   }
 
   /** Variant `index`'s diff per file; none once the variants of `entryId` are gone. */
   async variantDiff(entryId: string, index: number): Promise<FileDiff[]> {
-    const run = this.#variants;
-    return run && run.entry.id === entryId ? run.diffs(index) : [];
+    return this.#variants.diff(entryId, index);
   }
 
   /** Drops the variants of `entryId` (stopping those still running); nothing lands. */
   async discardVariants(entryId: string): Promise<void> {
-    const run = this.#variants;
-    if (!run || run.entry.id !== entryId || run.entry.chosen !== undefined) return;
-    this.#variants = undefined;
-    await run.discard();
-    this.#setState("done");
-    this.#notice("info", "variants discarded");
+    await this.#variants.discard(entryId);
   }
 
   /**
@@ -906,7 +798,7 @@ export class Task {
       return;
     }
     await this.#turnEnding();
-    if (this.busy || (this.#variants && !this.#variants.entry.done)) {
+    if (this.busy || this.#variants.running) {
       this.#notice("error", "a turn or variants are running: stop them first");
       return;
     }
@@ -988,8 +880,7 @@ export class Task {
     this.#closed = true;
     this.stop();
     this.#agent?.close();
-    // Their worktrees stay until the next start prunes them (or the task is deleted, below).
-    this.#variants?.close();
+    this.#variants.close();
   }
 
   delete(): void {
@@ -997,9 +888,7 @@ export class Task {
     // write the task's files again once they are removed.
     this.#deleted = true;
     this.close();
-    const variants = this.#variants;
-    this.#variants = undefined;
-    void variants?.run.discard().catch(() => {});
+    this.#variants.drop();
     removeTaskFiles(this.context.dataDir, this.id, this.#session.path);
     // Its checkpoints (refs/spark/checkpoints/ID, or its folder) too.
     void this.#checkpoints?.clear().catch(() => {});
