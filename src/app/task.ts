@@ -14,11 +14,11 @@ import { ResponsesSocket } from "../agent/responses-socket.js";
 import type { Sandbox } from "../agent/sandbox/sandbox.js";
 import { SessionFile } from "../agent/session-file.js";
 import type { ApprovalReply, ApprovalRequest, VisionInfo } from "../agent/tools/index.js";
-import { Workspace } from "../agent/files/workspace.js";
+import type { Workspace } from "../agent/files/workspace.js";
 import type { Hooks } from "../agent/hooks/runner.js";
 import type { McpManager } from "../agent/mcp/manager.js";
 import type { SessionContext } from "../agent/context/session-context.js";
-import { ChangeRecord, reviewDiffs, type FileChange } from "./change-record.js";
+import type { ChangeRecord, FileChange } from "./change-record.js";
 import { TaskEvents } from "./task-events.js";
 import {
   CheckpointError,
@@ -26,26 +26,13 @@ import {
   describeRestore,
   describeTurns,
 } from "../agent/checkpoints/checkpoints.js";
-import {
-  createTaskWorkspace,
-  openTaskWorkspace,
-  pruneTaskWorkspaces,
-  taskWorkspaceBytes,
-  type TaskWorkspace,
-} from "../agent/worktree/task-workspace.js";
-import {
-  applyTaskWorkspace,
-  restoreTaskFile,
-  taskChanges,
-  taskFileDiff,
-  workspaceEntryText,
-} from "../agent/worktree/task-changes.js";
+import type { TaskWorkspace } from "../agent/worktree/task-workspace.js";
 import type { PreviewServer } from "./preview-server.js";
 import type { SavedTask } from "./saved-task.js";
-import { readTask, removeLeftover, removeTaskFiles, taskDirectory, writeTask } from "./task-files.js";
+import { readTask, removeTaskFiles, taskDirectory, writeTask } from "./task-files.js";
 import { TaskVariants } from "./task-variants.js";
+import { TaskWorkspaceState } from "./task-workspace-state.js";
 import { liveContext } from "../agent/live-context.js";
-import { removeTaskWorkspace, unneededWorkspace } from "./task-worktree.js";
 import type { FileDiff, LogEntry, ServerMessage, TaskState, TaskStatus, TaskSummary } from "./protocol.js";
 
 /** What every task of one app shares: the server, the workspace and the agent's settings. */
@@ -104,20 +91,10 @@ export class Task {
   readonly status: TaskStatus;
   /** The transcript and the agent's events that feed it (task-events.ts). */
   readonly #events: TaskEvents;
-  /** The files the agent's patches changed, in the task's own workspace (see `#workspace`). */
-  record: ChangeRecord;
-  /** Where the task works, once made or re-opened (see `#workspaceReady`). */
-  #ws: TaskWorkspace | undefined;
-  /** Making (or re-opening) it: the agent waits for it; undefined again when it failed. */
-  #wsReady: Promise<TaskWorkspace> | undefined;
-  /** Removing it after a turn that left nothing in it (see `#measure`): making it again waits. */
-  #releasing: Promise<void> | undefined;
+  /** Where the task works, with its change record, review, Apply and Discard (task-workspace-state.ts). */
+  readonly #place: TaskWorkspaceState;
   /** The conversation of an agent retired with its workspace (`#retireAgent`), for the next one. */
   #resume: InputItem[] | undefined;
-  /** The agent's workspace: the task's worktree or copy, or the workspace itself in place. */
-  #workspace: Workspace;
-  /** The last Apply's conflicts (nothing was written), shown by the review until the next Apply. */
-  #conflicts: { path: string; reason: string }[] = [];
   #agent: Agent | undefined;
   #connecting: Promise<Agent> | undefined;
   #session: SessionFile;
@@ -154,8 +131,29 @@ export class Task {
     readonly owner: string | undefined = undefined,
   ) {
     this.#session = session;
-    this.#workspace = context.workspace;
-    this.record = new ChangeRecord(context.workspace, record);
+    this.#place = new TaskWorkspaceState(
+      {
+        id: summary.id,
+        summary,
+        root: context.workspace,
+        mode: context.taskWorkspaces,
+        deleted: () => this.#deleted,
+        notice: (level, text) => this.#notice(level, text),
+        save: () => this.#save(),
+        changed: () => context.changed(this),
+        busy: () => this.busy,
+        waiting: () => (this.#agent?.queuedMessages.length ?? 0) > 0 || this.#held.length > 0,
+        variantsPending: () => this.#variants.pending,
+        variantsRunning: () => this.#variants.running,
+        turnEnding: () => this.#turnEnding(),
+        retireAgent: () => this.#retireAgent(),
+        forgetTurns: async () => {
+          await this.#checkpoints?.clear().catch(() => {});
+        },
+        checkpointSummary: () => this.#checkpointSummary(),
+      },
+      record,
+    );
     this.status = { contextTokens: 0, contextWindow: 8192, queued: [] };
     this.#events = new TaskEvents({
       id: summary.id,
@@ -166,14 +164,14 @@ export class Task {
       busy: () => this.busy,
       agent: () => this.#agent,
       record: () => this.record,
-      workspace: () => this.#ws,
+      workspace: () => this.#place.current,
       broadcast: (message) => context.broadcast(message),
       saveTranscript: (event) => this.#saveTranscript(event),
       setState: (state) => this.#setState(state),
       sendStatus: () => this.#sendStatus(),
       touch: () => this.#touch(),
       checkpointSummary: () => this.#checkpointSummary(),
-      turnEnded: () => void this.#measure(true),
+      turnEnded: () => void this.#place.measure(true),
     });
     this.#variants = new TaskVariants({
       id: summary.id,
@@ -182,7 +180,7 @@ export class Task {
       owner,
       context,
       agent: () => this.agent(),
-      root: () => this.#workspace.root,
+      root: () => this.#place.workspace.root,
       record: () => this.record,
       deleted: () => this.#deleted,
       closed: () => this.#closed,
@@ -232,7 +230,7 @@ export class Task {
     const task = new Task(summary, session, context, {}, [], options.owner);
     task.#save();
     // Made now, in the background: the agent waits for it (see `#connect`).
-    void task.#workspaceReady().catch(() => {});
+    void task.#place.ready().catch(() => {});
     return task;
   }
 
@@ -252,14 +250,10 @@ export class Task {
     const task = new Task(summary, opened.file, context, saved.record, opened.transcript, saved.owner);
     if (opened.file.meta.id !== saved.sessionId) task.#save();
     if (saved.taskWorkspace !== undefined) {
-      const ws = saved.taskWorkspace as TaskWorkspace;
-      task.#wsReady = task.#makeWorkspace(ws);
-      task.#wsReady.catch(() => (task.#wsReady = undefined));
+      task.#place.reopen(saved.taskWorkspace as TaskWorkspace);
     } else if (saved.isolated !== true) {
       // Saved before tasks had workspaces of their own: it worked, and goes on working, in place.
-      const root = context.workspace.root;
-      task.#ws = { id, kind: "in-place", root, path: root, base: "" };
-      task.#wsReady = Promise.resolve(task.#ws);
+      task.#place.inPlace();
     }
     for (const entry of read.entries) {
       // Held for a server that did not answer before the app stopped: still to be sent.
@@ -273,6 +267,11 @@ export class Task {
 
   get id(): string {
     return this.summary.id;
+  }
+
+  /** The files the agent's patches changed, in the task's own workspace. */
+  get record(): ChangeRecord {
+    return this.#place.record;
   }
 
   /** The transcript as the browser renders it, the answer streaming now included so far. */
@@ -319,124 +318,6 @@ export class Task {
     return this.#connecting;
   }
 
-  /** The task's workspace, made (or re-opened) on first use; a failure is tried again next time. */
-  #workspaceReady(): Promise<TaskWorkspace> {
-    const releasing = this.#releasing;
-    if (releasing) return releasing.then(() => this.#workspaceReady());
-    if (this.#wsReady === undefined) {
-      const ready = this.#makeWorkspace();
-      this.#wsReady = ready;
-      ready.catch((error: unknown) => {
-        if (this.#wsReady === ready) this.#wsReady = undefined;
-        if (!this.#deleted)
-          this.#notice("error", `this task's workspace could not be made: ${(error as Error).message}`);
-      });
-    }
-    return this.#wsReady;
-  }
-
-  /**
-   * Re-opens `saved`, or makes the task's workspace: a worktree on `spark/ID` from the workspace as
-   * it is now (HEAD and uncommitted changes), a copy outside git, or the workspace itself with
-   * `taskWorkspaces: "in-place"`. Saved with the task, so a restart re-opens it.
-   */
-  async #makeWorkspace(saved?: TaskWorkspace): Promise<TaskWorkspace> {
-    const root = this.context.workspace.root;
-    let ws = saved === undefined ? undefined : await openTaskWorkspace(saved);
-    if (saved !== undefined && ws === undefined) {
-      this.#notice(
-        "error",
-        `this task's ${saved.kind === "worktree" ? `worktree (${saved.branch ?? saved.path})` : "copy"} is gone: ` +
-          "it goes on from the workspace as it is now",
-      );
-    }
-    if (ws === undefined) {
-      const mode = this.context.taskWorkspaces ?? "auto";
-      // A workspace of this id left by a crash before it was saved with the task is not its own.
-      if (mode !== "in-place") await removeLeftover(root, this.id);
-      ws = await createTaskWorkspace(root, this.id, { mode });
-    }
-    if (this.#deleted) {
-      await removeTaskWorkspace(ws);
-      throw new Error("the task was deleted");
-    }
-    if (ws.kind !== "in-place") {
-      this.#workspace = await Workspace.open(ws.path);
-      this.record = new ChangeRecord(this.#workspace, this.record.toJSON());
-      // Variants of an earlier run made their worktrees from this one: none can be picked any more.
-      if (saved !== undefined) void pruneTaskWorkspaces(ws.path, () => false).catch(() => {});
-    }
-    this.#ws = ws;
-    const known = this.summary.workspace;
-    // Re-opened as it was saved: nothing to tell the browsers (they got it with the task).
-    if (ws === saved && known?.path === ws.path && known.kind === ws.kind) return ws;
-    this.summary.workspace = {
-      kind: ws.kind,
-      path: ws.path,
-      ...(ws.branch === undefined ? {} : { branch: ws.branch }),
-    };
-    this.#save();
-    this.context.changed(this);
-    void this.#measure();
-    return ws;
-  }
-
-  /**
-   * The app's instructions name the workspace; a task in a worktree or copy is told where it works
-   * instead (its tools and commands act there, and an absolute path into the user's files would be
-   * outside its workspace).
-   */
-  #instructions(): string {
-    const ws = this.#ws;
-    const text = this.context.instructions;
-    if (ws === undefined || ws.kind === "in-place") return text;
-    const said = `in the workspace at ${ws.root}.`;
-    const what =
-      ws.kind === "worktree"
-        ? `a git worktree of ${ws.root} on the branch ${ws.branch ?? ""}`
-        : `a copy of ${ws.root}`;
-    return text.replace(
-      said,
-      `in the workspace at ${ws.path} (${what}: work there; the user reviews your changes and applies them to ${ws.root}).`,
-    );
-  }
-
-  /**
-   * The disk the task's workspace takes, and the files it changed (commands' changes too). After a
-   * turn (`turnEnded`) that left nothing in it, the workspace and its branch are removed instead.
-   */
-  async #measure(turnEnded = false): Promise<void> {
-    const ws = this.#ws;
-    if (ws === undefined || ws.kind === "in-place" || this.#deleted) return;
-    try {
-      const [bytes, changes] = await Promise.all([taskWorkspaceBytes(ws), taskChanges(ws)]);
-      if (this.#ws !== ws || this.#deleted) return;
-      if (turnEnded && this.#unneeded(ws, changes.length)) return this.#release(ws);
-      this.summary.workspace = { ...this.summary.workspace!, bytes };
-      this.summary.changedFiles = changes.map((change) => change.path);
-      this.#save();
-      this.context.changed(this);
-    } catch {
-      // Removed meanwhile (discarded, deleted): nothing to show.
-    }
-  }
-
-  #unneeded(ws: TaskWorkspace, changes: number): boolean {
-    const waiting = (this.#agent?.queuedMessages.length ?? 0) > 0 || this.#held.length > 0;
-    return unneededWorkspace({
-      kind: ws.kind,
-      changes,
-      busy: this.busy || waiting,
-      variants: this.#variants.pending,
-      undoable: this.summary.undoTurn !== undefined || this.summary.redoTurns !== undefined,
-    });
-  }
-
-  /** An isolated task's workspace is not there (removed with nothing in it, or not made yet). */
-  get #unmade(): boolean {
-    return this.#ws === undefined && this.#wsReady === undefined;
-  }
-
   /**
    * The agent's file tools and checkpoints hold the workspace they were opened on (the confined
    * layer pins its directory): once it is removed, the next turn connects a new agent in the
@@ -451,28 +332,10 @@ export class Task {
     agent.close();
   }
 
-  /** Removes the workspace nothing lives in; the next turn makes it again (`agent()`). */
-  #release(ws: TaskWorkspace): void {
-    this.#ws = undefined;
-    this.#wsReady = undefined;
-    this.#retireAgent();
-    const releasing = removeTaskWorkspace(ws)
-      .catch(() => {})
-      .finally(() => {
-        if (this.#releasing === releasing) this.#releasing = undefined;
-      });
-    this.#releasing = releasing;
-    this.#conflicts = [];
-    delete this.summary.workspace;
-    this.summary.changedFiles = [];
-    this.#save();
-    this.context.changed(this);
-  }
-
   async #connect(): Promise<Agent> {
-    await this.#workspaceReady();
+    await this.#place.ready();
     // Each turn's checkpoint, for "Undo turn"; a store that cannot open costs only that.
-    this.#checkpoints ??= await Checkpoints.open(this.#workspace, this.id).catch((error: unknown) => {
+    this.#checkpoints ??= await Checkpoints.open(this.#place.workspace, this.id).catch((error: unknown) => {
       this.#notice("error", `checkpoints are off (no Undo turn): ${(error as Error).message}`);
       return undefined;
     });
@@ -491,7 +354,7 @@ export class Task {
       serverUrl,
       ...(apiKey === undefined ? {} : { apiKey }),
       tools: {
-        workspace: this.#workspace,
+        workspace: this.#place.workspace,
         sandbox: this.context.sandbox,
         approval: this.context.approval,
         allowEnv: this.context.allowEnv,
@@ -508,7 +371,7 @@ export class Task {
         ? { attachments: (text: string) => this.context.project!.attachments(text) }
         : {}),
       model: this.summary.model,
-      instructions: this.#instructions(),
+      instructions: this.#place.instructions(this.context.instructions),
       contextWindow,
       autoCompact: this.context.autoCompact,
       transcript: this.#resume ?? this.transcript,
@@ -707,116 +570,24 @@ export class Task {
     await this.#variants.discard(entryId);
   }
 
-  /**
-   * The task's changes for review. In a worktree or copy: its diff against where it started, with
-   * the files already in the workspace as the task has them (`applied`) and the last Apply's
-   * conflicts. In place: as git sees them in a repository, else from its record.
-   */
-  async review(): Promise<Omit<Extract<ServerMessage, { type: "review" }>, "type" | "task">> {
-    if (this.#unmade) return { files: [], source: "task", applied: [] };
-    const ws = this.#ws ?? (await this.#workspaceReady().catch(() => undefined));
-    if (ws === undefined || ws.kind === "in-place")
-      return reviewDiffs(this.context.workspace.root, this.record);
-    const changes = await taskChanges(ws);
-    const applied: string[] = [];
-    for (const change of changes) {
-      // Through the confined layer: a link in the workspace is compared as a link, never followed.
-      if ((await workspaceEntryText(ws.root, change.path)) === change.after) applied.push(change.path);
-    }
-    const paths = new Set(changes.map((change) => change.path));
-    const conflicts = this.#conflicts.filter((conflict) => paths.has(conflict.path));
-    return {
-      files: changes.map(taskFileDiff),
-      source: "task",
-      applied,
-      ...(conflicts.length > 0 ? { conflicts } : {}),
-      ...(this.summary.workspace ? { workspace: this.summary.workspace } : {}),
-    };
+  /** The task's changes for review (see `TaskWorkspaceState.review`). */
+  review(): Promise<Omit<Extract<ServerMessage, { type: "review" }>, "type" | "task">> {
+    return this.#place.review();
   }
 
-  /**
-   * One changed file's content where the task started and as the task has it now (the `file`
-   * message: the VS Code pane's diff editor), or undefined for a file the task did not change.
-   */
-  async fileChange(path: string): Promise<FileChange | undefined> {
-    if (this.#unmade) return undefined;
-    const ws = this.#ws ?? (await this.#workspaceReady().catch(() => undefined));
-    if (ws === undefined || ws.kind === "in-place") return this.record.toJSON()[path];
-    const change = (await taskChanges(ws)).find((candidate) => candidate.path === path);
-    return change ? { before: change.before, after: change.after } : undefined;
+  /** One changed file where the task started and as it has it now; undefined when unchanged. */
+  fileChange(path: string): Promise<FileChange | undefined> {
+    return this.#place.fileChange(path);
   }
 
-  /**
-   * Apply: the task's changes (all, or `path`) into the workspace, a 3-way merge against what the
-   * user (or another task) changed there since the task started. When any file conflicts nothing is
-   * written, and the review lists the conflicting files with the reason.
-   */
-  async apply(path?: string): Promise<void> {
-    if (this.#unmade) return this.#notice("info", "no changes to apply");
-    const ws = await this.#workspaceReady();
-    if (ws.kind === "in-place") {
-      this.#notice("info", "this task works in the workspace itself: its changes are already there");
-      return;
-    }
-    const result = await applyTaskWorkspace(ws, path === undefined ? {} : { paths: [path] });
-    this.#conflicts = result.conflicts;
-    if (result.conflicts.length > 0) {
-      this.#notice(
-        "error",
-        `nothing was applied: ${result.conflicts.length === 1 ? "a file conflicts" : `${result.conflicts.length} files conflict`} with changes made in the workspace since the task started: ` +
-          result.conflicts.map((c) => `${c.path} (${c.reason})`).join("; "),
-      );
-    } else if (result.applied.length === 0) {
-      this.#notice("info", path === undefined ? "no changes to apply" : `${path} has no changes to apply`);
-    } else {
-      this.#notice("info", `applied to the workspace: ${result.applied.join(", ")}`);
-    }
+  /** Apply: the task's changes (all, or `path`) into the workspace, nothing on a conflict. */
+  apply(path?: string): Promise<void> {
+    return this.#place.apply(path);
   }
 
-  /**
-   * Discard: `path` back to where the task started (in the task's workspace); without `path`, the
-   * worktree (or copy) and its branch are removed, and the task goes on in a fresh one made from the
-   * workspace as it is now. Nothing in the user's files changes.
-   */
-  async discard(path?: string): Promise<void> {
-    if (this.#unmade) return this.#notice("info", "no changes to discard");
-    const ws = await this.#workspaceReady();
-    if (ws.kind === "in-place") {
-      this.#notice("error", "this task works in the workspace itself: use Revert");
-      return;
-    }
-    if (path !== undefined) {
-      try {
-        await restoreTaskFile(ws, path);
-      } catch (error) {
-        this.#notice("error", `${path} cannot be discarded: ${(error as Error).message}`);
-        return;
-      }
-      this.record.keep(path);
-      this.#notice("info", `discarded the task's changes to ${path}`);
-      await this.#measure();
-      return;
-    }
-    await this.#turnEnding();
-    if (this.busy || this.#variants.running) {
-      this.#notice("error", "a turn or variants are running: stop them first");
-      return;
-    }
-    this.#ws = undefined;
-    this.#wsReady = undefined;
-    this.#conflicts = [];
-    // The turns' changes are gone with the worktree: nothing of them to undo in the fresh one.
-    await this.#checkpoints?.clear().catch(() => {});
-    this.#retireAgent();
-    await removeTaskWorkspace(ws);
-    this.record.keep();
-    this.#checkpointSummary();
-    const fresh = await this.#workspaceReady();
-    this.#notice(
-      "info",
-      `discarded: ${ws.kind === "worktree" ? `the worktree and branch ${ws.branch ?? ""}` : "the copy"} removed; ` +
-        `the task goes on in a fresh ${fresh.kind === "worktree" ? "worktree" : "copy"} of the workspace as it is now`,
-    );
+  /** Discard: `path`, or the whole worktree (or copy) for a fresh one; the user's files stay. */
+  discard(path?: string): Promise<void> {
+    return this.#place.discard(path);
   }
 
   /**
@@ -847,7 +618,7 @@ export class Task {
       "info",
       `${action === "undo" ? "undid" : "redid"} ${describeTurns(result.turns)}: ${describeRestore(result)}`,
     );
-    void this.#measure();
+    void this.#place.measure();
   }
 
   /** What Undo turn and Redo would do, in the summary (the buttons' state). */
@@ -893,17 +664,12 @@ export class Task {
     // Its checkpoints (refs/spark/checkpoints/ID, or its folder) too.
     void this.#checkpoints?.clear().catch(() => {});
     // Its worktree (or copy) and branch go with it; one still being made removes itself.
-    const ws = this.#ws;
-    const ready = this.#wsReady;
-    void (async () => {
-      const made = ws ?? (await ready?.catch(() => undefined));
-      if (made) await removeTaskWorkspace(made);
-    })().catch(() => {});
+    this.#place.remove();
   }
 
   /** Where the task works; undefined until it is made (or when making it failed). */
   get taskWorkspace(): TaskWorkspace | undefined {
-    return this.#ws;
+    return this.#place.current;
   }
 
   async #delegate(text: string): Promise<string> {
@@ -995,13 +761,14 @@ export class Task {
 
   #save(): void {
     if (this.#deleted) return;
+    const ws = this.#place.current;
     const saved: SavedTask = {
       summary: this.summary,
       workspace: this.context.workspace.root,
       sessionId: this.#session.meta.id,
       record: this.record.toJSON(),
       isolated: true,
-      ...(this.#ws === undefined ? {} : { taskWorkspace: this.#ws }),
+      ...(ws === undefined ? {} : { taskWorkspace: ws }),
       ...(this.owner === undefined ? {} : { owner: this.owner }),
     };
     try {
