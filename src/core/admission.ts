@@ -63,12 +63,18 @@ export interface RateLimitSnapshot {
  */
 export function rateLimitHeaders(snapshot: RateLimitSnapshot): Record<string, string> {
   const headers: Record<string, string> = {};
-  for (const kind of ["requests", "tokens"] as const) {
-    const state = snapshot[kind];
-    if (!state) continue;
-    headers[`x-ratelimit-limit-${kind}`] = String(state.limit);
-    headers[`x-ratelimit-remaining-${kind}`] = String(state.remaining);
-    headers[`x-ratelimit-reset-${kind}`] = formatDuration(state.resetMs);
+  // Constant names (not built per request): this runs for every admitted request with limits.
+  const requests = snapshot.requests;
+  if (requests) {
+    headers["x-ratelimit-limit-requests"] = String(requests.limit);
+    headers["x-ratelimit-remaining-requests"] = String(requests.remaining);
+    headers["x-ratelimit-reset-requests"] = formatDuration(requests.resetMs);
+  }
+  const tokens = snapshot.tokens;
+  if (tokens) {
+    headers["x-ratelimit-limit-tokens"] = String(tokens.limit);
+    headers["x-ratelimit-remaining-tokens"] = String(tokens.remaining);
+    headers["x-ratelimit-reset-tokens"] = formatDuration(tokens.resetMs);
   }
   return headers;
 }
@@ -313,29 +319,57 @@ export class Admission {
   }
 
   #checkLimits(usage: Usage, limits: TierLimits, tier: Tier, now: number): void {
-    const refuse = (kind: "requests" | "tokens", what: string, seconds: number): never => {
-      this.metrics?.rateLimited.inc({ tier, limit: what });
-      throw new SparkError(
-        429,
-        kind,
-        "rate_limit_exceeded",
-        `Rate limit reached for the ${tier} tier on ${what}. Retry in ${seconds} s.`,
-        null,
-        { "retry-after": String(seconds), ...rateLimitHeaders(snapshotOf(usage, limits, now)) },
-      );
-    };
     const rpm = limits.requestsPerMinute;
     if (rpm !== undefined && usage.requests.sum >= rpm) {
-      refuse("requests", `requests per minute (limit ${rpm})`, usage.requests.secondsUntilBelow(rpm));
+      const seconds = usage.requests.secondsUntilBelow(rpm);
+      throw this.#refusal(
+        "requests",
+        `requests per minute (limit ${rpm})`,
+        seconds,
+        usage,
+        limits,
+        tier,
+        now,
+      );
     }
     const tpm = limits.tokensPerMinute;
     if (tpm !== undefined && usage.tokens.sum >= tpm) {
-      refuse("tokens", `tokens per minute (limit ${tpm})`, usage.tokens.secondsUntilBelow(tpm));
+      const seconds = usage.tokens.secondsUntilBelow(tpm);
+      throw this.#refusal("tokens", `tokens per minute (limit ${tpm})`, seconds, usage, limits, tier, now);
     }
     const concurrent = limits.concurrent;
     if (concurrent !== undefined && usage.open >= concurrent) {
-      refuse("requests", `concurrent responses (limit ${concurrent})`, 1);
+      throw this.#refusal(
+        "requests",
+        `concurrent responses (limit ${concurrent})`,
+        1,
+        usage,
+        limits,
+        tier,
+        now,
+      );
     }
+  }
+
+  /** The 429 for a limit reached (a method, not a closure made on every admitted request). */
+  #refusal(
+    kind: "requests" | "tokens",
+    what: string,
+    seconds: number,
+    usage: Usage,
+    limits: TierLimits,
+    tier: Tier,
+    now: number,
+  ): SparkError {
+    this.metrics?.rateLimited.inc({ tier, limit: what });
+    return new SparkError(
+      429,
+      kind,
+      "rate_limit_exceeded",
+      `Rate limit reached for the ${tier} tier on ${what}. Retry in ${seconds} s.`,
+      null,
+      { "retry-after": String(seconds), ...rateLimitHeaders(snapshotOf(usage, limits, now)) },
+    );
   }
 
   #ticket(
@@ -416,13 +450,14 @@ export class Admission {
 /** The per-minute limits of `limits` that are set, as `usage` (moved to `now`) stands. */
 function snapshotOf(usage: Usage, limits: TierLimits, now: number): RateLimitSnapshot {
   const snapshot: RateLimitSnapshot = {};
-  const state = (limit: number, window: MinuteWindow): RateLimitState => ({
-    limit,
-    remaining: Math.max(0, limit - window.sum),
-    resetMs: window.msUntilEmpty(now),
-  });
   if (limits.requestsPerMinute !== undefined)
-    snapshot.requests = state(limits.requestsPerMinute, usage.requests);
-  if (limits.tokensPerMinute !== undefined) snapshot.tokens = state(limits.tokensPerMinute, usage.tokens);
+    snapshot.requests = stateOf(limits.requestsPerMinute, usage.requests, now);
+  if (limits.tokensPerMinute !== undefined)
+    snapshot.tokens = stateOf(limits.tokensPerMinute, usage.tokens, now);
   return snapshot;
+}
+
+/** One per-minute limit as `window` (moved to `now`) stands. */
+function stateOf(limit: number, window: MinuteWindow, now: number): RateLimitState {
+  return { limit, remaining: Math.max(0, limit - window.sum), resetMs: window.msUntilEmpty(now) };
 }
