@@ -215,7 +215,22 @@ export class ChatCompletionsService {
           case "text-delta":
             if (!started) yield chunk(opening(""));
             if (keepText) text += part.delta;
-            yield chunk({ content: part.delta }, null, part.logprobs);
+            // Once per token: one object literal, the same fields in the same order as `chunk`
+            // builds (a spread of `base` and a call with defaults cost twice the serialization).
+            yield {
+              id: base.id,
+              object: base.object,
+              created: base.created,
+              model: base.model,
+              choices: [
+                {
+                  index: 0,
+                  delta: { content: part.delta },
+                  logprobs: part.logprobs ? { content: part.logprobs.map(wireLogprob), refusal: null } : null,
+                  finish_reason: null,
+                },
+              ],
+            };
             break;
           case "tool-call-start": {
             const call = { index: calls.size, id: part.callId, kind: part.kind, name: part.name, input: "" };
