@@ -36,6 +36,7 @@ import type { TaskWorkspace } from "../agent/worktree/task-workspace.js";
 import type { PreviewServer } from "./preview-server.js";
 import type { SavedTask } from "./saved-task.js";
 import { readTask, removeTaskFiles, taskDirectory, writeTask } from "./task-files.js";
+import { HeldMessages } from "./task-held.js";
 import { TaskVariants } from "./task-variants.js";
 import { TaskWorkspaceState } from "./task-workspace-state.js";
 import { liveContext } from "../agent/live-context.js";
@@ -107,12 +108,8 @@ export class Task {
   /** Each turn's checkpoint in the task's workspace (opened with the agent). */
   #checkpoints: Checkpoints | undefined;
   readonly #approvals = new Map<string, (reply: ApprovalReply) => void>();
-  /**
-   * Messages sent while the Spark server was unreachable, shown as `pending` user entries (ids):
-   * sent, as one turn, once it answers (`sendHeld`), so that nothing typed is lost.
-   */
-  readonly #held: string[] = [];
-  #sendingHeld = false;
+  /** Messages sent while the Spark server was unreachable, until it answers (task-held.ts). */
+  readonly #held: HeldMessages;
   /** The task's best-of-N variants (task-variants.ts). */
   readonly #variants: TaskVariants;
   #closed = false;
@@ -148,7 +145,7 @@ export class Task {
         save: () => this.#save(),
         changed: () => context.changed(this),
         busy: () => this.busy,
-        waiting: () => (this.#agent?.queuedMessages.length ?? 0) > 0 || this.#held.length > 0,
+        waiting: () => (this.#agent?.queuedMessages.length ?? 0) > 0 || this.#held.holding,
         variantsPending: () => this.#variants.pending,
         variantsRunning: () => this.#variants.running,
         turnEnding: () => this.#turnEnding(),
@@ -198,6 +195,15 @@ export class Task {
       touch: () => this.#touch(),
       titleFrom: (text) => this.#titleFrom(text),
       turnEnding: () => this.#turnEnding(),
+    });
+    this.#held = new HeldMessages({
+      deleted: () => this.#deleted,
+      agent: () => this.agent(),
+      entries: () => this.entries,
+      add: (entry) => this.#add(entry),
+      nextId: () => this.#nextId(),
+      titleFrom: (text) => this.#titleFrom(text),
+      quietTurn: () => (this.#events.quietTurn = true),
     });
   }
 
@@ -263,7 +269,7 @@ export class Task {
     }
     for (const entry of read.entries) {
       // Held for a server that did not answer before the app stopped: still to be sent.
-      if (entry.kind === "user" && entry.pending) task.#held.push(entry.id);
+      if (entry.kind === "user" && entry.pending) task.#held.restore(entry.id);
       task.entries.push(entry);
     }
     task.#events.counter = read.counter;
@@ -404,13 +410,13 @@ export class Task {
   async send(typed: string, sentAt?: number, images: readonly string[] = []): Promise<void> {
     const text = this.#expand(typed);
     // Behind held messages, or with the server down: held too, in order.
-    if (this.#held.length > 0) return this.#hold(text, images);
+    if (this.#held.holding) return this.#held.hold(text, images);
     let agent: Agent;
     try {
       agent = await this.agent();
     } catch (error) {
       if (await this.context.serverReachable()) throw error;
-      return this.#hold(text, images);
+      return this.#held.hold(text, images);
     }
     if (agent.busy && images.length > 0) {
       // A steer is text only: the message and its images join the next request.
@@ -436,53 +442,14 @@ export class Task {
     void agent.submit(text, images);
   }
 
-  /** Holds a message until the Spark server answers: shown at once, marked as waiting. */
-  #hold(text: string, images: readonly string[] = []): void {
-    const id = this.#nextId();
-    this.#held.push(id);
-    this.#titleFrom(text || "image");
-    this.#add({
-      kind: "user",
-      id,
-      text,
-      pending: true,
-      ...(images.length > 0 ? { images: [...images] } : {}),
-    });
-  }
-
   /** Whether messages wait for the Spark server. */
   get holding(): boolean {
-    return this.#held.length > 0;
+    return this.#held.holding;
   }
 
-  /**
-   * The Spark server answers again: the held messages go out as one turn (their entries are already
-   * shown, so the turn adds none). If it cannot connect yet, they stay held for the next try.
-   */
-  async sendHeld(): Promise<void> {
-    if (this.#held.length === 0 || this.#sendingHeld || this.#deleted) return;
-    this.#sendingHeld = true;
-    try {
-      const agent = await this.agent();
-      if (agent.busy) return;
-      const texts: string[] = [];
-      const images: string[] = [];
-      for (const id of this.#held.splice(0)) {
-        const entry = this.entries.find((e) => e.id === id);
-        if (entry?.kind !== "user") continue;
-        texts.push(entry.text);
-        images.push(...(entry.images ?? []));
-        delete entry.pending;
-        this.#add(entry);
-      }
-      if (texts.length === 0) return;
-      this.#events.quietTurn = true;
-      void agent.submit(texts.join("\n\n"), images);
-    } catch {
-      // Still unreachable: the next change of the server's health tries again.
-    } finally {
-      this.#sendingHeld = false;
-    }
+  /** The Spark server answers again: the held messages go out as one turn (see `HeldMessages.send`). */
+  sendHeld(): Promise<void> {
+    return this.#held.send();
   }
 
   async queue(text: string): Promise<void> {
