@@ -9,10 +9,10 @@
  * (`DATA_DIR/sessions/`), so a task continues after a restart where it stopped.
  *
  * Here: the task's life (create, load, close, delete), its agent's connection and turns, approvals,
- * messages held for the server, Undo/Redo, and saving. Its parts live beside it, each reached
- * through a host interface it declares: the transcript and events (task-events.ts), where it works
- * with review, Apply and Discard (task-workspace-state.ts), its variants (task-variants.ts), its files
- * (task-files.ts).
+ * Undo/Redo, and saving. Its parts live beside it, each reached through a host interface it
+ * declares: the transcript and events (task-events.ts), where it works with review, Apply and
+ * Discard (task-workspace-state.ts), its variants (task-variants.ts), the messages held while the
+ * server does not answer (task-held.ts), its files (task-files.ts).
  */
 import { Agent, type AgentEvent, type InputItem } from "../agent/agent.js";
 import type { ApprovalMode } from "../agent/tools/approval.js";
