@@ -9,7 +9,6 @@
  * app on the same folder (another data dir) leaves the first one's live worktree alone.
  */
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -19,6 +18,7 @@ import { AppClient } from "./helpers/app-client.js";
 import { launchBrowser } from "./helpers/browser.js";
 import { file, freshDir, stop } from "./helpers/cli.js";
 import { killApps, startAppCli, type AppCli } from "./helpers/app.js";
+import { git } from "./helpers/git.js";
 
 after(killApps);
 
@@ -32,14 +32,6 @@ function startApp(
     { SPARK_DATA_DIR: dirs.data, SPARK_HOME: dirs.home },
     600_000,
   );
-}
-
-function git(cwd: string, ...args: string[]): string {
-  return execFileSync("git", args, {
-    cwd,
-    encoding: "utf8",
-    env: { ...process.env, GIT_CONFIG_NOSYSTEM: "1", GIT_CONFIG_GLOBAL: "/dev/null" },
-  });
 }
 
 /** A repository with notes.txt committed, and an untracked draft the user has not committed yet. */

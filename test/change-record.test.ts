@@ -5,7 +5,6 @@
  * clean filters named through .gitattributes, an external diff, hooks, a pager).
  */
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { appendFile, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
@@ -13,19 +12,12 @@ import path from "node:path";
 import { after, test } from "node:test";
 import { ChangeRecord, reviewDiffs } from "../src/app/change-record.js";
 import { Workspace } from "../src/agent/files/workspace.js";
+import { git } from "./helpers/git.js";
 
 const dirs: string[] = [];
 after(async () => {
   await Promise.all(dirs.map((dir) => rm(dir, { recursive: true, force: true })));
 });
-
-function git(cwd: string, ...args: string[]): string {
-  return execFileSync("git", args, {
-    cwd,
-    encoding: "utf8",
-    env: { ...process.env, GIT_CONFIG_NOSYSTEM: "1", GIT_CONFIG_GLOBAL: "/dev/null" },
-  });
-}
 
 /** A repository with one commit (a.txt, b.txt) and a task's record of changes to both and a new file. */
 async function repoWithChanges(): Promise<{ root: string; record: ChangeRecord; markers: string }> {

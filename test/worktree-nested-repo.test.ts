@@ -7,12 +7,11 @@
  * as the agent.
  */
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
-import { mkdir, mkdtemp, realpath, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, realpath, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import {
   createTaskWorkspace,
   discardTaskWorkspace,
@@ -21,27 +20,9 @@ import {
 import { taskChanges } from "../src/agent/worktree/task-changes.js";
 import { commitTaskWorkspace } from "../src/client/worktree-session.js";
 import { file, freshDir, jsonLines, runToExit } from "./helpers/cli.js";
+import { commitInit, git, sparkHomeForFile } from "./helpers/git.js";
 
-const dirs: string[] = [];
-const savedHome = process.env.SPARK_HOME;
-before(async () => {
-  const home = await mkdtemp(path.join(os.tmpdir(), "spark-nested-home-"));
-  dirs.push(home);
-  process.env.SPARK_HOME = home;
-});
-after(async () => {
-  if (savedHome === undefined) delete process.env.SPARK_HOME;
-  else process.env.SPARK_HOME = savedHome;
-  await Promise.all(dirs.map((dir) => rm(dir, { recursive: true, force: true })));
-});
-
-function git(cwd: string, ...args: string[]): string {
-  return execFileSync("git", args, {
-    cwd,
-    encoding: "utf8",
-    env: { ...process.env, GIT_CONFIG_NOSYSTEM: "1", GIT_CONFIG_GLOBAL: "/dev/null" },
-  });
-}
+const { dirs } = sparkHomeForFile("spark-nested-home-");
 
 /**
  * A repository (a.txt committed, `*.log` ignored) where the user has run `git init newlib` and
@@ -50,11 +31,7 @@ function git(cwd: string, ...args: string[]): string {
 async function repoWithNewlib(root: string): Promise<void> {
   await writeFile(path.join(root, "a.txt"), "one\n");
   await writeFile(path.join(root, ".gitignore"), "*.log\n");
-  git(root, "init", "-q", "-b", "main");
-  git(root, "config", "user.email", "user@example.com");
-  git(root, "config", "user.name", "User");
-  git(root, "add", ".");
-  git(root, "commit", "-q", "-m", "init");
+  commitInit(root);
   git(root, "init", "-q", path.join(root, "newlib"));
   await mkdir(path.join(root, "newlib", "src"));
   await writeFile(path.join(root, "newlib", "src", "lib.ts"), "export const lib = 1;\n");

@@ -8,14 +8,14 @@
  * pid now belongs to another process (a re-used pid), owns nothing.
  */
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { existsSync, readFileSync } from "node:fs";
-import { mkdtemp, readFile, realpath, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile, realpath, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { createInterface } from "node:readline";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import {
   createTaskWorkspace,
@@ -23,39 +23,17 @@ import {
   pruneTaskWorkspaces,
   taskWorkspacesFolder,
 } from "../src/agent/worktree/task-workspace.js";
+import { commitInit, git, sparkHomeForFile } from "./helpers/git.js";
 
 const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
-const dirs: string[] = [];
-const savedHome = process.env.SPARK_HOME;
-let home = "";
-before(async () => {
-  home = await mkdtemp(path.join(os.tmpdir(), "spark-owners-home-"));
-  dirs.push(home);
-  process.env.SPARK_HOME = home;
-});
-after(async () => {
-  if (savedHome === undefined) delete process.env.SPARK_HOME;
-  else process.env.SPARK_HOME = savedHome;
-  await Promise.all(dirs.map((dir) => rm(dir, { recursive: true, force: true })));
-});
-
-function git(cwd: string, ...args: string[]): string {
-  return execFileSync("git", args, {
-    cwd,
-    encoding: "utf8",
-    env: { ...process.env, GIT_CONFIG_NOSYSTEM: "1", GIT_CONFIG_GLOBAL: "/dev/null" },
-  });
-}
+const temps = sparkHomeForFile("spark-owners-home-");
+const { dirs } = temps;
 
 async function repo(): Promise<string> {
   const root = await realpath(await mkdtemp(path.join(os.tmpdir(), "spark-owners-")));
   dirs.push(root);
   await writeFile(path.join(root, "a.txt"), "one\n");
-  git(root, "init", "-q", "-b", "main");
-  git(root, "config", "user.email", "user@example.com");
-  git(root, "config", "user.name", "User");
-  git(root, "add", ".");
-  git(root, "commit", "-q", "-m", "init");
+  commitInit(root);
   return root;
 }
 
@@ -74,7 +52,7 @@ async function otherInstance(root: string, id: string) {
   `;
   const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", program], {
     cwd: REPO_ROOT,
-    env: { ...process.env, SPARK_HOME: home },
+    env: { ...process.env, SPARK_HOME: temps.home },
     stdio: ["ignore", "pipe", "inherit"],
   });
   const exited = once(child, "exit");

@@ -6,12 +6,11 @@
  * worktree or branch; outside git the same round trip runs on a copy.
  */
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { mkdir, mkdtemp, readdir, readFile, realpath, rm, symlink, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { detectSandbox } from "../src/agent/sandbox/sandbox.js";
 import { runCommand } from "../src/agent/sandbox/shell.js";
 import {
@@ -23,27 +22,9 @@ import {
   taskWorkspacesFolder,
 } from "../src/agent/worktree/task-workspace.js";
 import { applyTaskWorkspace, restoreTaskFile, taskChanges } from "../src/agent/worktree/task-changes.js";
+import { commitInit, git, sparkHomeForFile } from "./helpers/git.js";
 
-const dirs: string[] = [];
-const savedHome = process.env.SPARK_HOME;
-before(async () => {
-  const home = await mkdtemp(path.join(os.tmpdir(), "spark-wt-home-"));
-  dirs.push(home);
-  process.env.SPARK_HOME = home;
-});
-after(async () => {
-  if (savedHome === undefined) delete process.env.SPARK_HOME;
-  else process.env.SPARK_HOME = savedHome;
-  await Promise.all(dirs.map((dir) => rm(dir, { recursive: true, force: true })));
-});
-
-function git(cwd: string, ...args: string[]): string {
-  return execFileSync("git", args, {
-    cwd,
-    encoding: "utf8",
-    env: { ...process.env, GIT_CONFIG_NOSYSTEM: "1", GIT_CONFIG_GLOBAL: "/dev/null" },
-  });
-}
+const { dirs } = sparkHomeForFile("spark-wt-home-");
 
 /** A repository with one commit (a.txt, keep.txt, .gitignore ignoring `*.log`). */
 async function repo(): Promise<string> {
@@ -52,11 +33,7 @@ async function repo(): Promise<string> {
   await writeFile(path.join(root, "a.txt"), "one\ntwo\nthree\nfour\nfive\nsix\nseven\n");
   await writeFile(path.join(root, "keep.txt"), "kept\n");
   await writeFile(path.join(root, ".gitignore"), "*.log\n");
-  git(root, "init", "-q", "-b", "main");
-  git(root, "config", "user.email", "user@example.com");
-  git(root, "config", "user.name", "User");
-  git(root, "add", ".");
-  git(root, "commit", "-q", "-m", "init");
+  commitInit(root);
   return root;
 }
 
