@@ -10,30 +10,6 @@ import { decidePatch } from "./approval.js";
 import { errorText, stringArg } from "./call-helpers.js";
 import type { ToolCallScope, ToolRun } from "./context.js";
 
-/** `edit_file`: a described change, rewritten by a fast model. */
-export const EDIT_FILE_DEFINITION: Record<string, unknown> = {
-  type: "function",
-  name: "edit_file",
-  description:
-    "Edits one existing file by describing the change: give the new code for the parts that change and " +
-    "mark unchanged stretches with a comment such as `// ... existing code ...`. A fast model rewrites the " +
-    "whole file from it, with the original as its prediction, so large edits and many scattered changes " +
-    "cost little. Prefer apply_patch for a small exact change; use edit_file when a patch would have to " +
-    "restate much of the file.",
-  parameters: {
-    type: "object",
-    properties: {
-      path: { type: "string", description: "The file, relative to the workspace." },
-      instructions: {
-        type: "string",
-        description: "The edit: the changed code in place, unchanged parts elided with comments.",
-      },
-    },
-    required: ["path", "instructions"],
-    additionalProperties: false,
-  },
-};
-
 /** Largest file `edit_file` rewrites (the whole file goes to the model and back). */
 const MAX_REWRITE_BYTES = 256 * 1024;
 

@@ -9,10 +9,14 @@
 import { SKILL_TOOL_DEFINITION } from "../context/skills.js";
 import type { ToolContext } from "./context.js";
 import { DELEGATE_DEFINITION } from "./delegate.js";
-import { EDIT_FILE_DEFINITION } from "./edit-file.js";
-import { APPLY_PATCH_DEFINITION } from "./patch.js";
-import { LIST_FILES_DEFINITION, READ_FILE_DEFINITION, SEARCH_DEFINITION } from "./read-files.js";
-import { SHELL_DEFINITION } from "./shell.js";
+import {
+  APPLY_PATCH_DEFINITION,
+  EDIT_FILE_DEFINITION,
+  LIST_FILES_DEFINITION,
+  READ_FILE_DEFINITION,
+  SEARCH_DEFINITION,
+  SHELL_DEFINITION,
+} from "./definitions.js";
 
 export type {
   ApprovalAnswer,

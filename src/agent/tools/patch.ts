@@ -11,26 +11,6 @@ import type { FileDiff, ThreadItem } from "../thread-item.js";
 import { errorText, parseArguments } from "./call-helpers.js";
 import type { ToolCallScope, ToolRun } from "./context.js";
 
-const APPLY_PATCH_GRAMMAR = `Edits files with a patch. The input is the patch text itself, not JSON:
-*** Begin Patch
-*** Add File: path/new.txt
-+every line of the new file, each starting with +
-*** Update File: path/existing.ts
-@@ optional line that locates the hunk, e.g. a function signature
- context line (starts with a space)
--line to remove
-+line to add
-*** Delete File: path/old.txt
-*** End Patch
-Paths are relative to the workspace. Give 3 lines of context around each change.`;
-
-/** `apply_patch`, as a custom tool whose input is the patch itself. */
-export const APPLY_PATCH_DEFINITION: Record<string, unknown> = {
-  type: "custom",
-  name: "apply_patch",
-  description: APPLY_PATCH_GRAMMAR,
-};
-
 /** Runs an `apply_patch` call. */
 export async function runApplyPatch(scope: ToolCallScope): Promise<ToolRun> {
   const { id, call, context, onStarted, reply, approveWrite } = scope;

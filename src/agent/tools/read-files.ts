@@ -6,53 +6,6 @@ import { listFiles, readFile, searchFiles } from "../files/file-tools.js";
 import type { Workspace } from "../files/workspace.js";
 import { optionalNumber, optionalString, stringArg } from "./call-helpers.js";
 
-/** `read_file`: a text file of the workspace, or a range of its lines. */
-export const READ_FILE_DEFINITION: Record<string, unknown> = {
-  type: "function",
-  name: "read_file",
-  description: "Reads a text file of the workspace, optionally a range of lines.",
-  parameters: {
-    type: "object",
-    properties: {
-      path: { type: "string" },
-      offset: { type: "number", description: "First line to read, 1-based." },
-      limit: { type: "number", description: "Number of lines (default 2000)." },
-    },
-    required: ["path"],
-    additionalProperties: false,
-  },
-};
-
-/** `list_files`: the workspace's files, recursively, skipping what .gitignore ignores. */
-export const LIST_FILES_DEFINITION: Record<string, unknown> = {
-  type: "function",
-  name: "list_files",
-  description: "Lists the workspace's files (recursively, skipping what .gitignore ignores).",
-  parameters: {
-    type: "object",
-    properties: { path: { type: "string", description: "Directory to list (default: the root)." } },
-    additionalProperties: false,
-  },
-};
-
-/** `search`: a regular expression over the workspace's files. */
-export const SEARCH_DEFINITION: Record<string, unknown> = {
-  type: "function",
-  name: "search",
-  description: "Searches the workspace's files for a regular expression (skipping .gitignore'd files).",
-  parameters: {
-    type: "object",
-    properties: {
-      pattern: { type: "string", description: "JavaScript regular expression." },
-      path: { type: "string" },
-      glob: { type: "string", description: "Only files whose name matches, e.g. *.ts" },
-      ignore_case: { type: "boolean" },
-    },
-    required: ["pattern"],
-    additionalProperties: false,
-  },
-};
-
 /** `read_file`: the lines asked for, and how to read more when they are cut. */
 export async function readFileTool(workspace: Workspace, args: Record<string, unknown>): Promise<string> {
   const read = await readFile(workspace, {

@@ -10,29 +10,6 @@ import { decideCommand } from "./approval.js";
 import { errorText, stringArg } from "./call-helpers.js";
 import type { ToolCallScope, ToolRun } from "./context.js";
 
-/** `shell`: a command line run with `bash -c` in the workspace. */
-export const SHELL_DEFINITION: Record<string, unknown> = {
-  type: "function",
-  name: "shell",
-  description:
-    "Runs a shell command (bash -c) in the workspace and returns its exit code and output. Use it to build, " +
-    "test, and inspect. Writes outside the workspace or into .git, and network access, are blocked when a " +
-    "sandbox is active, and secret environment variables are removed; " +
-    "set escalate: true (with a justification) to ask the user to run it outside the sandbox.",
-  parameters: {
-    type: "object",
-    properties: {
-      command: { type: "string", description: "The command line, run with bash -c." },
-      workdir: { type: "string", description: "Directory relative to the workspace (default: its root)." },
-      timeout_ms: { type: "number", description: "Kill the command after this long (default 120000)." },
-      escalate: { type: "boolean", description: "Ask to run outside the sandbox." },
-      justification: { type: "string", description: "Why escalation is needed, shown to the user." },
-    },
-    required: ["command"],
-    additionalProperties: false,
-  },
-};
-
 /** Runs a `shell` call. */
 export async function runShellTool(scope: ToolCallScope, args: Record<string, unknown>): Promise<ToolRun> {
   const { id, context, signal, onStarted, reply, approve } = scope;
