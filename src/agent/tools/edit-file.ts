@@ -1,7 +1,8 @@
 /**
  * The `edit_file` tool, offered where the agent can rewrite a file with the fast tier (Predicted
- * Outputs, the original as the prediction): its definition, the size and text checks, the rewrite,
- * then the diff-first approval of what it changed and the write through the confined layer.
+ * Outputs, the original as the prediction; its definition is in definitions.ts): the size and text
+ * checks, the rewrite, then the diff-first approval of what it changed and the write through the
+ * confined layer.
  */
 import { contentDiff } from "../files/file-diff.js";
 import { ToolError } from "../files/workspace.js";

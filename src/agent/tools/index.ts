@@ -4,7 +4,8 @@
  * tools the context can run); `runner.ts` runs a call. One module per tool or group: `shell.ts`,
  * `patch.ts` (apply_patch), `read-files.ts` (read_file, list_files, search), `edit-file.ts`,
  * `delegate.ts`, `mcp.ts` (MCP servers' tools), the skill tool in context/skills.ts; their shared
- * types in `context.ts`, the approval modes in `approval.ts`.
+ * types in `context.ts`, the approval modes in `approval.ts`. The built-in definitions live in
+ * `definitions.ts`, apart from the tools' code, which the runner loads at a tool's first call.
  */
 import { SKILL_TOOL_DEFINITION } from "../context/skills.js";
 import type { ToolContext } from "./context.js";

@@ -1,8 +1,8 @@
 /**
- * The `apply_patch` tool (a custom tool: the input is the patch text): its definition, the
- * diff-first approval (what the patch would change, against the files as they are, computed only
- * when the user is asked), the checkpoint before it writes, and the patch applied all-or-nothing
- * (files/apply-patch.ts).
+ * The `apply_patch` tool (a custom tool: the input is the patch text; its definition is in
+ * definitions.ts): the diff-first approval (what the patch would change, against the files as they
+ * are, computed only when the user is asked), the checkpoint before it writes, and the patch applied
+ * all-or-nothing (files/apply-patch.ts).
  */
 import { patchPaths } from "../checkpoints/checkpoints.js";
 import { applyPatch, previewPatch, protectedWrites, type PatchFile } from "../files/apply-patch.js";

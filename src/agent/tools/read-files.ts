@@ -1,6 +1,7 @@
 /**
- * The read-only file tools, `read_file`, `list_files` and `search`: their definitions and the text
- * each gives the model. The reading itself is files/file-tools.ts's, through the confined layer.
+ * The read-only file tools, `read_file`, `list_files` and `search`: the text each gives the model
+ * (their definitions are in definitions.ts). The reading itself is files/file-tools.ts's, through
+ * the confined layer.
  */
 import { listFiles, readFile, searchFiles } from "../files/file-tools.js";
 import type { Workspace } from "../files/workspace.js";

@@ -18,11 +18,12 @@ import {
   toolCallItem,
 } from "./call-helpers.js";
 import type { ApprovalRequest, ToolCall, ToolCallScope, ToolContext, ToolRun } from "./context.js";
-import { runEditFile } from "./edit-file.js";
-import { runMcpTool } from "./mcp.js";
-import { runApplyPatch } from "./patch.js";
-import { listFilesTool, readFileTool, searchTool } from "./read-files.js";
-import { runShellTool } from "./shell.js";
+
+// Each tool's module (and what it needs: the patch engine, checkpoints, the sandbox's command
+// runner, the file walker) loads at its first call: a session's first request goes out without them.
+const patchTool = () => import("./patch.js");
+const shellTool = () => import("./shell.js");
+const readTools = () => import("./read-files.js");
 
 /** Runs tool calls. Holds the approvals the user gave with "always" for the rest of the session. */
 export class ToolRunner {
@@ -138,19 +139,21 @@ export class ToolRunner {
       approveWrite: (protectedPaths, summary, diffs) => this.#approveWrite(protectedPaths, summary, diffs),
     };
     try {
-      if (call.name === "apply_patch") return await runApplyPatch(scope);
+      if (call.name === "apply_patch") return await (await patchTool()).runApplyPatch(scope);
       const args = parseArguments(call);
-      if (this.context.mcp && call.name.startsWith("mcp__")) return await runMcpTool(scope, args);
-      if (call.name === "edit_file" && this.context.rewrite) return await runEditFile(scope, args);
-      if (call.name === "shell") return await runShellTool(scope, args);
+      if (this.context.mcp && call.name.startsWith("mcp__"))
+        return await (await import("./mcp.js")).runMcpTool(scope, args);
+      if (call.name === "edit_file" && this.context.rewrite)
+        return await (await import("./edit-file.js")).runEditFile(scope, args);
+      if (call.name === "shell") return await (await shellTool()).runShellTool(scope, args);
       const item = toolCallItem(id, call);
       let text: string;
       if (call.name === "read_file") {
-        text = await readFileTool(this.context.workspace, args);
+        text = await (await readTools()).readFileTool(this.context.workspace, args);
       } else if (call.name === "list_files") {
-        text = await listFilesTool(this.context.workspace, args);
+        text = await (await readTools()).listFilesTool(this.context.workspace, args);
       } else if (call.name === "search") {
-        text = await searchTool(this.context.workspace, args, signal);
+        text = await (await readTools()).searchTool(this.context.workspace, args, signal);
       } else if (call.name === "delegate" && this.context.delegate) {
         text = await this.context.delegate(stringArg(args, "task"));
       } else if (call.name === "skill" && this.context.skills && this.context.skills.length > 0) {

@@ -1,7 +1,8 @@
 /**
- * The `shell` tool: its definition, and one command run as the approval mode decides (asked,
- * refused, or run; in the sandbox when there is one, outside it only when an escalation the model
- * asked for was approved), with the environment's secrets removed and checkpoints around it.
+ * The `shell` tool (its definition is in definitions.ts): one command run as the approval mode
+ * decides (asked, refused, or run; in the sandbox when there is one, outside it only when an
+ * escalation the model asked for was approved), with the environment's secrets removed and
+ * checkpoints around it.
  */
 import { commandEnvironment } from "../sandbox/secrets.js";
 import { formatCommandOutput, runCommand } from "../sandbox/shell.js";
