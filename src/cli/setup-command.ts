@@ -31,7 +31,8 @@ import {
 import { homedir } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { Command } from "commander";
-import { planCodexConfig, type TomlValue } from "./codex-toml.js";
+// The TOML parser loads only for `spark setup codex`: every other command starts without it.
+import type { TomlValue } from "./codex-toml.js";
 import { ConfigError } from "../settings/setting-names.js";
 
 const PROVIDER = "spark";
@@ -138,6 +139,7 @@ async function setupCodex(options: CodexSetupOptions): Promise<void> {
   const catalog = JSON.stringify(codexCatalog(seen?.models), null, 2) + "\n";
   const configPath = join(home, "config.toml");
   const existing = existsSync(configPath) ? readFileSync(configPath, "utf8") : undefined;
+  const { planCodexConfig } = await import("./codex-toml.js");
   const plan = planCodexConfig(
     existing,
     [
