@@ -31,6 +31,7 @@ import type { ClientFlags, Runtime, StartServer } from "../client/agent-runtime.
 import { pastedImagePath } from "../agent/images.js";
 import { decodeKeys, type Key } from "./keys.js";
 import { loadMarkdown } from "./markdown.js";
+import { loadMarkdownAfterFirstAnswer } from "./markdown-start.js";
 import { Screen } from "./screen.js";
 import { Composer, PROMPT } from "./composer.js";
 import { echo, Transcript } from "./transcript.js";
@@ -147,7 +148,8 @@ class TuiApp implements Tui {
     );
     this.render();
     // Markdown rendering (marked, highlight.js) loads after the prompt is up; answers come later.
-    void loadMarkdown();
+    // With a first message, after its answer shows (markdown-start.ts).
+    if (this.options.prompt === undefined) void loadMarkdown();
     void this.connect();
     return done;
   }
@@ -187,6 +189,7 @@ class TuiApp implements Tui {
       });
       runtime.agent.setModel(this.#model);
       runtime.agent.on((event) => this.transcript.onEvent(event));
+      if (this.options.prompt !== undefined) loadMarkdownAfterFirstAnswer(runtime.agent, this.screen);
       this.screen.line(
         dim(
           `${runtime.inProcess ? "in-process server" : runtime.serverUrl} · approval ${runtime.approval} · ` +
@@ -211,6 +214,7 @@ class TuiApp implements Tui {
     } catch (error) {
       // The UI stays up: the prompt, /retry, /model FILE.gguf and /quit keep working.
       this.phase = "failed";
+      void loadMarkdown();
       const message = error instanceof Error ? error.message : String(error);
       // The engine's hints name `spark serve --model`; in this UI the same flag is `spark --model`.
       this.screen.line(red(`✗ ${message.replaceAll("spark serve --model", "spark --model")}`));

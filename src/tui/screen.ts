@@ -42,6 +42,8 @@ export class Screen {
   #caretAt = 0;
   #drawnColumns = 0;
   #timer: NodeJS.Timeout | undefined;
+  /** Work waiting for the scheduled frame to be drawn (`afterFrame`). */
+  #afterFrame: (() => void)[] = [];
 
   constructor(
     private readonly out: Output,
@@ -101,6 +103,12 @@ export class Screen {
       this.#timer = undefined;
       this.draw();
     }, this.frameMs);
+  }
+
+  /** Runs `work` in the event-loop turn after the frame now scheduled is drawn (soon, when none is). */
+  afterFrame(work: () => void): void {
+    if (this.#timer) this.#afterFrame.push(work);
+    else setImmediate(work);
   }
 
   /** Rows from the live region's top to the caret, as the terminal shows them now. */
@@ -173,6 +181,7 @@ export class Screen {
     this.#caretAt = caretColumn;
     this.#drawnColumns = columns;
     this.out.write(frame);
+    for (const work of this.#afterFrame.splice(0)) setImmediate(work);
   }
 
   /** Leaves the live region on screen as plain output (on exit). */
