@@ -213,15 +213,13 @@ export async function startupFigures(options: { rounds: number }, log: Log): Pro
   const workspace = join(dir, "workspace");
   mkdirSync(workspace);
   writeFileSync(join(workspace, "README.md"), "# a project\n");
-  // No user config, no saved sessions of the user's: the defaults, as on a fresh machine.
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    SPARK_HOME: join(dir, "home"),
-    SPARK_DATA_DIR: join(dir, "data"),
-    NO_COLOR: "",
-    TERM: "xterm-256color",
-  };
-  for (const key of ["SPARK_CONFIG", "SPARK_SERVER", "SPARK_API_KEY"]) delete env[key];
+  // No user config, no saved sessions of the user's: the defaults, as on a fresh machine. Only
+  // SPARK_HOME is set (the data go to SPARK_HOME/data, the default place): any other SPARK_*
+  // setting, as a config file, has the settings validated, which loads their schema (zod, ~0.75 MB)
+  // before the first request; that is not what a fresh machine pays.
+  const env: NodeJS.ProcessEnv = { ...process.env, NO_COLOR: "", TERM: "xterm-256color" };
+  for (const key of Object.keys(env)) if (key.startsWith("SPARK_")) delete env[key];
+  env.SPARK_HOME = join(dir, "home");
   const engine = new ScriptEngine({
     lines: parseScript(JSON.stringify({ output: [{ type: "message", text: ANSWER }] })),
   });
