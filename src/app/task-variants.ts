@@ -26,7 +26,7 @@ import type { FileDiff, LogEntry, ServerMessage, TaskState, TaskStatus, TaskSumm
 export interface TaskVariantsContext {
   serverUrl: string;
   apiKey(owner: string | undefined): string | undefined;
-  sandbox: Sandbox;
+  sandbox: Sandbox | Promise<Sandbox>;
   approval: ApprovalMode;
   allowEnv: readonly string[];
   instructions: string;
@@ -123,7 +123,7 @@ export class TaskVariants {
             check: {
               command: settings.check,
               ...(settings.checkTimeoutMs === undefined ? {} : { timeoutMs: settings.checkTimeoutMs }),
-              sandbox: host.context.sandbox,
+              sandbox: await host.context.sandbox,
               allowEnv: host.context.allowEnv,
             },
           }

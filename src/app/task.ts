@@ -51,7 +51,7 @@ export interface TaskContext {
    */
   apiKey(owner: string | undefined): string | undefined;
   workspace: Workspace;
-  sandbox: Sandbox;
+  sandbox: Sandbox | Promise<Sandbox>; // a promise while spark app's probe runs (after its URL is out)
   approval: ApprovalMode;
   allowEnv: readonly string[];
   dataDir: string;

@@ -53,12 +53,11 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
   const client = await resolveClient(flags, true);
   const workspace = await openWorkspace(dir ?? flags.cd ?? process.cwd());
   if (client.server === undefined) log("starting the model server…");
-  // Everything the app needs before it serves, at once: its modules, the sandbox probe, the
+  // Everything the app needs before it serves, at once: its modules, the
   // project's context (loaded once: every task, background and delegated ones too, gets the same),
   // MCP and hooks, and the in-process model server, which listens before its engine has loaded.
-  const [{ AppServer }, sandbox, server, project, mcp, hooks] = await Promise.all([
+  const [{ AppServer }, server, project, mcp, hooks] = await Promise.all([
     import("../app/app-server.js"),
-    clientSandbox(client),
     client.server === undefined
       ? startInProcessServer(client.settings, log, { waitForEngines: false, socket: true })
       : undefined,
@@ -78,6 +77,8 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
   // What the app asks the model server in the background waits until the app serves its page.
   let served!: () => void;
   const listening = new Promise<void>((resolve) => (served = resolve));
+  // So does the sandbox probe (it spawns bwrap): a task's first command waits for it, the page does not.
+  const sandbox = listening.then(() => clientSandbox(client));
   for (const warning of project.warnings) log(`warning: ${warning}`);
   // MCP servers start once for the app, in the background; every task shares them.
   mcp?.start();
@@ -149,7 +150,9 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
       () => appServer.tasks.sendHeld(),
       () => {},
     );
-  if (sandbox.kind === "none") log(`commands run without a sandbox: ${sandbox.reason}`);
+  void sandbox.then((probed) => {
+    if (probed.kind === "none") log(`commands run without a sandbox: ${probed.reason}`);
+  });
   if (client.apiKey !== undefined) log("browsers sign in with the key in SPARK_API_KEY");
   let stopping = false;
   const code = await new Promise<number>((resolve) => {
