@@ -22,7 +22,7 @@ import { after, describe, test } from "node:test";
 import type { Frame, Page } from "playwright-core";
 import { launchBrowser } from "./helpers/browser.js";
 import { file, freshDir } from "./helpers/cli.js";
-import { startAppCli, stopApps } from "./helpers/app.js";
+import { scriptAppArgs, startAppCli, stopApps } from "./helpers/app.js";
 import { paneFrame, startPaneHarness } from "./helpers/pane-harness.js";
 
 after(stopApps);
@@ -122,24 +122,16 @@ describe("the VS Code pane's side of the editor", { timeout: 300_000 }, () => {
     );
     const harness = await startPaneHarness();
     const app = await startAppCli(
-      [
+      scriptAppArgs(
         workspace,
-        "--port",
-        "0",
-        "--quiet",
-        "--sandbox",
-        "off",
+        script,
         "--approval",
         "never",
         "--allowed-origin",
         harness.origin,
-        "--engine",
-        "script",
-        "--script",
-        script,
         "--rate",
         "60",
-      ],
+      ),
       { SPARK_DATA_DIR: freshDir("data-"), SPARK_HOME: freshDir("home-") },
       400_000,
     );

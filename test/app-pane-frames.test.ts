@@ -15,7 +15,7 @@ import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import type { Frame } from "playwright-core";
 import { launchBrowser } from "./helpers/browser.js";
-import { gitWorkspace, message, scriptFile, startAppCli, stopApps } from "./helpers/app.js";
+import { gitWorkspace, message, scriptFile, scriptAppArgs, startAppCli, stopApps } from "./helpers/app.js";
 import { freshDir } from "./helpers/cli.js";
 import { paneFrame, startPaneHarness } from "./helpers/pane-harness.js";
 
@@ -70,22 +70,7 @@ describe("the VS Code pane and framed pages", { timeout: 300_000 }, () => {
     ]);
     const harness = await startPaneHarness();
     const app = await startAppCli(
-      [
-        workspace,
-        "--port",
-        "0",
-        "--quiet",
-        "--sandbox",
-        "off",
-        "--approval",
-        "never",
-        "--allowed-origin",
-        harness.origin,
-        "--engine",
-        "script",
-        "--script",
-        script,
-      ],
+      scriptAppArgs(workspace, script, "--approval", "never", "--allowed-origin", harness.origin),
       { SPARK_DATA_DIR: freshDir("data-"), SPARK_HOME: freshDir("home-") },
     );
     harness.setApp(app.url);

@@ -26,7 +26,7 @@ import { after, describe, test } from "node:test";
 import type { ServerMessage } from "../src/app/protocol.js";
 import { AppClient } from "./helpers/app-client.js";
 import { file, freshDir, spawnCli, stop, waitForStdout } from "./helpers/cli.js";
-import { startAppCli, stopApps, stopWithApps } from "./helpers/app.js";
+import { scriptAppArgs, startAppCli, stopApps, stopWithApps } from "./helpers/app.js";
 
 after(stopApps);
 
@@ -79,20 +79,7 @@ describe("spark app's ports", { timeout: 300_000 }, () => {
       JSON.stringify({ output: [{ type: "message", text: "ANSWERED OVER THE SOCKET" }] }) + "\n",
     );
     const cli = await startAppCli(
-      [
-        freshDir("ws-"),
-        "--port",
-        "0",
-        "--quiet",
-        "--sandbox",
-        "off",
-        "--approval",
-        "never",
-        "--engine",
-        "script",
-        "--script",
-        script,
-      ],
+      scriptAppArgs(freshDir("ws-"), script, "--approval", "never"),
       { SPARK_DATA_DIR: freshDir("data-") },
       400_000,
     );
@@ -197,18 +184,10 @@ describe("spark app's ports", { timeout: 300_000 }, () => {
     utimesSync(live, old, old);
     try {
       const cli = await startAppCli(
-        [
+        scriptAppArgs(
           freshDir("ws-"),
-          "--port",
-          "0",
-          "--quiet",
-          "--sandbox",
-          "off",
-          "--engine",
-          "script",
-          "--script",
           file("sweep.jsonl", JSON.stringify({ output: [{ type: "message", text: "hi" }] }) + "\n"),
-        ],
+        ),
         { SPARK_DATA_DIR: freshDir("data-"), TMPDIR: tmp },
         400_000,
       );

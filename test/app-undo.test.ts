@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import type { LogEntry, ServerMessage, TaskSummary } from "../src/app/protocol.js";
 import { AppClient } from "./helpers/app-client.js";
-import { git, startAppCli, stopApps, type AppCli } from "./helpers/app.js";
+import { git, scriptAppArgs, startAppCli, stopApps, type AppCli } from "./helpers/app.js";
 import { file, freshDir, stop } from "./helpers/cli.js";
 
 const BINARY = Buffer.from([0, 159, 146, 150, 0, 255, 10, 13, 0]);
@@ -81,22 +81,7 @@ describe("Undo turn and Redo in the app", () => {
     const env = { SPARK_DATA_DIR: freshDir("data-"), SPARK_HOME: freshDir("home-") };
     const start = async (): Promise<{ cli: AppCli; app: UndoClient }> => {
       const cli = await startAppCli(
-        [
-          workspace,
-          "--port",
-          "0",
-          "--quiet",
-          "--sandbox",
-          "off",
-          "--approval",
-          "never",
-          "--engine",
-          "script",
-          "--script",
-          SCRIPT,
-          "--rate",
-          "1000",
-        ],
+        scriptAppArgs(workspace, SCRIPT, "--approval", "never", "--rate", "1000"),
         env,
         600_000,
       );

@@ -14,7 +14,16 @@ import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import type { Frame, Page } from "playwright-core";
 import { PreviewServer, previewPage } from "../src/app/preview-server.js";
-import { gitWorkspace, git, message, scriptFile, startAppCli, stopApps, type AppCli } from "./helpers/app.js";
+import {
+  gitWorkspace,
+  git,
+  message,
+  scriptFile,
+  scriptAppArgs,
+  startAppCli,
+  stopApps,
+  type AppCli,
+} from "./helpers/app.js";
 import { file, freshDir } from "./helpers/cli.js";
 import { launchBrowser } from "./helpers/browser.js";
 
@@ -77,30 +86,12 @@ function startApp(
   approval: "never" | "on-request" = "never",
   config?: object,
 ): Promise<AppCli> {
-  return startAppCli(
-    [
-      workspace,
-      "--port",
-      "0",
-      "--quiet",
-      "--sandbox",
-      "off",
-      "--approval",
-      approval,
-      "--engine",
-      "script",
-      "--script",
-      script,
-      "--rate",
-      "400",
-    ],
-    {
-      SPARK_DATA_DIR: freshDir("data-"),
-      SPARK_HOME: home,
-      SPARK_API_KEY: KEY,
-      ...(config ? { SPARK_CONFIG: file(`config-${Date.now()}.json`, JSON.stringify(config)) } : {}),
-    },
-  );
+  return startAppCli(scriptAppArgs(workspace, script, "--approval", approval, "--rate", "400"), {
+    SPARK_DATA_DIR: freshDir("data-"),
+    SPARK_HOME: home,
+    SPARK_API_KEY: KEY,
+    ...(config ? { SPARK_CONFIG: file(`config-${Date.now()}.json`, JSON.stringify(config)) } : {}),
+  });
 }
 
 /** Spark's worktrees of variants under SPARK_HOME (one folder per workspace). */

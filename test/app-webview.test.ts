@@ -12,7 +12,7 @@ import { after, describe, test } from "node:test";
 import WebSocket from "ws";
 import type { ServerMessage } from "../src/app/protocol.js";
 import { launchBrowser } from "./helpers/browser.js";
-import { startAppCli, stopApps } from "./helpers/app.js";
+import { scriptAppArgs, startAppCli, stopApps } from "./helpers/app.js";
 import { file, freshDir } from "./helpers/cli.js";
 
 const WEBVIEW = "vscode-webview://1a2b3c4d-pane";
@@ -24,20 +24,7 @@ async function startApp(
   env: Record<string, string> = {},
 ): Promise<string> {
   const app = await startAppCli(
-    [
-      workspace,
-      "--port",
-      "0",
-      "--quiet",
-      "--sandbox",
-      "off",
-      "--allowed-origin",
-      WEBVIEW,
-      "--engine",
-      "script",
-      "--script",
-      script,
-    ],
+    scriptAppArgs(workspace, script, "--allowed-origin", WEBVIEW),
     { SPARK_DATA_DIR: freshDir("data-"), ...env },
     300_000,
   );

@@ -12,6 +12,7 @@ import assert from "node:assert/strict";
 import net from "node:net";
 import { after, before, test } from "node:test";
 import { file, firstLine, freshDir, spawnCli, startServer, stop, type Cli } from "./helpers/cli.js";
+import { scriptAppArgs } from "./helpers/app.js";
 import { TERMINAL_TYPES, WsClient, type ServerEvent } from "./helpers/ws-client.js";
 import { HOSTILE, httpCases, wsFrames } from "./fixtures/hostile-corpus.js";
 
@@ -347,22 +348,9 @@ test("a text frame that is not UTF-8 closes that connection (1007), and only tha
 
 test("spark app: a broken absolute-form URL is a 400, an odd Expect a JSON 417, and the app keeps serving", async () => {
   const script = file("hostile-app.jsonl", JSON.stringify({ output: [{ type: "message", text: "hi" }] }));
-  const app = spawnCli(
-    [
-      "app",
-      freshDir("ws-"),
-      "--port",
-      "0",
-      "--quiet",
-      "--sandbox",
-      "off",
-      "--engine",
-      "script",
-      "--script",
-      script,
-    ],
-    { SPARK_DATA_DIR: freshDir("data-") },
-  );
+  const app = spawnCli(["app", ...scriptAppArgs(freshDir("ws-"), script)], {
+    SPARK_DATA_DIR: freshDir("data-"),
+  });
   try {
     const url = /(http:\/\/127\.0\.0\.1:\d+)\//.exec(await firstLine(app))?.[1];
     assert.ok(url, app.stderr());

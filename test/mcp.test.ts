@@ -32,6 +32,7 @@ import {
   startServer,
   stop,
 } from "./helpers/cli.js";
+import { scriptAppArgs } from "./helpers/app.js";
 import { distMissing, TmuxServer, tmuxMissing } from "./helpers/tmux.js";
 
 const EVERYTHING = join(REPO_ROOT, "node_modules/@modelcontextprotocol/server-everything/dist/index.js");
@@ -586,24 +587,10 @@ describe("MCP servers in spark app", { timeout: 240_000 }, () => {
         crashy: { command: process.execPath, args: [TEST_SERVER, "crash", pidFile], trusted: true },
       },
     });
-    const app = spawnCli(
-      [
-        "app",
-        freshDir("ws-"),
-        "--port",
-        "0",
-        "--quiet",
-        "--sandbox",
-        "off",
-        "--engine",
-        "script",
-        "--script",
-        script([{ call: "mcp__tools__add", args: { a: 40, b: 2 } }, { text: "it is 42" }]),
-        "--config",
-        cfg,
-      ],
-      { SPARK_HOME: freshDir("home-") },
-    );
+    const answers = script([{ call: "mcp__tools__add", args: { a: 40, b: 2 } }, { text: "it is 42" }]);
+    const app = spawnCli(["app", ...scriptAppArgs(freshDir("ws-"), answers, "--config", cfg)], {
+      SPARK_HOME: freshDir("home-"),
+    });
     try {
       const line = await firstLine(app);
       const url = new URL(/^spark app on (\S+) /.exec(line)![1]!);

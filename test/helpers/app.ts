@@ -26,6 +26,26 @@ export interface AppCli extends Cli {
 
 const started: Cli[] = [];
 
+/**
+ * The words after `app` as most app tests start it: `workspace`, any free port, no start-up banner,
+ * no sandbox, the script engine playing `script`; then `more`.
+ */
+export function scriptAppArgs(workspace: string, script: string, ...more: string[]): string[] {
+  return [
+    workspace,
+    "--port",
+    "0",
+    "--quiet",
+    "--sandbox",
+    "off",
+    "--engine",
+    "script",
+    "--script",
+    script,
+    ...more,
+  ];
+}
+
 /** `spark app ARGS…` (the words after `app`), with `env` added to the clean environment. */
 export async function startAppCli(
   args: readonly string[],
