@@ -19,6 +19,7 @@ import { SparkServer } from "../src/server/http-server.js";
 import { DATABASE_FILE, SqliteResponseStore } from "../src/store/sqlite-store.js";
 import { freshDir, spawnCli, waitForStdout } from "./helpers/cli.js";
 import { HeldEngine } from "./helpers/held-engine.js";
+import { collectEvents, outputText, pollUntil } from "./helpers/openai-api.js";
 
 // Words of at most four characters: the script engine streams each as one piece.
 const WORDS = Array.from({ length: 40 }, (_, i) => `w${i}`);
@@ -49,30 +50,6 @@ function sdk(url: string, apiKey = "unused"): OpenAI {
   return new OpenAI({ baseURL: `${url}/v1`, apiKey, maxRetries: 0 });
 }
 
-/** Polls until `check` holds (no fixed sleeps: each poll waits for the server's answer). */
-async function until<T>(read: () => Promise<T>, check: (value: T) => boolean, what: string): Promise<T> {
-  const deadline = Date.now() + 120_000;
-  for (;;) {
-    const value = await read();
-    if (check(value)) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}: ${JSON.stringify(value)}`);
-    await new Promise((resolve) => setImmediate(resolve));
-  }
-}
-
-function textOf(response: Pick<Response, "output">): string {
-  return response.output
-    .flatMap((item) => (item.type === "message" ? item.content : []))
-    .map((part) => (part.type === "output_text" ? part.text : ""))
-    .join("");
-}
-
-async function collect(stream: AsyncIterable<ResponseStreamEvent>): Promise<ResponseStreamEvent[]> {
-  const events: ResponseStreamEvent[] = [];
-  for await (const event of stream) events.push(event);
-  return events;
-}
-
 function deltas(events: readonly ResponseStreamEvent[]): string {
   return events.map((event) => (event.type === "response.output_text.delta" ? event.delta : "")).join("");
 }
@@ -89,15 +66,15 @@ describe("background responses", () => {
     assert.equal(created.background, true);
     assert.deepEqual(created.output, []);
     await held;
-    const progress = await until(
+    const progress = await pollUntil(
       () => openai.responses.retrieve(created.id),
-      (response) => textOf(response).split(" ").length >= 5,
+      (response) => outputText(response).split(" ").length >= 5,
       "the first five words",
     );
     assert.equal(progress.status, "in_progress");
-    assert.equal(textOf(progress), WORDS.slice(0, 5).join(" "));
+    assert.equal(outputText(progress), WORDS.slice(0, 5).join(" "));
     engine.release();
-    const done = await until(
+    const done = await pollUntil(
       () => openai.responses.retrieve(created.id),
       (response) => response.status !== "in_progress",
       "the end",
@@ -119,12 +96,12 @@ describe("background responses", () => {
     const cancelled = await openai.responses.cancel(created.id);
     assert.equal(cancelled.status, "cancelled");
     assert.equal(cancelled.incomplete_details, null);
-    assert.equal(textOf(cancelled), WORDS.slice(0, 3).join(" "));
+    assert.equal(outputText(cancelled), WORDS.slice(0, 3).join(" "));
     const again = await openai.responses.cancel(created.id);
     assert.deepEqual(again, cancelled);
     assert.equal((await openai.responses.retrieve(created.id)).status, "cancelled");
     // Its stream ends with the terminal event that says so.
-    const events = await collect(await openai.responses.retrieve(created.id, { stream: true }));
+    const events = await collectEvents(await openai.responses.retrieve(created.id, { stream: true }));
     const last = events.at(-1)!;
     assert.equal(last.type, "response.incomplete");
     assert.equal(last.type === "response.incomplete" && last.response.status, "cancelled");
@@ -162,7 +139,9 @@ describe("background responses", () => {
     const id = seen[0]!.type === "response.created" ? seen[0]!.response.id : "";
     assert.equal((await openai.responses.retrieve(id)).status, "in_progress", "leaving did not stop it");
     const lastSeen = seen.at(-1)!.sequence_number;
-    const resumed = collect(await openai.responses.retrieve(id, { stream: true, starting_after: lastSeen }));
+    const resumed = collectEvents(
+      await openai.responses.retrieve(id, { stream: true, starting_after: lastSeen }),
+    );
     engine.release();
     const rest = await resumed;
     assert.equal(rest[0]!.sequence_number, lastSeen + 1);
@@ -176,30 +155,32 @@ describe("background responses", () => {
     assert.equal(rest.at(-1)!.type, "response.completed");
 
     // After the end: the same events again, from the store.
-    const replay = await collect(await openai.responses.retrieve(id, { stream: true, starting_after: 2 }));
+    const replay = await collectEvents(
+      await openai.responses.retrieve(id, { stream: true, starting_after: 2 }),
+    );
     assert.deepEqual(replay, all.slice(3));
   });
 
   test("a stored streaming response can be streamed again from any sequence number; others cannot", async () => {
     const engine = new HeldEngine(TEXT, 1000);
     const { openai } = await start(engine);
-    const original = await collect(
+    const original = await collectEvents(
       await openai.responses.create({ model: "spark", input: "Count.", stream: true }),
     );
     const id = original[0]!.type === "response.created" ? original[0]!.response.id : "";
-    assert.deepEqual(await collect(await openai.responses.retrieve(id, { stream: true })), original);
+    assert.deepEqual(await collectEvents(await openai.responses.retrieve(id, { stream: true })), original);
     assert.deepEqual(
-      await collect(await openai.responses.retrieve(id, { stream: true, starting_after: 7 })),
+      await collectEvents(await openai.responses.retrieve(id, { stream: true, starting_after: 7 })),
       original.slice(8),
     );
 
     const plain = await openai.responses.create({ model: "spark", input: "Plain." });
     await assert.rejects(
-      async () => collect(await openai.responses.retrieve(plain.id, { stream: true })),
+      async () => collectEvents(await openai.responses.retrieve(plain.id, { stream: true })),
       (error: InstanceType<typeof OpenAI.APIError>) =>
         error.status === 400 && (error.error as { param?: string }).param === "stream",
     );
-    const unstored = await collect(
+    const unstored = await collectEvents(
       await openai.responses.create({ model: "spark", input: "Gone.", stream: true, store: false }),
     );
     const unstoredId = unstored[0]!.type === "response.created" ? unstored[0]!.response.id : "";
@@ -240,7 +221,7 @@ describe("background responses", () => {
     );
     engine.release();
     for (const id of [first.id, second.id]) {
-      const done = await until(
+      const done = await pollUntil(
         () => openai.responses.retrieve(id),
         (r) => r.status === "completed",
         id,
@@ -291,7 +272,7 @@ describe("background responses", () => {
     const stored = await again.openai.responses.retrieve(created.id);
     assert.equal(stored.status, "incomplete");
     assert.equal(stored.incomplete_details?.reason as string, "server_shutdown");
-    assert.equal(textOf(stored), WORDS.slice(0, 4).join(" "));
+    assert.equal(outputText(stored), WORDS.slice(0, 4).join(" "));
   });
 
   test("a drain lets a running background response finish; one still running when it ends is handed back incomplete", async () => {
@@ -354,14 +335,14 @@ test("spark serve killed with SIGKILL: started again, it ends its unfinished bac
   const created = await openai.responses.create({ model: "spark", input: "x", background: true });
   // Some output reached the store (progress is written as it goes): read the database itself.
   const db = new Database(join(dataDir, DATABASE_FILE), { readonly: true });
-  const stored = await until(
+  const stored = await pollUntil(
     async () =>
       db.prepare<[string], { response: string }>("SELECT response FROM runs WHERE id = ?").get(created.id),
-    (row) => row !== undefined && textOf(JSON.parse(row.response) as Response).split(" ").length >= 3,
+    (row) => row !== undefined && outputText(JSON.parse(row.response) as Response).split(" ").length >= 3,
     "output in the store before the kill",
   );
   db.close();
-  const before = textOf(JSON.parse(stored!.response) as Response);
+  const before = outputText(JSON.parse(stored!.response) as Response);
   first.child.kill("SIGKILL");
   await first.exited;
 
@@ -371,8 +352,8 @@ test("spark serve killed with SIGKILL: started again, it ends its unfinished bac
   const failed = await sdk(url2).responses.retrieve(created.id);
   assert.equal(failed.status, "failed");
   assert.equal(failed.error?.code as string, "server_restarted");
-  assert.ok(textOf(failed).startsWith(before), `${textOf(failed)} starts with ${before}`);
-  const events = await collect(await sdk(url2).responses.retrieve(created.id, { stream: true }));
+  assert.ok(outputText(failed).startsWith(before), `${outputText(failed)} starts with ${before}`);
+  const events = await collectEvents(await sdk(url2).responses.retrieve(created.id, { stream: true }));
   assert.equal(events.at(-1)!.type, "response.failed");
   assert.deepEqual(
     events.map((event) => event.sequence_number),

@@ -12,11 +12,10 @@ import { after, before, describe, test } from "node:test";
 import OpenAI from "openai";
 import type { ResponseStreamEvent } from "openai/resources/responses/responses";
 import { z } from "zod";
-import { OpenAIEngine } from "../src/engines/openai/openai-engine.js";
-import { SparkServer } from "../src/server/http-server.js";
+import type { SparkServer } from "../src/server/http-server.js";
 import { listenRecording, responseCompleted, type RecordingUpstream } from "./helpers/fake-upstream.js";
 import { MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
-import { apiError, startLlamaApi } from "./helpers/openai-api.js";
+import { apiError, startLlamaApi, startUpstreamApi } from "./helpers/openai-api.js";
 
 type Json = Record<string, unknown>;
 
@@ -270,11 +269,7 @@ for (const wire of ["chat", "responses"] as const) {
     let openai: OpenAI;
     before(async () => {
       upstream = await startUpstream();
-      const engine = new OpenAIEngine({ baseUrl: upstream.baseUrl, api: wire, model: "up" });
-      await engine.start();
-      server = new SparkServer({ engine, port: 0 });
-      await server.listen();
-      openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
+      ({ server, openai } = await startUpstreamApi({ baseUrl: upstream.baseUrl, api: wire, model: "up" }));
     });
     after(async () => {
       await server?.close();

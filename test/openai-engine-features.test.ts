@@ -10,8 +10,8 @@ import { after, before, describe, test } from "node:test";
 import OpenAI from "openai";
 import { zodResponseFormat, zodTextFormat } from "openai/helpers/zod";
 import { z } from "zod";
-import { OpenAIEngine } from "../src/engines/openai/openai-engine.js";
-import { SparkServer } from "../src/server/http-server.js";
+import type { SparkServer } from "../src/server/http-server.js";
+import { startUpstreamApi } from "./helpers/openai-api.js";
 import { listenRecording, responseCompleted, type RecordingUpstream } from "./helpers/fake-upstream.js";
 
 type Json = Record<string, unknown>;
@@ -128,11 +128,11 @@ for (const wire of ["chat", "responses"] as const) {
 
     before(async () => {
       upstream = await startUpstream();
-      const engine = new OpenAIEngine({ baseUrl: upstream.baseUrl, api: wire, model: "up-model" });
-      await engine.start();
-      server = new SparkServer({ engine, port: 0 });
-      await server.listen();
-      openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
+      ({ server, openai } = await startUpstreamApi({
+        baseUrl: upstream.baseUrl,
+        api: wire,
+        model: "up-model",
+      }));
     });
     after(async () => {
       await server?.close();

@@ -9,8 +9,8 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import OpenAI from "openai";
-import type { Response, ResponseStreamEvent } from "openai/resources/responses/responses";
 import { file, startServer, stop, type Cli } from "./helpers/cli.js";
+import { collectEvents, outputText, pollUntil } from "./helpers/openai-api.js";
 import { POSTGRES_MISSING, TestPostgres } from "./helpers/postgres.js";
 
 const skip = POSTGRES_MISSING ?? false;
@@ -47,29 +47,6 @@ async function halt(instance: Instance, signal: NodeJS.Signals): Promise<void> {
   running.delete(instance);
 }
 
-async function until<T>(read: () => Promise<T>, check: (value: T) => boolean, what: string): Promise<T> {
-  const deadline = Date.now() + 120_000;
-  for (;;) {
-    const value = await read();
-    if (check(value)) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setImmediate(resolve));
-  }
-}
-
-function textOf(response: Pick<Response, "output">): string {
-  return response.output
-    .flatMap((item) => (item.type === "message" ? item.content : []))
-    .map((part) => (part.type === "output_text" ? part.text : ""))
-    .join("");
-}
-
-async function collect(stream: AsyncIterable<ResponseStreamEvent>): Promise<ResponseStreamEvent[]> {
-  const events: ResponseStreamEvent[] = [];
-  for await (const event of stream) events.push(event);
-  return events;
-}
-
 test(
   "another instance follows, streams and cancels a background response; the owner stops at its cancel",
   { skip },
@@ -77,22 +54,22 @@ test(
     const store = await postgres.createDatabase(`bg_${++databases}`);
     const [a, b] = await Promise.all([serve(store, "a"), serve(store, "b")]);
     const created = await a.openai.responses.create({ model: "spark", input: "Count.", background: true });
-    const seen = await until(
+    const seen = await pollUntil(
       () => b.openai.responses.retrieve(created.id),
-      (response) => textOf(response).length > 0,
+      (response) => outputText(response).length > 0,
       "progress seen on the other instance",
     );
     assert.equal(seen.status, "in_progress");
-    assert.ok(TEXT.startsWith(textOf(seen)));
+    assert.ok(TEXT.startsWith(outputText(seen)));
 
-    const followed = collect(await b.openai.responses.retrieve(created.id, { stream: true }));
+    const followed = collectEvents(await b.openai.responses.retrieve(created.id, { stream: true }));
     const cancelled = await b.openai.responses.cancel(created.id);
     assert.equal(cancelled.status, "cancelled");
-    assert.ok(textOf(cancelled).length < TEXT.length, "it stopped before the end");
-    assert.ok(TEXT.startsWith(textOf(cancelled)));
+    assert.ok(outputText(cancelled).length < TEXT.length, "it stopped before the end");
+    assert.ok(TEXT.startsWith(outputText(cancelled)));
     assert.deepEqual(await a.openai.responses.retrieve(created.id), {
       ...cancelled,
-      output_text: textOf(cancelled),
+      output_text: outputText(cancelled),
     });
     assert.deepEqual((await b.openai.responses.cancel(created.id)).status, "cancelled");
 
@@ -107,7 +84,7 @@ test(
     const deltas = events
       .map((event) => (event.type === "response.output_text.delta" ? event.delta : ""))
       .join("");
-    assert.equal(deltas, textOf(cancelled));
+    assert.equal(deltas, outputText(cancelled));
     await Promise.all([halt(a, "SIGTERM"), halt(b, "SIGTERM")]);
   },
 );
@@ -121,9 +98,9 @@ test(
     let b = await serve(store, "b", 20);
     const onA = await a.openai.responses.create({ model: "spark", input: "A.", background: true });
     const onB = await b.openai.responses.create({ model: "spark", input: "B.", background: true });
-    await until(
+    await pollUntil(
       () => a.openai.responses.retrieve(onB.id),
-      (r) => textOf(r).length > 0,
+      (r) => outputText(r).length > 0,
       "B's progress",
     );
     await halt(b, "SIGKILL");
@@ -134,7 +111,7 @@ test(
     const ended = await b.openai.responses.retrieve(onB.id);
     assert.equal(ended.status, "failed");
     assert.equal(ended.error?.code as string, "server_restarted");
-    assert.ok(TEXT.startsWith(textOf(ended)) && textOf(ended).length > 0);
+    assert.ok(TEXT.startsWith(outputText(ended)) && outputText(ended).length > 0);
     // B's restart left A's response running.
     const stillRunning = await b.openai.responses.retrieve(onA.id);
     assert.equal(stillRunning.status, "in_progress");
@@ -150,9 +127,9 @@ test(
     const store = await postgres.createDatabase(`bg_${++databases}`);
     const a = await serve(store, "a");
     const created = await a.openai.responses.create({ model: "spark", input: "Count.", background: true });
-    await until(
+    await pollUntil(
       () => a.openai.responses.retrieve(created.id),
-      (r) => textOf(r).length > 0,
+      (r) => outputText(r).length > 0,
       "progress",
     );
     await halt(a, "SIGKILL");
@@ -162,7 +139,7 @@ test(
     const ended = await b.openai.responses.retrieve(created.id);
     assert.equal(ended.status, "failed");
     assert.equal(ended.error?.code as string, "instance_lost");
-    const events = await collect(await b.openai.responses.retrieve(created.id, { stream: true }));
+    const events = await collectEvents(await b.openai.responses.retrieve(created.id, { stream: true }));
     assert.equal(events.at(-1)!.type, "response.failed");
     await halt(b, "SIGTERM");
   },
