@@ -10,7 +10,7 @@ import type { ConversationItem, EngineRequest } from "../src/engine/types.js";
 import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
 import { MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
-import { TERMINAL_TYPES, terminalOf, WsClient } from "./helpers/ws-client.js";
+import { terminalOf, WsClient } from "./helpers/ws-client.js";
 
 const modelPath = testModelPath();
 
@@ -223,24 +223,9 @@ describe("llama engine", { skip: modelPath ? false : MODEL_SKIP_MESSAGE }, () =>
       temperature: 0,
       store: false,
     });
-    const created = await client.waitForType("response.created");
-    const steeredId = (created.response as { id: string }).id;
-    await client.waitFor(
-      () => client.events.filter((e) => e.type === "response.output_text.delta").length >= 10,
-    );
-    client.send({ type: "response.steer", previous_response_id: steeredId, input: "Shorter, please." });
-    const successorCreated = await client.waitFor(
-      (e) => e.type === "response.created" && (e.response as { id: string }).id !== steeredId,
-    );
-    const successorId = (successorCreated.response as { id: string }).id;
+    const { steeredId, successorId } = await client.steerMidStream(10, "Shorter, please.");
     const steered = terminalOf(client.responseEvents(steeredId));
     assert.deepEqual(steered.response.incomplete_details, { reason: "steered" });
-    await client.waitFor(
-      (e) =>
-        e.type !== "response.created" &&
-        TERMINAL_TYPES.has(e.type) &&
-        (e.response as { id: string }).id === successorId,
-    );
     const successor = terminalOf(client.responseEvents(successorId)).response;
     const usage = successor.usage!;
     const earlier = steered.response.usage!.input_tokens + steered.response.usage!.output_tokens;

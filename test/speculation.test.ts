@@ -11,7 +11,7 @@ import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
 import { MAX_DRAFT_TOKENS } from "../src/engines/llama/prediction-drafter.js";
 import { MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
-import { TERMINAL_TYPES, terminalOf, WsClient } from "./helpers/ws-client.js";
+import { terminalOf, WsClient } from "./helpers/ws-client.js";
 
 const modelPath = testModelPath();
 
@@ -156,24 +156,9 @@ describe("Predicted Outputs in the llama engine", { skip: modelPath ? false : MO
         store: false,
         prediction: { type: "content", content: plain.text },
       });
-      const created = await client.waitForType("response.created");
-      const steeredId = (created.response as { id: string }).id;
-      await client.waitFor(
-        () => client.events.filter((e) => e.type === "response.output_text.delta").length >= 3,
-      );
-      client.send({ type: "response.steer", previous_response_id: steeredId, input: "Shorter, please." });
-      const successorCreated = await client.waitFor(
-        (e) => e.type === "response.created" && (e.response as { id: string }).id !== steeredId,
-      );
-      const successorId = (successorCreated.response as { id: string }).id;
+      const { steeredId, successorId } = await client.steerMidStream(3, "Shorter, please.");
       const steered = terminalOf(client.responseEvents(steeredId));
       assert.deepEqual(steered.response.incomplete_details, { reason: "steered" });
-      await client.waitFor(
-        (e) =>
-          e.type !== "response.created" &&
-          TERMINAL_TYPES.has(e.type) &&
-          (e.response as { id: string }).id === successorId,
-      );
       const successor = terminalOf(client.responseEvents(successorId)).response;
       const usage = successor.usage as unknown as { speculation?: { steps: number } };
       assert.ok(usage.speculation && usage.speculation.steps > 0, "the successor inherits the prediction");

@@ -104,6 +104,30 @@ export class WsClient {
     return this.responseEvents(id, from);
   }
 
+  /**
+   * Steers the response the socket created first with `input` once `deltas` text deltas came, and
+   * waits until the successor the steer starts has ended too; resolves with both responses' ids.
+   */
+  async steerMidStream(deltas: number, input: string): Promise<{ steeredId: string; successorId: string }> {
+    const created = await this.waitForType("response.created");
+    const steeredId = (created.response as { id: string }).id;
+    await this.waitFor(
+      () => this.events.filter((e) => e.type === "response.output_text.delta").length >= deltas,
+    );
+    this.send({ type: "response.steer", previous_response_id: steeredId, input });
+    const successorCreated = await this.waitFor(
+      (e) => e.type === "response.created" && (e.response as { id: string }).id !== steeredId,
+    );
+    const successorId = (successorCreated.response as { id: string }).id;
+    await this.waitFor(
+      (e) =>
+        e.type !== "response.created" &&
+        TERMINAL_TYPES.has(e.type) &&
+        (e.response as { id: string }).id === successorId,
+    );
+    return { steeredId, successorId };
+  }
+
   /** The events of one response (those carrying its id or following its `response.created` in its lane). */
   responseEvents(id: string, from = 0): ServerEvent[] {
     const start = this.events.findIndex(
