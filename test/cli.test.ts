@@ -18,6 +18,7 @@ import {
   REPO_ROOT,
   runToExit,
   SAFETY_TIMEOUT_MS,
+  startScriptServe,
   startServer,
   stop,
 } from "./helpers/cli.js";
@@ -33,17 +34,7 @@ const LONG_SCRIPT = file(
 );
 
 test("serve prints its URL as the first stdout line, answers /healthz, and exits 0 on SIGTERM", async () => {
-  const cli = await startServer([
-    "serve",
-    "--engine",
-    "script",
-    "--script",
-    SHORT_SCRIPT,
-    "--port",
-    "0",
-    "--rate",
-    "200",
-  ]);
+  const cli = await startScriptServe(SHORT_SCRIPT, ["--rate", "200"]);
   await assertHealthy(cli.url);
   const response = await fetch(`${cli.url}/v1/responses`, {
     method: "POST",
@@ -109,17 +100,7 @@ test("one vocabulary in --help: --tier takes a tier, --model a GGUF file, in spa
 });
 
 test("SIGTERM drains a stream: it goes on, and a second SIGTERM ends it with exactly one terminal event; exit 0", async () => {
-  const cli = await startServer([
-    "serve",
-    "--engine",
-    "script",
-    "--script",
-    LONG_SCRIPT,
-    "--port",
-    "0",
-    "--rate",
-    "200",
-  ]);
+  const cli = await startScriptServe(LONG_SCRIPT, ["--rate", "200"]);
   const response = await fetch(`${cli.url}/v1/responses`, {
     method: "POST",
     headers: { "content-type": "application/json" },
@@ -312,14 +293,7 @@ test("serve on a port in use exits 2, names the process that holds it and sugges
 });
 
 test("--allowed-host and --allowed-origin (repeatable) let a proxy's name and a web app's origin in", async () => {
-  const server = await startServer([
-    "serve",
-    "--engine",
-    "script",
-    "--script",
-    SHORT_SCRIPT,
-    "--port",
-    "0",
+  const server = await startScriptServe(SHORT_SCRIPT, [
     "--allowed-host",
     "spark.internal",
     "--allowed-host",

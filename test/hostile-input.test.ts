@@ -11,7 +11,7 @@
 import assert from "node:assert/strict";
 import net from "node:net";
 import { after, before, test } from "node:test";
-import { file, firstLine, freshDir, spawnCli, startServer, stop, type Cli } from "./helpers/cli.js";
+import { file, firstLine, freshDir, spawnCli, startScriptServe, stop, type Cli } from "./helpers/cli.js";
 import { scriptAppArgs } from "./helpers/app.js";
 import { TERMINAL_TYPES, WsClient, type ServerEvent } from "./helpers/ws-client.js";
 import { HOSTILE, httpCases, wsFrames } from "./fixtures/hostile-corpus.js";
@@ -29,17 +29,7 @@ before(async () => {
     "hostile.jsonl",
     JSON.stringify({ output: [{ type: "message", text: "Still here, still answering." }] }),
   );
-  server = await startServer([
-    "serve",
-    "--engine",
-    "script",
-    "--script",
-    script,
-    "--port",
-    "0",
-    "--max-body-bytes",
-    String(MAX_BODY_BYTES),
-  ]);
+  server = await startScriptServe(script, ["--max-body-bytes", String(MAX_BODY_BYTES)]);
 });
 
 after(async () => {

@@ -20,7 +20,7 @@ import { clipPrefix, clipSuffix, postProcess } from "../src/lsp/fim-context.js";
 import { BoundedMessageReader, REFUSED_METHOD } from "../src/lsp/message-reader.js";
 import { completionsBlocked, DEFAULT_EXCLUDE_PATTERNS, matchesAny } from "../src/lsp/file-filter.js";
 import { finalRewrite, progressDelta, quickEditMaxTokens, stripFence } from "../src/lsp/quick-edit.js";
-import { file, freshDir, runToExit, startServer, stop, type Cli } from "./helpers/cli.js";
+import { file, freshDir, runToExit, startScriptServe, startServer, stop, type Cli } from "./helpers/cli.js";
 import {
   initialize,
   recordingProxy,
@@ -335,17 +335,7 @@ describe("spark lsp cancellation, with a slow engine", () => {
   let lsp: LspProcess;
 
   before(async () => {
-    server = await startServer([
-      "serve",
-      "--engine",
-      "script",
-      "--script",
-      scriptFile,
-      "--port",
-      "0",
-      "--rate",
-      "20",
-    ]);
+    server = await startScriptServe(scriptFile, ["--rate", "20"]);
     proxy = await recordingProxy(server.url);
     lsp = spawnLsp(["--server", proxy.url, "--debounce", "0"]);
     await initialize(lsp, { rootUri: pathToFileURL(workspace).href });
@@ -445,17 +435,7 @@ describe("spark lsp errors from the server", () => {
       }),
     );
     const scriptFile = file("lsp-keys.jsonl", JSON.stringify(SCRIPT[0]));
-    const server = await startServer([
-      "serve",
-      "--engine",
-      "script",
-      "--script",
-      scriptFile,
-      "--port",
-      "0",
-      "--key-file",
-      keyFile,
-    ]);
+    const server = await startScriptServe(scriptFile, ["--key-file", keyFile]);
     const edit = {
       textDocument: { uri: uriOf("keyed.ts") },
       range: { start: { line: 0, character: 0 }, end: { line: 1, character: 0 } },
@@ -509,14 +489,7 @@ describe("spark lsp errors from the server", () => {
 
 describe("spark lsp quick edit cancellation, with a slow engine", () => {
   test("$/cancelRequest during a quick edit aborts the HTTP request and the server stops the engine", async () => {
-    const server = await startServer([
-      "serve",
-      "--engine",
-      "script",
-      "--script",
-      file("lsp-slow-chat.jsonl", JSON.stringify(SCRIPT[0])),
-      "--port",
-      "0",
+    const server = await startScriptServe(file("lsp-slow-chat.jsonl", JSON.stringify(SCRIPT[0])), [
       "--rate",
       "5",
     ]);
@@ -560,15 +533,9 @@ describe("spark lsp quick edit of 100 KB", () => {
   test("progress is sent as deltas: the editor gets under 2x the rewrite, not the rewrite so far per token", async () => {
     let rewrite = "";
     for (let i = 0; rewrite.length < 100 * 1024; i++) rewrite += `  const value${i} = compute(${i});\n`;
-    const server = await startServer([
-      "serve",
-      "--engine",
-      "script",
-      "--script",
+    const server = await startScriptServe(
       file("lsp-big-rewrite.jsonl", JSON.stringify({ output: [{ type: "message", text: rewrite }] })),
-      "--port",
-      "0",
-    ]);
+    );
     const lsp = spawnLsp(["--server", server.url]);
     try {
       await initialize(lsp);
@@ -684,14 +651,7 @@ describe("spark lsp against hostile or odd input", () => {
   });
 
   test("a quick edit over the server's body limit says 413 with the server's message, not EPIPE", async () => {
-    const server = await startServer([
-      "serve",
-      "--engine",
-      "script",
-      "--script",
-      file("lsp-413.jsonl", JSON.stringify(SCRIPT[0])),
-      "--port",
-      "0",
+    const server = await startScriptServe(file("lsp-413.jsonl", JSON.stringify(SCRIPT[0])), [
       "--max-body-bytes",
       String(1024 * 1024),
     ]);

@@ -29,7 +29,7 @@ import {
   REPO_ROOT,
   runToExit,
   spawnCli,
-  startServer,
+  startScriptServe,
   stop,
 } from "./helpers/cli.js";
 import { scriptAppArgs } from "./helpers/app.js";
@@ -563,17 +563,7 @@ describe("spark mcp list and the config", { timeout: 120_000 }, () => {
       mcpServers: { everything: { command: process.execPath, args: [EVERYTHING] } },
       hooks: { Stop: [{ command: "true" }] },
     });
-    const server = await startServer([
-      "serve",
-      "--engine",
-      "script",
-      "--script",
-      script([{ text: "hi" }]),
-      "--port",
-      "0",
-      "--config",
-      cfg,
-    ]);
+    const server = await startScriptServe(script([{ text: "hi" }]), ["--config", cfg]);
     await stop(server);
   });
 });
