@@ -10,9 +10,9 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import OpenAI from "openai";
 import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
-import { SparkServer } from "../src/server/http-server.js";
+import type { SparkServer } from "../src/server/http-server.js";
 import { MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
-import { apiError } from "./helpers/openai-api.js";
+import { apiError, startApi } from "./helpers/openai-api.js";
 import { startScriptServer } from "./helpers/servers.js";
 
 const modelPath = testModelPath();
@@ -37,10 +37,7 @@ describe("embeddings on the llama engine", { skip: modelPath ? false : MODEL_SKI
       gpu: false,
       threads: 1,
     });
-    await engine.start();
-    server = new SparkServer({ engine, port: 0 });
-    await server.listen();
-    openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
+    ({ server, openai } = await startApi(engine));
   });
   after(async () => {
     await server?.close();

@@ -13,7 +13,8 @@ import OpenAI from "openai";
 import type { EngineRequest } from "../src/engine/types.js";
 import { CHUNK_CHARS, clipLines, exceedsTokens, type ClipTokenizer } from "../src/engines/llama/clip-text.js";
 import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
-import { SparkServer } from "../src/server/http-server.js";
+import type { SparkServer } from "../src/server/http-server.js";
+import { startApi } from "./helpers/openai-api.js";
 import { FIM_FIXTURE_TOKENS, fimTestModelPath, MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
 
 const modelPath = testModelPath();
@@ -135,10 +136,7 @@ describe("FIM with a model that has no FIM tokens", { skip }, () => {
       threads: 1,
       sequences: 1,
     });
-    await engine.start();
-    server = new SparkServer({ engine, port: 0 });
-    await server.listen();
-    openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
+    ({ server, openai } = await startApi(engine));
   });
   after(() => server?.close());
 
@@ -227,10 +225,7 @@ describe("FIM with FIM tokens (the tiny model's copy)", { skip }, () => {
       sequences: 2,
       onCancel: ({ tokensAfterAbort }) => cancels.push(tokensAfterAbort),
     });
-    await engine.start();
-    server = new SparkServer({ engine, port: 0 });
-    await server.listen();
-    openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
+    ({ server, openai } = await startApi(engine));
   });
   after(async () => {
     await server?.close();

@@ -13,7 +13,8 @@ import OpenAI from "openai";
 import { resolveSettings } from "../src/settings/config.js";
 import { createModels } from "../src/cli/create-engine.js";
 import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
-import { SparkServer } from "../src/server/http-server.js";
+import type { SparkServer } from "../src/server/http-server.js";
+import { startApi } from "./helpers/openai-api.js";
 import { MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
 import { terminalOf, WsClient } from "./helpers/ws-client.js";
 
@@ -37,10 +38,7 @@ describe("llama engine: output within the context", { skip: modelPath ? false : 
       contextSize: CONTEXT,
       sequences: 2,
     });
-    await engine.start();
-    server = new SparkServer({ engine, port: 0 });
-    await server.listen();
-    openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
+    ({ server, openai } = await startApi(engine));
   });
   after(() => server?.close());
 

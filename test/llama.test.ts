@@ -8,7 +8,8 @@ import { after, before, describe, test } from "node:test";
 import OpenAI from "openai";
 import type { ConversationItem, EngineRequest } from "../src/engine/types.js";
 import { LlamaEngine } from "../src/engines/llama/llama-engine.js";
-import { SparkServer } from "../src/server/http-server.js";
+import type { SparkServer } from "../src/server/http-server.js";
+import { startApi } from "./helpers/openai-api.js";
 import { MODEL_SKIP_MESSAGE, testModelPath } from "./helpers/model.js";
 import { terminalOf, WsClient } from "./helpers/ws-client.js";
 
@@ -50,10 +51,7 @@ describe("llama engine", { skip: modelPath ? false : MODEL_SKIP_MESSAGE }, () =>
       gpu: false,
       onCancel: ({ tokensAfterAbort }) => cancels.push(tokensAfterAbort),
     });
-    await engine.start();
-    server = new SparkServer({ engine, port: 0 });
-    await server.listen();
-    openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
+    ({ server, openai } = await startApi(engine));
   });
   after(() => server?.close());
 

@@ -70,7 +70,7 @@ export function startUpstreamApi(
 }
 
 /** `engine` started, a SparkServer on it listening on a free port, and an SDK client for that. */
-async function startApi(engine: Engine): Promise<{ server: SparkServer; openai: OpenAI }> {
+export async function startApi(engine: Engine): Promise<{ server: SparkServer; openai: OpenAI }> {
   await engine.start();
   const server = new SparkServer({ engine, port: 0 });
   await server.listen();
