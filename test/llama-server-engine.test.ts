@@ -318,22 +318,25 @@ describe("the child's thread count and its life", { skip }, () => {
   }
 
   test("--llama-server auto uses the llama-server on the PATH and says so; without one, the model runs in process", async () => {
-    const found = spawnCli(
-      [
-        "serve",
-        "--engine",
-        "llama",
-        "--llama-server",
-        "auto",
-        "--model",
-        modelPath!,
-        "--threads",
-        "1",
-        "--port",
-        "0",
-      ],
-      { PATH: `${dirname(binary!)}:${process.env.PATH}` },
-    );
+    /** `spark serve --llama-server auto` on the tiny model, with `PATH`. */
+    const serveAuto = (PATH: string) =>
+      spawnCli(
+        [
+          "serve",
+          "--engine",
+          "llama",
+          "--llama-server",
+          "auto",
+          "--model",
+          modelPath!,
+          "--threads",
+          "1",
+          "--port",
+          "0",
+        ],
+        { PATH },
+      );
+    const found = serveAuto(`${dirname(binary!)}:${process.env.PATH}`);
     await until(
       () => /ready|listening on http/.test(found.stderr()) && /in llama-server/.test(found.stderr()),
       "the engine",
@@ -344,22 +347,7 @@ describe("the child's thread count and its life", { skip }, () => {
     );
     found.child.kill("SIGTERM");
     await found.exited;
-    const missing = spawnCli(
-      [
-        "serve",
-        "--engine",
-        "llama",
-        "--llama-server",
-        "auto",
-        "--model",
-        modelPath!,
-        "--threads",
-        "1",
-        "--port",
-        "0",
-      ],
-      { PATH: "/usr/bin:/bin" },
-    );
+    const missing = serveAuto("/usr/bin:/bin");
     await until(() => /model: .*tiny-random-llama/.test(missing.stderr()), "the in-process engine");
     assert.match(missing.stderr(), /no llama-server on the PATH, so the model runs in process/);
     missing.child.kill("SIGTERM");
