@@ -129,6 +129,17 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
     }
     throw new ConfigError(`the app cannot listen on ${app.host}:${app.port}: ${(error as Error).message}`);
   }
+  // Signals are handled before the URL is out: whoever reads that line may stop the app at once (a
+  // SIGTERM before the handler killed it outright, leaving its socket folder behind).
+  let stopping = false;
+  let finish!: (code: number) => void;
+  const finished = new Promise<number>((resolve) => (finish = resolve));
+  const stop = (): void => {
+    stopping = true;
+    finish(0);
+  };
+  process.once("SIGINT", stop);
+  process.once("SIGTERM", stop);
   process.stdout.write(`spark app on ${appUrl} (workspace ${workspace.root})\n`);
   served();
   // `--server URL` with nothing there: said at once (not quiet: it is why nothing will answer), and
@@ -154,23 +165,15 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
     if (probed.kind === "none") log(`commands run without a sandbox: ${probed.reason}`);
   });
   if (client.apiKey !== undefined) log("browsers sign in with the key in SPARK_API_KEY");
-  let stopping = false;
-  const code = await new Promise<number>((resolve) => {
-    const stop = (): void => {
-      stopping = true;
-      resolve(0);
-    };
-    process.once("SIGINT", stop);
-    process.once("SIGTERM", stop);
-    // The in-process engine could not start (no model file, offline): said, and the app ends.
-    engineReady.catch((error: unknown) => {
-      if (stopping) return;
-      process.stderr.write(
-        `spark app: the model server could not start: ${error instanceof Error ? error.message : String(error)}\n`,
-      );
-      resolve(2);
-    });
+  // The in-process engine could not start (no model file, offline): said, and the app ends.
+  engineReady.catch((error: unknown) => {
+    if (stopping) return;
+    process.stderr.write(
+      `spark app: the model server could not start: ${error instanceof Error ? error.message : String(error)}\n`,
+    );
+    finish(2);
   });
+  const code = await finished;
   await appServer.close();
   await Promise.all([mcp?.close(), closeServer?.()]);
   return code;
