@@ -35,7 +35,7 @@ import { findProtectedPaths } from "../src/agent/sandbox/protected-paths.js";
 import { Workspace } from "../src/agent/files/workspace.js";
 import { applyTaskWorkspace, restoreTaskFile, taskChanges } from "../src/agent/worktree/task-changes.js";
 import { createTaskWorkspace, discardTaskWorkspace } from "../src/agent/worktree/task-workspace.js";
-import { ChangeRecord } from "../src/app/change-record.js";
+import { ChangeRecord } from "../src/client/change-record.js";
 import { PreviewServer } from "../src/app/preview-server.js";
 import { WorkspaceFiles } from "../src/app/workspace-files.js";
 

@@ -10,7 +10,7 @@ import { appendFile, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
-import { ChangeRecord, reviewDiffs } from "../src/app/change-record.js";
+import { ChangeRecord, reviewDiffs } from "../src/client/change-record.js";
 import { Workspace } from "../src/agent/files/workspace.js";
 import { git } from "./helpers/git.js";
 

@@ -90,7 +90,6 @@ const ALLOWED = new Map([
   ["client -> store/data-dir.ts", "where Spark's data lives, the same for the server and its clients"],
   ["app -> server/origin-policy.ts", "the app guards its socket with the server's origin policy"],
   ["app -> server/request-target.ts", "and parses request targets as the server does"],
-  ["tui -> app/change-record.ts", "the TUI keeps the app's record of a session's changes (/diff)"],
 ]);
 
 function rankIn(stack: string[][], folder: string): number {

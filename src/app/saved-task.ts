@@ -3,7 +3,7 @@
  * (`ID.log.jsonl`), with the schemas that read them back: validated, never trusted (see `Task.load`).
  */
 import { z } from "zod";
-import type { FileChange } from "./change-record.js";
+import type { FileChange } from "../client/change-record.js";
 import type { TaskSummary } from "./protocol.js";
 import type { TaskWorkspace } from "../agent/worktree/task-workspace.js";
 

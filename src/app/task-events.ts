@@ -13,7 +13,7 @@ import type { Agent, AgentEvent } from "../agent/agent.js";
 import type { ThreadItem } from "../agent/tools/index.js";
 import type { TaskWorkspace } from "../agent/worktree/task-workspace.js";
 import { TextBuffer } from "../protocol/text-buffer.js";
-import type { ChangeRecord } from "./change-record.js";
+import type { ChangeRecord } from "../client/change-record.js";
 import { appendEntry } from "./task-files.js";
 import type { LogEntry, ServerMessage, TaskState, TaskStatus, TaskSummary } from "./protocol.js";
 

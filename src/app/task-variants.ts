@@ -17,7 +17,7 @@ import { Workspace } from "../agent/files/workspace.js";
 import { adoptInto, type CreateVariantAgent } from "../agent/variants/runner.js";
 import type { Hooks } from "../agent/hooks/runner.js";
 import type { SessionContext } from "../agent/context/session-context.js";
-import type { ChangeRecord } from "./change-record.js";
+import type { ChangeRecord } from "../client/change-record.js";
 import type { PreviewServer } from "./preview-server.js";
 import { AppVariants } from "./variants.js";
 import type { FileDiff, LogEntry, ServerMessage, TaskState, TaskStatus, TaskSummary } from "./protocol.js";

@@ -24,7 +24,7 @@ import {
   taskFileDiff,
   workspaceEntryText,
 } from "../agent/worktree/task-changes.js";
-import { ChangeRecord, reviewDiffs, type FileChange } from "./change-record.js";
+import { ChangeRecord, reviewDiffs, type FileChange } from "../client/change-record.js";
 import { removeLeftover } from "./task-files.js";
 import { removeTaskWorkspace, unneededWorkspace } from "./task-worktree.js";
 import type { ServerMessage, TaskSummary } from "./protocol.js";

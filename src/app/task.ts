@@ -24,7 +24,7 @@ import type { Workspace } from "../agent/files/workspace.js";
 import type { Hooks } from "../agent/hooks/runner.js";
 import type { McpManager } from "../agent/mcp/manager.js";
 import type { SessionContext } from "../agent/context/session-context.js";
-import type { ChangeRecord, FileChange } from "./change-record.js";
+import type { ChangeRecord, FileChange } from "../client/change-record.js";
 import { TaskEvents } from "./task-events.js";
 import {
   CheckpointError,

@@ -45,7 +45,7 @@ import { bold, cyan, dim, red, yellow } from "./style.js";
 import type { Phase } from "./status-line.js";
 import { drawFooter } from "./footer.js";
 import { failureHelp } from "./failure-help.js";
-import type { ChangeRecord } from "../app/change-record.js";
+import type { ChangeRecord } from "../client/change-record.js";
 import { describeTaskWorkspace as describeWorkspace } from "../client/worktree-session.js";
 import { discardQuestion } from "./variants-view.js";
 
@@ -162,7 +162,7 @@ class TuiApp implements Tui {
       // connection and the first message (`spark "…"`).
       const [{ startRuntime }, { ChangeRecord }, { describeSandbox }] = await Promise.all([
         import("../client/agent-runtime.js"),
-        import("../app/change-record.js"),
+        import("../client/change-record.js"),
         import("../agent/sandbox/sandbox.js"),
       ]);
       const runtime = await startRuntime({

@@ -12,7 +12,7 @@ import type { Agent, AgentEvent } from "../agent/agent.js";
 import { describeInstructionFiles } from "../agent/context/session-context.js";
 import type { FileDiff } from "../agent/thread-item.js";
 import type { ThreadItem } from "../agent/tools/index.js";
-import type { ChangeRecord } from "../app/change-record.js";
+import type { ChangeRecord } from "../client/change-record.js";
 import type { Runtime } from "../client/agent-runtime.js";
 import { PROMPT } from "./composer.js";
 import { changeLine, diffRows } from "./diff-view.js";

@@ -6,7 +6,7 @@
  * drew (or left) already.
  */
 import type { Agent } from "../../agent/agent.js";
-import type { ChangeRecord } from "../../app/change-record.js";
+import type { ChangeRecord } from "../../client/change-record.js";
 import type { ClientFlags, Runtime } from "../../client/agent-runtime.js";
 import type { Attachments } from "../attachments.js";
 import type { WorkspaceFiles } from "../completion.js";

@@ -7,7 +7,7 @@
 import { contentDiff } from "../agent/files/file-diff.js";
 import { neutralGit } from "../agent/sandbox/neutral-git.js";
 import type { Workspace } from "../agent/files/workspace.js";
-import type { FileDiff } from "./protocol.js";
+import type { FileDiff } from "../agent/thread-item.js";
 
 /** Content of a file, `null` when it did not exist. */
 export interface FileChange {
