@@ -15,124 +15,43 @@
  *
  * Run by `npm run test:vscode` (test-vscode/run.sh installs code-server and chromium first).
  */
-import { spawn, type ChildProcess } from "node:child_process";
-import { once } from "node:events";
+import type { ChildProcess } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import http from "node:http";
-import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { createInterface } from "node:readline";
-import { setTimeout as sleep } from "node:timers/promises";
-import { fileURLToPath } from "node:url";
-import { chromium, type Browser, type Page } from "playwright-core";
+import type { Browser, Page } from "playwright-core";
 import { onPath } from "../editors/vscode/src/locate.js";
+import {
+  QUIET_WORKBENCH,
+  ROOT,
+  SHOTS,
+  launchChromium,
+  startCodeServer,
+  startProxy,
+  startSpark,
+  timedLog,
+  waitUntil,
+  type Recorded,
+} from "./harness.js";
 
-const ROOT = fileURLToPath(new URL("..", import.meta.url));
-const CACHE =
-  process.env.SPARK_VSCODE_E2E_CACHE ?? join(process.env.HOME ?? "/root", ".cache/spark-vscode-e2e");
-const CODE_SERVER = join(CACHE, "cs/node_modules/.bin/code-server");
-const VSIX = join(ROOT, "editors/vscode/spark-vscode.vsix");
-const SHOTS = process.env.OUT_DIR ?? join(ROOT, "test-vscode/screenshots");
 const GHOST = "_SPARK_GHOST_42";
 /** SPARK_VSCODE_BENCH=N: instead of the checks, N keystrokes timed through the extension (BENCHMARKS.md 13). */
 const BENCH_KEYS = Number(process.env.SPARK_VSCODE_BENCH ?? 0);
 const REWRITE = "const total = items.reduce((sum, x) => sum + x, 0);";
 
-const started = Date.now();
-const log = (...parts: unknown[]): void =>
-  console.log(`[${((Date.now() - started) / 1000).toFixed(1)}s]`, ...parts);
+const log = timedLog("");
 const children: ChildProcess[] = [];
 const work = mkdtempSync(join(tmpdir(), "spark-vscode-e2e-"));
 
 /** Requests the extension's language server sent to the server, as the proxy saw them. */
-const seen: { path: string; model: string | undefined; body: string }[] = [];
+const seen: Recorded[] = [];
 
-async function startSpark(script: string): Promise<string> {
-  const child = spawn(
-    process.execPath,
-    [
-      join(ROOT, "bin/spark.js"),
-      "serve",
-      "--engine",
-      "script",
-      "--script",
-      script,
-      "--port",
-      "0",
-      "--store",
-      "memory",
-    ],
-    { stdio: ["ignore", "pipe", "inherit"] },
-  );
-  children.push(child);
-  const [line] = (await once(createInterface({ input: child.stdout! }), "line")) as [string];
-  const url = /^spark listening on (\S+)/.exec(line)?.[1];
-  if (!url) throw new Error(`spark serve said: ${line}`);
-  return url;
-}
-
-/** Forwards everything to `target`, recording each request's path and `model`. */
-async function startProxy(target: string): Promise<string> {
-  const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on("data", (chunk: Buffer) => chunks.push(chunk));
-    req.on("end", () => {
-      const body = Buffer.concat(chunks);
-      let model: string | undefined;
-      try {
-        model = (JSON.parse(body.toString("utf8")) as { model?: string }).model;
-      } catch {
-        model = undefined;
-      }
-      seen.push({ path: req.url ?? "", model, body: body.toString("utf8") });
-      const upstream = http.request(
-        `${target}${req.url ?? ""}`,
-        { method: req.method, headers: { ...req.headers, host: new URL(target).host } },
-        (answer) => {
-          res.writeHead(answer.statusCode ?? 502, answer.headers);
-          answer.pipe(res);
-        },
-      );
-      upstream.on("error", () => res.destroy());
-      res.on("close", () => upstream.destroy());
-      upstream.end(body);
-    });
-  });
-  server.listen(0, "127.0.0.1");
-  await once(server, "listening");
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-}
-
-async function freePort(): Promise<number> {
-  const server = http.createServer().listen(0, "127.0.0.1");
-  await once(server, "listening");
-  const { port } = server.address() as AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
-
-function run(command: string, args: string[]): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { stdio: "inherit" });
-    child.once("exit", (code) =>
-      code === 0 ? resolve() : reject(new Error(`${command} exited with ${code}`)),
-    );
-  });
-}
-
-async function waitFor(
+const waitFor = (
   what: string,
   check: () => boolean,
   timeoutMs = 20_000,
   refresh?: () => Promise<void>,
-): Promise<void> {
-  for (const deadline = Date.now() + timeoutMs; Date.now() < deadline; await sleep(100)) {
-    await refresh?.();
-    if (check()) return;
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
+): Promise<void> => waitUntil(what, check, timeoutMs, refresh);
 
 async function main(): Promise<void> {
   const script = join(work, "script.jsonl");
@@ -147,8 +66,8 @@ async function main(): Promise<void> {
       .map((line) => JSON.stringify(line))
       .join("\n"),
   );
-  const spark = await startSpark(script);
-  const proxy = await startProxy(spark);
+  const spark = await startSpark(script, children);
+  const proxy = await startProxy(spark, seen);
   log(`spark serve at ${spark}, recording proxy at ${proxy}`);
 
   const userData = join(work, "user");
@@ -162,13 +81,7 @@ async function main(): Promise<void> {
   writeFileSync(
     join(userData, "User/settings.json"),
     JSON.stringify({
-      "workbench.startupEditor": "none",
-      "extensions.autoCheckUpdates": false,
-      "extensions.autoUpdate": false,
-      "telemetry.telemetryLevel": "off",
-      "update.mode": "none",
-      "workbench.tips.enabled": false,
-      "editor.quickSuggestions": { other: false, comments: false, strings: false },
+      ...QUIET_WORKBENCH,
       "editor.suggestOnTriggerCharacters": false,
       // The benchmark goes straight to the server, as figure 13's language server does.
       "spark.serverUrl": BENCH_KEYS > 0 ? spark : proxy,
@@ -178,50 +91,16 @@ async function main(): Promise<void> {
       "[markdown]": { "spark.completions.enabled": false },
     }),
   );
-  await run(CODE_SERVER, [
-    "--user-data-dir",
+  const port = await startCodeServer({
     userData,
-    "--extensions-dir",
     extensions,
-    "--install-extension",
-    VSIX,
-  ]);
-  const port = await freePort();
-  const codeServer = spawn(
-    CODE_SERVER,
-    [
-      "--bind-addr",
-      `127.0.0.1:${port}`,
-      "--auth",
-      "none",
-      "--disable-telemetry",
-      "--disable-update-check",
-      "--disable-workspace-trust",
-      "--user-data-dir",
-      userData,
-      "--extensions-dir",
-      extensions,
-    ],
-    {
-      stdio: ["ignore", "ignore", "inherit"],
-      env: { ...process.env, PATH: pathWithoutSpark(), XDG_CONFIG_HOME: join(work, "xdg") },
-    },
-  );
-  children.push(codeServer);
-  for (let i = 0; i < 120; i++) {
-    const ok = await fetch(`http://127.0.0.1:${port}/healthz`).then(
-      (r) => r.ok,
-      () => false,
-    );
-    if (ok) break;
-    await sleep(500);
-  }
+    env: { ...process.env, PATH: pathWithoutSpark(), XDG_CONFIG_HOME: join(work, "xdg") },
+    children,
+    waitS: 60,
+  });
   log("code-server is up");
 
-  const browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-    args: ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"],
-  });
+  const browser = await launchChromium();
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   try {
     if (BENCH_KEYS > 0) await bench(page, port, workspace, userData);

@@ -19,7 +19,7 @@
  * Run by `npm run test:vscode` after e2e.ts (test-vscode/run.sh installs code-server first).
  * PANE_SHOTS=DIR saves the screenshots there too (docs/vscode/ holds a set).
  */
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { spawnSync, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
 import {
   copyFileSync,
@@ -30,24 +30,23 @@ import {
   rmSync,
   writeFileSync,
 } from "node:fs";
-import http from "node:http";
-import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { setTimeout as sleep } from "node:timers/promises";
-import { fileURLToPath } from "node:url";
-import { chromium, type FrameLocator, type Page } from "playwright-core";
-import WebSocket, { WebSocketServer } from "ws";
+import type { FrameLocator, Page } from "playwright-core";
+import {
+  QUIET_WORKBENCH,
+  SHOTS,
+  SPARK_CLI,
+  launchChromium,
+  startCodeServer,
+  startProxy,
+  startSpark,
+  timedLog,
+  waitUntil,
+  type Recorded,
+} from "./harness.js";
 
-const ROOT = fileURLToPath(new URL("..", import.meta.url));
-const CACHE =
-  process.env.SPARK_VSCODE_E2E_CACHE ?? join(process.env.HOME ?? "/root", ".cache/spark-vscode-e2e");
-const CODE_SERVER = join(CACHE, "cs/node_modules/.bin/code-server");
-/** The `spark` CLI (a launcher script; SPARK_CLI picks another build). */
-const SPARK_CLI = process.env.SPARK_CLI ?? join(ROOT, "bin/spark.js");
-const VSIX = join(ROOT, "editors/vscode/spark-vscode.vsix");
-const SHOTS = process.env.OUT_DIR ?? join(ROOT, "test-vscode/screenshots");
 const ORIGINAL =
   "export function sum(items: number[]): number {\n  let total = 0;\n  for (const x of items) total += x;\n  return total;\n}\n";
 const EDITED = ORIGINAL.replace(
@@ -59,114 +58,12 @@ const LONG = Array.from(
   (_, i) => `Sentence ${i} of a long answer that keeps streaming.`,
 ).join(" ");
 
-const started = Date.now();
-const log = (...parts: unknown[]): void =>
-  console.log(`[pane ${((Date.now() - started) / 1000).toFixed(1)}s]`, ...parts);
+const log = timedLog("pane ");
 const children: ChildProcess[] = [];
 const work = mkdtempSync(join(tmpdir(), "spark-pane-e2e-"));
 
 /** Requests to the model server, as the proxy saw them: path, model and the whole body. */
-const seen: { path: string; model: string | undefined; body: string }[] = [];
-
-async function startSpark(script: string): Promise<string> {
-  const child = spawn(
-    process.execPath,
-    [
-      SPARK_CLI,
-      "serve",
-      "--engine",
-      "script",
-      "--script",
-      script,
-      "--rate",
-      "40",
-      "--port",
-      "0",
-      "--store",
-      "memory",
-    ],
-    { stdio: ["ignore", "pipe", "inherit"] },
-  );
-  children.push(child);
-  const [line] = (await once(createInterface({ input: child.stdout! }), "line")) as [string];
-  const url = /^spark listening on (\S+)/.exec(line)?.[1];
-  if (!url) throw new Error(`spark serve said: ${line}`);
-  return url;
-}
-
-/** Forwards everything to `target`, recording each request. */
-async function startProxy(target: string): Promise<string> {
-  const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on("data", (chunk: Buffer) => chunks.push(chunk));
-    req.on("end", () => {
-      const body = Buffer.concat(chunks);
-      let model: string | undefined;
-      try {
-        model = (JSON.parse(body.toString("utf8")) as { model?: string }).model;
-      } catch {
-        model = undefined;
-      }
-      seen.push({ path: req.url ?? "", model, body: body.toString("utf8") });
-      const upstream = http.request(
-        `${target}${req.url ?? ""}`,
-        { method: req.method, headers: { ...req.headers, host: new URL(target).host } },
-        (answer) => {
-          res.writeHead(answer.statusCode ?? 502, answer.headers);
-          answer.pipe(res);
-        },
-      );
-      upstream.on("error", () => res.destroy());
-      res.on("close", () => upstream.destroy());
-      upstream.end(body);
-    });
-  });
-  // The app's agents speak the Responses API over a WebSocket: relayed frame by frame, each
-  // request (`response.create`) recorded like an HTTP one.
-  const sockets = new WebSocketServer({ noServer: true });
-  server.on("upgrade", (req, socket, head) => {
-    const headers = { ...req.headers };
-    for (const name of [
-      "host",
-      "connection",
-      "upgrade",
-      "sec-websocket-key",
-      "sec-websocket-version",
-      "sec-websocket-extensions",
-    ])
-      delete headers[name];
-    const upstream = new WebSocket(`${target.replace(/^http/, "ws")}${req.url ?? ""}`, {
-      headers,
-      perMessageDeflate: false,
-    });
-    const pending: string[] = [];
-    upstream.on("error", () => socket.destroy());
-    sockets.handleUpgrade(req, socket, head, (client) => {
-      client.on("message", (data) => {
-        const text = String(data);
-        let model: string | undefined;
-        try {
-          model = (JSON.parse(text) as { model?: string }).model;
-        } catch {
-          model = undefined;
-        }
-        seen.push({ path: `ws ${req.url ?? ""}`, model, body: text });
-        if (process.env.PANE_E2E_DEBUG) log("frame", model, text.length, text.slice(-300));
-        if (upstream.readyState === WebSocket.OPEN) upstream.send(text);
-        else pending.push(text);
-      });
-      upstream.on("open", () => {
-        for (const text of pending.splice(0)) upstream.send(text);
-      });
-      upstream.on("message", (data, binary) => client.send(binary ? data : String(data)));
-      upstream.on("close", () => client.close());
-      client.on("close", () => upstream.close());
-    });
-  });
-  server.listen(0, "127.0.0.1");
-  await once(server, "listening");
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-}
+const seen: Recorded[] = [];
 
 /** The user's settings.json (VS Code follows changes to it: the theme of the theme checks). */
 let settingsPath = "";
@@ -176,27 +73,8 @@ function writeSettings(changes: Record<string, unknown>): void {
   writeFileSync(settingsPath, JSON.stringify(settings, null, 2));
 }
 
-async function freePort(): Promise<number> {
-  const server = http.createServer().listen(0, "127.0.0.1");
-  await once(server, "listening");
-  const { port } = server.address() as AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
-
-function run(command: string, args: string[]): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { stdio: "inherit" });
-    child.once("exit", (code) =>
-      code === 0 ? resolve() : reject(new Error(`${command} exited with ${code}`)),
-    );
-  });
-}
-
-async function waitFor(what: string, check: () => boolean, timeoutMs = 60_000): Promise<void> {
-  for (const deadline = Date.now() + timeoutMs; Date.now() < deadline; await sleep(100)) if (check()) return;
-  throw new Error(`timed out waiting for ${what}`);
-}
+const waitFor = (what: string, check: () => boolean, timeoutMs = 60_000): Promise<void> =>
+  waitUntil(what, check, timeoutMs);
 
 const modelRequests = (): typeof seen => seen.filter((r) => r.model !== undefined);
 
@@ -315,8 +193,13 @@ async function main(): Promise<void> {
     { output: [{ type: "message", text: "DELTA: that line returns the sum." }] },
   ];
   writeFileSync(script, lines.map((line) => JSON.stringify(line)).join("\n") + "\n");
-  const spark = await startSpark(script);
-  const proxy = await startProxy(spark);
+  const spark = await startSpark(script, children, ["--rate", "40"]);
+  const proxy = await startProxy(spark, seen, {
+    websocket: true,
+    onFrame: (frame) => {
+      if (process.env.PANE_E2E_DEBUG) log("frame", frame.model, frame.body.length, frame.body.slice(-300));
+    },
+  });
   log(`spark serve at ${spark}, recording proxy at ${proxy}`);
 
   const userData = join(work, "user");
@@ -330,68 +213,28 @@ async function main(): Promise<void> {
   const file = join(workspace, "sum.ts");
   writeFileSync(file, ORIGINAL);
   writeSettings({
-    "workbench.startupEditor": "none",
-    "extensions.autoCheckUpdates": false,
-    "extensions.autoUpdate": false,
-    "telemetry.telemetryLevel": "off",
-    "update.mode": "none",
-    "workbench.tips.enabled": false,
+    ...QUIET_WORKBENCH,
     "workbench.colorTheme": "Default Dark Modern",
     "diffEditor.useInlineViewWhenSpaceIsLimited": false,
-    "editor.quickSuggestions": { other: false, comments: false, strings: false },
     "spark.serverUrl": proxy,
     "spark.command": `${process.execPath} ${SPARK_CLI}`,
     "spark.appArgs": ["--sandbox", "off", "--approval", "never"],
   });
-  await run(CODE_SERVER, [
-    "--user-data-dir",
+  const port = await startCodeServer({
     userData,
-    "--extensions-dir",
     extensions,
-    "--install-extension",
-    VSIX,
-  ]);
-  const port = await freePort();
-  const codeServer = spawn(
-    CODE_SERVER,
-    [
-      "--bind-addr",
-      `127.0.0.1:${port}`,
-      "--auth",
-      "none",
-      "--disable-telemetry",
-      "--disable-update-check",
-      "--disable-workspace-trust",
-      "--user-data-dir",
-      userData,
-      "--extensions-dir",
-      extensions,
-    ],
-    {
-      stdio: ["ignore", "ignore", "inherit"],
-      env: {
-        ...process.env,
-        XDG_CONFIG_HOME: join(work, "xdg"),
-        SPARK_DATA_DIR: join(work, "data"),
-        SPARK_PANE_TIMINGS: timings,
-      },
+    env: {
+      ...process.env,
+      XDG_CONFIG_HOME: join(work, "xdg"),
+      SPARK_DATA_DIR: join(work, "data"),
+      SPARK_PANE_TIMINGS: timings,
     },
-  );
-  children.push(codeServer);
-  for (let i = 0; i < 240; i++) {
-    const ok = await fetch(`http://127.0.0.1:${port}/healthz`).then(
-      (r) => r.ok,
-      () => false,
-    );
-    if (ok) break;
-    await sleep(500);
-  }
+    children,
+    waitS: 120,
+  });
   log("code-server is up");
 
-  const browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-    args: ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"],
-  });
+  const browser = await launchChromium();
   const page = await browser.newPage({ viewport: { width: 1440, height: 860 } });
   try {
     await scenario(page, port, workspace, file, timings);
