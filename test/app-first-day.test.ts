@@ -162,7 +162,15 @@ describe("spark app, the first day", { timeout: 900_000 }, () => {
     // The VS Code pane starts its app this way. The app asks the server's /v1/models at start: it
     // once exited there (code 0, nothing said), the request's socket being all that kept it alive.
     const server = await startServer(
-      ["serve", "--engine", "script", "--script", script("there.jsonl", [message("ANSWER from there.")])],
+      [
+        "serve",
+        "--engine",
+        "script",
+        "--script",
+        script("there.jsonl", [message("ANSWER from there.")]),
+        "--port",
+        "0",
+      ],
       { SPARK_DATA_DIR: freshDir("data-") },
       CHILD_SAFETY_MS,
     );
