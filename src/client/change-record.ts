@@ -5,7 +5,7 @@
  * workspace) and lets a revert put back exactly what was there.
  */
 import { contentDiff } from "../agent/files/file-diff.js";
-import { neutralGit } from "../agent/sandbox/neutral-git.js";
+import { isGitWorkTree, neutralGit } from "../agent/sandbox/neutral-git.js";
 import type { Workspace } from "../agent/files/workspace.js";
 import type { FileDiff } from "../agent/thread-item.js";
 
@@ -153,16 +153,6 @@ async function headDiff(root: string, record: ChangeRecord, path: string): Promi
   if (now !== null && before === after) return undefined;
   const diff = contentDiff(path, before, now === null ? null : after);
   return diff.lines.length === 0 ? undefined : diff;
-}
-
-async function isGitWorkTree(root: string): Promise<boolean> {
-  try {
-    return (
-      (await neutralGit(root, ["rev-parse", "--is-inside-work-tree"])).toString("utf8").trim() === "true"
-    );
-  } catch {
-    return false;
-  }
 }
 
 /** The diff of one recorded change (see file-diff.ts: bounded in time, binary files noted). */

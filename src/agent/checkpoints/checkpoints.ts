@@ -31,7 +31,7 @@ import type { BigIntStats } from "node:fs";
 import path from "node:path";
 import { sparkHome } from "../context/spark-home.js";
 import { listFiles } from "../files/file-tools.js";
-import { neutralGit } from "../sandbox/neutral-git.js";
+import { isGitWorkTree } from "../sandbox/neutral-git.js";
 import type { Workspace } from "../files/workspace.js";
 import { FolderStore, pruneFolders } from "./folder-store.js";
 import { GitStore } from "./git-store.js";
@@ -538,14 +538,4 @@ function sameVersion(a: Version, b: Version): boolean {
   if (a.kind === "file" && b.kind === "file") return a.id === b.id && a.mode === b.mode;
   // An unrecorded file cannot be compared: counted as changed, so an undo says it cannot restore it.
   return a.kind === b.kind && a.kind === "absent";
-}
-
-async function isGitWorkTree(root: string): Promise<boolean> {
-  try {
-    return (
-      (await neutralGit(root, ["rev-parse", "--is-inside-work-tree"])).toString("utf8").trim() === "true"
-    );
-  } catch {
-    return false;
-  }
 }

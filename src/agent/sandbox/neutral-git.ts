@@ -45,6 +45,17 @@ function neutralEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   return Object.assign(env, extra);
 }
 
+/** Whether `root` is inside a git work tree, asked with the neutral configuration (false when git says no or fails). */
+export async function isGitWorkTree(root: string): Promise<boolean> {
+  try {
+    return (
+      (await neutralGit(root, ["rev-parse", "--is-inside-work-tree"])).toString("utf8").trim() === "true"
+    );
+  } catch {
+    return false;
+  }
+}
+
 /**
  * `git -C root ARGS`'s stdout, with no system or global configuration, the overrides of
  * `NEUTRAL_CONFIG`, none of this process's GIT_* variables (GIT_DIR, GIT_EXTERNAL_DIFF…) and no
