@@ -9,14 +9,13 @@
  * turn's end until the test lets it go.
  */
 import assert from "node:assert/strict";
-import { chmodSync, existsSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { existsSync, writeFileSync } from "node:fs";
 import { after, describe, test } from "node:test";
 import type { ServerMessage } from "../src/app/protocol.js";
 import { AppClient } from "./helpers/app-client.js";
 import { launchBrowser } from "./helpers/browser.js";
-import { file, freshDir } from "./helpers/cli.js";
-import { message, scriptFile as script, startAppCli, stopApps } from "./helpers/app.js";
+import { freshDir } from "./helpers/cli.js";
+import { heldStopHook, message, scriptFile as script, startAppCli, stopApps } from "./helpers/app.js";
 
 after(stopApps);
 
@@ -69,17 +68,8 @@ describe("the app while the model writes", { timeout: 300_000 }, () => {
   });
 
   test("a task is done once its answer is whole, while a Stop hook still holds its turn; a message then is the next turn", async () => {
-    const dir = freshDir("hook-");
-    const release = join(dir, "release");
-    const entered = join(dir, "entered");
-    const hook = join(dir, "hold.sh");
-    // Waits for the test, not for a time: the turn's end is held until the test lets it go.
-    writeFileSync(hook, `#!/bin/sh\ntouch '${entered}'\nwhile [ ! -e '${release}' ]; do sleep 0.05; done\n`);
-    chmodSync(hook, 0o755);
-    const config = file(
-      "hold-config.json",
-      JSON.stringify({ hooks: { Stop: [{ command: hook, timeoutMs: 600_000 }] } }),
-    );
+    // The turn's end is held until the test lets it go.
+    const { config, entered, release } = heldStopHook("hold-config.json");
     const url = await startApp(
       [
         "--engine",

@@ -9,7 +9,7 @@
  * app on the same folder (another data dir) leaves the first one's live worktree alone.
  */
 import assert from "node:assert/strict";
-import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { after, describe, test } from "node:test";
@@ -17,7 +17,7 @@ import type { ClientMessage, ServerMessage, TaskSummary } from "../src/app/proto
 import { AppClient } from "./helpers/app-client.js";
 import { launchBrowser } from "./helpers/browser.js";
 import { file, freshDir, stop } from "./helpers/cli.js";
-import { killApps, startAppCli, type AppCli } from "./helpers/app.js";
+import { heldStopHook, killApps, startAppCli, type AppCli } from "./helpers/app.js";
 import { git } from "./helpers/git.js";
 
 after(killApps);
@@ -373,17 +373,8 @@ describe("app tasks in worktrees", { timeout: 300_000 }, () => {
   test("Discard sent while a Stop hook still holds the turn's end (the task shows done) waits for the end, then removes the worktree", async () => {
     const workspace = repository();
     const dirs = { workspace, home: freshDir("home-"), data: freshDir("data-") };
-    const gate = freshDir("gate-");
-    const entered = join(gate, "entered");
-    const release = join(gate, "release");
-    const hook = join(gate, "hold.sh");
-    // Waits for the test, not for a time: the turn's end is held until the test lets it go.
-    writeFileSync(hook, `#!/bin/sh\ntouch '${entered}'\nwhile [ ! -e '${release}' ]; do sleep 0.05; done\n`);
-    chmodSync(hook, 0o755);
-    const config = file(
-      "discard-hold-config.json",
-      JSON.stringify({ hooks: { Stop: [{ command: hook, timeoutMs: 600_000 }] } }),
-    );
+    // The turn's end is held until the test lets it go.
+    const { config, entered, release } = heldStopHook("discard-hold-config.json");
     const steps = script("discard-hold.jsonl", [
       patch("*** Begin Patch\n*** Update File: notes.txt\n@@\n hello\n-world\n+spark\n*** End Patch"),
       message("Edited."),

@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { writeFileSync } from "node:fs";
+import { chmodSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { file, firstLine, freshDir, spawnCli, stop, type Cli } from "./cli.js";
 
@@ -101,4 +101,19 @@ export function message(text: string): object {
 /** A script file (JSONL) of `lines`, under the tests' folder. */
 export function scriptFile(name: string, lines: readonly object[]): string {
   return file(name, lines.map((line) => JSON.stringify(line)).join("\n") + "\n");
+}
+
+/**
+ * A config file whose Stop hook holds each turn's end until the test lets it go: `entered` exists
+ * once the hook runs, and writing `release` ends it. Waits for the test, not for a time.
+ */
+export function heldStopHook(name: string): { config: string; entered: string; release: string } {
+  const dir = freshDir("hook-");
+  const entered = join(dir, "entered");
+  const release = join(dir, "release");
+  const hook = join(dir, "hold.sh");
+  writeFileSync(hook, `#!/bin/sh\ntouch '${entered}'\nwhile [ ! -e '${release}' ]; do sleep 0.05; done\n`);
+  chmodSync(hook, 0o755);
+  const config = file(name, JSON.stringify({ hooks: { Stop: [{ command: hook, timeoutMs: 600_000 }] } }));
+  return { config, entered, release };
 }
