@@ -14,6 +14,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, describe, test } from "node:test";
 import { ConfinedRoot, readUserFile, ToolError } from "../src/agent/fs/confined.js";
+import { secretsInside } from "../src/agent/fs/secret-paths.js";
 
 const temps: string[] = [];
 after(async () => {
@@ -235,6 +236,27 @@ describe("rule 5: secrets", () => {
     await rejectsWith(readUserFile(path.join(root, "notes.md"), { home }), "secret_path", ".ssh");
     await rejectsWith(readUserFile(path.join(root, "env.txt"), { home }), "secret_path", ".env");
     assert.equal((await readUserFile(path.join(root, ".env.example"), { home })).toString(), "TOKEN=\n");
+  });
+
+  test("a home outside the root whose secrets are links into it: found where they land, existing or not", async () => {
+    const { root, top } = await fixture({ "keys/credentials": "[default]\n", "conf/README": "x\n" });
+    const home = path.join(top, "elsewhere-home");
+    await mkdir(home);
+    // ~/.aws is a link into the workspace; ~/.config a link to a workspace folder where gh/ does not
+    // exist yet (it would be created there); ~/.kube a link loop; ~/.ssh a plain folder outside.
+    await symlink(path.join(root, "keys"), path.join(home, ".aws"));
+    await symlink("../ws/conf", path.join(home, ".config"));
+    await symlink(".kube2", path.join(home, ".kube"));
+    await symlink(".kube", path.join(home, ".kube2"));
+    await mkdir(path.join(home, ".ssh"));
+    const secrets = secretsInside(root, home);
+    assert.ok(secrets.includes(path.join(root, "keys")), secrets.join(", "));
+    assert.ok(secrets.includes(path.join(root, "conf", "gh")), secrets.join(", "));
+    assert.ok(!secrets.some((p) => p.includes(".kube") || p.includes(".ssh")), secrets.join(", "));
+    const ws = await ConfinedRoot.open(root, { home });
+    await rejectsWith(ws.readFile("keys/credentials"), "secret_path");
+    await rejectsWith(ws.writeFile("conf/gh/hosts.yml", "token"), "secret_path");
+    assert.equal((await ws.readFile("conf/README")).toString(), "x\n");
   });
 });
 

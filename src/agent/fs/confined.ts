@@ -142,7 +142,7 @@ export class ConfinedRoot extends ConfinedResolver {
     const info = await stat(real);
     if (!info.isDirectory()) throw new ToolError("not_a_directory", `${given} is not a directory.`);
     const secrets =
-      options.secrets ?? (await secretsInside(real, options.home ?? (process.env.HOME || os.homedir())));
+      options.secrets ?? secretsInside(real, options.home ?? (process.env.HOME || os.homedir()));
     return new ConfinedRoot(real, given, [...secrets], { dev: info.dev, ino: info.ino }, label);
   }
 

@@ -45,7 +45,7 @@ export async function withUserFile<T>(
     const real = PINNED_WALK
       ? await readlink(`/proc/self/fd/${handle.fd}`).catch(() => file)
       : await realpath(file).catch(() => file);
-    if (await isHomeSecret(real, options.home)) {
+    if (isHomeSecret(real, options.home)) {
       throw new ToolError(
         "secret_path",
         `${file} leads to ${real}, one of the home directory's secrets: it is not read on the model's behalf.`,
