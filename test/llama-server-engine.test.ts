@@ -7,9 +7,10 @@
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync, statSync } from "node:fs";
 import { dirname } from "node:path";
 import { after, before, describe, test } from "node:test";
+import { Agent, request as undiciRequest } from "undici";
 import type { EngineRequest } from "../src/engine/types.js";
 import { LlamaServerEngine } from "../src/engines/llama/llama-server-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
@@ -119,30 +120,77 @@ describe("llama engine in a llama-server child", { skip }, () => {
     assert.equal(second.text, first.text);
   });
 
-  test("the child binds its own port and holds a key only Spark knows: other local clients get 401", async () => {
+  test("the child listens on a Unix socket in a private folder and holds a key only Spark knows: other local clients get 401", async () => {
     const pid = engine.pid!;
     const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
-    assert.equal(argv[argv.indexOf("--port") + 1], "0", "no port picked by Spark, closed and bound again");
+    const address = engine.childAddress;
+    assert.ok(address?.socketPath, "this llama-server names .sock hosts in its --help: a socket, no port");
+    assert.equal(argv[argv.indexOf("--host") + 1], address.socketPath);
+    assert.ok(!argv.includes("--port"), "no TCP port at all");
+    const folder = statSync(dirname(address.socketPath));
+    assert.equal(folder.mode & 0o777, 0o700, "only Spark's user can enter the socket's folder");
+    assert.equal(folder.uid, process.getuid!());
     const environ = readFileSync(`/proc/${pid}/environ`, "utf8").split("\0");
     const key = environ.find((entry) => entry.startsWith("LLAMA_API_KEY="))?.slice("LLAMA_API_KEY=".length);
     assert.ok(key && key.length >= 32, "a random key in its environment");
     assert.ok(!argv.some((arg) => arg.includes(key)), "never on the command line");
-    const child = engine.childUrl;
-    assert.ok(child);
-    const refused = await fetch(`${child}/v1/chat/completions`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ messages: [{ role: "user", content: "hi" }], max_tokens: 2 }),
+    const dispatcher = new Agent({ connect: { socketPath: address.socketPath } });
+    try {
+      const refused = await undiciRequest(`${address.origin}/v1/chat/completions`, {
+        dispatcher,
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ messages: [{ role: "user", content: "hi" }], max_tokens: 2 }),
+      });
+      assert.equal(refused.statusCode, 401);
+      await refused.body.dump();
+      const allowed = await undiciRequest(`${address.origin}/tokenize`, {
+        dispatcher,
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
+        body: JSON.stringify({ content: "hi" }),
+      });
+      assert.equal(allowed.statusCode, 200);
+      await allowed.body.dump();
+    } finally {
+      await dispatcher.close();
+    }
+  });
+
+  test("a child started without a socket binds its own port (an older llama-server)", async () => {
+    const tcp = new LlamaServerEngine({
+      binary: binary!,
+      modelPath: async () => modelPath!,
+      threads: 1,
+      contextSize: 256,
+      sequences: 1,
+      child: { socket: false },
     });
-    assert.equal(refused.status, 401);
-    await refused.body?.cancel();
-    const allowed = await fetch(`${child}/tokenize`, {
-      method: "POST",
-      headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
-      body: JSON.stringify({ content: "hi" }),
+    try {
+      await tcp.start();
+      const argv = readFileSync(`/proc/${tcp.pid!}/cmdline`, "utf8").split("\0");
+      assert.equal(argv[argv.indexOf("--port") + 1], "0", "no port picked by Spark, closed and bound again");
+      assert.match(tcp.childAddress?.origin ?? "", /^http:\/\/127\.0\.0\.1:\d+$/);
+      assert.equal(tcp.childAddress?.socketPath, undefined);
+      assert.equal((await generate(tcp, request(4, true))).tokens, 4);
+    } finally {
+      await tcp.close();
+    }
+  });
+
+  test("the socket's folder goes with the child", async () => {
+    const own = new LlamaServerEngine({
+      binary: binary!,
+      modelPath: async () => modelPath!,
+      threads: 1,
+      contextSize: 256,
+      sequences: 1,
     });
-    assert.equal(allowed.status, 200);
-    await allowed.body?.cancel();
+    await own.start();
+    const folder = dirname(own.childAddress!.socketPath!);
+    assert.equal(existsSync(folder), true);
+    await own.close();
+    assert.equal(existsSync(folder), false);
   });
 
   test("token counts are the model's own, from its tokenizer", async () => {

@@ -4,7 +4,10 @@
  */
 import assert from "node:assert/strict";
 import { once } from "node:events";
+import { mkdtempSync, rmSync } from "node:fs";
 import http from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type { AddressInfo } from "node:net";
 import { test } from "node:test";
 import type { EnginePart, EngineRequest } from "../src/engine/types.js";
@@ -1110,4 +1113,75 @@ test("a bad upstreamTimeout is a config error naming its source and the key", as
   const { code, stderr } = await runToExit(["serve", "--port", "0", "--upstream-timeout", "-5"]);
   assert.equal(code, 2, stderr);
   assert.match(stderr, /invalid upstreamTimeout \(--upstream-timeout\) from command line/);
+});
+
+/**
+ * An upstream that, like llama-server, closes its connection after every streamed answer, and
+ * does so a moment later without answering a request that arrived on it meanwhile (the race a
+ * kept connection runs: the client sends its next request before the close reaches it).
+ */
+function closesAfterEachStream(): Handler {
+  const closing = new WeakSet<object>();
+  return (req, res) => {
+    const socket = req.socket;
+    if (closing.has(socket)) return; // never answered: the socket goes in a moment
+    closing.add(socket);
+    sseHeaders(res);
+    res.end(chatSse([chunk({ content: "ok" }, "stop")]));
+    setTimeout(() => socket.destroy(), 500);
+  };
+}
+
+test("keepAlive: false opens a connection per request: an upstream that closes after every stream fails none", async () => {
+  const turns = async (engine: OpenAIEngine): Promise<number> => {
+    let failed = 0;
+    for (let i = 0; i < 5; i++) {
+      try {
+        assert.equal(joined(await collect(engine, request()), "text-delta", "txt_0"), "ok");
+      } catch {
+        failed++;
+      }
+    }
+    return failed;
+  };
+  await withEngine(closesAfterEachStream(), { keepAlive: false }, async (engine, upstream) => {
+    assert.equal(await turns(engine), 0);
+    assert.equal(upstream.sockets(), 5);
+  });
+  // Reused, the same loop meets the close: why the llama-server child is given keepAlive: false.
+  await withEngine(closesAfterEachStream(), {}, async (engine) => {
+    assert.ok((await turns(engine)) > 0);
+  });
+});
+
+test("an upstream on a Unix socket (socketPath): requests reach it, and the engine names it unix:PATH", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "spark-upstream-sock-"));
+  const socketPath = join(dir, "upstream.sock");
+  const seen: { host: string | undefined; url: string | undefined }[] = [];
+  const server = http.createServer((req, res) => {
+    seen.push({ host: req.headers.host, url: req.url });
+    req.resume();
+    req.on("end", () => {
+      sseHeaders(res);
+      res.end(chatSse([chunk({ content: "over the socket" }, "stop")]));
+    });
+  });
+  server.listen(socketPath);
+  await once(server, "listening");
+  const engine = new OpenAIEngine({
+    upstreams: [{ url: "http://localhost/v1", socketPath }],
+    keepAlive: false,
+    model: "upstream-model",
+  });
+  try {
+    assert.equal(joined(await collect(engine, request()), "text-delta", "txt_0"), "over the socket");
+    assert.deepEqual(seen, [{ host: "localhost", url: "/v1/chat/completions" }]);
+    await engine.start();
+    assert.match(engine.status().detail, new RegExp(`unix:${socketPath}/v1`));
+  } finally {
+    await engine.close();
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

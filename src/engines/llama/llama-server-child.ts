@@ -3,12 +3,20 @@
  * (`llama-server-engine.ts`).
  *
  * Contract:
- * - `start()` spawns it on 127.0.0.1 with `--port 0`: llama-server binds a free port itself and says
- *   which in its log ("listening on http://127.0.0.1:PORT"), so no port is picked, closed and bound
- *   again by someone else in between. It resolves with the child's URL once `/health` answers 200.
+ * - `start()` spawns it listening on a Unix socket in a folder only Spark's user can enter (a new
+ *   `mkdtemp` folder, mode 0700, removed when the child exits) where the binary can (`socket`: its
+ *   `--help` names `.sock` hosts, llama.cpp since 2025), else on 127.0.0.1 with `--port 0`, where
+ *   llama-server binds a free port itself and says which in its log, so no port is picked, closed
+ *   and bound again by someone else in between. It resolves with the child's address once
+ *   `/health` answers 200. A socket costs each relayed token a fraction of a loopback TCP read and
+ *   write on both sides (figure 26: the relay at 0.98-1.0x of llama-server alone over a socket,
+ *   0.85-0.92x over TCP), and other local users cannot reach it at all.
  * - Only Spark can use it: a random API key (`key`) goes to the child in its environment
  *   (`LLAMA_API_KEY`, never on the command line, which every local user can read) and every request
  *   Spark sends carries it; any other local process gets 401 (its `/health` stays public).
+ * - Connections are not reused (`dispatcher`, and the engine's upstream pool): llama-server closes
+ *   every connection after a streamed response, so a request sent on a kept connection could meet
+ *   that close and fail with "other side closed" before the child read it.
  * - It dies with Spark, whatever ends Spark (SIGKILL included): on Linux it is started through
  *   util-linux `setpriv --pdeathsig KILL`, so the kernel kills it when Spark's process ends; where
  *   setpriv is missing, through a small POSIX `sh` watchdog that kills it when Spark's end of the
@@ -18,15 +26,33 @@
  *   when it is back (with its new URL). `close()` stops it (SIGTERM, then SIGKILL after 10 s) and
  *   ends the restarts.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { accessSync, constants } from "node:fs";
+import { accessSync, constants, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
+import { Pool, request as undiciRequest, type Dispatcher } from "undici";
+
+/**
+ * Where a started child listens: the origin to name in requests and, for a Unix socket, its path
+ * (requests then go through `socketPath` and the origin only names the Host header).
+ */
+export interface ChildAddress {
+  origin: string;
+  socketPath?: string;
+}
+
+/** The address as one line for logs and messages (`unix:PATH` or the URL). */
+export function describeAddress(address: ChildAddress): string {
+  return address.socketPath !== undefined ? `unix:${address.socketPath}` : address.origin;
+}
 
 export interface LlamaServerChildOptions {
   binary: string;
   /** llama-server's arguments apart from where it listens (`--host`, `--port` are added). */
   args: readonly string[];
+  /** Listen on a Unix socket (the binary supports it: `supportsUnixSocket`) rather than a port. */
+  socket?: boolean;
   /** Longest wait for `/health` after a start (loading a large model takes a while). */
   startTimeoutMs: number;
   /** How the child is tied to Spark's life (default: `pdeathsig` where setpriv exists, else `stdin`). */
@@ -44,7 +70,11 @@ export class LlamaServerChild {
   /** The API key every request to the child must carry (`Authorization: Bearer …`). */
   readonly key = randomBytes(24).toString("base64url");
   #process: ChildProcess | undefined;
-  #url: string | undefined;
+  #address: ChildAddress | undefined;
+  /** The running start's requests to the child (health, token counts, calibration). */
+  #dispatcher: Pool | undefined;
+  /** The running start's socket folder, removed when it exits. */
+  #socketDir: string | undefined;
   #closing = false;
   /** Set once a start succeeded: from then on an exit is followed by a restart. */
   #supervising = false;
@@ -54,7 +84,7 @@ export class LlamaServerChild {
   #tail = "";
   #offloaded = false;
   readonly #exitListeners = new Set<(why: string) => void>();
-  readonly #readyListeners = new Set<(url: string) => void>();
+  readonly #readyListeners = new Set<(address: ChildAddress) => void>();
 
   constructor(private readonly options: LlamaServerChildOptions) {
     this.#delay = options.restartDelayMs ?? 1000;
@@ -65,8 +95,37 @@ export class LlamaServerChild {
     return this.#process?.pid;
   }
 
+  /** Where the child listens while it serves (undefined between starts). */
+  get address(): ChildAddress | undefined {
+    return this.#address;
+  }
+
+  /** The address for logs and messages. */
   get url(): string | undefined {
-    return this.#url;
+    return this.#address && describeAddress(this.#address);
+  }
+
+  /**
+   * One request to the running child, on a connection of its own (see the contract); the body is
+   * the caller's to read or dump. Throws while the child is not serving.
+   */
+  async request(
+    path: string,
+    options: { method: "GET" | "POST"; body?: string; signal?: AbortSignal; auth?: boolean },
+  ): Promise<Dispatcher.ResponseData> {
+    const address = this.#address;
+    const dispatcher = this.#dispatcher;
+    if (!address || !dispatcher) throw new Error("llama-server is not running");
+    return undiciRequest(`${address.origin}${path}`, {
+      dispatcher,
+      method: options.method,
+      headers: {
+        ...(options.body !== undefined ? { "content-type": "application/json" } : {}),
+        ...(options.auth === false ? {} : { authorization: `Bearer ${this.key}` }),
+      },
+      ...(options.body !== undefined ? { body: options.body } : {}),
+      ...(options.signal ? { signal: options.signal } : {}),
+    });
   }
 
   /** Its log says it put model layers on a GPU (a GPU build). */
@@ -83,14 +142,20 @@ export class LlamaServerChild {
     this.#exitListeners.add(listener);
   }
 
-  onReady(listener: (url: string) => void): void {
+  onReady(listener: (address: ChildAddress) => void): void {
     this.#readyListeners.add(listener);
   }
 
   /** Starts the child and waits until it serves; throws (and kills it) when it cannot. */
-  async start(): Promise<string> {
+  async start(): Promise<ChildAddress> {
     const { binary, args } = this.options;
-    const argv = [...args, "--host", "127.0.0.1", "--port", "0"];
+    this.#release();
+    let where: string[];
+    if (this.options.socket) {
+      this.#socketDir = mkdtempSync(join(tmpdir(), "spark-llama-"));
+      where = ["--host", join(this.#socketDir, "llama-server.sock")];
+    } else where = ["--host", "127.0.0.1", "--port", "0"];
+    const argv = [...args, ...where];
     const watchdog = this.options.watchdog ?? (setprivPath() ? "pdeathsig" : "stdin");
     const [file, fileArgs] =
       watchdog === "pdeathsig"
@@ -102,22 +167,28 @@ export class LlamaServerChild {
       env: { ...process.env, LLAMA_API_KEY: this.key },
     });
     this.#process = child;
-    this.#url = undefined;
     this.#tail = "";
-    let listening: (url: string) => void = () => {};
-    const announced = new Promise<string>((resolve) => (listening = resolve));
+    let listening: (address: ChildAddress) => void = () => {};
+    const announced = new Promise<ChildAddress>((resolve) => (listening = resolve));
     let log = "";
+    let announcedYet = false;
     child.stderr!.setEncoding("utf8");
     child.stderr!.on("data", (chunk: string) => {
       this.#tail = (this.#tail + chunk).slice(-2000);
-      const offload = /offloaded (\d+)\/\d+ layers to GPU/.exec(this.#tail);
-      if (offload && Number(offload[1]) > 0) this.#offloaded = true;
-      if (this.#url !== undefined) return;
+      // The model loads before llama-server says where it listens: after that, the log is only kept.
+      if (announcedYet) return;
       log = (log + chunk).slice(-4096);
-      const match = /listening on (https?:\/\/[^\s]+)/.exec(log);
+      const offload = /offloaded (\d+)\/\d+ layers to GPU/.exec(log);
+      if (offload && Number(offload[1]) > 0) this.#offloaded = true;
+      const match = /listening on (unix:\/\/\S+|https?:\/\/\S+)/.exec(log);
       if (match) {
-        this.#url = match[1]!.replace(/\/+$/, "");
-        listening(this.#url);
+        announcedYet = true;
+        const said = match[1]!;
+        listening(
+          said.startsWith("unix://")
+            ? { origin: "http://localhost", socketPath: said.slice("unix://".length) }
+            : { origin: said.replace(/\/+$/, "") },
+        );
       }
     });
     const startedAt = performance.now();
@@ -127,7 +198,7 @@ export class LlamaServerChild {
         const why = `llama-server exited (${signal ?? code})${this.#tail ? `: ${lastLines(this.#tail)}` : ""}`;
         if (this.#process === child) {
           this.#process = undefined;
-          this.#url = undefined;
+          this.#release();
         }
         reject(new Error(why));
         if (this.#closing || !this.#supervising) return;
@@ -141,15 +212,54 @@ export class LlamaServerChild {
     // The wait for health ends with the start, whichever way (an exit must not leave it polling).
     const waiting = new AbortController();
     try {
-      const url = await Promise.race([exited, announced]);
-      await Promise.race([exited, waitHealthy(url, this.options.startTimeoutMs, waiting.signal)]);
+      const address = await Promise.race([exited, announced]);
+      this.#address = address;
+      this.#dispatcher = new Pool(address.origin, {
+        pipelining: 0,
+        ...(address.socketPath !== undefined ? { connect: { socketPath: address.socketPath } } : {}),
+      });
+      await Promise.race([exited, this.#waitHealthy(this.options.startTimeoutMs, waiting.signal)]);
       this.#supervising = true;
-      return url;
+      return address;
     } catch (error) {
       kill(child, "SIGKILL");
       throw error;
     } finally {
       waiting.abort();
+    }
+  }
+
+  /** Forgets the last start's address and closes its connections; its socket folder goes. */
+  #release(): void {
+    this.#address = undefined;
+    void this.#dispatcher?.destroy().catch(() => {});
+    this.#dispatcher = undefined;
+    if (this.#socketDir !== undefined) rmSync(this.#socketDir, { recursive: true, force: true });
+    this.#socketDir = undefined;
+  }
+
+  /**
+   * Polls `/health` until it answers 200 (llama-server answers 503 while it loads the model), or
+   * until `signal` aborts.
+   */
+  async #waitHealthy(timeoutMs: number, signal: AbortSignal): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      if (signal.aborted) throw new Error("llama-server's start was abandoned");
+      try {
+        const response = await this.request("/health", {
+          method: "GET",
+          auth: false,
+          signal: AbortSignal.any([signal, AbortSignal.timeout(5000)]),
+        });
+        await response.body.dump();
+        if (response.statusCode === 200) return;
+      } catch {
+        // Not answering yet.
+      }
+      if (Date.now() > deadline)
+        throw new Error(`llama-server did not become healthy in ${timeoutMs / 1000} s`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
     }
   }
 
@@ -162,8 +272,8 @@ export class LlamaServerChild {
       if (this.#closing) return;
       this.#restarts++;
       this.start().then(
-        (url) => {
-          for (const listener of this.#readyListeners) listener(url);
+        (address) => {
+          for (const listener of this.#readyListeners) listener(address);
         },
         // A failed start is retried: one that exited has scheduled it already (its exit handler).
         () => {
@@ -179,12 +289,16 @@ export class LlamaServerChild {
     this.#closing = true;
     if (this.#restartTimer) clearTimeout(this.#restartTimer);
     const child = this.#process;
-    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    if (!child || child.exitCode !== null || child.signalCode !== null) {
+      this.#release();
+      return;
+    }
     const exited = new Promise((resolve) => child.once("exit", resolve));
     child.kill("SIGTERM");
     const timer = setTimeout(() => kill(child, "SIGKILL"), 10_000);
     await exited;
     clearTimeout(timer);
+    this.#release();
   }
 }
 
@@ -238,24 +352,14 @@ function lastLines(text: string): string {
 }
 
 /**
- * Polls `/health` until it answers 200 (llama-server answers 503 while it loads the model), or
- * until `signal` aborts.
+ * Whether `binary` can listen on a Unix socket: its `--help` describes `.sock` hosts (llama.cpp's
+ * server since 2025). An older build, or one whose help cannot be read, listens on a port.
  */
-async function waitHealthy(url: string, timeoutMs: number, signal: AbortSignal): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (signal.aborted) throw new Error("llama-server's start was abandoned");
-    try {
-      const response = await fetch(`${url}/health`, {
-        signal: AbortSignal.any([signal, AbortSignal.timeout(5000)]),
-      });
-      await response.body?.cancel();
-      if (response.ok) return;
-    } catch {
-      // Not answering yet.
-    }
-    if (Date.now() > deadline)
-      throw new Error(`llama-server did not become healthy in ${timeoutMs / 1000} s`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
+export function supportsUnixSocket(binary: string): Promise<boolean> {
+  if (process.platform === "win32") return Promise.resolve(false);
+  return new Promise((resolve) => {
+    execFile(binary, ["--help"], { timeout: 10_000, maxBuffer: 4 * 1024 * 1024 }, (_error, stdout, stderr) =>
+      resolve(/\.sock\b/.test(`${stdout}${stderr}`)),
+    );
+  });
 }

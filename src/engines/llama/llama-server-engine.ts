@@ -14,9 +14,11 @@
  * - `start()` resolves the model, picks the decode threads (given, else the fastest of 1, half and
  *   all cores, each timed on a short decode in a child of its own, as the in-process engine times
  *   them; a GPU build that offloads the model skips this), starts the child (`llama-server-child.ts`:
- *   a port it binds itself, a random API key, dies with Spark, restarted after a crash with the
- *   engine not ready meanwhile) with the model, threads, context per sequence, sequences, and the
- *   speculative and vision options below, then serves through an `OpenAIEngine` on its `/v1`.
+ *   a private Unix socket where the binary has them, else a port it binds itself; a random API key;
+ *   dies with Spark; restarted after a crash with the engine not ready meanwhile) with the model,
+ *   threads, context per sequence, sequences, and the speculative and vision options below, then
+ *   serves through an `OpenAIEngine` on its `/v1`, a new connection per request (the child closes
+ *   each after a stream).
  * - Token counts are the model's own (`/tokenize`).
  * - Speculation uses llama-server's own options, set per server: `inputLookup` starts it with its
  *   prompt-lookup decoding (`--spec-type ngram-simple`), `draftModelPath` with a draft model. A
@@ -42,7 +44,13 @@ import {
 } from "../../engine/types.js";
 import { SparkError } from "../../protocol/errors.js";
 import { OpenAIEngine } from "../openai/openai-engine.js";
-import { LlamaServerChild, type LlamaServerChildOptions } from "./llama-server-child.js";
+import {
+  describeAddress,
+  LlamaServerChild,
+  supportsUnixSocket,
+  type ChildAddress,
+  type LlamaServerChildOptions,
+} from "./llama-server-child.js";
 import {
   failedStatus,
   fastestThreads,
@@ -72,8 +80,11 @@ export interface LlamaServerEngineOptions {
   draftModelPath?: string;
   /** Longest wait for the child's `/health` (loading a large model takes a while). Default 10 minutes. */
   startTimeoutMs?: number;
-  /** How the child is tied to Spark's life and restarted (tests). */
-  child?: Pick<LlamaServerChildOptions, "watchdog" | "restartDelayMs" | "maxRestartDelayMs">;
+  /**
+   * How the child is tied to Spark's life and restarted, and whether it listens on a Unix socket
+   * (default: where the binary supports it).
+   */
+  child?: Pick<LlamaServerChildOptions, "watchdog" | "restartDelayMs" | "maxRestartDelayMs" | "socket">;
   log?: (line: string) => void;
 }
 
@@ -95,6 +106,8 @@ export class LlamaServerEngine implements Engine {
   #models: EngineModel[] = [];
   #closing = false;
   #threads: number | undefined;
+  /** Whether children listen on a Unix socket (probed once at start). */
+  #socket = false;
 
   constructor(private readonly options: LlamaServerEngineOptions) {
     this.capabilities = {
@@ -112,9 +125,9 @@ export class LlamaServerEngine implements Engine {
     return this.#threads;
   }
 
-  /** The child's URL, while it runs (its API needs the key Spark holds). */
-  get childUrl(): string | undefined {
-    return this.#child?.url;
+  /** Where the child listens, while it runs (its API needs the key Spark holds). */
+  get childAddress(): ChildAddress | undefined {
+    return this.#child?.address;
   }
 
   /** The child's process id, while it runs. */
@@ -126,7 +139,11 @@ export class LlamaServerEngine implements Engine {
     const log = this.options.log ?? (() => {});
     try {
       this.#status = { ready: false, detail: "resolving model" };
-      const path = await this.options.modelPath();
+      const [path, socket] = await Promise.all([
+        this.options.modelPath(),
+        this.options.child?.socket ?? supportsUnixSocket(this.options.binary),
+      ]);
+      this.#socket = socket;
       const sequences = this.options.sequences ?? DEFAULT_SEQUENCES;
       const context = this.options.contextSize ?? DEFAULT_CONTEXT;
       this.#status = { ready: false, detail: `measuring decode threads for ${basename(path)}` };
@@ -145,7 +162,7 @@ export class LlamaServerEngine implements Engine {
       ]);
       this.#status = { ready: false, detail: `starting ${basename(this.options.binary)} with ${path}` };
       this.#child = child;
-      const url = await child.start();
+      const address = await child.start();
       child.onExit((why) => {
         this.#status = { ready: false, detail: `${why}; restarting` };
         log(`llama: ${why}`);
@@ -159,10 +176,10 @@ export class LlamaServerEngine implements Engine {
           (error: unknown) => log(`llama: llama-server restarted but does not serve: ${String(error)}`),
         );
       });
-      await this.#serve(url);
+      await this.#serve(address);
       this.#models = servedModels(modelAliases(this.options.aliases, path), context);
       log(
-        `llama: ${basename(path)} in llama-server (${this.options.binary}, pid ${child.pid}), ` +
+        `llama: ${basename(path)} in llama-server (${this.options.binary}, pid ${child.pid}, ${describeAddress(address)}), ` +
           `${threads} thread(s), context ${context} × ${sequences} sequences` +
           (this.options.mmproj !== undefined ? `, sees images (${basename(this.options.mmproj)})` : "") +
           (this.options.inputLookup ? ", input lookup on" : "") +
@@ -184,6 +201,7 @@ export class LlamaServerEngine implements Engine {
       args,
       startTimeoutMs: this.options.startTimeoutMs ?? 600_000,
       ...this.options.child,
+      socket: this.#socket,
       ...(this.options.log ? { log: this.options.log } : {}),
     });
     this.#live.add(child);
@@ -203,10 +221,17 @@ export class LlamaServerEngine implements Engine {
     ];
   }
 
-  /** Serves through the child at `url` (its first start, or a restart on a new port). */
-  async #serve(url: string): Promise<void> {
+  /** Serves through the child at `address` (its first start, or a restart at a new address). */
+  async #serve(address: ChildAddress): Promise<void> {
     const inner = new OpenAIEngine({
-      baseUrl: `${url}/v1`,
+      upstreams: [
+        {
+          url: `${address.origin}/v1`,
+          ...(address.socketPath !== undefined ? { socketPath: address.socketPath } : {}),
+        },
+      ],
+      // The child closes every connection after a stream: a kept one could meet that close.
+      keepAlive: false,
       apiKey: this.#child?.key ?? "",
       api: "chat",
       // Its chunks are what the client should see, once they carry the client's model name.
@@ -233,12 +258,12 @@ export class LlamaServerEngine implements Engine {
     const measure = async (threads: number): Promise<number | { use: number }> => {
       const child = this.#newChild([...this.#modelArgs(path, threads), "-c", "512", "-np", "1"]);
       try {
-        const url = await child.start();
+        await child.start();
         if (child.offloaded) {
           log(`llama: llama-server runs the model on a GPU; using ${cores} CPU thread(s)`);
           return { use: cores };
         }
-        return await decodeRate(url, child.key);
+        return await decodeRate(child);
       } finally {
         await this.#closeChild(child);
       }
@@ -262,14 +287,15 @@ export class LlamaServerEngine implements Engine {
   /** The model's own count, from llama-server's `/tokenize`. */
   async countTokens(text: string): Promise<number> {
     this.#ready();
-    const child = this.#child!;
-    const response = await fetch(`${child.url}/tokenize`, {
+    const response = await this.#child!.request("/tokenize", {
       method: "POST",
-      headers: { "content-type": "application/json", authorization: `Bearer ${child.key}` },
       body: JSON.stringify({ content: text, add_special: false }),
     });
-    if (!response.ok) throw SparkError.unavailable(`llama-server's /tokenize answered ${response.status}.`);
-    const body = (await response.json()) as { tokens?: unknown[] };
+    if (response.statusCode !== 200) {
+      await response.body.dump();
+      throw SparkError.unavailable(`llama-server's /tokenize answered ${response.statusCode}.`);
+    }
+    const body = (await response.body.json()) as { tokens?: unknown[] };
     return Array.isArray(body.tokens) ? body.tokens.length : 0;
   }
 
@@ -340,10 +366,9 @@ export class LlamaServerEngine implements Engine {
 }
 
 /** llama-server's own measure of a short greedy decode, in tokens per second. */
-async function decodeRate(url: string, key: string): Promise<number> {
-  const response = await fetch(`${url}/completion`, {
+async function decodeRate(child: LlamaServerChild): Promise<number> {
+  const response = await child.request("/completion", {
     method: "POST",
-    headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
     body: JSON.stringify({
       prompt: "function add(a, b) {\n  return",
       n_predict: CALIBRATION_TOKENS,
@@ -352,8 +377,11 @@ async function decodeRate(url: string, key: string): Promise<number> {
       cache_prompt: false,
     }),
   });
-  if (!response.ok) throw new Error(`llama-server's /completion answered ${response.status}`);
-  const body = (await response.json()) as { timings?: { predicted_per_second?: unknown } };
+  if (response.statusCode !== 200) {
+    await response.body.dump();
+    throw new Error(`llama-server's /completion answered ${response.statusCode}`);
+  }
+  const body = (await response.body.json()) as { timings?: { predicted_per_second?: unknown } };
   const rate = body.timings?.predicted_per_second;
   return typeof rate === "number" && Number.isFinite(rate) ? rate : 0;
 }

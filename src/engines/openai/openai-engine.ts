@@ -63,6 +63,12 @@ export interface OpenAIEngineOptions {
   model?: string;
   /** Maximum number of pooled keep-alive connections per upstream. Default: unlimited. */
   connections?: number;
+  /**
+   * Reuse connections to the upstreams (default true). False opens one per request, for an
+   * upstream that closes every connection after a streamed response (llama-server does): a request
+   * sent on a kept connection could meet that close and fail before the upstream read it.
+   */
+  keepAlive?: boolean;
   /** Maximum wait in ms for the response headers and between two streamed body chunks. Default 300000. */
   timeoutMs?: number;
   /** How requests are spread over the replicas (`prefix-router.ts`). */
@@ -160,6 +166,7 @@ export class OpenAIEngine implements Engine {
     this.#replicas = new ReplicaPool(targets, {
       timeoutMs: this.#timeoutMs,
       ...(options.connections !== undefined ? { connections: options.connections } : {}),
+      ...(options.keepAlive !== undefined ? { keepAlive: options.keepAlive } : {}),
       ...(options.routing ? { routing: options.routing } : {}),
       ...(options.health ? { health: options.health } : {}),
       ...(options.registry ? { registry: options.registry } : {}),

@@ -26,6 +26,8 @@ export interface UpstreamTarget {
   weight?: number;
   /** Sent as `Authorization: Bearer <apiKey>`; never included in any message or label. */
   apiKey?: string;
+  /** A Unix socket that reaches it (then `url` names only the path and the Host header). */
+  socketPath?: string;
 }
 
 export interface HealthOptions {
@@ -48,7 +50,11 @@ export class Replica {
   failures = 0;
   probing = false;
 
-  constructor(index: number, target: UpstreamTarget, options: { connections?: number; timeoutMs: number }) {
+  constructor(
+    index: number,
+    target: UpstreamTarget,
+    options: { connections?: number; timeoutMs: number; keepAlive?: boolean },
+  ) {
     let url: URL;
     try {
       url = new URL(target.url);
@@ -73,11 +79,17 @@ export class Replica {
     this.apiKey = target.apiKey;
     this.#basePath = url.pathname.replace(/\/+$/, "");
     this.#baseQuery = url.search;
-    this.displayUrl = `${url.protocol}//${url.host}${this.#basePath}`;
+    this.displayUrl =
+      target.socketPath !== undefined
+        ? `unix:${target.socketPath}${this.#basePath}`
+        : `${url.protocol}//${url.host}${this.#basePath}`;
     this.pool = new Pool(url.origin, {
       connections: options.connections ?? null,
       headersTimeout: options.timeoutMs,
       bodyTimeout: options.timeoutMs,
+      // undici's "no keep-alive": a new connection per request.
+      ...(options.keepAlive === false ? { pipelining: 0 } : {}),
+      ...(target.socketPath !== undefined ? { connect: { socketPath: target.socketPath } } : {}),
     });
   }
 
@@ -194,6 +206,8 @@ function upstreamMetrics(registry: Registry): UpstreamMetrics {
 export interface ReplicaPoolOptions {
   connections?: number;
   timeoutMs: number;
+  /** Reuse connections (default); false opens one per request (see `OpenAIEngineOptions.keepAlive`). */
+  keepAlive?: boolean;
   routing?: RouterOptions;
   health?: HealthOptions;
   /** Where the per-replica metrics go (the server's registry); none when absent. */
@@ -214,6 +228,7 @@ export class ReplicaPool {
     const poolOptions = {
       timeoutMs: options.timeoutMs,
       ...(options.connections !== undefined ? { connections: options.connections } : {}),
+      ...(options.keepAlive !== undefined ? { keepAlive: options.keepAlive } : {}),
     };
     this.replicas = targets.map((target, index) => new Replica(index, target, poolOptions));
     const seen = new Set<string>();
