@@ -120,3 +120,68 @@ describe("an unreachable upstream", () => {
     }
   });
 });
+
+describe("a relayed chat stream (the llama-server child's path)", () => {
+  test("its bytes go to the client whole and unchanged, a burst of events in a few writes", async () => {
+    const events = [chunk({ role: "assistant", content: null })];
+    for (let i = 0; i < 40; i++) events.push(chunk({ content: `w${i} ` }));
+    events.push(chunk({}, "stop"));
+    const usage = `data: ${JSON.stringify({ id: "u1", choices: [], usage: { prompt_tokens: 3, completion_tokens: 40 } })}\n\n`;
+    const upstream = http.createServer((req, res) => {
+      req.resume();
+      if (req.method === "GET") {
+        res.writeHead(404).end();
+        return;
+      }
+      req.on("end", async () => {
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        // One event per write, each in a tick of its own: a token at a time, as llama-server writes.
+        for (const event of [...events, usage, "data: [DONE]\n\n"]) {
+          await new Promise<void>((resolve) => res.write(event, () => resolve()));
+          await new Promise<void>((resolve) => setImmediate(resolve));
+        }
+        res.end();
+      });
+    });
+    upstream.listen(0, "127.0.0.1");
+    await once(upstream, "listening");
+    const { port } = upstream.address() as AddressInfo;
+    const engine = new OpenAIEngine({
+      baseUrl: `http://127.0.0.1:${port}/v1`,
+      relayChat: true,
+      model: "spark",
+    });
+    await engine.start();
+    // Held until 8 are waiting, whatever the machine's speed: the count of writes is the policy's.
+    const server = new SparkServer({
+      engine,
+      port: 0,
+      coalesce: { windowMs: 10_000, holdMs: 10_000, maxHeld: 8 },
+    });
+    await server.listen();
+    const sparkPort = Number(new URL(server.url).port);
+    const writes: number[] = [];
+    const write = http.ServerResponse.prototype.write;
+    http.ServerResponse.prototype.write = function (this: http.ServerResponse, ...args: unknown[]) {
+      if (this.socket?.localPort === sparkPort) writes.push(1);
+      return (write as (...a: unknown[]) => boolean).apply(this, args);
+    } as typeof write;
+    try {
+      const response = await fetch(`${server.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: "spark", messages: [{ role: "user", content: "hi" }], stream: true }),
+      });
+      assert.equal(response.status, 200);
+      // The usage event is the client's only when it asks (stream_options); the rest byte for byte.
+      assert.equal(await response.text(), events.join("") + "data: [DONE]\n\n");
+      // 43 upstream events: the first at once, then bursts of 8 (the end carries the rest).
+      assert.ok(writes.length >= 2 && writes.length <= 7, `${writes.length} writes`);
+    } finally {
+      http.ServerResponse.prototype.write = write;
+      await server.close();
+      await engine.close();
+      upstream.close();
+    }
+  });
+});

@@ -534,7 +534,7 @@ export class SparkServer {
       return;
     }
     const relayed = this.#chat.relay(prepared, signal);
-    if (relayed) await sendRelayedStream(response, relayed);
+    if (relayed) await sendRelayedStream(response, relayed, this.#coalesce);
     else await sendChunkStream(response, this.#chat.chunks(prepared, signal), this.#coalesce);
   }
 
