@@ -12,7 +12,7 @@ import { loadSettings } from "../src/client/client-settings.js";
 import { resolveSettings } from "../src/settings/config.js";
 import { parseScript, ScriptEngine } from "../src/engines/script/script-engine.js";
 import { SparkServer } from "../src/server/http-server.js";
-import { chmodSync } from "node:fs";
+import { chmodSync, readFileSync } from "node:fs";
 import { file, firstLine, freshDir, spawnCli } from "./helpers/cli.js";
 import { testModelPath } from "./helpers/model.js";
 
@@ -122,4 +122,76 @@ test("spark app serves its page while its in-process model server still loads (a
   assert.match(await page.text(), /<!doctype html>/i);
   app.child.kill("SIGTERM");
   assert.equal(await app.exited, 0);
+});
+
+/**
+ * Records every module file the process loads (an ESM loader hook, through NODE_OPTIONS) into
+ * the file the environment names: which of the bundle's chunks a start path evaluated.
+ */
+function loadRecorder(): { env: Record<string, string>; loaded(): string[] } {
+  const log = file("loaded-modules.txt", "");
+  const source =
+    'import { appendFileSync } from "node:fs";' +
+    "export async function load(url, context, next) {" +
+    '  if (url.startsWith("file:")) appendFileSync(process.env.LOADED_MODULES_FILE, url + "\\n");' +
+    "  return next(url, context);" +
+    "}";
+  const hook = file(
+    "record-loads.mjs",
+    `import { register } from "node:module";\nregister(${JSON.stringify(`data:text/javascript,${encodeURIComponent(source)}`)});\n`,
+  );
+  return {
+    env: { NODE_OPTIONS: `--import ${hook}`, LOADED_MODULES_FILE: log },
+    loaded: () => readFileSync(log, "utf8").split("\n").filter(Boolean),
+  };
+}
+
+const holdsZod = (url: string): boolean => readFileSync(new URL(url), "utf8").includes("node_modules/zod/");
+
+test("spark app serves its page and greets a browser without loading zod; the browser's first message is handled once it is", async () => {
+  const recorder = loadRecorder();
+  const workspace = freshDir("ws-");
+  const app = spawnCli(
+    ["app", workspace, "--port", "0", "--quiet", "--server", "http://127.0.0.1:9"],
+    // As on a fresh machine: no SPARK_* setting but the home (any other has the settings
+    // validated, which needs zod; test/helpers/cli.ts sets SPARK_DATA_DIR otherwise).
+    { ...recorder.env, SPARK_DATA_DIR: undefined },
+  );
+  try {
+    const line = await firstLine(app);
+    const url = new URL(/http:\/\/[^\s]+/.exec(line)?.[0] ?? "");
+    assert.equal((await fetch(url)).status, 200);
+    const ws = new WebSocket(`ws://${url.host}/app/ws`, { headers: { origin: url.origin } });
+    const messages: { type: string; code?: string }[] = [];
+    const next = (type: string): Promise<{ type: string; code?: string }> =>
+      new Promise((resolve) => {
+        const found = messages.find((m) => m.type === type);
+        if (found) return resolve(found);
+        const onMessage = (): void => {
+          const match = messages.find((m) => m.type === type);
+          if (match) {
+            ws.off("message", onMessage);
+            resolve(match);
+          }
+        };
+        ws.on("message", onMessage);
+      });
+    ws.on("message", (data) => messages.push(JSON.parse(String(data)) as { type: string }));
+    await next("hello");
+    const atHello = recorder.loaded();
+    assert.ok(
+      atHello.some((loaded) => /app-server/.test(loaded)),
+      atHello.join("\n"),
+    );
+    assert.deepEqual(atHello.filter(holdsZod), [], "zod is not loaded before the greeting");
+    // Sent at once: it waits for the schemas, then is refused by them.
+    ws.send(JSON.stringify({ type: "task.open" }));
+    const refused = await next("error");
+    assert.equal(refused.code, "invalid_message");
+    assert.ok(recorder.loaded().some(holdsZod), "the schemas came with zod");
+    ws.close();
+  } finally {
+    app.child.kill("SIGTERM");
+    await app.exited;
+  }
 });

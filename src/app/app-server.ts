@@ -23,14 +23,12 @@ import { extname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { gzip } from "node:zlib";
 import { WebSocketServer, type WebSocket } from "ws";
-import { z } from "zod";
 import { OriginPolicy } from "../server/origin-policy.js";
 import { expectationFailed, originForm } from "../server/request-target.js";
-import type { ClientMessage, ProjectContext, ServerMessage } from "./protocol.js";
+import type { ProjectContext, ServerMessage } from "./protocol.js";
 import type { SessionContext } from "../agent/context/session-context.js";
 import { Outbox } from "./outbox.js";
 import { PreviewServer } from "./preview-server.js";
-import { MAX_VARIANTS, MIN_VARIANTS } from "../agent/variants/runner.js";
 import { ServerWatch } from "./server-watch.js";
 import { TaskManager, type ManagerContext } from "./task-manager.js";
 
@@ -71,97 +69,7 @@ const COOKIE = "spark_app";
 const SESSION_PROTOCOL = "spark-session.";
 /** A frame carries at most a message with its attached images (data URLs, see `images` below). */
 const MAX_FRAME_BYTES = 12 * 1024 * 1024;
-/** Images on one message, and the characters of each data URL (about 7.5 MiB of image). */
-const MAX_IMAGES = 4;
-const MAX_IMAGE_URL_CHARS = 10 * 1024 * 1024;
 const LOOPBACK = new Set(["127.0.0.1", "::1", "localhost"]);
-
-const text = z.string().max(200_000);
-const taskId = z.string().min(1).max(200);
-const clientMessage: z.ZodType<ClientMessage> = z.discriminatedUnion("type", [
-  z.strictObject({ type: z.literal("hello") }),
-  z.strictObject({
-    type: z.literal("task.create"),
-    model: z.string().min(1).max(200),
-    text: text.optional(),
-    background: z.boolean().optional(),
-    title: z.string().max(200).optional(),
-  }),
-  z.strictObject({ type: z.literal("task.open"), task: taskId }),
-  z.strictObject({ type: z.literal("task.rename"), task: taskId, title: z.string().max(200) }),
-  z.strictObject({ type: z.literal("task.delete"), task: taskId }),
-  z
-    .strictObject({
-      type: z.literal("send"),
-      task: taskId,
-      text,
-      sentAt: z.number().optional(),
-      /** Pasted or attached images, as data URLs; the server routes them to a model that sees. */
-      images: z
-        .array(
-          z
-            .string()
-            .max(MAX_IMAGE_URL_CHARS)
-            .regex(
-              /^data:image\/(png|jpeg|gif|webp);base64,[A-Za-z0-9+/=]+$/,
-              "must be a base64 image data URL",
-            ),
-        )
-        .max(MAX_IMAGES)
-        .optional(),
-    })
-    .refine((message) => message.text.length > 0 || (message.images?.length ?? 0) > 0, {
-      message: "send needs text or an image",
-    }),
-  z.strictObject({ type: z.literal("queue"), task: taskId, text: text.min(1) }),
-  z.strictObject({ type: z.literal("stop"), task: taskId }),
-  z.strictObject({ type: z.literal("model"), task: taskId, model: z.string().min(1).max(200) }),
-  z.strictObject({ type: z.literal("compact"), task: taskId }),
-  z.strictObject({ type: z.literal("new_context"), task: taskId }),
-  z.strictObject({
-    type: z.literal("approval"),
-    task: taskId,
-    entry: z.string().max(200),
-    answer: z.enum(["yes", "always", "no"]),
-    reason: z.string().max(2000).optional(),
-  }),
-  z.strictObject({
-    type: z.literal("variants"),
-    task: taskId,
-    count: z.number().int().min(MIN_VARIANTS).max(MAX_VARIANTS),
-    text: text.min(1),
-  }),
-  z.strictObject({
-    type: z.literal("choose"),
-    task: taskId,
-    entry: z.string().max(200),
-    index: z
-      .number()
-      .int()
-      .min(0)
-      .max(MAX_VARIANTS - 1),
-  }),
-  z.strictObject({ type: z.literal("variants.discard"), task: taskId, entry: z.string().max(200) }),
-  z.strictObject({
-    type: z.literal("variant.diff"),
-    task: taskId,
-    entry: z.string().max(200),
-    index: z
-      .number()
-      .int()
-      .min(0)
-      .max(MAX_VARIANTS - 1),
-  }),
-  z.strictObject({ type: z.literal("review"), task: taskId }),
-  z.strictObject({ type: z.literal("revert"), task: taskId, path: z.string().min(1).max(4096).optional() }),
-  z.strictObject({ type: z.literal("undo"), task: taskId, turn: z.number().int().min(1).optional() }),
-  z.strictObject({ type: z.literal("redo"), task: taskId }),
-  z.strictObject({ type: z.literal("keep"), task: taskId, path: z.string().min(1).max(4096).optional() }),
-  z.strictObject({ type: z.literal("apply"), task: taskId, path: z.string().min(1).max(4096).optional() }),
-  z.strictObject({ type: z.literal("discard"), task: taskId, path: z.string().min(1).max(4096).optional() }),
-  z.strictObject({ type: z.literal("file"), task: taskId, path: z.string().min(1).max(4096) }),
-  z.strictObject({ type: z.literal("files"), query: z.string().max(200) }),
-]) as z.ZodType<ClientMessage>;
 
 interface StaticFile {
   body: Buffer;
@@ -502,57 +410,79 @@ export class AppServer {
     });
     // Bounded per browser: one that falls behind is sent `hello` again once it has caught up.
     const outbox: Outbox = new Outbox(ws, () => outbox.send(JSON.stringify(hello())));
-    this.#clients.set(ws, owner);
-    this.#outboxes.set(ws, outbox);
+    const reply = (message: ServerMessage): void => void outbox.send(JSON.stringify(message));
+    const greet = (): void => {
+      if (ws.readyState !== ws.OPEN) return;
+      this.#clients.set(ws, owner);
+      this.#outboxes.set(ws, outbox);
+      reply(hello());
+      // Saved tasks that could not be read were skipped at start-up: say which, and why. Only to
+      // the single user: under keys a skipped file's owner is unknown, so its name (a task id) stays
+      // in the server's log instead of reaching every key.
+      const problems = owner === undefined ? this.tasks.problems : [];
+      if (problems.length > 0) {
+        reply({
+          type: "error",
+          code: "tasks_unreadable",
+          message:
+            `${problems.length} saved task file${problems.length === 1 ? "" : "s"} could not be read and ` +
+            `${problems.length === 1 ? "was" : "were"} skipped: ${problems.join("; ").slice(0, 2000)}`,
+        });
+      }
+      // Something of the wrong kind stood where the app's data folders belong: moved aside, said.
+      if (owner === undefined && this.tasks.movedAside.length > 0)
+        reply({ type: "error", code: "data_moved_aside", message: this.tasks.movedAside.join("; ") });
+      // Loaded now, after the greeting is out, so that the browser's first frame need not wait.
+      setImmediate(() => void this.#messages().catch(() => {}));
+    };
     const gone = (): void => {
       this.#clients.delete(ws);
       this.#outboxes.delete(ws);
     };
     ws.on("close", gone);
     ws.on("error", gone);
-    const reply = (message: ServerMessage): void => void outbox.send(JSON.stringify(message));
-    reply(hello());
-    // Saved tasks that could not be read were skipped at start-up: say which, and why. Only to
-    // the single user: under keys a skipped file's owner is unknown, so its name (a task id) stays
-    // in the server's log instead of reaching every key.
-    const problems = owner === undefined ? this.tasks.problems : [];
-    if (problems.length > 0) {
+    // The browser is greeted once the saved tasks are loaded, and its frames are handled after
+    // that, in order, once the message schemas are loaded too (client-messages.ts: loaded after the
+    // first greeting, so that neither the page nor its first paint waits for zod).
+    let turn = this.tasks.ready.then(greet);
+    ws.on("message", (data, isBinary) => {
+      turn = turn.then(() => this.#frame(String(data), isBinary, reply, owner)).catch(() => {});
+    });
+  }
+
+  /** One frame of a browser's, handled once the message schemas are loaded. */
+  async #frame(
+    data: string,
+    isBinary: boolean,
+    reply: (message: ServerMessage) => void,
+    owner: string | undefined,
+  ): Promise<void> {
+    if (isBinary) return reply({ type: "error", code: "invalid_frame", message: "frames are JSON text" });
+    let json: unknown;
+    try {
+      json = JSON.parse(data);
+    } catch {
+      return reply({ type: "error", code: "invalid_json", message: "the frame is not valid JSON" });
+    }
+    const { parseClientMessage } = await this.#messages();
+    const parsed = parseClientMessage(json);
+    if ("error" in parsed) return reply({ type: "error", code: "invalid_message", message: parsed.error });
+    const message = parsed.message;
+    this.tasks.handle(message, reply, owner).catch((error: unknown) => {
       reply({
         type: "error",
-        code: "tasks_unreadable",
-        message:
-          `${problems.length} saved task file${problems.length === 1 ? "" : "s"} could not be read and ` +
-          `${problems.length === 1 ? "was" : "were"} skipped: ${problems.join("; ").slice(0, 2000)}`,
-      });
-    }
-    // Something of the wrong kind stood where the app's data folders belong: moved aside, said.
-    if (owner === undefined && this.tasks.movedAside.length > 0)
-      reply({ type: "error", code: "data_moved_aside", message: this.tasks.movedAside.join("; ") });
-    ws.on("message", (data, isBinary) => {
-      if (isBinary) return reply({ type: "error", code: "invalid_frame", message: "frames are JSON text" });
-      let json: unknown;
-      try {
-        json = JSON.parse(String(data));
-      } catch {
-        return reply({ type: "error", code: "invalid_json", message: "the frame is not valid JSON" });
-      }
-      const parsed = clientMessage.safeParse(json);
-      if (!parsed.success) {
-        return reply({
-          type: "error",
-          code: "invalid_message",
-          message: `not an app message: ${z.prettifyError(parsed.error).replace(/\n/g, "; ").slice(0, 500)}`,
-        });
-      }
-      this.tasks.handle(parsed.data, reply, owner).catch((error: unknown) => {
-        reply({
-          type: "error",
-          code: "task_error",
-          message: (error as Error).message,
-          ...("task" in parsed.data ? { task: parsed.data.task } : {}),
-        });
+        code: "task_error",
+        message: (error as Error).message,
+        ...("task" in message ? { task: message.task } : {}),
       });
     });
+  }
+
+  #messagesModule: Promise<typeof import("./client-messages.js")> | undefined;
+
+  /** The message schemas' module, loaded at the first call. */
+  #messages(): Promise<typeof import("./client-messages.js")> {
+    return (this.#messagesModule ??= import("./client-messages.js"));
   }
 
   /** Sends to every socket (what is not about any one owner's tasks: the Spark server's health). */

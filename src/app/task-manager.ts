@@ -43,6 +43,7 @@ export class TaskManager {
   readonly #running = new Set<Task>();
   readonly #waiting: { task: Task; text: string }[] = [];
   readonly #problems: string[] = [];
+  #closed = false;
   /** `@` in the composer: the workspace's file names, and the files a message names attached. */
   readonly #files: WorkspaceFiles;
 
@@ -68,19 +69,9 @@ export class TaskManager {
     );
     prepareFolder(context.dataDir, "sessions", movedAside);
     const saved = new Set<string>();
-    // One bad file costs its task, not the app: what cannot be read is skipped and reported.
-    for (const name of readdirSync(dir)) {
-      if (!name.endsWith(".json")) continue;
-      saved.add(name.slice(0, -".json".length));
-      try {
-        const task = Task.load(this.#context, name.slice(0, -".json".length), (problem) =>
-          this.#report(problem),
-        );
-        if (task) this.#tasks.set(task.id, task);
-      } catch (error) {
-        this.#report(`${join(dir, name)} was skipped: ${(error as Error).message}`);
-      }
-    }
+    for (const name of readdirSync(dir))
+      if (name.endsWith(".json")) saved.add(name.slice(0, -".json".length));
+    this.ready = this.#loadSaved(dir, [...saved]);
     // Task workspaces no saved task names (a crash, a task deleted while its removal was cut
     // short) are Spark's to remove; a saved task's, even one that cannot be read now, are kept.
     // The terminal's workspaces (`spark --worktree`: tui-SESSION, its variants tui-SESSION-vN-K;
@@ -103,9 +94,42 @@ export class TaskManager {
   /** The ids of the stale task workspaces removed at start (once pruning is done). */
   readonly pruned: Promise<string[]>;
 
+  /**
+   * Settles once the saved tasks are loaded (never rejects: a file that cannot be read costs its
+   * task, and is in `problems`). Until then nothing else here is asked: the app greets a browser
+   * and handles its messages after it (app-server.ts).
+   */
+  readonly ready: Promise<void>;
+
+  /**
+   * Loads the saved tasks: the reader (and its schemas: zod) only when there are some, so that a
+   * first start does not load them before the page.
+   */
+  async #loadSaved(dir: string, ids: readonly string[]): Promise<void> {
+    if (ids.length === 0) return;
+    const { readTask } = await import("./task-reader.js");
+    for (const id of ids) {
+      if (this.#closed) return;
+      // One bad file costs its task, not the app: what cannot be read is skipped and reported.
+      try {
+        const read = readTask(this.#context.dataDir, this.#context.workspace.root, id, (problem) =>
+          this.#report(problem),
+        );
+        if (read) {
+          const task = Task.load(this.#context, read);
+          this.#tasks.set(task.id, task);
+        }
+      } catch (error) {
+        this.#report(`${join(dir, `${id}.json`)} was skipped: ${(error as Error).message}`);
+      }
+    }
+  }
+
   /** Sends the messages held while the Spark server was unreachable (see `Task.sendHeld`). */
   sendHeld(): void {
-    for (const task of this.#tasks.values()) if (task.holding) void task.sendHeld();
+    void this.ready.then(() => {
+      for (const task of this.#tasks.values()) if (task.holding) void task.sendHeld();
+    });
   }
 
   /** What was wrong with the saved tasks at start-up (each names its file). */
@@ -395,6 +419,7 @@ export class TaskManager {
   }
 
   close(): void {
+    this.#closed = true;
     this.#waiting.length = 0;
     for (const task of this.#tasks.values()) task.close();
   }

@@ -35,7 +35,8 @@ import {
 import type { TaskWorkspace } from "../agent/worktree/task-workspace.js";
 import type { PreviewServer } from "./preview-server.js";
 import type { SavedTask } from "./saved-task.js";
-import { readTask, removeTaskFiles, taskDirectory, writeTask } from "./task-files.js";
+import { removeTaskFiles, taskDirectory, writeTask } from "./task-files.js";
+import type { ReadTask } from "./task-reader.js";
 import { HeldMessages } from "./task-held.js";
 import { TaskVariants } from "./task-variants.js";
 import { TaskWorkspaceState } from "./task-workspace-state.js";
@@ -246,18 +247,8 @@ export class Task {
     return task;
   }
 
-  /**
-   * Loads a saved task: undefined when it belongs to another workspace; throws (with the reason)
-   * when its file is not a saved task. Validated, not trusted (see `readTask`): each repair is
-   * passed to `report`.
-   */
-  static load(
-    context: TaskContext,
-    id: string,
-    report: (problem: string) => void = () => {},
-  ): Task | undefined {
-    const read = readTask(context.dataDir, context.workspace.root, id, report);
-    if (read === undefined) return undefined;
+  /** A saved task as `readTask` (task-reader.ts) read it back, validated and repaired. */
+  static load(context: TaskContext, read: ReadTask): Task {
     const { saved, summary, session: opened } = read;
     const task = new Task(summary, opened.file, context, saved.record, opened.transcript, saved.owner);
     if (opened.file.meta.id !== saved.sessionId) task.#save();

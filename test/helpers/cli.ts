@@ -60,13 +60,21 @@ let dataDirs = 0;
  * The parent's environment without any SPARK_* variable, so only what a test sets counts, plus a
  * fresh SPARK_DATA_DIR (unless the test sets one) so servers never share or leave a database, and
  * a fresh SPARK_HOME (unless the test sets one) so no run reads the machine's ~/.spark config or
- * leaves task worktrees and checkpoints there.
+ * leaves task worktrees and checkpoints there. A variable `extra` gives as undefined is left out
+ * (`SPARK_DATA_DIR: undefined`: the data in SPARK_HOME, as on a fresh machine).
  */
-export function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+export function cleanEnv(extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
   for (const [key, value] of Object.entries(process.env)) if (!key.startsWith("SPARK_")) env[key] = value;
   const n = ++dataDirs;
-  return { ...env, SPARK_DATA_DIR: join(dir, `data-${n}`), SPARK_HOME: join(dir, `home-${n}`), ...extra };
+  const out: NodeJS.ProcessEnv = {
+    ...env,
+    SPARK_DATA_DIR: join(dir, `data-${n}`),
+    SPARK_HOME: join(dir, `home-${n}`),
+    ...extra,
+  };
+  for (const [key, value] of Object.entries(extra)) if (value === undefined) delete out[key];
+  return out;
 }
 
 export interface Cli {
@@ -83,7 +91,7 @@ export interface Cli {
  */
 export function spawnCli(
   args: readonly string[],
-  env: Record<string, string> = {},
+  env: Record<string, string | undefined> = {},
   safetyMs = SAFETY_TIMEOUT_MS,
 ): Cli {
   const child = spawn(process.execPath, [...cliArgs(), ...args], {
