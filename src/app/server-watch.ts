@@ -4,7 +4,12 @@
  * down, messages sent in the browser wait in their tasks (see `Task.send`) and go out once it
  * answers again, and the browsers show a banner. Any HTTP answer counts as reachable (a 401 or 404
  * is the server talking); only a failed connection or no answer in time counts as down.
+ *
+ * The probe is a plain node:http(s) request, not `fetch`: the first `fetch` loads Node's own undici
+ * (~40 ms of the main thread here), and the first probe runs the moment the app has printed its
+ * URL, which is when the browser (or VS Code's pane) asks for the page (figures 27 and 34).
  */
+import { request as httpRequest } from "node:http";
 import type { ServerHealth } from "./protocol.js";
 
 const PROBE_TIMEOUT_MS = 3000;
@@ -56,10 +61,7 @@ export class ServerWatch {
   async #probe(): Promise<ServerHealth> {
     let health: ServerHealth;
     try {
-      const response = await fetch(new URL("/healthz", this.url), {
-        signal: AbortSignal.timeout(PROBE_TIMEOUT_MS),
-      });
-      await response.body?.cancel();
+      await answers(new URL("/healthz", this.url), PROBE_TIMEOUT_MS);
       health = { url: this.url, reachable: true };
     } catch (error) {
       health = { url: this.url, reachable: false, error: describe(error) };
@@ -71,9 +73,27 @@ export class ServerWatch {
   }
 }
 
-/** `connection refused`, `no answer in 3 s`, …: the cause of a failed fetch, in a few words. */
+/** Resolves once `url` answers with any status; rejects when it cannot be reached in `timeoutMs`. */
+async function answers(url: URL, timeoutMs: number): Promise<void> {
+  const request = url.protocol === "https:" ? (await import("node:https")).request : httpRequest;
+  await new Promise<void>((resolve, reject) => {
+    const probe = request(url, { method: "GET", timeout: timeoutMs, agent: false }, (response) => {
+      response.resume();
+      resolve();
+    });
+    probe.on("timeout", () => {
+      const timedOut = new Error(`no answer in ${timeoutMs / 1000} s`);
+      timedOut.name = "TimeoutError";
+      probe.destroy(timedOut);
+    });
+    probe.on("error", reject);
+    probe.end();
+  });
+}
+
+/** `connection refused`, `no answer in 3 s`, …: the cause of a failed probe, in a few words. */
 function describe(error: unknown): string {
-  const cause = (error as { cause?: { code?: string; message?: string } }).cause;
+  const cause = ((error as { cause?: unknown }).cause ?? error) as { code?: string; message?: string };
   if ((error as Error).name === "TimeoutError") return `no answer in ${PROBE_TIMEOUT_MS / 1000} s`;
   if (cause?.code === "ECONNREFUSED") return "connection refused";
   if (cause?.code === "ENOTFOUND") return "no such host";
