@@ -32,6 +32,8 @@ export const MAX_RUNNING_BACKGROUND = 4;
 export const MAX_PENDING_BACKGROUND = 32;
 /** Background tasks one task may have running or waiting; more are refused. */
 export const MAX_PENDING_PER_TASK = 8;
+/** How long after the start stale task workspaces are pruned. */
+const PRUNE_DELAY_MS = 500;
 /** Tasks one owner keeps (deleting old ones makes room). */
 export const MAX_TASKS = 500;
 
@@ -76,16 +78,24 @@ export class TaskManager {
     // short) are Spark's to remove; a saved task's, even one that cannot be read now, are kept.
     // The terminal's workspaces (`spark --worktree`: tui-SESSION, its variants tui-SESSION-vN-K;
     // `spark exec --worktree`: exec-SESSION, a result left on its branch) are not the app's to prune.
-    this.pruned = pruneTaskWorkspaces(
-      context.workspace.root,
-      (id) => saved.has(id) || this.#tasks.has(id) || /^(tui|exec)-/.test(id),
-    ).then(
-      ({ removed }) => removed,
-      (error: unknown) => {
-        this.#report(`stale task workspaces could not be pruned: ${(error as Error).message}`);
-        return [];
-      },
-    );
+    // Once the page has had its moment: the prune spawns git, and a spawn blocks the main thread
+    // (~30 ms here) when the browser or VS Code's pane is asking for the page (figure 34).
+    this.pruned = new Promise<void>((resolve) => setTimeout(resolve, PRUNE_DELAY_MS).unref())
+      .then(async () =>
+        this.#closed
+          ? { removed: [] }
+          : pruneTaskWorkspaces(
+              context.workspace.root,
+              (id) => saved.has(id) || this.#tasks.has(id) || /^(tui|exec)-/.test(id),
+            ),
+      )
+      .then(
+        ({ removed }) => removed,
+        (error: unknown) => {
+          this.#report(`stale task workspaces could not be pruned: ${(error as Error).message}`);
+          return [];
+        },
+      );
   }
 
   /** What stood where the app's data folders belong and was moved aside at start (data-folders.ts). */

@@ -74,9 +74,13 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
   // A task's first turn waits for the engine: its context window is asked once the engine is ready.
   const engineReady = server?.ready ?? Promise.resolve();
   const windows = contextWindows(url, client.apiKey, client.contextWindow, engineReady);
-  // What the app asks the model server in the background waits until the app serves its page.
+  // What the app asks the model server in the background waits until the app has served its page:
+  // a moment after its URL is out, when the browser (or VS Code's pane) asks for it. A process
+  // spawn blocks the main thread for ~10-30 ms here, a first request loads its modules.
   let served!: () => void;
-  const listening = new Promise<void>((resolve) => (served = resolve));
+  const listening = new Promise<void>((resolve) => (served = resolve)).then(
+    () => new Promise<void>((resolve) => setTimeout(resolve, AFTER_PAGE_MS).unref()),
+  );
   // So does the sandbox probe (it spawns bwrap): a task's first command waits for it, the page does not.
   const sandbox = listening.then(() => clientSandbox(client));
   for (const warning of project.warnings) log(`warning: ${warning}`);
@@ -178,6 +182,9 @@ export async function runApp(dir: string | undefined, flags: ClientFlags, app: A
   await Promise.all([mcp?.close(), closeServer?.()]);
   return code;
 }
+
+/** How long after printing its URL the app starts its background work (see `listening`). */
+const AFTER_PAGE_MS = 300;
 
 function appInstructions(root: string): string {
   return DEFAULT_INSTRUCTIONS.replace("in their terminal", "in a web app").replace("WORKSPACE", root);
